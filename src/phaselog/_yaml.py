@@ -1,0 +1,200 @@
+"""YAML exactly as the seed tool writes it, and loaded safely.
+
+The seed tool writes ``yaml.safe_dump(data, sort_keys=False, allow_unicode=True,
+default_flow_style=False)``. ``dump`` produces the same bytes. For the common shape of a
+checkpoint (plain keys, simple strings, ints, bools, nested mappings and lists) a small emitter
+writes them directly, because PyYAML's emitter costs about as much as the durable write itself;
+anything outside that shape goes to PyYAML. ``tests/test_yaml.py`` checks with hypothesis that
+both paths give identical bytes, and PyYAML's own resolver decides which strings need quotes.
+
+``load`` refuses what a checkpoint never contains: tags, anchors/aliases (alias bombs), more than
+``MAX_DEPTH`` levels of nesting, and non-string mapping keys.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from phaselog.errors import Corrupt
+
+try:  # libyaml is present in PyYAML wheels; fall back to pure Python where it is not.
+    from yaml import CSafeDumper as _Dumper
+    from yaml import CSafeLoader as _Loader
+except ImportError:  # pragma: no cover - depends on the PyYAML build
+    from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
+    from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+MAX_DEPTH = 64
+
+# Strings the fast path may emit: a conservative subset of what PyYAML writes plain in block
+# context. No spaces, no flow/indicator characters at the start, no line breaks, no ':' or '#'
+# hazards. Non-ASCII letters are allowed because the seed writes with allow_unicode=True.
+_U = "\u00c0-\u02ff\u0370-\u1fff\u2c00-\ud7ff\uf900-\ufdcf\ufdf0-\ufefe"
+_SIMPLE = re.compile(rf"[A-Za-z0-9_./{_U}](?:[A-Za-z0-9_./+@=~{_U}-]|:(?!$))*")
+_MAX_SIMPLE_KEY = 120  # PyYAML switches to "? " complex keys at 128 characters
+_resolver = yaml.resolver.Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+_RESOLVE_CACHE: dict[str, bool] = {}
+
+
+class _Fallback(Exception):  # noqa: N818 - internal control flow, never escapes this module
+    """The value is outside the fast path's shape."""
+
+
+def _needs_quotes(s: str) -> bool:
+    """Tell whether PyYAML would quote ``s`` because it would not read back as a string."""
+    hit = _RESOLVE_CACHE.get(s)
+    if hit is None:
+        hit = _resolver.resolve(yaml.ScalarNode, s, (True, False)) != _STR_TAG
+        if len(_RESOLVE_CACHE) < 4096:
+            _RESOLVE_CACHE[s] = hit
+    return hit
+
+
+def _scalar(value: Any, *, key: bool = False) -> str:
+    if isinstance(value, str):
+        if not _SIMPLE.fullmatch(value) or (key and len(value) > _MAX_SIMPLE_KEY):
+            raise _Fallback
+        return f"'{value}'" if _needs_quotes(value) else value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if type(value) is int:
+        return str(value)
+    raise _Fallback  # floats, dates, bytes ...: PyYAML's representers decide
+
+
+def _emit_mapping(data: dict[Any, Any], indent: str, out: list[str]) -> None:
+    for k, v in data.items():
+        ks = _scalar(k, key=True)
+        if isinstance(v, dict):
+            if v:
+                out.append(f"{indent}{ks}:\n")
+                _emit_mapping(v, indent + "  ", out)
+            else:
+                out.append(f"{indent}{ks}: {{}}\n")
+        elif isinstance(v, list | tuple):
+            if v:
+                out.append(f"{indent}{ks}:\n")
+                _emit_sequence(v, indent, out)  # PyYAML: sequences in mappings are not indented
+            else:
+                out.append(f"{indent}{ks}: []\n")
+        else:
+            out.append(f"{indent}{ks}: {_scalar(v)}\n")
+
+
+def _emit_sequence(items: list[Any] | tuple[Any, ...], indent: str, out: list[str]) -> None:
+    for item in items:
+        if isinstance(item, dict) and item:
+            sub: list[str] = []
+            _emit_mapping(item, indent + "  ", sub)
+            first = sub[0]
+            out.append(f"{indent}- {first[len(indent) + 2:]}")
+            out.extend(sub[1:])
+        elif isinstance(item, dict | list | tuple):
+            raise _Fallback  # empty collections and nested sequences: rare, let PyYAML do it
+        else:
+            out.append(f"{indent}- {_scalar(item)}\n")
+
+
+def _plain(data: Any) -> Any:
+    """Convert tuples to lists so PyYAML's safe representer accepts them."""
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_plain(v) for v in data]
+    return data
+
+
+def dump_pyyaml(data: dict[str, Any]) -> str:
+    """Serialise with PyYAML exactly as the seed tool does (the reference for ``dump``)."""
+    return yaml.dump(
+        _plain(data),
+        Dumper=_Dumper,
+        sort_keys=False,
+        allow_unicode=True,
+        default_flow_style=False,
+    )
+
+
+def dump(data: dict[str, Any]) -> str:
+    """Serialise a mapping to the seed tool's YAML (block style, insertion order, UTF-8)."""
+    if not data:
+        return "{}\n"
+    out: list[str] = []
+    try:
+        _emit_mapping(data, "", out)
+    except _Fallback:
+        return dump_pyyaml(data)
+    return "".join(out)
+
+
+def _check_events(text: bytes | str) -> None:
+    """Refuse tags, anchors and aliases; only called when the bytes could contain them."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise Corrupt("YAML anchors and aliases are not allowed", rule="yaml_alias")
+            tag = getattr(event, "tag", None)
+            if tag is not None:
+                implicit = getattr(event, "implicit", True)
+                explicit = not (implicit[0] if isinstance(implicit, tuple) else implicit)
+                if explicit:
+                    raise Corrupt(f"YAML tags are not allowed (found {tag})", rule="yaml_tag")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError as exc:
+        raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _check_tree(node: Any, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth")
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if not isinstance(k, str):
+                raise Corrupt(f"mapping keys must be strings (found {k!r})", rule="key_type")
+            if isinstance(v, dict | list):
+                _check_tree(v, depth + 1)
+    elif isinstance(node, list):
+        for v in node:
+            if isinstance(v, dict | list):
+                _check_tree(v, depth + 1)
+
+
+def load(data: bytes | str) -> Any:
+    """Parse YAML safely: no tags, no aliases, bounded depth, string keys only."""
+    probe = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    # Anchors, aliases and tags all need one of these bytes; most checkpoints have none, so the
+    # precise event scan runs only when it could find something. Flow collections ('[' '{') can
+    # nest deeply on one line, so they get the scan too.
+    if any(c in probe for c in (b"&", b"*", b"!", b"[[", b"{{", b"[{", b"{[")):
+        _check_events(probe)
+    try:
+        tree = yaml.load(probe, Loader=_Loader)  # noqa: S506 - a safe loader (CSafeLoader)
+    except RecursionError as exc:
+        raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth") from exc
+    except yaml.YAMLError as exc:
+        raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
+    try:
+        _check_tree(tree)
+    except RecursionError as exc:  # pragma: no cover - _check_tree stops at MAX_DEPTH
+        raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth") from exc
+    return tree

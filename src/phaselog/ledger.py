@@ -1,0 +1,650 @@
+"""The Python API: write, read, list, validate, derive status, check resume, verify.
+
+Everything that is the same for every store lives here: identifiers, pipelines, validation,
+hashing, attempt numbering and its retry, basis and prev_hash. A store only appends and reads.
+
+    >>> import phaselog
+    >>> ledger = phaselog.open("/tmp/pl-doc")                      # files store at that root
+    >>> run = ledger.run("PROJ-1234", "a1b2c3d4")                   # ticket-pipeline by default
+    >>> run.write("implement", {"branch_name": "feat/x", "commit_sha": "a1b2c3d",
+    ...                          "files_changed": ["src/x.py"]}).record.attempt_number
+    1
+    >>> run.status().next_phase
+    'local_review'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from phaselog.errors import (
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    InvalidRecord,
+    NotFound,
+    NotMonotonic,
+    PipelineMismatch,
+    UnsupportedVersion,
+    UsageError,
+)
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
+from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
+from phaselog.state import COMPLETED, RunStatus, derive_status
+from phaselog.stores import Damaged, Store, Stored, open_store
+from phaselog.validation import Report, check_artifacts, check_links, check_record
+
+PipelineArg = Pipeline | str | None
+MAX_APPEND_RETRIES = 1000
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write produced."""
+
+    stored: Stored
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def record(self) -> Checkpoint:
+        """The record as written."""
+        return self.stored.record
+
+    @property
+    def location(self) -> str:
+        """Where it lives (path relative to the checkpoints root for the files store)."""
+        return self.stored.location
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing."""
+
+    items: list[Stored]
+    damaged: list[Damaged]
+    next_after: str | None = None
+
+    @property
+    def completed(self) -> list[Stored]:
+        """Completed checkpoints of this page."""
+        return [s for s in self.items if s.record.completed]
+
+    @property
+    def failed(self) -> list[Stored]:
+        """Failed attempts of this page."""
+        return [s for s in self.items if not s.record.completed]
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why resume may not skip past a phase."""
+
+    phase: str
+    state: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        """Return the JSON form."""
+        return {"phase": self.phase, "state": self.state, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class SkipDecision:
+    """Whether a run may skip to a phase."""
+
+    target: str
+    allowed: bool
+    blockers: tuple[Blocker, ...] = ()
+    status: RunStatus | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "skip_to": self.target,
+            "allowed": self.allowed,
+            "blockers": [b.to_json() for b in self.blockers],
+            "next_phase": self.status.next_phase if self.status else None,
+            "completed_phases": self.status.completed_phases if self.status else [],
+        }
+
+
+@dataclass
+class VerifyReport:
+    """Result of recomputing a ticket's (or run's) hash links."""
+
+    checked: int = 0
+    problems: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is broken or damaged."""
+        return not self.problems
+
+    def add(self, path: str, rule: str, message: str) -> None:
+        """Record a problem."""
+        self.problems.append({"path": path, "rule": rule, "message": message})
+
+
+def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
+    """Parse a listing cursor ``<run_uuid>:<phase ordinal>:<attempt>``."""
+    if after is None:
+        return None
+    parts = after.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise UsageError(
+            f"--after must be a cursor RUN_UUID:PHASE_ORDINAL:ATTEMPT as printed in next_after "
+            f"(got {after!r})",
+            field="after",
+        )
+    return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
+
+
+class Ledger:
+    """The checkpoint ledger over one store."""
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        pipelines_root: str | os.PathLike[str] | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.store: Store = store if store is not None else open_store()
+        root = getattr(self.store, "root", None)
+        self.pipelines_root = pipelines_root if pipelines_root is not None else root
+        self.clock = clock or (lambda: datetime.now(UTC))
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.store!r})"
+
+    def close(self) -> None:
+        """Close the store."""
+        self.store.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> Run:
+        """A handle on one run (ticket and run id validated now)."""
+        return Run(self, validate_ticket_id(ticket_id), normalize_run_id(run_id), pipeline)
+
+    # -- pipelines --------------------------------------------------------------------------------
+    def load_pipeline(self, pipeline: PipelineArg) -> Pipeline:
+        """Resolve a Pipeline object, a name, or None (the default pipeline)."""
+        if isinstance(pipeline, Pipeline):
+            return pipeline
+        name = pipeline or DEFAULT_PIPELINE
+        if name == DEFAULT_PIPELINE and self.pipelines_root is None:
+            return builtin(name)
+        return find_pipeline(name, self.pipelines_root)
+
+    def recorded_pipeline(self, ticket_id: str, run_id: str) -> PipelineRef | None:
+        """The pipeline a run recorded with its first phaselog checkpoint (None: none yet)."""
+        for ref in self.store.attempts(ticket_id, run_id):
+            try:
+                stored = self.store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
+            except (Corrupt, UnsupportedVersion, NotFound):
+                continue
+            if stored.record.pipeline is not None:
+                return stored.record.pipeline
+        return None
+
+    def pipeline_for(self, ticket_id: str, run_id: str, requested: PipelineArg = None) -> Pipeline:
+        """The run's pipeline; refuse one that differs from what the run recorded."""
+        recorded = self.recorded_pipeline(ticket_id, run_id)
+        if requested is None:
+            return self.load_pipeline(recorded.name if recorded else None)
+        pipeline = self.load_pipeline(requested)
+        if recorded is not None and recorded.name != pipeline.name:
+            raise PipelineMismatch(
+                f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}; "
+                "omit --pipeline or start a new run",
+                recorded=recorded.name,
+                requested=pipeline.name,
+            )
+        return pipeline
+
+    # -- writing ----------------------------------------------------------------------------------
+    def write(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        repo_commit_map: Mapping[str, str] | None = None,
+        artifact_paths: Sequence[str] = (),
+        attempt: int | None = None,
+        timestamp: datetime | None = None,
+        pipeline: PipelineArg = None,
+        status: Status = "completed",
+        error: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] = (),
+    ) -> WriteResult:
+        """Append a checkpoint for one attempt of ``phase``; return it once durable.
+
+        ``attempt=None`` takes the next attempt number atomically. Raises InvalidRecord (nothing
+        written) when a rule at error level is broken, AlreadyExists when ``attempt`` is taken,
+        NotMonotonic when it is below the latest attempt.
+        """
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        pl = self.pipeline_for(ticket_id, run_id, pipeline)
+        ph = pl.phase(phase)
+        if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
+            raise InvalidRecord(
+                f"attempt_number: must be an integer >= 1 (got {attempt!r})",
+                errors=[{"field": "attempt_number", "rule": "attempt_number", "message": "must be >= 1"}],
+            )
+        if status not in ("completed", "failed"):
+            raise UsageError(f"status must be 'completed' or 'failed' (got {status!r})", field="status")
+        body = _payload(ph, payload, status)
+        ts = timestamp.astimezone(UTC) if timestamp is not None else self.clock()
+        if ts.tzinfo is None:
+            raise UsageError("timestamp must be timezone-aware", field="timestamp")
+        for _ in range(MAX_APPEND_RETRIES):
+            refs = [r for r in self.store.attempts(ticket_id, run_id)]
+            mine = sorted(r.attempt_number for r in refs if r.phase_ordinal == ph.ordinal)
+            latest = mine[-1] if mine else 0
+            number = attempt if attempt is not None else latest + 1
+            cp = Checkpoint(
+                ticket_id=ticket_id,
+                run_id=run_id,
+                phase=ph.name,
+                phase_ordinal=ph.ordinal,
+                attempt_number=number,
+                timestamp_utc=ts,
+                repo_commit_map=dict(repo_commit_map or {}),
+                artifact_paths=tuple(artifact_paths),
+                phase_payload=body,
+                status=status,
+                error=error,
+                pipeline=pl.ref,
+                basis=self._basis(ticket_id, run_id, pl, ph, refs),
+                prev_hash=self._hash_of(ticket_id, run_id, ph, latest) if latest else None,
+                decisions=tuple(dict(d) for d in decisions),
+            )
+            report = check_record(cp, pl, now=self.clock())
+            if not report.is_valid:
+                raise InvalidRecord(
+                    "checkpoint refused: " + "; ".join(i.text() for i in report.errors),
+                    errors=[i.to_json() for i in report.errors],
+                )
+            if attempt is not None:
+                if number in mine:
+                    raise AlreadyExists(
+                        f"attempt {number} of phase {ph.name} already exists; "
+                        f"the next free attempt is {latest + 1}",
+                        path=self.store.location(cp),
+                        next_attempt=latest + 1,
+                    )
+                if number < latest:
+                    raise NotMonotonic(
+                        f"attempt {number} is below the latest attempt {latest} of phase "
+                        f"{ph.name}; attempts only rise (next: {latest + 1})",
+                        next_attempt=latest + 1,
+                    )
+            try:
+                location = self.store.append(cp, expected_latest=latest)
+            except Conflict:
+                continue  # someone appended to this phase meanwhile: re-read and retry
+            stored = Stored(cp, location, cp.content_hash)
+            return WriteResult(stored, tuple(i.text() for i in report.warnings))
+        raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")
+
+    def _hash_of(self, ticket_id: str, run_id: str, ph: Phase, attempt: int) -> str:
+        try:
+            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt).record.content_hash
+        except Corrupt as exc:
+            raise Corrupt(
+                f"cannot link to attempt {attempt} of {ph.name}: {exc.message} "
+                "(run `phaselog verify` to see what is damaged)",
+                **exc.context,
+            ) from None
+
+    def _basis(
+        self, ticket_id: str, run_id: str, pl: Pipeline, ph: Phase, refs: Iterable[Any]
+    ) -> dict[str, BasisEntry]:
+        best: dict[int, Any] = {}
+        for r in refs:
+            if r.completed and r.phase_ordinal < ph.ordinal:
+                cur = best.get(r.phase_ordinal)
+                if cur is None or r.attempt_number > cur.attempt_number:
+                    best[r.phase_ordinal] = r
+        basis: dict[str, BasisEntry] = {}
+        for ordinal, r in sorted(best.items()):
+            if pl.phase_by_ordinal(ordinal) is None:
+                continue
+            stored = self.store.get(ticket_id, run_id, ordinal, r.phase, r.attempt_number)
+            basis[r.phase] = BasisEntry(r.attempt_number, stored.record.content_hash)
+        return basis
+
+    # -- reading ----------------------------------------------------------------------------------
+    def read(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None = None,
+        *,
+        pipeline: PipelineArg = None,
+    ) -> Stored:
+        """Read one attempt, or (``attempt=None``) the latest completed checkpoint of a phase.
+
+        A damaged latest checkpoint raises Corrupt naming the file and the newest intact attempt.
+        """
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        ph = self._phase(ticket_id, run_id, phase, pipeline)
+        refs = [r for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal]
+        if attempt is not None:
+            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt)
+        completed = sorted((r for r in refs if r.completed), key=lambda r: r.attempt_number)
+        if not completed:
+            failed = [r.attempt_number for r in refs]
+            hint = f" (failed attempts: {failed})" if failed else ""
+            raise NotFound(
+                f"no completed checkpoint of phase {ph.name} in run {run_id}{hint}",
+                ticket_id=ticket_id,
+                run_id=run_id,
+                phase=ph.name,
+            )
+        latest = completed[-1]
+        try:
+            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, latest.attempt_number)
+        except (Corrupt, UnsupportedVersion) as exc:
+            intact = None
+            for r in reversed(completed[:-1]):
+                try:
+                    self.store.get(ticket_id, run_id, ph.ordinal, ph.name, r.attempt_number)
+                except (Corrupt, UnsupportedVersion):
+                    continue
+                intact = r.attempt_number
+                break
+            hint = (
+                f"; the newest intact attempt is {intact} (read it with --attempt {intact})"
+                if intact
+                else "; no intact attempt remains"
+            )
+            exc.message = f"{exc.message}{hint}"
+            exc.context["newest_intact_attempt"] = intact
+            raise
+
+    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: PipelineArg) -> Phase:
+        return self.pipeline_for(ticket_id, run_id, pipeline).phase(phase)
+
+    def list(
+        self,
+        ticket_id: str,
+        run_id: str | None = None,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        """List records ordered by (run, phase ordinal, attempt); damaged ones reported apart."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run = normalize_run_id(run_id) if run_id is not None else None
+        cursor = parse_cursor(after)
+        if limit is not None and limit < 1:
+            raise UsageError("--limit must be >= 1", field="limit")
+        items: list[Stored] = []
+        damaged: list[Damaged] = []
+        next_after = None
+        for entry in self.store.iter_records(ticket_id, run):
+            if isinstance(entry, Damaged):
+                key = (entry.run_id, entry.phase_ordinal, entry.attempt_number)
+            else:
+                r = entry.record
+                key = (r.run_id, r.phase_ordinal, r.attempt_number)
+            if cursor is not None and key <= cursor:
+                continue
+            if limit is not None and len(items) + len(damaged) >= limit:
+                last = items[-1].record if items else None
+                next_after = f"{last.run_id}:{last.phase_ordinal}:{last.attempt_number}" if last else None
+                if damaged and (last is None or (damaged[-1].run_id, damaged[-1].phase_ordinal, damaged[-1].attempt_number) > (last.run_id, last.phase_ordinal, last.attempt_number)):
+                    d = damaged[-1]
+                    next_after = f"{d.run_id}:{d.phase_ordinal}:{d.attempt_number}"
+                break
+            if isinstance(entry, Damaged):
+                damaged.append(entry)
+            else:
+                items.append(entry)
+        return Page(items, damaged, next_after)
+
+    def run_records(self, ticket_id: str, run_id: str) -> tuple[list[Stored], list[Damaged]]:
+        """Every record of one run, and what is damaged."""
+        items: list[Stored] = []
+        damaged: list[Damaged] = []
+        for entry in self.store.iter_records(ticket_id, run_id):
+            (damaged if isinstance(entry, Damaged) else items).append(entry)  # type: ignore[arg-type]
+        return items, damaged
+
+    # -- validation, state, resume ----------------------------------------------------------------
+    def validate(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None = None,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> tuple[Stored, Report]:
+        """Read a checkpoint and check it: its own rules, its links, optionally its artifacts."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        pl = self.pipeline_for(ticket_id, run_id, pipeline)
+        stored = self.read(ticket_id, run_id, phase, attempt, pipeline=pl)
+        return stored, self._full_report(stored, pl, artifacts_root)
+
+    def _full_report(
+        self, stored: Stored, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None
+    ) -> Report:
+        cp = stored.record
+        report = check_record(cp, pl, now=self.clock())
+        for w in stored.warnings:
+            report.warn(stored.location, "read", w)
+        if stored.tampered:
+            report.error(
+                "content_hash",
+                "content_hash",
+                f"{stored.location} changed after it was written (recorded "
+                f"{(stored.recorded_hash or '')[:12]}, now {cp.content_hash[:12]})",
+            )
+        report.extend(self._links(cp))
+        if artifacts_root is not None:
+            report.extend(check_artifacts(cp, artifacts_root))
+        return report
+
+    def _links(self, cp: Checkpoint) -> Report:
+        previous = None
+        refs = self.store.attempts(cp.ticket_id, cp.run_id)
+        earlier = [
+            r.attempt_number
+            for r in refs
+            if r.phase_ordinal == cp.phase_ordinal and r.attempt_number < cp.attempt_number
+        ]
+        if earlier:
+            try:
+                previous = self.store.get(cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, max(earlier)).record
+            except (Corrupt, UnsupportedVersion):
+                previous = None
+        lookup: dict[tuple[str, int], Checkpoint | None] = {}
+        by_name = {r.phase: r.phase_ordinal for r in refs}
+        for name, entry in (cp.basis or {}).items():
+            ordinal = by_name.get(name)
+            target = None
+            if ordinal is not None:
+                try:
+                    target = self.store.get(cp.ticket_id, cp.run_id, ordinal, name, entry.attempt).record
+                except (Corrupt, NotFound, UnsupportedVersion):
+                    target = None
+            lookup[(name, entry.attempt)] = target
+        report = check_links(cp, previous=previous, lookup=lookup)
+        if earlier and previous is None and cp.has_metadata:
+            report.error("prev_hash", "prev_hash", f"attempt {max(earlier)} is damaged; the link cannot be checked")
+        return report
+
+    def status(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> RunStatus:
+        """Derive the state of every phase of a run, and the next phase."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        pl = self.pipeline_for(ticket_id, run_id, pipeline)
+        items, damaged = self.run_records(ticket_id, run_id)
+        st = derive_status(
+            pl,
+            [s.record for s in items],
+            ticket_id=ticket_id,
+            run_id=run_id,
+            damaged=[(d.phase, d.attempt_number) for d in damaged],
+        )
+        if damaged:
+            extra = tuple(f"{d.location}: {d.message}" for d in damaged)
+            st = RunStatus(st.ticket_id, st.run_id, st.pipeline, st.phases, st.warnings + extra)
+        return st
+
+    def can_skip_to(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> SkipDecision:
+        """May the run skip to ``phase``? Only if every earlier phase is completed, current,
+        and its checkpoint validates; otherwise every blocking phase is named with its reason."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        pl = self.pipeline_for(ticket_id, run_id, pipeline)
+        target = pl.phase(phase)
+        st = self.status(ticket_id, run_id, pipeline=pl)
+        blockers: list[Blocker] = []
+        for ps in st.phases:
+            if ps.ordinal >= target.ordinal:
+                break
+            if ps.state != COMPLETED:
+                reason = {
+                    "pending": "no checkpoint yet",
+                    "failed": f"latest attempt {ps.latest_attempt} failed: {ps.reason}",
+                }.get(ps.state, ps.reason or ps.state)
+                blockers.append(Blocker(ps.phase, ps.state, reason))
+                continue
+            newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]
+            if newer_damage:
+                blockers.append(
+                    Blocker(ps.phase, "damaged", f"attempt(s) {newer_damage} are damaged; run `phaselog verify`")
+                )
+                continue
+            stored = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0)
+            report = self._full_report(stored, pl, artifacts_root)
+            if not report.is_valid:
+                blockers.append(
+                    Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
+                )
+        return SkipDecision(target.name, not blockers, tuple(blockers), st)
+
+    def verify(self, ticket_id: str, run_id: str | None = None) -> VerifyReport:
+        """Recompute every hash and link of a ticket (or one run); report what is broken."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run = normalize_run_id(run_id) if run_id is not None else None
+        rep = VerifyReport()
+        runs = [run] if run is not None else self.store.runs(ticket_id)
+        for rid in runs:
+            items, damaged = self.run_records(ticket_id, rid)
+            for d in damaged:
+                rep.add(d.location, d.error_code, d.message)
+            by_key = {(s.record.phase, s.record.attempt_number): s.record for s in items}
+            per_phase: dict[str, list[Checkpoint]] = {}
+            for s in items:
+                rep.checked += 1
+                per_phase.setdefault(s.record.phase, []).append(s.record)
+                for w in s.warnings:
+                    if "changed since" in w or "does not match" in w:
+                        rep.add(s.location, "file_changed", w)
+                if s.tampered:
+                    rep.add(
+                        s.location,
+                        "content_hash",
+                        f"content hashes to {s.record.content_hash[:12]} but "
+                        f"{(s.recorded_hash or '')[:12]} was recorded at write: edited after writing",
+                    )
+            for lst in per_phase.values():
+                lst.sort(key=lambda c: c.attempt_number)
+                for i, cp in enumerate(lst):
+                    prev = lst[i - 1] if i else None
+                    links = check_links(cp, previous=prev, lookup=by_key)
+                    loc = self.store.location(cp)
+                    for issue in links.errors:
+                        rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")
+        return rep
+
+
+def _payload(ph: Phase, payload: Mapping[str, Any] | None, status: str) -> dict[str, Any] | None:
+    if payload is None:
+        return None if status == "failed" else ph.order_payload({"phase": ph.name})
+    if not isinstance(payload, Mapping):
+        raise InvalidRecord(
+            "phase_payload: must be a JSON object",
+            errors=[{"field": "phase_payload", "rule": "type", "message": "must be an object"}],
+        )
+    body = dict(payload)
+    body.setdefault("phase", ph.name)
+    return ph.order_payload(body)
+
+
+class Run:
+    """One run of a pipeline for a ticket: the everyday API."""
+
+    def __init__(self, ledger: Ledger, ticket_id: str, run_id: str, pipeline: PipelineArg) -> None:
+        self.ledger = ledger
+        self.ticket_id = ticket_id
+        self.run_id = run_id
+        self._pipeline = pipeline
+
+    def __repr__(self) -> str:
+        return f"Run({self.ticket_id!r}, {self.run_id!r})"
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The run's pipeline."""
+        return self.ledger.pipeline_for(self.ticket_id, self.run_id, self._pipeline)
+
+    def write(self, phase: str | int, payload: Mapping[str, Any] | None = None, **kw: Any) -> WriteResult:
+        """Record a completed attempt of ``phase`` (see Ledger.write)."""
+        return self.ledger.write(self.ticket_id, self.run_id, phase, payload, pipeline=self._pipeline, **kw)
+
+    def fail(self, phase: str | int, error: str, **kw: Any) -> WriteResult:
+        """Record a failed attempt of ``phase``; the next try gets the next attempt number."""
+        return self.ledger.write(
+            self.ticket_id, self.run_id, phase, kw.pop("payload", None), pipeline=self._pipeline,
+            status="failed", error=error, **kw,
+        )
+
+    def read(self, phase: str | int, attempt: int | None = None) -> Stored:
+        """Read the latest completed checkpoint of ``phase`` (or one attempt)."""
+        return self.ledger.read(self.ticket_id, self.run_id, phase, attempt, pipeline=self._pipeline)
+
+    def status(self) -> RunStatus:
+        """Derive the run's state."""
+        return self.ledger.status(self.ticket_id, self.run_id, pipeline=self._pipeline)
+
+    def can_skip_to(self, phase: str | int, **kw: Any) -> SkipDecision:
+        """May the run skip to ``phase``?"""
+        return self.ledger.can_skip_to(self.ticket_id, self.run_id, phase, pipeline=self._pipeline, **kw)
+
+    def validate(self, phase: str | int, attempt: int | None = None, **kw: Any) -> tuple[Stored, Report]:
+        """Validate a checkpoint of ``phase``."""
+        return self.ledger.validate(self.ticket_id, self.run_id, phase, attempt, pipeline=self._pipeline, **kw)
+
+    def verify(self) -> VerifyReport:
+        """Verify this run's hash links."""
+        return self.ledger.verify(self.ticket_id, self.run_id)

@@ -1,0 +1,338 @@
+"""Pipelines and phases: manifests (YAML), built-in pipelines, payload schemas.
+
+A manifest declares ``name``, ``version``, ``description``, ``order`` (``strict`` or ``free``)
+and ordered ``phases``; each phase has ``name``, ``description``, ``payload_schema`` (a JSON
+Schema, Draft 2020-12) and ``requires_approval``. Lookup order for ``--pipeline NAME``:
+``<root>/pipelines/NAME.yaml``, then each folder of ``PHASELOG_PIPELINES``, then the built-ins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from phaselog import _yaml
+from phaselog.errors import Corrupt, PipelineError, UnknownPhase
+from phaselog.records import PipelineRef
+
+DEFAULT_PIPELINE = "ticket-pipeline"
+BUILTIN_DIR = Path(__file__).parent / "manifests"
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
+_PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MANIFEST_MAX_BYTES = 1 << 20
+Problem = tuple[str, str, str]  # (field path, rule, message)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a pipeline."""
+
+    name: str
+    ordinal: int
+    description: str = ""
+    payload_schema: Mapping[str, Any] = field(default_factory=dict)
+    requires_approval: bool = False
+
+    @property
+    def file_stem(self) -> str:
+        """Return ``<ordinal>_<name>``, the part of the file name that identifies the phase."""
+        return f"{self.ordinal}_{self.name}"
+
+    def order_payload(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Order payload keys as the schema declares them (``phase`` first), others after."""
+        props = self.payload_schema.get("properties") or {}
+        ordered = {"phase": payload["phase"]} if "phase" in payload else {}
+        for key in props:
+            if key in payload and key not in ordered:
+                ordered[key] = payload[key]
+        for key, value in payload.items():
+            if key not in ordered:
+                ordered[key] = value
+        return ordered
+
+    def check_payload(self, payload: Any, *, prefix: str = "phase_payload") -> list[Problem]:
+        """Validate ``payload`` against this phase's JSON Schema; return every problem."""
+        if not self.payload_schema:
+            return []
+        validator = _validator(self._schema_key, self.ordinal)
+        problems: list[Problem] = []
+        for err in sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path)):
+            path = ".".join([prefix, *(str(p) for p in err.absolute_path)])
+            rule = err.validator if err.validator != "format" else f"format:{err.validator_value}"
+            problems.append((path, str(rule), _message(err)))
+        return problems
+
+    @property
+    def _schema_key(self) -> str:
+        return json.dumps(self.payload_schema, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A named, versioned, ordered list of phases."""
+
+    name: str
+    version: str
+    phases: tuple[Phase, ...]
+    description: str = ""
+    order: str = "strict"
+    source: str = "<python>"
+
+    @property
+    def manifest_hash(self) -> str:
+        """SHA-256 over the canonical JSON of the manifest's content."""
+        doc = {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "order": self.order,
+            "phases": [
+                {
+                    "name": p.name,
+                    "description": p.description,
+                    "payload_schema": p.payload_schema,
+                    "requires_approval": p.requires_approval,
+                }
+                for p in self.phases
+            ],
+        }
+        blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def ref(self) -> PipelineRef:
+        """Return the reference a checkpoint records."""
+        return PipelineRef(self.name, self.version, self.manifest_hash)
+
+    @property
+    def phase_names(self) -> list[str]:
+        """Phase names in order."""
+        return [p.name for p in self.phases]
+
+    def phase(self, name_or_ordinal: str | int) -> Phase:
+        """Return a phase by name or 1-based ordinal; UnknownPhase lists the valid ones."""
+        if isinstance(name_or_ordinal, int) or (
+            isinstance(name_or_ordinal, str) and name_or_ordinal.isdigit()
+        ):
+            n = int(name_or_ordinal)
+            for p in self.phases:
+                if p.ordinal == n:
+                    return p
+        else:
+            for p in self.phases:
+                if p.name == name_or_ordinal:
+                    return p
+        valid = ", ".join(f"{p.ordinal}={p.name}" for p in self.phases)
+        raise UnknownPhase(
+            f"unknown phase {name_or_ordinal!r} for pipeline {self.name}; valid phases: {valid}",
+            field="phase",
+            valid_phases=self.phase_names,
+        )
+
+    def phase_by_ordinal(self, ordinal: int) -> Phase | None:
+        """Return the phase with this ordinal, or None."""
+        for p in self.phases:
+            if p.ordinal == ordinal:
+                return p
+        return None
+
+    def earlier(self, phase: Phase) -> tuple[Phase, ...]:
+        """Phases before ``phase``, in order."""
+        return tuple(p for p in self.phases if p.ordinal < phase.ordinal)
+
+
+# -- building and loading -------------------------------------------------------------------------
+def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
+    """Build a Pipeline from a parsed manifest, checking every field."""
+    where = f"pipeline manifest {source}"
+    if not isinstance(doc, Mapping):
+        raise PipelineError(f"{where}: must be a mapping", field="manifest", rule="type")
+    name = doc.get("name")
+    if not isinstance(name, str) or not _PIPELINE_NAME_RE.fullmatch(name):
+        raise PipelineError(
+            f"{where}: name must be 1-64 of [A-Za-z0-9._-] (got {name!r})", field="name"
+        )
+    version = doc.get("version")
+    if isinstance(version, int | float) and not isinstance(version, bool):
+        version = str(version)
+    if not isinstance(version, str) or not version:
+        raise PipelineError(f"{where}: version must be a non-empty string", field="version")
+    order = doc.get("order", "strict")
+    if order not in ("strict", "free"):
+        raise PipelineError(f"{where}: order must be 'strict' or 'free'", field="order")
+    raw_phases = doc.get("phases")
+    if not isinstance(raw_phases, Sequence) or isinstance(raw_phases, str) or not raw_phases:
+        raise PipelineError(f"{where}: phases must be a non-empty list", field="phases")
+    phases: list[Phase] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_phases, start=1):
+        at = f"phases[{i - 1}]"
+        if not isinstance(raw, Mapping):
+            raise PipelineError(f"{where}: {at} must be a mapping", field=at)
+        pname = raw.get("name")
+        if not isinstance(pname, str) or not _NAME_RE.fullmatch(pname):
+            raise PipelineError(
+                f"{where}: {at}.name must match [a-z][a-z0-9_]* (got {pname!r})",
+                field=f"{at}.name",
+            )
+        if pname in seen:
+            raise PipelineError(f"{where}: duplicate phase name {pname!r}", field=f"{at}.name")
+        seen.add(pname)
+        schema = raw.get("payload_schema", {}) or {}
+        if not isinstance(schema, Mapping):
+            raise PipelineError(
+                f"{where}: {at}.payload_schema must be a JSON Schema object",
+                field=f"{at}.payload_schema",
+            )
+        approval = raw.get("requires_approval", False)
+        if not isinstance(approval, bool):
+            raise PipelineError(
+                f"{where}: {at}.requires_approval must be true or false",
+                field=f"{at}.requires_approval",
+            )
+        desc = raw.get("description", "") or ""
+        unknown = set(raw) - {"name", "description", "payload_schema", "requires_approval"}
+        if unknown:
+            raise PipelineError(
+                f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))}", field=at
+            )
+        phases.append(Phase(pname, i, str(desc), dict(schema), approval))
+    unknown_top = set(doc) - {"name", "version", "description", "order", "phases"}
+    if unknown_top:
+        raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
+    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source)
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
+    """Load and check a manifest file."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MANIFEST_MAX_BYTES:
+            raise PipelineError(f"pipeline manifest {p}: larger than {MANIFEST_MAX_BYTES} bytes")
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise PipelineError(f"pipeline manifest not found: {p}", path=str(p)) from None
+    except OSError as exc:
+        raise PipelineError(f"pipeline manifest {p}: {exc.strerror}", path=str(p)) from None
+    try:
+        doc = _yaml.load(data)
+    except Corrupt as exc:
+        raise PipelineError(f"pipeline manifest {p}: {exc.message}", path=str(p)) from None
+    # The payload schemas are checked against the JSON Schema metaschema on first use
+    # (``Phase.check_payload``), not here: reading checkpoints must not pay for jsonschema.
+    return pipeline_from_dict(doc, source=str(p))
+
+
+def search_dirs(root: str | os.PathLike[str] | None) -> list[Path]:
+    """Folders searched for ``NAME.yaml``, in order (built-ins come last)."""
+    dirs: list[Path] = []
+    if root is not None:
+        dirs.append(Path(root) / "pipelines")
+    env = os.environ.get("PHASELOG_PIPELINES", "")
+    dirs.extend(Path(d) for d in env.split(os.pathsep) if d)
+    dirs.append(BUILTIN_DIR)
+    return dirs
+
+
+def find_pipeline(name: str, root: str | os.PathLike[str] | None = None) -> Pipeline:
+    """Find a pipeline by name in the search folders."""
+    if not _PIPELINE_NAME_RE.fullmatch(name):
+        raise PipelineError(f"pipeline name must be 1-64 of [A-Za-z0-9._-] (got {name!r})")
+    for d in search_dirs(root):
+        candidate = d / f"{name}.yaml"
+        if candidate.is_file():
+            return _cached_manifest(str(candidate), candidate.stat().st_mtime_ns)
+    where = ", ".join(str(d) for d in search_dirs(root))
+    raise PipelineError(
+        f"pipeline {name!r} not found (looked for {name}.yaml in: {where})", pipeline=name
+    )
+
+
+@cache
+def _cached_manifest(path: str, _mtime: int) -> Pipeline:
+    return load_manifest(path)
+
+
+def available_pipelines(root: str | os.PathLike[str] | None = None) -> list[Pipeline]:
+    """Every pipeline found in the search folders (the first of each name wins)."""
+    found: dict[str, Pipeline] = {}
+    for d in search_dirs(root):
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("*.yaml")):
+            if f.stem not in found and _PIPELINE_NAME_RE.fullmatch(f.stem):
+                found[f.stem] = _cached_manifest(str(f), f.stat().st_mtime_ns)
+    return list(found.values())
+
+
+def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
+    """Return a built-in pipeline (``ticket-pipeline`` or ``video-pipeline``)."""
+    path = BUILTIN_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise PipelineError(f"no built-in pipeline {name!r}")
+    return _cached_manifest(str(path), 0)
+
+
+# -- JSON Schema (imported lazily: jsonschema costs ~60 ms to import) ---------------------------
+def _format_checker() -> Any:
+    import jsonschema
+
+    from phaselog.formats import CHECKERS
+
+    checker = jsonschema.FormatChecker(formats=())
+    for fmt, fn in CHECKERS.items():
+        checker.checks(fmt)(_as_bool(fn))
+    return checker
+
+
+def _as_bool(fn: Any) -> Any:
+    def check(value: object) -> bool:
+        return not isinstance(value, str) or fn(value) is None
+
+    return check
+
+
+@cache
+def _validator(schema_json: str, ordinal: int) -> Any:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    schema = json.loads(schema_json)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise PipelineError(
+            f"phases[{ordinal - 1}].payload_schema is not a valid JSON Schema: {exc.message}",
+            field=f"phases[{ordinal - 1}].payload_schema",
+        ) from None
+    return Draft202012Validator(schema, format_checker=_format_checker())
+
+
+def check_schemas(pipeline: Pipeline) -> None:
+    """Check every payload schema of ``pipeline`` against the JSON Schema metaschema."""
+    for phase in pipeline.phases:
+        try:
+            _validator(phase._schema_key, phase.ordinal)  # noqa: SLF001 - same module
+        except PipelineError as exc:
+            raise PipelineError(f"pipeline manifest {pipeline.source}: {exc.message}") from None
+
+
+def _message(err: Any) -> str:
+    if err.validator == "format":
+        from phaselog.formats import CHECKERS
+
+        fn = CHECKERS.get(err.validator_value)
+        if fn is not None and isinstance(err.instance, str):
+            reason = fn(err.instance)
+            if reason:
+                return reason
+    if err.validator == "additionalProperties":
+        return f"{err.message} (this phase's payload allows only the keys its schema lists)"
+    return str(err.message)

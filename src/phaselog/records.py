@@ -1,0 +1,350 @@
+"""Records: the seed's checkpoint plus what phaselog adds, as immutable data.
+
+A :class:`Checkpoint` has two parts:
+
+* the **seed part**, field for field seed 000's contract (``SEED_FIELDS``), which the files store
+  writes as ``phase_<N>_<name>_a<k>.yaml`` and nothing else;
+* the **phaselog part** (status, error, phase ordinal, pipeline, basis, prev_hash, decisions),
+  which lives beside it (a JSON sidecar in the files store, columns in the SQL stores).
+
+The content hash is SHA-256 over :func:`canonical_bytes` of both parts; it is the same in every
+store. ``docs/record-format.md`` documents the serialisation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, Literal
+
+from phaselog.errors import Corrupt, UnsupportedVersion
+
+SCHEMA_VERSION = "1.0.0"
+SUPPORTED_MAJOR = 1
+SEED_FIELDS = (
+    "schema_version",
+    "run_id",
+    "ticket_id",
+    "phase",
+    "timestamp_utc",
+    "repo_commit_map",
+    "artifact_paths",
+    "attempt_number",
+    "phase_payload",
+)
+Status = Literal["completed", "failed"]
+STATUSES = ("completed", "failed")
+
+
+def format_timestamp(ts: datetime) -> str:
+    """Format an aware datetime as the seed does: UTC, ``Z``, microseconds only when non-zero."""
+    if ts.tzinfo is None:
+        raise ValueError("timestamp must be timezone-aware")
+    ts = ts.astimezone(UTC)
+    base = ts.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{ts.microsecond:06d}Z" if ts.microsecond else f"{base}Z"
+
+
+def parse_timestamp(value: Any, *, field: str = "timestamp_utc") -> datetime:
+    """Parse an ISO-8601 timestamp that carries a timezone; return it in UTC."""
+    if isinstance(value, datetime):
+        ts = value
+    elif isinstance(value, str):
+        try:
+            ts = datetime.fromisoformat(value)
+        except ValueError:
+            raise Corrupt(
+                f"{field}: not an ISO-8601 timestamp ({value!r})", field=field, rule="datetime"
+            ) from None
+    else:
+        raise Corrupt(f"{field}: must be an ISO-8601 string", field=field, rule="datetime")
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        raise Corrupt(
+            f"{field}: must carry a timezone, e.g. a trailing Z ({value!r})",
+            field=field,
+            rule="timezone_aware",
+        )
+    return ts.astimezone(UTC)
+
+
+def check_schema_version(version: Any, *, field: str = "schema_version") -> list[str]:
+    """Return warnings for ``version``; raise UnsupportedVersion for a newer major version."""
+    if not isinstance(version, str):
+        raise Corrupt(f"{field}: must be a string like '1.0.0'", field=field, rule="type")
+    try:
+        major = int(version.split(".", 1)[0])
+    except ValueError:
+        raise Corrupt(
+            f"{field}: not a version number ({version!r})", field=field, rule="semver"
+        ) from None
+    if major > SUPPORTED_MAJOR:
+        raise UnsupportedVersion(
+            f"{field} {version} is newer than this phaselog reads "
+            f"(major {SUPPORTED_MAJOR}); upgrade phaselog to read it",
+            field=field,
+            found=version,
+            supported=SCHEMA_VERSION,
+        )
+    if version != SCHEMA_VERSION:
+        return [f"{field}: {version} differs from the current {SCHEMA_VERSION}"]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRef:
+    """The pipeline a run follows: name, version and manifest hash."""
+
+    name: str
+    version: str
+    manifest_hash: str
+
+    def to_json(self) -> dict[str, str]:
+        """Return the JSON form."""
+        return {"name": self.name, "version": self.version, "manifest_hash": self.manifest_hash}
+
+    @classmethod
+    def from_json(cls, data: Any) -> PipelineRef:
+        """Parse the JSON form."""
+        if not isinstance(data, Mapping) or not all(
+            isinstance(data.get(k), str) for k in ("name", "version", "manifest_hash")
+        ):
+            raise Corrupt("pipeline: needs string name, version and manifest_hash", field="pipeline")
+        return cls(data["name"], data["version"], data["manifest_hash"])
+
+
+@dataclass(frozen=True, slots=True)
+class BasisEntry:
+    """What a phase was built on: attempt number and content hash of an earlier checkpoint."""
+
+    attempt: int
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {"attempt": self.attempt, "hash": self.hash}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One finished attempt of one phase: immutable, hash-addressed."""
+
+    ticket_id: str
+    run_id: str
+    phase: str
+    phase_ordinal: int
+    attempt_number: int
+    timestamp_utc: datetime
+    repo_commit_map: Mapping[str, str] = field(default_factory=dict)
+    artifact_paths: tuple[str, ...] = ()
+    phase_payload: Mapping[str, Any] | None = None
+    schema_version: str = SCHEMA_VERSION
+    status: Status = "completed"
+    error: str | None = None
+    pipeline: PipelineRef | None = None
+    basis: Mapping[str, BasisEntry] | None = None
+    prev_hash: str | None = None
+    decisions: tuple[Mapping[str, Any], ...] = ()
+    #: False for a checkpoint the seed tool wrote (no phaselog part on disk).
+    has_metadata: bool = True
+    #: Keys found in a stored seed file that the contract does not know (validation reports them).
+    unknown_fields: tuple[str, ...] = ()
+
+    # -- serialisation -------------------------------------------------------------------------
+    def seed_dict(self) -> dict[str, Any]:
+        """Return the seed contract's fields in the seed tool's order, JSON-typed."""
+        return {
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "ticket_id": self.ticket_id,
+            "phase": self.phase,
+            "timestamp_utc": format_timestamp(self.timestamp_utc),
+            "repo_commit_map": dict(self.repo_commit_map),
+            "artifact_paths": list(self.artifact_paths),
+            "attempt_number": self.attempt_number,
+            "phase_payload": _jsonable(self.phase_payload),
+        }
+
+    def meta_dict(self) -> dict[str, Any]:
+        """Return the phaselog part, JSON-typed (everything beside the seed file)."""
+        return {
+            "status": self.status,
+            "error": self.error,
+            "phase_ordinal": self.phase_ordinal,
+            "pipeline": self.pipeline.to_json() if self.pipeline else None,
+            "basis": (
+                {k: v.to_json() for k, v in sorted(self.basis.items())}
+                if self.basis is not None
+                else None
+            ),
+            "prev_hash": self.prev_hash,
+            "decisions": [_jsonable(d) for d in self.decisions],
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the whole record as JSON: ``checkpoint`` (seed part), ``metadata``, hash."""
+        return {
+            "checkpoint": self.seed_dict(),
+            "metadata": {**self.meta_dict(), "has_metadata": self.has_metadata},
+            "content_hash": self.content_hash,
+        }
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 hex of the canonical serialisation of both parts."""
+        return hashlib.sha256(canonical_bytes(self)).hexdigest()
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """Sort key: ticket, run, phase ordinal, attempt."""
+        return (self.ticket_id, self.run_id, self.phase_ordinal, self.attempt_number)
+
+    @property
+    def completed(self) -> bool:
+        """True for a completed attempt."""
+        return self.status == "completed"
+
+    def evolve(self, **changes: Any) -> Checkpoint:
+        """Return a copy with ``changes`` applied (the hash is recomputed)."""
+        return replace(self, **changes)
+
+
+def canonical_bytes(cp: Checkpoint) -> bytes:
+    """Serialise ``cp`` canonically: JSON, sorted keys, no spaces, UTF-8, no escapes.
+
+    ``{"checkpoint": <seed dict>, "phaselog": <meta dict>}``. Seed checkpoints without a
+    phaselog part hash with the defaults (completed, no pipeline, no basis, no prev_hash).
+    """
+    doc = {"checkpoint": cp.seed_dict(), "phaselog": cp.meta_dict()}
+    return json.dumps(
+        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    return value
+
+
+# -- parsing ------------------------------------------------------------------------------------
+def _req(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+    if name not in data:
+        raise Corrupt(f"{name}: missing required field", field=name, rule="required")
+    value = data[name]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise Corrupt(f"{name}: must be {what}", field=name, rule="type")
+    return value
+
+
+def checkpoint_from_seed(
+    data: Any, *, phase_ordinal: int, meta: Mapping[str, Any] | None = None
+) -> tuple[Checkpoint, list[str]]:
+    """Build a Checkpoint from a seed dict (and an optional phaselog part).
+
+    Returns the checkpoint and read warnings (older schema version). Raises Corrupt for a
+    structurally broken record and UnsupportedVersion for a newer major version.
+    """
+    if not isinstance(data, Mapping):
+        raise Corrupt("checkpoint: must be a mapping of the seed contract's fields", rule="type")
+    warnings = check_schema_version(data.get("schema_version"))
+    ticket_id = _req(data, "ticket_id", str, "a string")
+    run_id = _req(data, "run_id", str, "a UUID string")
+    phase = _req(data, "phase", str, "a phase name")
+    attempt = _req(data, "attempt_number", int, "an integer >= 1")
+    ts = parse_timestamp(data.get("timestamp_utc"))
+    rcm = data.get("repo_commit_map", {})
+    if rcm is None:
+        rcm = {}
+    if not isinstance(rcm, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in rcm.items()
+    ):
+        raise Corrupt(
+            "repo_commit_map: must map repo names to commit SHA strings",
+            field="repo_commit_map",
+            rule="type",
+        )
+    paths = data.get("artifact_paths", [])
+    if paths is None:
+        paths = []
+    if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
+        raise Corrupt(
+            "artifact_paths: must be a list of strings", field="artifact_paths", rule="type"
+        )
+    payload = data.get("phase_payload")
+    if payload is not None and not isinstance(payload, Mapping):
+        raise Corrupt("phase_payload: must be a mapping", field="phase_payload", rule="type")
+    unknown = tuple(k for k in data if k not in SEED_FIELDS)
+    kwargs: dict[str, Any] = {}
+    if meta is not None:
+        kwargs = _meta_kwargs(meta)
+        phase_ordinal = kwargs.pop("phase_ordinal", phase_ordinal)
+    cp = Checkpoint(
+        ticket_id=ticket_id,
+        run_id=run_id,
+        phase=phase,
+        phase_ordinal=phase_ordinal,
+        attempt_number=attempt,
+        timestamp_utc=ts,
+        repo_commit_map=dict(rcm),
+        artifact_paths=tuple(paths),
+        phase_payload=dict(payload) if payload is not None else None,
+        schema_version=data["schema_version"],
+        has_metadata=meta is not None,
+        unknown_fields=unknown,
+        **kwargs,
+    )
+    return cp, warnings
+
+
+def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
+    status = meta.get("status", "completed")
+    if status not in STATUSES:
+        raise Corrupt(f"status: must be one of {', '.join(STATUSES)}", field="status", rule="enum")
+    ordinal = meta.get("phase_ordinal")
+    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or ordinal < 1:
+        raise Corrupt("phase_ordinal: must be an integer >= 1", field="phase_ordinal", rule="type")
+    basis_raw = meta.get("basis")
+    basis: dict[str, BasisEntry] | None = None
+    if basis_raw is not None:
+        if not isinstance(basis_raw, Mapping):
+            raise Corrupt("basis: must be a mapping", field="basis", rule="type")
+        basis = {}
+        for name, entry in basis_raw.items():
+            if (
+                not isinstance(entry, Mapping)
+                or not isinstance(entry.get("attempt"), int)
+                or not isinstance(entry.get("hash"), str)
+            ):
+                raise Corrupt(
+                    f"basis.{name}: needs an integer attempt and a string hash",
+                    field=f"basis.{name}",
+                    rule="type",
+                )
+            basis[name] = BasisEntry(entry["attempt"], entry["hash"])
+    prev = meta.get("prev_hash")
+    if prev is not None and not isinstance(prev, str):
+        raise Corrupt("prev_hash: must be a string or null", field="prev_hash", rule="type")
+    err = meta.get("error")
+    if err is not None and not isinstance(err, str):
+        raise Corrupt("error: must be a string or null", field="error", rule="type")
+    decisions = meta.get("decisions") or []
+    if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
+        raise Corrupt("decisions: must be a list of mappings", field="decisions", rule="type")
+    pipeline = meta.get("pipeline")
+    return {
+        "status": status,
+        "error": err,
+        "phase_ordinal": ordinal,
+        "pipeline": PipelineRef.from_json(pipeline) if pipeline is not None else None,
+        "basis": basis,
+        "prev_hash": prev,
+        "decisions": tuple(dict(d) for d in decisions),
+    }

@@ -1,0 +1,219 @@
+"""Run state, derived from the records and nothing else (a pure function).
+
+For each phase in pipeline order the latest attempt decides:
+
+* ``pending``   no attempt;
+* ``failed``    the latest attempt failed;
+* ``stale``     the latest attempt completed, but an earlier phase has since completed a newer
+  attempt than the one this phase was built on (its ``basis``; for seed-tool checkpoints,
+  which have no basis, an earlier phase completed after this one);
+* ``completed`` otherwise.
+
+``next_phase`` is the first phase that is not ``completed``; ``None`` when all are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from phaselog.pipelines import Phase, Pipeline
+from phaselog.records import Checkpoint, format_timestamp
+
+PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
+
+
+@dataclass(frozen=True)
+class PhaseState:
+    """The derived state of one phase."""
+
+    phase: str
+    ordinal: int
+    state: str
+    latest_attempt: int | None = None
+    latest_timestamp: datetime | None = None
+    #: The completed attempt that counts for this phase (None if none).
+    completed_attempt: int | None = None
+    attempts: int = 0
+    reason: str | None = None
+    damaged_attempts: tuple[int, ...] = ()
+    requires_approval: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "phase": self.phase,
+            "ordinal": self.ordinal,
+            "state": self.state,
+            "latest_attempt": self.latest_attempt,
+            "latest_timestamp": (
+                format_timestamp(self.latest_timestamp) if self.latest_timestamp else None
+            ),
+            "completed_attempt": self.completed_attempt,
+            "attempts": self.attempts,
+            "reason": self.reason,
+            "damaged_attempts": list(self.damaged_attempts),
+        }
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """The derived state of a run."""
+
+    ticket_id: str
+    run_id: str
+    pipeline: str
+    phases: tuple[PhaseState, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def next_phase(self) -> str | None:
+        """First phase not completed-and-current; None when the run is done."""
+        for p in self.phases:
+            if p.state != COMPLETED:
+                return p.phase
+        return None
+
+    @property
+    def completed_phases(self) -> list[str]:
+        """Phases whose state is ``completed``."""
+        return [p.phase for p in self.phases if p.state == COMPLETED]
+
+    @property
+    def done(self) -> bool:
+        """True when every phase is completed."""
+        return self.next_phase is None
+
+    def phase(self, name: str) -> PhaseState:
+        """The state of one phase by name."""
+        for p in self.phases:
+            if p.phase == name:
+                return p
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form the CLI prints."""
+        return {
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "pipeline": self.pipeline,
+            "next_phase": self.next_phase,
+            "completed_phases": self.completed_phases,
+            "done": self.done,
+            "phases": [p.to_json() for p in self.phases],
+            "warnings": list(self.warnings),
+        }
+
+
+def derive_status(
+    pipeline: Pipeline,
+    records: Iterable[Checkpoint],
+    *,
+    ticket_id: str = "",
+    run_id: str = "",
+    damaged: Sequence[tuple[str, int]] = (),
+) -> RunStatus:
+    """Derive a run's state from its records (any order). ``damaged``: (phase, attempt) pairs."""
+    by_phase: dict[str, list[Checkpoint]] = {}
+    warnings: list[str] = []
+    known = set(pipeline.phase_names)
+    for cp in records:
+        if cp.phase not in known:
+            warnings.append(
+                f"attempt {cp.attempt_number} of phase {cp.phase!r} is not in pipeline "
+                f"{pipeline.name}; ignored"
+            )
+            continue
+        by_phase.setdefault(cp.phase, []).append(cp)
+    for lst in by_phase.values():
+        lst.sort(key=lambda c: c.attempt_number)
+    bad: dict[str, list[int]] = {}
+    for name, attempt in damaged:
+        bad.setdefault(name, []).append(attempt)
+
+    latest_completed: dict[str, Checkpoint] = {}
+    for name, lst in by_phase.items():
+        done = [c for c in lst if c.completed]
+        if done:
+            latest_completed[name] = done[-1]
+
+    states = [
+        _phase_state(p, by_phase.get(p.name, []), pipeline, latest_completed, bad.get(p.name, []))
+        for p in pipeline.phases
+    ]
+    return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings))
+
+
+def _phase_state(
+    phase: Phase,
+    attempts: list[Checkpoint],
+    pipeline: Pipeline,
+    latest_completed: dict[str, Checkpoint],
+    damaged: list[int],
+) -> PhaseState:
+    common: dict[str, Any] = {
+        "phase": phase.name,
+        "ordinal": phase.ordinal,
+        "damaged_attempts": tuple(sorted(damaged)),
+        "requires_approval": phase.requires_approval,
+    }
+    if not attempts:
+        return PhaseState(state=PENDING, **common)
+    latest = attempts[-1]
+    common.update(
+        latest_attempt=latest.attempt_number,
+        latest_timestamp=latest.timestamp_utc,
+        attempts=len(attempts),
+    )
+    if not latest.completed:
+        lc = latest_completed.get(phase.name)
+        return PhaseState(
+            state=FAILED,
+            completed_attempt=lc.attempt_number if lc else None,
+            reason=latest.error,
+            **common,
+        )
+    reason = stale_reason(latest, pipeline.earlier(phase), latest_completed)
+    return PhaseState(
+        state=STALE if reason else COMPLETED,
+        completed_attempt=latest.attempt_number,
+        reason=reason,
+        **common,
+    )
+
+
+def stale_reason(
+    cp: Checkpoint, earlier: Sequence[Phase], latest_completed: dict[str, Checkpoint]
+) -> str | None:
+    """Why ``cp`` is stale with respect to earlier phases, or None if it is current."""
+    for e in earlier:
+        now = latest_completed.get(e.name)
+        if now is None:
+            continue
+        if cp.basis is not None:
+            b = cp.basis.get(e.name)
+            if b is None:
+                return (
+                    f"{e.name} completed attempt {now.attempt_number} after this checkpoint "
+                    "was written"
+                )
+            if b.attempt < now.attempt_number:
+                return (
+                    f"built on {e.name} attempt {b.attempt}, but {e.name} has a newer "
+                    f"completed attempt {now.attempt_number}"
+                )
+            if b.attempt > now.attempt_number:
+                return (
+                    f"built on {e.name} attempt {b.attempt}, which is no longer a stored "
+                    "completed attempt"
+                )
+            if b.attempt == now.attempt_number and b.hash != now.content_hash:
+                return f"built on {e.name} attempt {b.attempt}, whose content has changed since"
+        elif now.timestamp_utc > cp.timestamp_utc:
+            return (
+                f"{e.name} attempt {now.attempt_number} completed after this checkpoint "
+                "(no basis recorded: judged by timestamps)"
+            )
+    return None

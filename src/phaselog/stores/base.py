@@ -1,0 +1,115 @@
+"""The store contract: the narrow seam every backend implements.
+
+A store appends records (refusing duplicates, atomically checking the phase's latest attempt),
+gets one record, lists what exists, and iterates records in a stable order, reporting damaged
+entries instead of hiding them. It knows nothing of pipelines, validation or state: that lives
+above it, in :mod:`phaselog.ledger`, so every backend behaves the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from phaselog.records import Checkpoint
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A record as read back from a store."""
+
+    record: Checkpoint
+    #: Where it lives: a path relative to the checkpoints root (files) or a row reference.
+    location: str
+    #: The content hash recorded when it was appended; None for a checkpoint the seed tool wrote.
+    recorded_hash: str | None = None
+    #: Read-time warnings (older schema version, file edited by hand ...).
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def tampered(self) -> bool:
+        """True when the content no longer hashes to what was recorded at append time."""
+        return self.recorded_hash is not None and self.recorded_hash != self.record.content_hash
+
+
+@dataclass(frozen=True)
+class Damaged:
+    """An entry that exists but cannot be read as a record. Never moved or deleted."""
+
+    location: str
+    ticket_id: str
+    run_id: str
+    phase: str
+    phase_ordinal: int
+    attempt_number: int
+    error_code: str
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        """Return the JSON form used under ``warnings`` / ``damaged``."""
+        return {
+            "path": self.location,
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "attempt_number": self.attempt_number,
+            "error_code": self.error_code,
+            "error": self.message,
+        }
+
+
+@dataclass(frozen=True, order=True)
+class AttemptRef:
+    """That an attempt exists, known without reading it (a directory listing or an index)."""
+
+    phase_ordinal: int
+    attempt_number: int
+    phase: str = field(compare=False)
+    completed: bool = field(compare=False, default=True)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every backend provides. Methods raise :mod:`phaselog.errors` types."""
+
+    url: str
+
+    def append(self, record: Checkpoint, *, expected_latest: int) -> str:
+        """Append ``record`` atomically and durably; return its location.
+
+        Raises AlreadyExists when the attempt exists (the stored record is untouched) and
+        Conflict when the phase's latest attempt is not ``expected_latest`` (0: none), which
+        tells the caller to re-read and retry. Returns only once the record is durable.
+        """
+        ...
+
+    def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
+        """Every committed attempt of a run, sorted by (phase ordinal, attempt)."""
+        ...
+
+    def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
+        """Read one record; NotFound if absent, Corrupt if damaged."""
+        ...
+
+    def tickets(self) -> list[str]:
+        """Every ticket id with at least one run, sorted."""
+        ...
+
+    def runs(self, ticket_id: str) -> list[str]:
+        """Every run id of a ticket, sorted."""
+        ...
+
+    def iter_records(
+        self, ticket_id: str, run_id: str | None = None
+    ) -> Iterator[Stored | Damaged]:
+        """Yield a ticket's (or one run's) records in (run, phase ordinal, attempt) order."""
+        ...
+
+    def location(self, record: Checkpoint) -> str:
+        """Where ``record`` lives or would live."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (connections, file handles)."""
+        ...

@@ -1,0 +1,592 @@
+"""The files store: the default, needs nothing, and keeps the seed tool's files pure.
+
+Layout under the root (``--root``, ``PHASELOG_HOME`` or ``~/.phaselog``)::
+
+    checkpoints/<ticket_id>/<run_uuid>/
+        phase_<N>_<name>_a<k>.yaml        the seed contract, byte-compatible with the seed tool
+        .meta_<N>_<name>_a<k>.json        phaselog's part of a completed attempt (written first)
+        .failed_<N>_<name>_a<k>.json      a failed attempt (no seed file: the seed has none)
+        .lock                             flock: serialises appends within the run
+        .tmp-<pid>-<hex>                  temp files; a crash may leave them, a later writer
+                                          removes them once older than a minute
+
+Publishing never renames onto a final name: temp file → write → fsync → ``link`` to the final
+name (fails if it exists) → fsync the directory. Every path below the root is opened segment by
+segment with ``O_NOFOLLOW`` relative to its parent's descriptor, so no symlink is ever followed
+below the root. See docs/record-format.md and docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from phaselog import _faults, _yaml
+from phaselog.errors import (
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    NotFound,
+    PhaselogError,
+    StoreError,
+    TooLarge,
+    UnsupportedVersion,
+)
+from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.records import SCHEMA_VERSION, Checkpoint, checkpoint_from_seed
+from phaselog.stores.base import AttemptRef, Damaged, Stored
+
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+TEMP_MAX_AGE_S = 60.0
+_CP_RE = re.compile(r"phase_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.yaml")
+_FAILED_RE = re.compile(r"\.failed_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.json")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_META_KIND = "phaselog.checkpoint"
+
+
+def default_root() -> Path:
+    """``PHASELOG_HOME`` if set, else ``~/.phaselog``."""
+    env = os.environ.get("PHASELOG_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".phaselog"
+
+
+def cp_name(ordinal: int, phase: str, attempt: int) -> str:
+    """The seed file name of an attempt."""
+    return f"phase_{ordinal}_{phase}_a{attempt}.yaml"
+
+
+def meta_name(ordinal: int, phase: str, attempt: int) -> str:
+    """The sidecar holding phaselog's part of a completed attempt."""
+    return f".meta_{ordinal}_{phase}_a{attempt}.json"
+
+
+def failed_name(ordinal: int, phase: str, attempt: int) -> str:
+    """The record of a failed attempt."""
+    return f".failed_{ordinal}_{phase}_a{attempt}.json"
+
+
+class FilesStore:
+    """Append-only checkpoint store on a local filesystem."""
+
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, *, max_record_bytes: int | None = None
+    ) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_root()
+        self.root = self.root.absolute()
+        self.url = f"file://{self.root}"
+        self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
+
+    def __repr__(self) -> str:
+        return f"FilesStore({str(self.root)!r})"
+
+    # -- directories ------------------------------------------------------------------------------
+    def _open_root(self, *, create: bool) -> int:
+        try:
+            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if not create:
+                raise NotFound(f"store root {self.root} does not exist", path=str(self.root)) from None
+        except OSError as exc:
+            raise StoreError(f"cannot open store root {self.root}: {exc.strerror}") from None
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StoreError(f"cannot create store root {self.root}: {exc.strerror}") from None
+
+    def _open_dir(self, *segments: str, create: bool = False) -> int:
+        """Open ``root/segments…`` without following any symlink below the root."""
+        fd = self._open_root(create=create)
+        try:
+            for seg in segments:
+                try:
+                    nfd = os.open(seg, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise NotFound(
+                            f"{'/'.join(segments)} does not exist in {self.root}",
+                            path="/".join(segments),
+                        ) from None
+                    nfd = self._mkdir(fd, seg)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise StoreError(
+                            f"refusing to follow a symlink or non-directory at "
+                            f"{'/'.join(segments)} under {self.root}",
+                            path="/".join(segments),
+                            rule="no_symlinks",
+                        ) from None
+                    raise StoreError(f"cannot open {seg}: {exc.strerror}") from None
+                os.close(fd)
+                fd = nfd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @staticmethod
+    def _mkdir(parent_fd: int, name: str) -> int:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+            os.fsync(parent_fd)  # the new directory entry must survive a crash too
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise StoreError(
+                    f"refusing to follow a symlink at {name}", rule="no_symlinks"
+                ) from None
+            raise StoreError(f"cannot open {name}: {exc.strerror}") from None
+        st = os.fstat(fd)
+        if stat.S_IMODE(st.st_mode) != 0o700 and st.st_uid == os.getuid():
+            os.fchmod(fd, 0o700)  # whatever the umask
+        return fd
+
+    # -- appending --------------------------------------------------------------------------------
+    def append(self, record: Checkpoint, *, expected_latest: int) -> str:
+        """Append ``record`` (see Store.append)."""
+        validate_ticket_id(record.ticket_id)
+        if not is_canonical_uuid(record.run_id):
+            raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
+        ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
+        if not _CP_RE.fullmatch(cp_name(ordinal, phase, attempt)) or attempt < 1:
+            raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
+        run_fd = self._open_dir("checkpoints", record.ticket_id, record.run_id, create=True)
+        try:
+            lock_fd = self._lock(run_fd)
+            try:
+                names = os.listdir(run_fd)
+                self._clean_temps(run_fd, names)
+                mine = [r for r in _parse_names(names) if r.phase_ordinal == ordinal]
+                if any(r.attempt_number == attempt for r in mine):
+                    raise AlreadyExists(
+                        f"attempt {attempt} of phase {phase} already exists "
+                        f"({self._rel(record)}); write attempt "
+                        f"{max(r.attempt_number for r in mine) + 1} instead",
+                        path=self._rel(record),
+                    )
+                latest = max((r.attempt_number for r in mine), default=0)
+                if latest != expected_latest:
+                    raise Conflict(
+                        f"phase {phase} changed while writing: latest attempt is {latest}, "
+                        f"expected {expected_latest}",
+                        latest_attempt=latest,
+                    )
+                if record.completed:
+                    self._publish_completed(run_fd, record, set(names))
+                else:
+                    self._publish_failed(run_fd, record)
+            finally:
+                os.close(lock_fd)  # releases the flock
+        except OSError as exc:
+            raise StoreError(f"cannot write {self._rel(record)}: {exc.strerror}") from None
+        finally:
+            os.close(run_fd)
+        return self._rel(record)
+
+    def _lock(self, run_fd: int) -> int:
+        fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run_fd)
+        try:
+            os.fchmod(fd, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _publish_completed(self, run_fd: int, record: Checkpoint, names: set[str]) -> None:
+        ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
+        seed = record.seed_dict()
+        yaml_bytes = _yaml.dump(seed).encode("utf-8")
+        meta_bytes = _meta_bytes(record, hashlib.sha256(yaml_bytes).hexdigest())
+        self._check_size(len(yaml_bytes) + len(meta_bytes), record)
+        final_meta, final_cp = meta_name(ordinal, phase, attempt), cp_name(ordinal, phase, attempt)
+        temps: list[str] = []
+        try:
+            temps.append(self._write_temp(run_fd, meta_bytes))
+            _faults.point("files.after_meta_temp")
+            temps.append(self._write_temp(run_fd, yaml_bytes))
+            _faults.point("files.after_cp_temp")
+            if final_meta in names:
+                # A sidecar without its seed file is what a crash between the two links leaves
+                # behind. It was never visible as a record, and we hold the run's lock.
+                os.unlink(final_meta, dir_fd=run_fd)
+            os.link(temps[0], final_meta, src_dir_fd=run_fd, dst_dir_fd=run_fd)
+            _faults.point("files.after_meta_link")
+            try:
+                os.link(temps[1], final_cp, src_dir_fd=run_fd, dst_dir_fd=run_fd)
+            except FileExistsError:
+                # Another tool (the seed tool takes no lock) published this attempt first.
+                os.unlink(final_meta, dir_fd=run_fd)
+                raise AlreadyExists(
+                    f"attempt {attempt} of phase {phase} already exists ({self._rel(record)})",
+                    path=self._rel(record),
+                ) from None
+            _faults.point("files.after_cp_link")
+            os.fsync(run_fd)
+            _faults.point("files.after_dir_fsync")
+        finally:
+            for t in temps:
+                with contextlib.suppress(OSError):
+                    os.unlink(t, dir_fd=run_fd)
+
+    def _publish_failed(self, run_fd: int, record: Checkpoint) -> None:
+        meta_bytes = _meta_bytes(record, None)
+        self._check_size(len(meta_bytes), record)
+        final = failed_name(record.phase_ordinal, record.phase, record.attempt_number)
+        tmp = self._write_temp(run_fd, meta_bytes)
+        try:
+            _faults.point("files.after_failed_temp")
+            os.link(tmp, final, src_dir_fd=run_fd, dst_dir_fd=run_fd)
+            _faults.point("files.after_failed_link")
+            os.fsync(run_fd)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=run_fd)
+
+    def _check_size(self, size: int, record: Checkpoint) -> None:
+        if size > self.max_record_bytes:
+            raise TooLarge(
+                f"record of {size} bytes exceeds the cap of {self.max_record_bytes} bytes",
+                path=self._rel(record),
+                rule="max_record_bytes",
+            )
+
+    @staticmethod
+    def _write_temp(dir_fd: int, data: bytes) -> str:
+        name = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        fd = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+        return name
+
+    @staticmethod
+    def _clean_temps(dir_fd: int, names: list[str]) -> None:
+        now = time.time()
+        for n in names:
+            if n.startswith(".tmp-"):
+                try:
+                    st = os.stat(n, dir_fd=dir_fd, follow_symlinks=False)
+                    if now - st.st_mtime > TEMP_MAX_AGE_S:
+                        os.unlink(n, dir_fd=dir_fd)
+                except OSError:
+                    continue
+
+    # -- reading ----------------------------------------------------------------------------------
+    def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
+        """Every committed attempt of a run, from one directory listing."""
+        validate_ticket_id(ticket_id)
+        try:
+            run_fd = self._open_dir("checkpoints", ticket_id, run_id)
+        except NotFound:
+            return []
+        try:
+            return sorted(_parse_names(os.listdir(run_fd)))
+        finally:
+            os.close(run_fd)
+
+    def get(
+        self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int
+    ) -> Stored:
+        """Read one record (see Store.get)."""
+        validate_ticket_id(ticket_id)
+        try:
+            run_fd = self._open_dir("checkpoints", ticket_id, run_id)
+        except NotFound:
+            raise NotFound(
+                f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id
+            ) from None
+        try:
+            return self._get_in(run_fd, ticket_id, run_id, phase_ordinal, phase, attempt)
+        finally:
+            os.close(run_fd)
+
+    def _get_in(
+        self, run_fd: int, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int
+    ) -> Stored:
+        rel_dir = f"{ticket_id}/{run_id}"
+        cp_file = cp_name(ordinal, phase, attempt)
+        cp_bytes = self._read(run_fd, cp_file, rel_dir)
+        if cp_bytes is None:
+            failed_file = failed_name(ordinal, phase, attempt)
+            raw = self._read(run_fd, failed_file, rel_dir)
+            if raw is None:
+                raise NotFound(
+                    f"no attempt {attempt} of phase {phase} in run {run_id}",
+                    path=f"{rel_dir}/{cp_file}",
+                )
+            doc = _parse_meta(raw, f"{rel_dir}/{failed_file}")
+            stored = self._from_meta(doc, None, ordinal, f"{rel_dir}/{failed_file}")
+        else:
+            location = f"{rel_dir}/{cp_file}"
+            meta_raw = self._read(run_fd, meta_name(ordinal, phase, attempt), rel_dir)
+            if meta_raw is None:
+                tree = _yaml_or_corrupt(cp_bytes, location)
+                cp, warns = _seed_or_corrupt(tree, ordinal, None, location)
+                stored = Stored(cp, location, None, tuple(warns))
+            else:
+                doc = _parse_meta(meta_raw, f"{rel_dir}/{meta_name(ordinal, phase, attempt)}")
+                stored = self._from_meta(doc, cp_bytes, ordinal, location)
+        _check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
+        return stored
+
+    def _from_meta(
+        self, doc: dict[str, Any], cp_bytes: bytes | None, ordinal: int, location: str
+    ) -> Stored:
+        warns: list[str] = []
+        seed = doc.get("checkpoint")
+        if cp_bytes is not None and doc.get("checkpoint_file_sha256") != hashlib.sha256(
+            cp_bytes
+        ).hexdigest():
+            # The seed file changed after it was written: trust the file, flag the difference.
+            seed = _yaml_or_corrupt(cp_bytes, location)
+            warns.append(f"{location}: file changed since phaselog wrote it")
+        cp, read_warns = _seed_or_corrupt(seed, ordinal, doc.get("phaselog") or {}, location)
+        warns.extend(read_warns)
+        recorded = doc.get("content_hash")
+        stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
+        if stored.tampered:
+            stored = Stored(
+                cp,
+                location,
+                stored.recorded_hash,
+                (*warns, f"{location}: content hash does not match the one recorded at write"),
+            )
+        return stored
+
+    def _read(self, dir_fd: int, name: str, rel_dir: str) -> bytes | None:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Corrupt(
+                    f"{rel_dir}/{name} is a symlink; records are never read through symlinks",
+                    path=f"{rel_dir}/{name}",
+                    rule="no_symlinks",
+                ) from None
+            raise StoreError(f"cannot read {rel_dir}/{name}: {exc.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise Corrupt(f"{rel_dir}/{name} is not a regular file", path=f"{rel_dir}/{name}")
+            if st.st_size > self.max_record_bytes:
+                raise TooLarge(
+                    f"{rel_dir}/{name} is {st.st_size} bytes, over the cap of "
+                    f"{self.max_record_bytes} bytes; not parsed",
+                    path=f"{rel_dir}/{name}",
+                    rule="max_record_bytes",
+                )
+            chunks = []
+            remaining = self.max_record_bytes + 1
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
+            if len(data) > self.max_record_bytes:
+                raise TooLarge(
+                    f"{rel_dir}/{name} grew over the cap while being read",
+                    path=f"{rel_dir}/{name}",
+                )
+            return data
+        finally:
+            os.close(fd)
+
+    def tickets(self) -> list[str]:
+        """Every ticket directory with a valid ticket id, sorted."""
+        try:
+            fd = self._open_dir("checkpoints")
+        except NotFound:
+            return []
+        try:
+            out = []
+            for n in os.listdir(fd):
+                try:
+                    validate_ticket_id(n)
+                except PhaselogError:
+                    continue
+                out.append(n)
+            return sorted(out)
+        finally:
+            os.close(fd)
+
+    def runs(self, ticket_id: str) -> list[str]:
+        """Every run directory (canonical UUID names) of a ticket, sorted."""
+        validate_ticket_id(ticket_id)
+        try:
+            fd = self._open_dir("checkpoints", ticket_id)
+        except NotFound:
+            return []
+        try:
+            return sorted(n for n in os.listdir(fd) if is_canonical_uuid(n))
+        finally:
+            os.close(fd)
+
+    def iter_records(
+        self, ticket_id: str, run_id: str | None = None
+    ) -> Iterator[Stored | Damaged]:
+        """Yield records in (run, phase ordinal, attempt) order; damaged ones as Damaged."""
+        run_ids = [run_id] if run_id is not None else self.runs(ticket_id)
+        for rid in run_ids:
+            try:
+                run_fd = self._open_dir("checkpoints", ticket_id, rid)
+            except NotFound:
+                continue
+            try:
+                for ref in sorted(_parse_names(os.listdir(run_fd))):
+                    try:
+                        yield self._get_in(
+                            run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number
+                        )
+                    except (Corrupt, UnsupportedVersion) as exc:
+                        yield Damaged(
+                            location=exc.context.get("path")
+                            or f"{ticket_id}/{rid}/{cp_name(ref.phase_ordinal, ref.phase, ref.attempt_number)}",
+                            ticket_id=ticket_id,
+                            run_id=rid,
+                            phase=ref.phase,
+                            phase_ordinal=ref.phase_ordinal,
+                            attempt_number=ref.attempt_number,
+                            error_code=exc.error_code,
+                            message=exc.message,
+                        )
+            finally:
+                os.close(run_fd)
+
+    def location(self, record: Checkpoint) -> str:
+        """Path of ``record`` relative to the checkpoints root."""
+        return self._rel(record)
+
+    @staticmethod
+    def _rel(record: Checkpoint) -> str:
+        name = (
+            cp_name(record.phase_ordinal, record.phase, record.attempt_number)
+            if record.completed
+            else failed_name(record.phase_ordinal, record.phase, record.attempt_number)
+        )
+        return f"{record.ticket_id}/{record.run_id}/{name}"
+
+    @property
+    def checkpoints_root(self) -> Path:
+        """The folder that ``checkpoint_path`` values are relative to."""
+        return self.root / "checkpoints"
+
+    def close(self) -> None:
+        """Nothing to release: every call opens and closes its own descriptors."""
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _parse_names(names: list[str]) -> list[AttemptRef]:
+    refs: dict[tuple[int, int], AttemptRef] = {}
+    for n in names:
+        m = _CP_RE.fullmatch(n)
+        completed = True
+        if m is None:
+            m = _FAILED_RE.fullmatch(n)
+            completed = False
+            if m is None:
+                continue
+        key = (int(m.group(1)), int(m.group(3)))
+        if key[1] < 1:
+            continue
+        # Seed file and failed record for one attempt cannot both be written by phaselog (the
+        # run lock); if a hand copy made both, the seed file (completed) wins for listing.
+        if key not in refs or completed:
+            refs[key] = AttemptRef(key[0], key[1], m.group(2), completed)
+    return list(refs.values())
+
+
+def _meta_bytes(record: Checkpoint, file_sha: str | None) -> bytes:
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": _META_KIND,
+        "content_hash": record.content_hash,
+        "checkpoint_file_sha256": file_sha,
+        "checkpoint": record.seed_dict(),
+        "phaselog": record.meta_dict(),
+    }
+    return (json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
+def _parse_meta(raw: bytes, location: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise Corrupt(f"{location}: not valid JSON ({exc})", path=location) from None
+    if not isinstance(doc, dict) or doc.get("kind") != _META_KIND:
+        raise Corrupt(f"{location}: not a phaselog record", path=location)
+    try:
+        from phaselog.records import check_schema_version
+
+        check_schema_version(doc.get("schema_version"))
+    except (Corrupt, UnsupportedVersion) as exc:
+        exc.context["path"] = location
+        exc.message = f"{location}: {exc.message}"
+        raise
+    return doc
+
+
+def _yaml_or_corrupt(raw: bytes, location: str) -> Any:
+    try:
+        return _yaml.load(raw)
+    except Corrupt as exc:
+        raise Corrupt(f"{location}: {exc.message}", path=location, rule=exc.context.get("rule")) from None
+
+
+def _seed_or_corrupt(
+    tree: Any, ordinal: int, meta: dict[str, Any] | None, location: str
+) -> tuple[Checkpoint, list[str]]:
+    try:
+        return checkpoint_from_seed(tree, phase_ordinal=ordinal, meta=meta)
+    except (Corrupt, UnsupportedVersion) as exc:
+        exc.context["path"] = location
+        exc.message = f"{location}: {exc.message}"
+        raise
+
+
+def _check_identity(
+    stored: Stored, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int
+) -> None:
+    cp = stored.record
+    found = (cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, cp.attempt_number)
+    expected = (ticket_id, run_id, ordinal, phase, attempt)
+    if found != expected:
+        names = ("ticket_id", "run_id", "phase ordinal", "phase", "attempt_number")
+        diffs = [f"{n} {f!r} (path says {e!r})" for n, f, e in zip(names, found, expected, strict=True) if f != e]
+        raise Corrupt(
+            f"{stored.location}: content does not match its location: {'; '.join(diffs)}",
+            path=stored.location,
+            rule="location_mismatch",
+        )

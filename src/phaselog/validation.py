@@ -1,0 +1,258 @@
+"""Validation: seed 000's structural checks plus payload schemas and hash links.
+
+Rules and severities (docs/cli.md lists them with examples):
+
+=====================  ========  ==========================================================
+rule                   severity  what
+=====================  ========  ==========================================================
+schema_version         warning   not the current ``1.0.0`` (a newer major cannot be read)
+unknown_field          error     a top-level key the seed contract does not have
+ticket_id / run_id     error     identifier rules (see :mod:`phaselog.ids`)
+unknown_phase          error     the phase is not in the run's pipeline
+attempt_number         error     must be an integer >= 1
+git-sha                error     ``repo_commit_map`` values: 7-40 lowercase hex
+relative-path          error     ``artifact_paths``: relative, normalised, no ``..``
+phase_payload_agreement error    ``phase_payload.phase`` must equal ``phase``
+payload_schema         error     the payload against the phase's JSON Schema
+timestamp_future       warning   more than 60 s in the future
+failed_error           error     a failed attempt must say why
+prev_hash / basis      error     links to earlier records must match what is stored
+timestamp_order        warning   an attempt older than the attempt before it
+artifact_missing       error     with an artifacts root: every path must exist under it
+=====================  ========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from phaselog import formats
+from phaselog.errors import PhaselogError, UnknownPhase
+from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.pipelines import Pipeline
+from phaselog.records import SCHEMA_VERSION, SEED_FIELDS, Checkpoint
+
+FUTURE_TOLERANCE = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One finding: the field path, the rule broken, and what to do."""
+
+    severity: Literal["error", "warning"]
+    field: str
+    rule: str
+    message: str
+
+    def text(self) -> str:
+        """Render as ``field: message [rule]``."""
+        return f"{self.field}: {self.message} [{self.rule}]"
+
+    def to_json(self) -> dict[str, str]:
+        """Return the JSON form."""
+        return {"severity": self.severity, "field": self.field, "rule": self.rule, "message": self.message}
+
+
+@dataclass
+class Report:
+    """Errors and warnings of one validation."""
+
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Issue]:
+        """Error-level findings."""
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        """Warning-level findings."""
+        return [i for i in self.issues if i.severity == "warning"]
+
+    @property
+    def is_valid(self) -> bool:
+        """True when there is no error."""
+        return not self.errors
+
+    def error(self, path: str, rule: str, message: str) -> None:
+        """Add an error."""
+        self.issues.append(Issue("error", path, rule, message))
+
+    def warn(self, path: str, rule: str, message: str) -> None:
+        """Add a warning."""
+        self.issues.append(Issue("warning", path, rule, message))
+
+    def extend(self, other: Report) -> Report:
+        """Add every finding of ``other``; return self."""
+        self.issues.extend(other.issues)
+        return self
+
+
+def check_record(cp: Checkpoint, pipeline: Pipeline, *, now: datetime | None = None) -> Report:
+    """Check what a record says on its own (no store access)."""
+    rep = Report()
+    if cp.schema_version != SCHEMA_VERSION:
+        rep.warn(
+            "schema_version",
+            "schema_version",
+            f"{cp.schema_version} differs from the current {SCHEMA_VERSION}",
+        )
+    for key in cp.unknown_fields:
+        rep.error(
+            key,
+            "unknown_field",
+            f"not a field of the checkpoint contract ({', '.join(SEED_FIELDS)}); "
+            "the seed tool refuses files with unknown keys",
+        )
+    try:
+        validate_ticket_id(cp.ticket_id)
+    except PhaselogError as exc:
+        rep.error("ticket_id", str(exc.context.get("rule", "ticket_id")), exc.message)
+    if not is_canonical_uuid(cp.run_id):
+        rep.error("run_id", "run_id", f"must be a lowercase hyphenated UUID (got {cp.run_id!r})")
+    phase = None
+    try:
+        phase = pipeline.phase(cp.phase)
+    except UnknownPhase as exc:
+        rep.error("phase", "unknown_phase", exc.message)
+    if phase is not None and phase.ordinal != cp.phase_ordinal:
+        rep.error(
+            "phase",
+            "phase_ordinal",
+            f"{cp.phase} is phase {phase.ordinal} of {pipeline.name}, "
+            f"but the record says {cp.phase_ordinal}",
+        )
+    if cp.attempt_number < 1:
+        rep.error("attempt_number", "attempt_number", f"must be >= 1 (got {cp.attempt_number})")
+    for repo, sha in cp.repo_commit_map.items():
+        if not repo:
+            rep.error("repo_commit_map", "repo_name", "repo names must not be empty")
+        reason = formats.git_sha(sha)
+        if reason:
+            rep.error(f"repo_commit_map.{repo}", "git-sha", reason)
+    seen: set[str] = set()
+    for i, path in enumerate(cp.artifact_paths):
+        reason = formats.relative_path(path)
+        if reason:
+            rep.error(f"artifact_paths[{i}]", "relative-path", reason)
+        elif path in seen:
+            rep.warn(f"artifact_paths[{i}]", "duplicate_path", f"{path!r} is listed twice")
+        seen.add(path)
+    now = now or datetime.now(UTC)
+    if cp.timestamp_utc - now > FUTURE_TOLERANCE:
+        rep.warn(
+            "timestamp_utc",
+            "timestamp_future",
+            f"{cp.timestamp_utc.isoformat()} is more than 60 s in the future; check the clock",
+        )
+    if cp.completed:
+        _check_payload(cp, phase, rep)
+    else:
+        if not cp.error:
+            rep.error("error", "failed_error", "a failed attempt must say why it failed")
+        if cp.phase_payload is not None:
+            _check_payload_phase(cp, rep)
+    return rep
+
+
+def _check_payload_phase(cp: Checkpoint, rep: Report) -> None:
+    payload = cp.phase_payload or {}
+    declared = payload.get("phase")
+    if declared != cp.phase:
+        rep.error(
+            "phase_payload.phase",
+            "phase_payload_agreement",
+            f"must equal the checkpoint's phase {cp.phase!r} (got {declared!r})",
+        )
+
+
+def _check_payload(cp: Checkpoint, phase: Any, rep: Report) -> None:
+    if cp.phase_payload is None:
+        rep.error("phase_payload", "required", "a completed checkpoint needs a payload")
+        return
+    _check_payload_phase(cp, rep)
+    if phase is not None:
+        for path, rule, message in phase.check_payload(_plain(cp.phase_payload)):
+            rep.error(path, f"payload_schema:{rule}", message)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def check_links(
+    cp: Checkpoint,
+    *,
+    previous: Checkpoint | None,
+    lookup: Mapping[tuple[str, int], Checkpoint | None],
+) -> Report:
+    """Check ``prev_hash`` and ``basis`` against stored records, and timestamp order.
+
+    ``previous`` is the attempt before ``cp`` in its phase (None if none); ``lookup`` maps
+    (phase name, attempt) to the stored record for every basis entry (None: not found).
+    """
+    rep = Report()
+    if previous is not None and cp.timestamp_utc < previous.timestamp_utc:
+        rep.warn(
+            "timestamp_utc",
+            "timestamp_order",
+            f"attempt {cp.attempt_number} is older than attempt {previous.attempt_number} "
+            f"({previous.timestamp_utc.isoformat()})",
+        )
+    if not cp.has_metadata:
+        return rep  # a seed-tool checkpoint carries no links
+    if previous is None:
+        if cp.prev_hash is not None:
+            rep.error("prev_hash", "prev_hash", "names a previous attempt, but none is stored")
+    elif cp.prev_hash != previous.content_hash:
+        rep.error(
+            "prev_hash",
+            "prev_hash",
+            f"does not match attempt {previous.attempt_number} "
+            f"(recorded {_short(cp.prev_hash)}, stored record hashes to "
+            f"{_short(previous.content_hash)}): an earlier attempt changed after this one was written",
+        )
+    for name, entry in sorted((cp.basis or {}).items()):
+        target = lookup.get((name, entry.attempt))
+        if target is None:
+            rep.error(
+                f"basis.{name}",
+                "basis",
+                f"built on attempt {entry.attempt} of {name}, which is not stored (or damaged)",
+            )
+        elif target.content_hash != entry.hash:
+            rep.error(
+                f"basis.{name}",
+                "basis",
+                f"built on attempt {entry.attempt} of {name} with hash {_short(entry.hash)}, "
+                f"but it now hashes to {_short(target.content_hash)}: it changed after this was written",
+            )
+    return rep
+
+
+def check_artifacts(cp: Checkpoint, root: str | os.PathLike[str]) -> Report:
+    """Check that every artifact path exists under ``root`` (without leaving it)."""
+    rep = Report()
+    base = Path(root).resolve()
+    for i, rel in enumerate(cp.artifact_paths):
+        if formats.relative_path(rel):
+            continue  # already an error of its own
+        target = (base / rel).resolve()
+        if not target.is_relative_to(base):
+            rep.error(f"artifact_paths[{i}]", "artifact_outside_root", f"{rel!r} resolves outside {base}")
+        elif not target.exists():
+            rep.error(f"artifact_paths[{i}]", "artifact_missing", f"{rel!r} does not exist under {base}")
+    return rep
+
+
+def _short(h: str | None) -> str:
+    return "null" if h is None else h[:12]
