@@ -1,0 +1,3 @@
+from phaselog.cli import main
+
+main()

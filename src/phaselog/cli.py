@@ -1,0 +1,601 @@
+"""The ``phaselog`` command line: parse, call the library, print JSON (or a table).
+
+Every failure prints ``{"success": false, "error": "…", "error_code": "…"}`` on stdout and exits
+non-zero: 1 for a failed operation, 2 for bad usage. Never a traceback (set
+``PHASELOG_DEBUG=1`` to see one). Heavy modules are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from phaselog.errors import PhaselogError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+# -- output -------------------------------------------------------------------------------------
+class Output:
+    """Renders results and errors; one per invocation."""
+
+    def __init__(self, fmt: str, correlation_id: str | None) -> None:
+        self.fmt = fmt
+        self.correlation_id = correlation_id or str(uuid.uuid4())
+
+    def emit(self, data: dict[str, Any], table: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Print ``data`` as JSON, or through ``table`` under ``--format table``."""
+        data.setdefault("correlation_id", self.correlation_id)
+        if self.fmt == "table" and table is not None:
+            table(data)
+        else:
+            _print_json(data)
+
+
+def _print_json(data: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _fail(err: PhaselogError, correlation_id: str | None = None) -> NoReturn:
+    out = err.to_dict()
+    if correlation_id:
+        out["correlation_id"] = correlation_id
+    _print_json(out)
+    sys.exit(err.exit_code)
+
+
+def _table(rows: list[list[Any]], headers: list[str], title: str | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for h in headers:
+        t.add_column(h, overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    Console(width=max(100, Console().width)).print(t)
+
+
+# -- shared options -----------------------------------------------------------------------------
+def store_options(fn: F) -> F:
+    """Options every command that touches a store takes."""
+    fn = click.option(
+        "--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True,
+        help="JSON for scripts and agents, or a readable table.",
+    )(fn)
+    fn = click.option("--correlation-id", help="Echoed in the output; a fresh UUID when omitted.")(fn)
+    fn = click.option(
+        "--store", "store_url", metavar="URL", envvar="PHASELOG_STORE",
+        help="Store URL (file:///path). Env: PHASELOG_STORE.",
+    )(fn)
+    return click.option(
+        "--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME",
+        help="Files store root (default ~/.phaselog). Env: PHASELOG_HOME.",
+    )(fn)
+
+
+def pipeline_options(fn: F) -> F:
+    """--pipeline / --pipeline-file."""
+    fn = click.option(
+        "--pipeline-file", type=click.Path(dir_okay=False),
+        help="A pipeline manifest file to use.",
+    )(fn)
+    return click.option(
+        "--pipeline", "pipeline_name", metavar="NAME",
+        help="Pipeline name: <root>/pipelines/NAME.yaml, PHASELOG_PIPELINES, or a built-in. "
+        "Default: the run's recorded pipeline, else ticket-pipeline.",
+    )(fn)
+
+
+def _ledger(root: str | None, store_url: str | None) -> Any:
+    from phaselog.ledger import Ledger
+    from phaselog.stores import open_store
+
+    if root and store_url:
+        raise UsageError("give --root or --store, not both", field="store")
+    return Ledger(open_store(store_url or root))
+
+
+def _pipeline(ledger: Any, name: str | None, path: str | None) -> Any:
+    if name and path:
+        raise UsageError("give --pipeline or --pipeline-file, not both", field="pipeline")
+    if path:
+        from phaselog.pipelines import load_manifest
+
+        return load_manifest(path)
+    return name
+
+
+def _json_opt(value: str | None, option: str, kind: type) -> Any:
+    if value is None:
+        return None
+    text = value
+    if value == "-":
+        text = sys.stdin.read()
+    elif value.startswith("@"):
+        try:
+            with open(value[1:], encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise UsageError(f"{option}: cannot read {value[1:]}: {exc.strerror}", field=option) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: not valid JSON ({exc})", field=option, rule="json") from None
+    if not isinstance(data, kind):
+        want = "a JSON object" if kind is dict else "a JSON array"
+        raise UsageError(f"{option}: must be {want}", field=option, rule="type")
+    return data
+
+
+def _attempt(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise UsageError("--attempt: must be >= 1", field="attempt", rule="attempt_number")
+    return value
+
+
+class PhaselogGroup(click.Group):
+    """Lists commands in the order they were added (the order of a pipeline's life)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=PhaselogGroup, context_settings=CONTEXT)
+@click.version_option(package_name="phaselog", message="phaselog %(version)s")
+def cli() -> None:
+    """Durable checkpoints for multi-phase pipelines: record, resume, validate, audit.
+
+    \b
+    Seed-compatible commands:  write, read, validate, list
+    Resume and integrity:      status, resume, verify
+    Pipelines:                 pipelines
+
+    Output is JSON on stdout (--format table for people). Exit 0 on success, 1 when an
+    operation fails or a check says no, 2 for bad usage.
+    """
+
+
+# -- write ----------------------------------------------------------------------------------------
+@cli.command(context_settings=CONTEXT)
+@click.option("--ticket-id", required=True, help="Ticket id, e.g. PROJ-1234.")
+@click.option("--run-id", required=True, help="Run id: a UUID, or any string (mapped to UUID v5).")
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="Attempt number (>= 1). Omitted: the next one, atomically.")
+@click.option("--repo-commit-map", metavar="JSON", help='Repo → commit SHA, e.g. \'{"app": "a1b2c3d"}\'.')
+@click.option("--artifact-paths", metavar="JSON", help="JSON array of relative artifact paths.")
+@click.option("--payload", metavar="JSON", help="Phase payload as JSON, @FILE, or - for stdin.")
+@click.option("--timestamp", metavar="ISO", help="Completion time (ISO-8601 with timezone); default now.")
+@click.option("--status", type=click.Choice(["completed", "failed"]), default="completed", show_default=True)
+@click.option("--error", "error_text", metavar="TEXT", help="Why the attempt failed (with --status failed).")
+@click.option("--best-effort", is_flag=True, help="A failed write prints a warning and exits 0.")
+@pipeline_options
+@store_options
+def write(
+    ticket_id: str, run_id: str, phase: str, attempt: int | None, repo_commit_map: str | None,
+    artifact_paths: str | None, payload: str | None, timestamp: str | None, status: str,
+    error_text: str | None, best_effort: bool, pipeline_name: str | None, pipeline_file: str | None,
+    root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
+) -> None:
+    """Record one phase attempt (append-only; an existing attempt is never replaced).
+
+    \b
+    Example:
+      phaselog write --ticket-id PROJ-1234 --run-id a1b2c3d4 --phase implement --attempt 1 \\
+        --repo-commit-map '{"omniclaude": "a1b2c3d"}' \\
+        --artifact-paths '["src/foo.py", "tests/test_foo.py"]' \\
+        --payload '{"branch_name": "feat/PROJ-1234", "commit_sha": "a1b2c3d", "files_changed": ["src/foo.py"]}'
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        ledger = _ledger(root, store_url)
+        pl = _pipeline(ledger, pipeline_name, pipeline_file)
+        ts = None
+        if timestamp is not None:
+            from phaselog.records import parse_timestamp
+
+            try:
+                ts = parse_timestamp(timestamp, field="--timestamp")
+            except PhaselogError as exc:
+                raise UsageError(exc.message, field="timestamp", rule="datetime") from None
+        if status == "failed" and not error_text:
+            raise UsageError("--status failed needs --error TEXT saying why", field="error")
+        if status == "completed" and error_text:
+            raise UsageError("--error goes with --status failed", field="error")
+        result = ledger.write(
+            ticket_id, run_id, phase,
+            _json_opt(payload, "--payload", dict),
+            repo_commit_map=_json_opt(repo_commit_map, "--repo-commit-map", dict),
+            artifact_paths=_json_opt(artifact_paths, "--artifact-paths", list) or (),
+            attempt=_attempt(attempt), timestamp=ts, pipeline=pl,
+            status=status,  # type: ignore[arg-type]
+            error=error_text,
+        )
+    except PhaselogError as exc:
+        if best_effort:
+            data = exc.to_dict()
+            data.update(best_effort=True, correlation_id=out.correlation_id)
+            click.echo(f"phaselog: warning: checkpoint not written: {exc.message}", err=True)
+            _print_json(data)
+            return
+        _fail(exc, out.correlation_id)
+    rec = result.record
+    out.emit(
+        {
+            "success": True,
+            "checkpoint_path": result.location,
+            "correlation_id": out.correlation_id,
+            "run_id": rec.run_id,
+            "phase": rec.phase,
+            "attempt_number": rec.attempt_number,
+            "status": rec.status,
+            "content_hash": rec.content_hash,
+            "warnings": list(result.warnings),
+        },
+        lambda d: _table(
+            [[d["checkpoint_path"], d["attempt_number"], d["status"], d["content_hash"][:12]]],
+            ["written", "attempt", "status", "hash"],
+        ),
+    )
+
+
+# -- read -----------------------------------------------------------------------------------------
+def _record_json(stored: Any) -> dict[str, Any]:
+    rec = stored.record
+    meta = rec.meta_dict()
+    meta.update(
+        has_metadata=rec.has_metadata,
+        content_hash=rec.content_hash,
+        recorded_hash=stored.recorded_hash,
+    )
+    return {"checkpoint": rec.seed_dict(), "metadata": meta}
+
+
+def _show_record(d: dict[str, Any]) -> None:
+    cp, meta = d["checkpoint"], d["metadata"]
+    rows = [[k, json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else v] for k, v in cp.items()]
+    rows += [["status", meta["status"]], ["content_hash", meta["content_hash"]]]
+    if meta.get("error"):
+        rows.append(["error", meta["error"]])
+    _table(rows, ["field", "value"], title=d.get("checkpoint_path"))
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="A specific attempt (default: the latest completed).")
+@pipeline_options
+@store_options
+def read(
+    ticket_id: str, run_id: str, phase: str, attempt: int | None, pipeline_name: str | None,
+    pipeline_file: str | None, root: str | None, store_url: str | None,
+    correlation_id: str | None, fmt: str,
+) -> None:
+    """Read the latest completed checkpoint of a phase (or one attempt).
+
+    \b
+    Example:
+      phaselog read --ticket-id PROJ-1234 --run-id a1b2c3d4 --phase implement
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        ledger = _ledger(root, store_url)
+        stored = ledger.read(
+            ticket_id, run_id, phase, _attempt(attempt),
+            pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
+        )
+    except PhaselogError as exc:
+        _fail(exc, out.correlation_id)
+    data = {"success": True, "correlation_id": out.correlation_id, **_record_json(stored)}
+    data["checkpoint_path"] = stored.location
+    data["warnings"] = list(stored.warnings)
+    out.emit(data, _show_record)
+
+
+# -- validate -------------------------------------------------------------------------------------
+@cli.command(context_settings=CONTEXT)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="A specific attempt (default: the latest completed).")
+@click.option(
+    "--artifacts-root", type=click.Path(file_okay=False),
+    help="Also check that every artifact path exists under this folder.",
+)
+@pipeline_options
+@store_options
+def validate(
+    ticket_id: str, run_id: str, phase: str, attempt: int | None, artifacts_root: str | None,
+    pipeline_name: str | None, pipeline_file: str | None, root: str | None,
+    store_url: str | None, correlation_id: str | None, fmt: str,
+) -> None:
+    """Check a checkpoint: seed rules, payload schema, hash links, artifacts. Exit 1 if invalid.
+
+    \b
+    Example:
+      phaselog validate --ticket-id PROJ-1234 --run-id a1b2c3d4 --phase implement
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        ledger = _ledger(root, store_url)
+        stored, report = ledger.validate(
+            ticket_id, run_id, phase, _attempt(attempt),
+            pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
+            artifacts_root=artifacts_root,
+        )
+    except PhaselogError as exc:
+        _fail(exc, out.correlation_id)
+    data = {
+        "is_valid": report.is_valid,
+        "success": True,
+        "errors": [i.text() for i in report.errors],
+        "warnings": [i.text() for i in report.warnings],
+        "issues": [i.to_json() for i in report.issues],
+        "correlation_id": out.correlation_id,
+        **_record_json(stored),
+        "checkpoint_path": stored.location,
+    }
+
+    def table(d: dict[str, Any]) -> None:
+        rows = [[i["severity"], i["field"], i["rule"], i["message"]] for i in d["issues"]]
+        verdict = "valid" if d["is_valid"] else "INVALID"
+        _table(rows, ["severity", "field", "rule", "message"], title=f"{d['checkpoint_path']}: {verdict}")
+
+    out.emit(data, table)
+    if not report.is_valid:
+        sys.exit(1)
+
+
+# -- list -----------------------------------------------------------------------------------------
+@cli.command("list", context_settings=CONTEXT)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="Only this run.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many records (then use --after).")
+@click.option("--after", metavar="CURSOR", help="Continue after this cursor (next_after of the last page).")
+@store_options
+def list_cmd(
+    ticket_id: str, run_id: str | None, limit: int | None, after: str | None, root: str | None,
+    store_url: str | None, correlation_id: str | None, fmt: str,
+) -> None:
+    """List checkpoints ordered by run, phase ordinal and attempt; damaged files under warnings.
+
+    \b
+    Examples:
+      phaselog list --ticket-id PROJ-1234
+      phaselog list --ticket-id PROJ-1234 --run-id a1b2c3d4 --limit 100
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        ledger = _ledger(root, store_url)
+        page = ledger.list(ticket_id, run_id, after=after, limit=limit)
+    except PhaselogError as exc:
+        _fail(exc, out.correlation_id)
+    completed = page.completed
+    data = {
+        "success": True,
+        "count": len(completed),
+        "checkpoints": [s.record.seed_dict() for s in completed],
+        "failed_attempts": [
+            {**s.record.seed_dict(), "status": "failed", "error": s.record.error} for s in page.failed
+        ],
+        "warnings": [
+            {**d.to_json(), "message": f"skipped damaged file {d.location}: {d.message}"} for d in page.damaged
+        ],
+        "next_after": page.next_after,
+        "correlation_id": out.correlation_id,
+    }
+
+    def table(_: dict[str, Any]) -> None:
+        rows = [
+            [s.record.run_id[:8], f"{s.record.phase_ordinal} {s.record.phase}", s.record.attempt_number,
+             s.record.status, s.record.seed_dict()["timestamp_utc"], s.record.content_hash[:12]]
+            for s in page.items
+        ]
+        rows += [[d.run_id[:8], f"{d.phase_ordinal} {d.phase}", d.attempt_number, "DAMAGED", "", d.message[:60]] for d in page.damaged]
+        rows.sort(key=lambda r: (r[0], int(str(r[1]).split()[0]), r[2]))
+        _table(rows, ["run", "phase", "attempt", "status", "timestamp_utc", "hash / note"], title=f"ticket {ticket_id}")
+        if page.next_after:
+            click.echo(f"more: --after {page.next_after}")
+
+    out.emit(data, table)
+
+
+# -- status / resume / verify -----------------------------------------------------------------------
+def _status_table(d: dict[str, Any]) -> None:
+    rows = [
+        [p["ordinal"], p["phase"], p["state"], p["latest_attempt"], p["latest_timestamp"], p["reason"] or ""]
+        for p in d["phases"]
+    ]
+    _table(rows, ["#", "phase", "state", "attempt", "latest_timestamp", "note"],
+           title=f"run {d['run_id']} ({d['pipeline']}) next: {d['next_phase'] or '— done'}")
+    for w in d.get("warnings", []):
+        click.echo(f"warning: {w}")
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@pipeline_options
+@store_options
+def status(
+    ticket_id: str, run_id: str, pipeline_name: str | None, pipeline_file: str | None,
+    root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
+) -> None:
+    """Derived state of every phase (pending, completed, failed, stale) and the next phase.
+
+    \b
+    Example:
+      phaselog status --ticket-id PROJ-1234 --run-id a1b2c3d4 --format table
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        ledger = _ledger(root, store_url)
+        st = ledger.status(ticket_id, run_id, pipeline=_pipeline(ledger, pipeline_name, pipeline_file))
+    except PhaselogError as exc:
+        _fail(exc, out.correlation_id)
+    out.emit({"success": True, **st.to_json()}, _status_table)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--skip-to", required=True, metavar="PHASE", help="Phase name or ordinal to skip to.")
+@click.option("--artifacts-root", type=click.Path(file_okay=False), help="Also require every artifact to exist here.")
+@pipeline_options
+@store_options
+def resume(
+    ticket_id: str, run_id: str, skip_to: str, artifacts_root: str | None,
+    pipeline_name: str | None, pipeline_file: str | None, root: str | None,
+    store_url: str | None, correlation_id: str | None, fmt: str,
+) -> None:
+    """May the run skip to PHASE? Exit 0 if every earlier phase is done, current and valid; else 1
+    with every blocking phase and its reason.
+
+    \b
+    Example:
+      phaselog resume --ticket-id PROJ-1234 --run-id a1b2c3d4 --skip-to create_pr
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        ledger = _ledger(root, store_url)
+        decision = ledger.can_skip_to(
+            ticket_id, run_id, skip_to, pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
+            artifacts_root=artifacts_root,
+        )
+    except PhaselogError as exc:
+        _fail(exc, out.correlation_id)
+
+    def table(d: dict[str, Any]) -> None:
+        verdict = "allowed" if d["allowed"] else "NOT allowed"
+        _table([[b["phase"], b["state"], b["reason"]] for b in d["blockers"]],
+               ["blocking phase", "state", "reason"], title=f"skip to {d['skip_to']}: {verdict}")
+
+    out.emit({"success": True, **decision.to_json()}, table)
+    if not decision.allowed:
+        sys.exit(1)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="Only this run.")
+@store_options
+def verify(
+    ticket_id: str, run_id: str | None, root: str | None, store_url: str | None,
+    correlation_id: str | None, fmt: str,
+) -> None:
+    """Recompute content hashes and links (prev_hash, basis); report tampering. Exit 1 if any.
+
+    \b
+    Example:
+      phaselog verify --ticket-id PROJ-1234
+    """
+    out = Output(fmt, correlation_id)
+    try:
+        report = _ledger(root, store_url).verify(ticket_id, run_id)
+    except PhaselogError as exc:
+        _fail(exc, out.correlation_id)
+
+    def table(d: dict[str, Any]) -> None:
+        verdict = "ok" if d["ok"] else f"{len(d['problems'])} problem(s)"
+        _table([[p["path"], p["rule"], p["message"]] for p in d["problems"]],
+               ["path", "rule", "problem"], title=f"verified {d['checked']} record(s): {verdict}")
+
+    out.emit({"success": True, "ok": report.ok, "checked": report.checked, "problems": report.problems}, table)
+    if not report.ok:
+        sys.exit(1)
+
+
+# -- pipelines -----------------------------------------------------------------------------------------
+@cli.command(context_settings=CONTEXT)
+@click.argument("name", required=False)
+@click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME", help="Store root (its pipelines/ folder is searched).")
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
+def pipelines(name: str | None, root: str | None, fmt: str) -> None:
+    """List the pipelines found, or show one (phases, approval gates, payload schemas).
+
+    \b
+    Examples:
+      phaselog pipelines
+      phaselog pipelines ticket-pipeline --format table
+    """
+    from phaselog.pipelines import available_pipelines, check_schemas, find_pipeline
+    from phaselog.stores.files import default_root
+
+    out = Output(fmt, None)
+    base = root or str(default_root())
+    try:
+        found = [find_pipeline(name, base)] if name else available_pipelines(base)
+        for p in found:
+            if name:
+                check_schemas(p)
+    except PhaselogError as exc:
+        _fail(exc)
+
+    def describe(p: Any, full: bool) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": p.name, "version": p.version, "description": p.description, "order": p.order,
+            "manifest_hash": p.manifest_hash, "source": p.source,
+            "phases": [
+                {"ordinal": ph.ordinal, "name": ph.name, "description": ph.description,
+                 "requires_approval": ph.requires_approval,
+                 **({"payload_schema": ph.payload_schema} if full else {})}
+                for ph in p.phases
+            ],
+        }
+        return d
+
+    data: dict[str, Any] = {"success": True}
+    if name:
+        data["pipeline"] = describe(found[0], True)
+    else:
+        data["pipelines"] = [describe(p, False) for p in found]
+
+    def table(d: dict[str, Any]) -> None:
+        for p in [d["pipeline"]] if "pipeline" in d else d["pipelines"]:
+            _table([[ph["ordinal"], ph["name"], "yes" if ph["requires_approval"] else "", ph["description"]]
+                    for ph in p["phases"]], ["#", "phase", "approval", "description"],
+                   title=f"{p['name']} {p['version']} ({p['source']})")
+
+    out.emit(data, table)
+
+
+# -- entry point ----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; turn every error into a JSON object and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="phaselog", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.NoSuchOption as exc:
+        _fail(UsageError(f"{exc.format_message()} (see --help)", field=exc.option_name))
+    except click.exceptions.BadParameter as exc:
+        field = exc.param.name if exc.param is not None else None
+        _fail(UsageError(exc.format_message(), field=field))
+    except click.exceptions.MissingParameter as exc:
+        _fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"))
+    except click.ClickException as exc:
+        _fail(UsageError(exc.format_message()))
+    except click.exceptions.Abort:
+        _fail(PhaselogError("interrupted"))
+    except PhaselogError as exc:
+        _fail(exc)
+    except BrokenPipeError:
+        os._exit(0)  # the reader went away (e.g. `| head`): not an error of ours
+    except Exception as exc:  # noqa: BLE001 - the CLI promises JSON, never a traceback
+        if os.environ.get("PHASELOG_DEBUG"):
+            raise
+        _fail(PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+
