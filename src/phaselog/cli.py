@@ -56,6 +56,9 @@ def _table(rows: list[list[Any]], headers: list[str], title: str | None = None) 
     from rich.console import Console
     from rich.table import Table
 
+    if not rows:
+        click.echo(f"{title}: nothing to show" if title else "nothing to show")
+        return
     t = Table(title=title, show_lines=False, header_style="bold")
     for h in headers:
         t.add_column(h, overflow="fold")

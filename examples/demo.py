@@ -1,0 +1,84 @@
+"""`make demo`: a ticket pipeline is killed (SIGKILL) inside phase 3, then resumed.
+
+Everything runs on the default files store, rooted at .demo/ in this checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent / ".demo"
+TICKET, RUN = "DEMO-1", "demo-run-1"
+ENV = {**os.environ, "PHASELOG_HOME": str(ROOT / "store"), "PYTHONUNBUFFERED": "1"}
+BIN = Path(sys.executable).parent
+
+
+def banner(text: str) -> None:
+    print(f"\n\033[1m== {text}\033[0m", flush=True)
+
+
+def phaselog(*args: str) -> int:
+    """Run the phaselog CLI as a user would, showing the command."""
+    print(f"$ phaselog {' '.join(args)}", flush=True)
+    exe = BIN / "phaselog"
+    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
+    return subprocess.run(cmd, env=ENV, check=False).returncode
+
+
+def worker() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "ticket_worker.py"), "--ticket-id", TICKET, "--run-id", RUN,
+         "--workdir", str(ROOT / "work"), "--seconds", "1.0"],
+        env=ENV, stdout=subprocess.PIPE, text=True,
+    )
+
+
+def main() -> int:
+    shutil.rmtree(ROOT, ignore_errors=True)
+    started = time.monotonic()
+
+    banner("1. run the ticket pipeline; it will be killed with SIGKILL inside phase 3")
+    proc = worker()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        if "(2/5)" in line and getattr(main, "in_phase3", False):
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        if line.startswith("▶ phase 3"):
+            main.in_phase3 = True  # type: ignore[attr-defined]
+    proc.wait()
+    print(f"  ✖ worker killed by signal {-proc.returncode} in the middle of phase 3", flush=True)
+
+    banner("2. what does the ledger say? (derived from the checkpoints alone)")
+    phaselog("status", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
+    phaselog("resume", "--ticket-id", TICKET, "--run-id", RUN, "--skip-to", "create_pr", "--format", "table")
+
+    banner("3. run it again: it resumes at phase 3 and finishes")
+    proc = worker()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+    if proc.wait() != 0:
+        print("worker failed", file=sys.stderr)
+        return 1
+
+    banner("4. the run's history")
+    phaselog("list", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
+    phaselog("status", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
+    phaselog("verify", "--ticket-id", TICKET, "--format", "table")
+    files = sorted(p.name for p in (ROOT / "store" / "checkpoints" / TICKET).rglob("phase_*.yaml"))
+    print(f"\nseed-format files on disk ({ROOT / 'store'}): {', '.join(files)}")
+    print(f"demo finished in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
