@@ -21,11 +21,14 @@ import yaml
 from phaselog.errors import Corrupt
 
 try:  # libyaml is present in PyYAML wheels; fall back to pure Python where it is not.
-    from yaml import CSafeDumper as _Dumper
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover - depends on the PyYAML build
-    from yaml import SafeDumper as _Dumper  # type: ignore[assignment]
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
+
+# Writing must use the pure-Python SafeDumper, as the seed's yaml.safe_dump does: libyaml's
+# emitter gives other bytes (it escapes astral characters such as emoji, measures simple keys
+# in bytes rather than characters, and writes an empty key and U+0085 differently).
+_Dumper = yaml.SafeDumper
 
 MAX_DEPTH = 64
 
@@ -194,7 +197,7 @@ def load(data: bytes | str) -> Any:
     except (UnicodeDecodeError, ValueError) as exc:
         raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
     try:
-        _check_tree(tree)
+        _check_tree(tree, 1)  # the top-level collection is level 1, as in _check_events
     except RecursionError as exc:  # pragma: no cover - _check_tree stops at MAX_DEPTH
         raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth") from exc
     return tree

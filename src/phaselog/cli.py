@@ -40,7 +40,12 @@ class Output:
 
 
 def _print_json(data: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):  # a non-UTF-8 terminal, or undecodable input echoed
+        text = json.dumps(data, indent=2, ensure_ascii=True)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
@@ -117,25 +122,48 @@ def _pipeline(ledger: Any, name: str | None, path: str | None) -> Any:
     return name
 
 
-def _json_opt(value: str | None, option: str, kind: type) -> Any:
+def _json_opt(value: str | None, option: str, kind: type, items: type | None = None) -> Any:
     if value is None:
         return None
     text = value
-    if value == "-":
-        text = sys.stdin.read()
-    elif value.startswith("@"):
-        try:
+    source = "stdin" if value == "-" else value[1:]
+    try:
+        if value == "-":
+            text = sys.stdin.buffer.read().decode("utf-8")
+        elif value.startswith("@"):
             with open(value[1:], encoding="utf-8") as fh:
                 text = fh.read()
-        except OSError as exc:
-            raise UsageError(f"{option}: cannot read {value[1:]}: {exc.strerror}", field=option) from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {source}: {exc.strerror}", field=option) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{option}: {source} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            field=option, rule="utf-8",
+        ) from None
     try:
         data = json.loads(text)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates (\ud800) fail here
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{option}: contains a lone surrogate escape ({exc.object[exc.start:exc.end]!r}); "
+            "strings must be valid Unicode",
+            field=option, rule="utf-8",
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{option}: JSON nested too deeply", field=option, rule="json") from None
     except ValueError as exc:
         raise UsageError(f"{option}: not valid JSON ({exc})", field=option, rule="json") from None
     if not isinstance(data, kind):
         want = "a JSON object" if kind is dict else "a JSON array"
         raise UsageError(f"{option}: must be {want}", field=option, rule="type")
+    if items is not None:
+        bad = [v for v in (data.values() if isinstance(data, dict) else data) if not isinstance(v, items)]
+        if bad:
+            what = "value" if kind is dict else "item"
+            raise UsageError(
+                f"{option}: every {what} must be a JSON string (got {json.dumps(bad[0])})",
+                field=option, rule="type",
+            )
     return data
 
 
@@ -216,8 +244,8 @@ def write(
         result = ledger.write(
             ticket_id, run_id, phase,
             _json_opt(payload, "--payload", dict),
-            repo_commit_map=_json_opt(repo_commit_map, "--repo-commit-map", dict),
-            artifact_paths=_json_opt(artifact_paths, "--artifact-paths", list) or (),
+            repo_commit_map=_json_opt(repo_commit_map, "--repo-commit-map", dict, str),
+            artifact_paths=_json_opt(artifact_paths, "--artifact-paths", list, str) or (),
             attempt=_attempt(attempt), timestamp=ts, pipeline=pl,
             status=status,  # type: ignore[arg-type]
             error=error_text,
@@ -580,11 +608,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.NoSuchOption as exc:
         _fail(UsageError(f"{exc.format_message()} (see --help)", field=exc.option_name))
+    except click.exceptions.MissingParameter as exc:  # before BadParameter: it is a subclass
+        _fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"))
     except click.exceptions.BadParameter as exc:
         field = exc.param.name if exc.param is not None else None
         _fail(UsageError(exc.format_message(), field=field))
-    except click.exceptions.MissingParameter as exc:
-        _fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"))
     except click.ClickException as exc:
         _fail(UsageError(exc.format_message()))
     except click.exceptions.Abort:
@@ -596,6 +624,13 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the CLI promises JSON, never a traceback
         if os.environ.get("PHASELOG_DEBUG"):
             raise
+        if isinstance(exc, UnicodeEncodeError) and all(
+            "\udc80" <= c <= "\udcff" for c in exc.object[exc.start:exc.end]
+        ):  # surrogate escapes: bytes in argv that are not UTF-8
+            _fail(UsageError(
+                f"an argument is not valid UTF-8 text ({exc.object[exc.start:exc.end]!r} cannot be stored)",
+                rule="utf-8",
+            ))
         _fail(PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"))
 
 

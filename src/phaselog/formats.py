@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 _GIT_SHA = re.compile(r"[0-9a-f]{7,40}")
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s]+")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f-\x9f]+")
 _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
 )
@@ -28,7 +28,7 @@ def relative_path(value: str) -> str | None:
     """Check an artifact path: relative, normalised, no '..', no backslashes or drive letters."""
     if not value:
         return "must not be empty"
-    if any(ord(c) < 32 or c == "\x7f" for c in value):
+    if any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in value):  # C0, DEL and C1
         return "must not contain control characters"
     if "\\" in value:
         return f"must use '/' separators, not backslashes (got {value!r})"

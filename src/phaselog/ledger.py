@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from phaselog.audit import AuditMixin
 from phaselog.errors import (
     AlreadyExists,
     Conflict,
@@ -29,9 +30,13 @@ from phaselog.errors import (
     NotFound,
     NotMonotonic,
     PipelineMismatch,
+    Prerequisite,
     UnsupportedVersion,
     UsageError,
 )
+from phaselog.gates import GatesMixin, judge
+from phaselog.markers import MarkersMixin
+from phaselog.progress import ProgressMixin
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
 from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
@@ -144,7 +149,7 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
 
 
-class Ledger:
+class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin):
     """The checkpoint ledger over one store."""
 
     def __init__(
@@ -200,6 +205,10 @@ class Ledger:
     def pipeline_for(self, ticket_id: str, run_id: str, requested: PipelineArg = None) -> Pipeline:
         """The run's pipeline; refuse one that differs from what the run recorded."""
         recorded = self.recorded_pipeline(ticket_id, run_id)
+        if recorded is None:
+            marker = self.marker(ticket_id)
+            if marker is not None:
+                recorded = PipelineRef(marker.pipeline, "", "")
         if requested is None:
             return self.load_pipeline(recorded.name if recorded else None)
         pipeline = self.load_pipeline(requested)
@@ -231,10 +240,36 @@ class Ledger:
     ) -> WriteResult:
         """Append a checkpoint for one attempt of ``phase``; return it once durable.
 
-        ``attempt=None`` takes the next attempt number atomically. Raises InvalidRecord (nothing
-        written) when a rule at error level is broken, AlreadyExists when ``attempt`` is taken,
-        NotMonotonic when it is below the latest attempt.
+        ``attempt=None`` takes the attempt in flight (one with progress events) or else the next
+        attempt number, atomically. Raises InvalidRecord (nothing written) when a rule at error
+        level is broken, AlreadyExists when ``attempt`` is taken, NotMonotonic when it is below
+        the latest attempt, Prerequisite when an earlier phase blocks a completed checkpoint in a
+        pipeline with ``order: strict``.
         """
+        return self._write(
+            ticket_id, run_id, phase, payload, repo_commit_map=repo_commit_map,
+            artifact_paths=artifact_paths, attempt=attempt, timestamp=timestamp, pipeline=pipeline,
+            status=status, error=error, decisions=decisions,
+        )
+
+    def _write(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        repo_commit_map: Mapping[str, str] | None = None,
+        artifact_paths: Sequence[str] = (),
+        attempt: int | None = None,
+        timestamp: datetime | None = None,
+        pipeline: PipelineArg = None,
+        status: Status = "completed",
+        error: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] = (),
+        forked_from: Mapping[str, Any] | None = None,
+        check_prerequisites: bool = True,
+    ) -> WriteResult:
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
         pl = self.pipeline_for(ticket_id, run_id, pipeline)
@@ -250,11 +285,17 @@ class Ledger:
         ts = timestamp.astimezone(UTC) if timestamp is not None else self.clock()
         if ts.tzinfo is None:
             raise UsageError("timestamp must be timezone-aware", field="timestamp")
+        if check_prerequisites and status == "completed" and pl.order == "strict":
+            self._check_prerequisites(ticket_id, run_id, pl, ph)
         for _ in range(MAX_APPEND_RETRIES):
             refs = [r for r in self.store.attempts(ticket_id, run_id)]
             mine = sorted(r.attempt_number for r in refs if r.phase_ordinal == ph.ordinal)
             latest = mine[-1] if mine else 0
             number = attempt if attempt is not None else latest + 1
+            if attempt is None:
+                started = self._started_attempts(ticket_id, run_id, ph)
+                if started and started[-1] > latest:
+                    number = started[-1]  # the attempt in flight: it has progress events
             cp = Checkpoint(
                 ticket_id=ticket_id,
                 run_id=run_id,
@@ -271,6 +312,7 @@ class Ledger:
                 basis=self._basis(ticket_id, run_id, pl, ph, refs),
                 prev_hash=self._hash_of(ticket_id, run_id, ph, latest) if latest else None,
                 decisions=tuple(dict(d) for d in decisions),
+                forked_from=dict(forked_from) if forked_from else None,
             )
             report = check_record(cp, pl, now=self.clock())
             if not report.is_valid:
@@ -299,6 +341,30 @@ class Ledger:
             stored = Stored(cp, location, cp.content_hash)
             return WriteResult(stored, tuple(i.text() for i in report.warnings))
         raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")
+
+    def _check_prerequisites(self, ticket_id: str, run_id: str, pl: Pipeline, ph: Phase) -> None:
+        earlier = pl.earlier(ph)
+        if not earlier:
+            return
+        st = self.status(ticket_id, run_id, pipeline=pl)
+        blockers = []
+        for ps in st.phases:
+            if ps.ordinal >= ph.ordinal:
+                break
+            if ps.state != COMPLETED:
+                reason = {
+                    "pending": "missing: no checkpoint yet",
+                    "awaiting_approval": f"unapproved: attempt {ps.completed_attempt} awaits approval",
+                }.get(ps.state, ps.reason or ps.state)
+                blockers.append(Blocker(ps.phase, ps.state, reason))
+        if blockers:
+            raise Prerequisite(
+                f"cannot complete {ph.name}: "
+                + "; ".join(f"{b.phase} is {b.state} ({b.reason})" for b in blockers)
+                + " (the pipeline's order is strict)",
+                phase=ph.name,
+                blockers=[b.to_json() for b in blockers],
+            )
 
     def _hash_of(self, ticket_id: str, run_id: str, ph: Phase, attempt: int) -> str:
         try:
@@ -499,17 +565,40 @@ class Ledger:
         run_id = normalize_run_id(run_id)
         pl = self.pipeline_for(ticket_id, run_id, pipeline)
         items, damaged = self.run_records(ticket_id, run_id)
+        records = [s.record for s in items]
+        flights = {name: f.to_json() for name, f in self.in_flight(ticket_id, run_id).items()}
         st = derive_status(
             pl,
-            [s.record for s in items],
+            records,
             ticket_id=ticket_id,
             run_id=run_id,
             damaged=[(d.phase, d.attempt_number) for d in damaged],
+            judgements=self._judgements(ticket_id, run_id, records),
+            flights=flights,
         )
         if damaged:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)
             st = RunStatus(st.ticket_id, st.run_id, st.pipeline, st.phases, st.warnings + extra)
         return st
+
+    def _judgements(self, ticket_id: str, run_id: str, records: Sequence[Checkpoint]) -> dict[str, str]:
+        """Approval verdicts by checkpoint hash, including those a forked checkpoint inherits."""
+        verdicts = judge(self.approvals(ticket_id, run_id))
+        sources: dict[str, dict[str, str]] = {}
+        for cp in records:
+            src = cp.forked_from
+            if not src or cp.content_hash in verdicts:
+                continue
+            key = f"{src.get('ticket_id')}/{src.get('run_id')}"
+            if key not in sources:
+                try:
+                    sources[key] = judge(self.approvals(str(src.get("ticket_id")), str(src.get("run_id"))))
+                except (Corrupt, NotFound, UsageError):
+                    sources[key] = {}
+            inherited = sources[key].get(str(src.get("content_hash")))
+            if inherited is not None:
+                verdicts[cp.content_hash] = inherited
+        return verdicts
 
     def can_skip_to(
         self,
@@ -636,6 +725,25 @@ class Run:
     def status(self) -> RunStatus:
         """Derive the run's state."""
         return self.ledger.status(self.ticket_id, self.run_id, pipeline=self._pipeline)
+
+    def _judgements(self, ticket_id: str, run_id: str, records: Sequence[Checkpoint]) -> dict[str, str]:
+        """Approval verdicts by checkpoint hash, including those a forked checkpoint inherits."""
+        verdicts = judge(self.approvals(ticket_id, run_id))
+        sources: dict[str, dict[str, str]] = {}
+        for cp in records:
+            src = cp.forked_from
+            if not src or cp.content_hash in verdicts:
+                continue
+            key = f"{src.get('ticket_id')}/{src.get('run_id')}"
+            if key not in sources:
+                try:
+                    sources[key] = judge(self.approvals(str(src.get("ticket_id")), str(src.get("run_id"))))
+                except (Corrupt, NotFound, UsageError):
+                    sources[key] = {}
+            inherited = sources[key].get(str(src.get("content_hash")))
+            if inherited is not None:
+                verdicts[cp.content_hash] = inherited
+        return verdicts
 
     def can_skip_to(self, phase: str | int, **kw: Any) -> SkipDecision:
         """May the run skip to ``phase``?"""

@@ -148,6 +148,8 @@ class Checkpoint:
     basis: Mapping[str, BasisEntry] | None = None
     prev_hash: str | None = None
     decisions: tuple[Mapping[str, Any], ...] = ()
+    #: For a forked run: the checkpoint this one reuses (ticket_id, run_id, attempt, hash).
+    forked_from: Mapping[str, Any] | None = None
     #: False for a checkpoint the seed tool wrote (no phaselog part on disk).
     has_metadata: bool = True
     #: Keys found in a stored seed file that the contract does not know (validation reports them).
@@ -182,6 +184,7 @@ class Checkpoint:
             ),
             "prev_hash": self.prev_hash,
             "decisions": [_jsonable(d) for d in self.decisions],
+            "forked_from": _jsonable(self.forked_from) if self.forked_from else None,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -339,7 +342,11 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
         raise Corrupt("decisions: must be a list of mappings", field="decisions", rule="type")
     pipeline = meta.get("pipeline")
+    forked = meta.get("forked_from")
+    if forked is not None and not isinstance(forked, Mapping):
+        raise Corrupt("forked_from: must be a mapping or null", field="forked_from", rule="type")
     return {
+        "forked_from": dict(forked) if forked is not None else None,
         "status": status,
         "error": err,
         "phase_ordinal": ordinal,
@@ -348,3 +355,237 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
         "prev_hash": prev,
         "decisions": tuple(dict(d) for d in decisions),
     }
+
+
+# -- the audit trail: progress events, approvals, ticket markers ---------------------------------
+EVENTS = ("start", "step", "complete", "fail", "skip")
+DECISIONS = ("approve", "reject")
+
+
+def _hash_doc(doc: Mapping[str, Any]) -> str:
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _opt(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = data.get(name)
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise Corrupt(f"{name}: has the wrong type", field=name, rule="type")
+    return value
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """An immutable record inside a running attempt (seed 003's mid-execution checkpoint)."""
+
+    ticket_id: str
+    run_id: str
+    phase: str
+    phase_ordinal: int
+    attempt_number: int
+    seq: int
+    event: str
+    timestamp: datetime
+    step: int | None = None
+    status: str | None = None
+    provider: str | None = None
+    tokens: int | None = None
+    elapsed_sec: float | None = None
+    output: str | None = None
+    output_sha256: str | None = None
+    output_length: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    process_start: float | None = None
+    prev_hash: str | None = None
+    schema_version: str = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored JSON form (also what the CLI prints)."""
+        return {
+            "schema_version": self.schema_version,
+            "kind": "phaselog.progress",
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "phase_ordinal": self.phase_ordinal,
+            "attempt_number": self.attempt_number,
+            "seq": self.seq,
+            "event": self.event,
+            "timestamp": format_timestamp(self.timestamp),
+            "step": self.step,
+            "status": self.status,
+            "provider": self.provider,
+            "tokens": self.tokens,
+            "elapsed_sec": self.elapsed_sec,
+            "output": self.output,
+            "output_sha256": self.output_sha256,
+            "output_length": self.output_length,
+            "host": self.host,
+            "pid": self.pid,
+            "process_start": self.process_start,
+            "prev_hash": self.prev_hash,
+        }
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the canonical JSON form."""
+        return _hash_doc(self.to_json())
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProgressEvent:
+        """Parse the stored form; Corrupt on a broken one."""
+        if not isinstance(data, Mapping) or data.get("kind") != "phaselog.progress":
+            raise Corrupt("not a phaselog progress event", rule="kind")
+        check_schema_version(data.get("schema_version"))
+        event = data.get("event")
+        if event not in EVENTS:
+            raise Corrupt(f"event: must be one of {', '.join(EVENTS)}", field="event", rule="enum")
+        return cls(
+            ticket_id=_req(data, "ticket_id", str, "a string"),
+            run_id=_req(data, "run_id", str, "a string"),
+            phase=_req(data, "phase", str, "a string"),
+            phase_ordinal=_req(data, "phase_ordinal", int, "an integer"),
+            attempt_number=_req(data, "attempt_number", int, "an integer"),
+            seq=_req(data, "seq", int, "an integer"),
+            event=event,
+            timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
+            step=_opt(data, "step", int),
+            status=_opt(data, "status", str),
+            provider=_opt(data, "provider", str),
+            tokens=_opt(data, "tokens", int),
+            elapsed_sec=_opt(data, "elapsed_sec", (int, float)),
+            output=_opt(data, "output", str),
+            output_sha256=_opt(data, "output_sha256", str),
+            output_length=_opt(data, "output_length", int),
+            host=_opt(data, "host", str),
+            pid=_opt(data, "pid", int),
+            process_start=_opt(data, "process_start", (int, float)),
+            prev_hash=_opt(data, "prev_hash", str),
+            schema_version=data["schema_version"],
+        )
+
+
+@dataclass(frozen=True)
+class Approval:
+    """An immutable judgement of one checkpoint (bound to its content hash) by a person."""
+
+    ticket_id: str
+    run_id: str
+    phase: str
+    phase_ordinal: int
+    attempt_number: int
+    checkpoint_hash: str
+    decision: str
+    by: str
+    timestamp: datetime
+    seq: int
+    comment: str | None = None
+    schema_version: str = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored JSON form."""
+        return {
+            "schema_version": self.schema_version,
+            "kind": "phaselog.approval",
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "phase_ordinal": self.phase_ordinal,
+            "attempt_number": self.attempt_number,
+            "checkpoint_hash": self.checkpoint_hash,
+            "decision": self.decision,
+            "by": self.by,
+            "comment": self.comment,
+            "timestamp": format_timestamp(self.timestamp),
+            "seq": self.seq,
+        }
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the canonical JSON form."""
+        return _hash_doc(self.to_json())
+
+    @property
+    def approved(self) -> bool:
+        """True for an approval, False for a rejection."""
+        return self.decision == "approve"
+
+    @classmethod
+    def from_json(cls, data: Any) -> Approval:
+        """Parse the stored form; Corrupt on a broken one."""
+        if not isinstance(data, Mapping) or data.get("kind") != "phaselog.approval":
+            raise Corrupt("not a phaselog approval", rule="kind")
+        check_schema_version(data.get("schema_version"))
+        decision = data.get("decision")
+        if decision not in DECISIONS:
+            raise Corrupt("decision: must be approve or reject", field="decision", rule="enum")
+        return cls(
+            ticket_id=_req(data, "ticket_id", str, "a string"),
+            run_id=_req(data, "run_id", str, "a string"),
+            phase=_req(data, "phase", str, "a string"),
+            phase_ordinal=_req(data, "phase_ordinal", int, "an integer"),
+            attempt_number=_req(data, "attempt_number", int, "an integer"),
+            checkpoint_hash=_req(data, "checkpoint_hash", str, "a string"),
+            decision=decision,
+            by=_req(data, "by", str, "a string"),
+            timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
+            seq=_req(data, "seq", int, "an integer"),
+            comment=_opt(data, "comment", str),
+            schema_version=data["schema_version"],
+        )
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One revision of a ticket's identity marker (seed 002's project.json, append-only)."""
+
+    ticket_id: str
+    revision: int
+    title: str
+    pipeline: str
+    meta: Mapping[str, str]
+    timestamp: datetime
+    prev_hash: str | None = None
+    schema_version: str = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored JSON form."""
+        return {
+            "schema_version": self.schema_version,
+            "kind": "phaselog.marker",
+            "ticket_id": self.ticket_id,
+            "revision": self.revision,
+            "title": self.title,
+            "pipeline": self.pipeline,
+            "meta": dict(sorted(self.meta.items())),
+            "timestamp": format_timestamp(self.timestamp),
+            "prev_hash": self.prev_hash,
+        }
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the canonical JSON form."""
+        return _hash_doc(self.to_json())
+
+    @classmethod
+    def from_json(cls, data: Any) -> Marker:
+        """Parse the stored form; Corrupt on a broken one."""
+        if not isinstance(data, Mapping) or data.get("kind") != "phaselog.marker":
+            raise Corrupt("not a phaselog ticket marker", rule="kind")
+        check_schema_version(data.get("schema_version"))
+        meta = data.get("meta") or {}
+        if not isinstance(meta, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+        ):
+            raise Corrupt("meta: must map strings to strings", field="meta", rule="type")
+        return cls(
+            ticket_id=_req(data, "ticket_id", str, "a string"),
+            revision=_req(data, "revision", int, "an integer"),
+            title=_req(data, "title", str, "a string"),
+            pipeline=_req(data, "pipeline", str, "a string"),
+            meta=dict(meta),
+            timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
+            prev_hash=_opt(data, "prev_hash", str),
+            schema_version=data["schema_version"],
+        )

@@ -7,14 +7,20 @@ For each phase in pipeline order the latest attempt decides:
 * ``stale``     the latest attempt completed, but an earlier phase has since completed a newer
   attempt than the one this phase was built on (its ``basis``; for seed-tool checkpoints,
   which have no basis, an earlier phase completed after this one);
+* ``in_progress`` an attempt newer than any checkpoint has progress events (``abandoned``
+  flags one whose process is gone or whose last event is too old);
+* ``rejected``  the phase is gated and a person rejected its latest checkpoint;
+* ``awaiting_approval`` the phase is gated and its latest checkpoint is not approved yet;
 * ``completed`` otherwise.
+
+Approvals are judged by content hash: an approval of a superseded attempt does not count.
 
 ``next_phase`` is the first phase that is not ``completed``; ``None`` when all are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,6 +29,8 @@ from phaselog.pipelines import Phase, Pipeline
 from phaselog.records import Checkpoint, format_timestamp
 
 PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
+IN_PROGRESS, AWAITING_APPROVAL, REJECTED = "in_progress", "awaiting_approval", "rejected"
+APPROVED = "approved"
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,10 @@ class PhaseState:
     reason: str | None = None
     damaged_attempts: tuple[int, ...] = ()
     requires_approval: bool = False
+    #: For a gated phase: "approved", "rejected" or None (not judged) for the counted attempt.
+    approval: str | None = None
+    #: The attempt in flight (progress events, no checkpoint), as JSON; None if none.
+    in_flight: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -55,6 +67,9 @@ class PhaseState:
             "attempts": self.attempts,
             "reason": self.reason,
             "damaged_attempts": list(self.damaged_attempts),
+            "requires_approval": self.requires_approval,
+            "approval": self.approval,
+            "in_flight": self.in_flight,
         }
 
 
@@ -114,8 +129,15 @@ def derive_status(
     ticket_id: str = "",
     run_id: str = "",
     damaged: Sequence[tuple[str, int]] = (),
+    judgements: Mapping[str, str] | None = None,
+    flights: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunStatus:
-    """Derive a run's state from its records (any order). ``damaged``: (phase, attempt) pairs."""
+    """Derive a run's state from its records (any order).
+
+    ``damaged``: (phase, attempt) pairs that exist but cannot be read. ``judgements``: checkpoint
+    content hash → ``approved`` / ``rejected``. ``flights``: phase → the in-flight attempt's JSON
+    summary (``attempt_number``, ``abandoned`` …).
+    """
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
     known = set(pipeline.phase_names)
@@ -140,7 +162,10 @@ def derive_status(
             latest_completed[name] = done[-1]
 
     states = [
-        _phase_state(p, by_phase.get(p.name, []), pipeline, latest_completed, bad.get(p.name, []))
+        _phase_state(
+            p, by_phase.get(p.name, []), pipeline, latest_completed, bad.get(p.name, []),
+            judgements or {}, (flights or {}).get(p.name),
+        )
         for p in pipeline.phases
     ]
     return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings))
@@ -152,6 +177,8 @@ def _phase_state(
     pipeline: Pipeline,
     latest_completed: dict[str, Checkpoint],
     damaged: list[int],
+    judgements: Mapping[str, str],
+    flight: Mapping[str, Any] | None,
 ) -> PhaseState:
     common: dict[str, Any] = {
         "phase": phase.name,
@@ -159,6 +186,21 @@ def _phase_state(
         "damaged_attempts": tuple(sorted(damaged)),
         "requires_approval": phase.requires_approval,
     }
+    top = attempts[-1].attempt_number if attempts else 0
+    if flight is not None and flight["attempt_number"] > top:
+        lc = latest_completed.get(phase.name)
+        return PhaseState(
+            state=IN_PROGRESS,
+            latest_attempt=flight["attempt_number"],
+            completed_attempt=lc.attempt_number if lc else None,
+            attempts=len(attempts),
+            reason=(
+                f"abandoned: {flight.get('abandoned_reason')}" if flight.get("abandoned")
+                else f"step {flight.get('last_step')} after {flight.get('elapsed_sec')} s"
+            ),
+            in_flight=dict(flight),
+            **common,
+        )
     if not attempts:
         return PhaseState(state=PENDING, **common)
     latest = attempts[-1]
@@ -176,10 +218,19 @@ def _phase_state(
             **common,
         )
     reason = stale_reason(latest, pipeline.earlier(phase), latest_completed)
+    judged = judgements.get(latest.content_hash) if phase.requires_approval else None
+    state = COMPLETED
+    if reason:
+        state = STALE
+    elif phase.requires_approval and judged == REJECTED:
+        state, reason = REJECTED, f"attempt {latest.attempt_number} was rejected; write a new attempt"
+    elif phase.requires_approval and judged != APPROVED:
+        state, reason = AWAITING_APPROVAL, f"attempt {latest.attempt_number} awaits approval"
     return PhaseState(
-        state=STALE if reason else COMPLETED,
+        state=state,
         completed_attempt=latest.attempt_number,
         reason=reason,
+        approval=judged,
         **common,
     )
 

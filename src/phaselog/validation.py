@@ -150,6 +150,7 @@ def check_record(cp: Checkpoint, pipeline: Pipeline, *, now: datetime | None = N
             "timestamp_future",
             f"{cp.timestamp_utc.isoformat()} is more than 60 s in the future; check the clock",
         )
+    _check_decisions(cp, rep)
     if cp.completed:
         _check_payload(cp, phase, rep)
     else:
@@ -158,6 +159,54 @@ def check_record(cp: Checkpoint, pipeline: Pipeline, *, now: datetime | None = N
         if cp.phase_payload is not None:
             _check_payload_phase(cp, rep)
     return rep
+
+
+_DECISION_KEYS = ("decision_id", "category", "subject", "options_considered", "selected", "reason")
+_OPTION_KEYS = ("option_id", "label", "score", "reason")
+
+
+def _check_decisions(cp: Checkpoint, rep: Report) -> None:
+    """Seed 002's decision log entries: ids, options considered, the selected option."""
+    seen: set[str] = set()
+    for i, d in enumerate(cp.decisions):
+        at = f"decisions[{i}]"
+        for key in ("decision_id", "category", "subject", "selected", "reason"):
+            value = d.get(key)
+            if not isinstance(value, str) or not value.strip():
+                rep.error(f"{at}.{key}", "required", "must be a non-empty string")
+        for key in d:
+            if key not in _DECISION_KEYS:
+                rep.error(f"{at}.{key}", "unknown_field", f"not a decision field ({', '.join(_DECISION_KEYS)})")
+        did = d.get("decision_id")
+        if isinstance(did, str):
+            if did in seen:
+                rep.error(f"{at}.decision_id", "duplicate", f"{did!r} appears twice in this checkpoint")
+            seen.add(did)
+        options = d.get("options_considered", [])
+        if not isinstance(options, list | tuple):
+            rep.error(f"{at}.options_considered", "type", "must be a list of options")
+            continue
+        ids = []
+        for j, opt in enumerate(options):
+            oat = f"{at}.options_considered[{j}]"
+            if not isinstance(opt, Mapping):
+                rep.error(oat, "type", "must be an object with option_id, label, score, reason")
+                continue
+            for key in ("option_id", "label"):
+                if not isinstance(opt.get(key), str) or not opt.get(key):
+                    rep.error(f"{oat}.{key}", "required", "must be a non-empty string")
+            score = opt.get("score")
+            if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+                rep.error(f"{oat}.score", "type", "must be a number")
+            if opt.get("reason") is not None and not isinstance(opt.get("reason"), str):
+                rep.error(f"{oat}.reason", "type", "must be a string")
+            for key in opt:
+                if key not in _OPTION_KEYS:
+                    rep.error(f"{oat}.{key}", "unknown_field", f"not an option field ({', '.join(_OPTION_KEYS)})")
+            ids.append(opt.get("option_id"))
+        selected = d.get("selected")
+        if ids and isinstance(selected, str) and selected not in ids:
+            rep.error(f"{at}.selected", "selected_option", f"{selected!r} is not one of the options considered {ids}")
 
 
 def _check_payload_phase(cp: Checkpoint, rep: Report) -> None:

@@ -37,6 +37,7 @@ from phaselog.errors import (
     AlreadyExists,
     Conflict,
     Corrupt,
+    InvalidIdentifier,
     NotFound,
     PhaselogError,
     StoreError,
@@ -54,6 +55,10 @@ _FAILED_RE = re.compile(r"\.failed_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.json")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _META_KIND = "phaselog.checkpoint"
+#: Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
+#: ``<ticket>/.markers/``.
+ENTRY_KINDS = ("progress", "approvals", "markers")
+_ENTRY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 
 
 def default_root() -> Path:
@@ -109,6 +114,14 @@ class FilesStore:
 
     def _open_dir(self, *segments: str, create: bool = False) -> int:
         """Open ``root/segments…`` without following any symlink below the root."""
+        for seg in segments:
+            # O_NOFOLLOW only guards the last component of a path: a segment holding '/' or
+            # '..' (an unvalidated run id passed to get/attempts/iter_records) would walk out.
+            if not isinstance(seg, str) or seg in ("", ".", "..") or "/" in seg or "\x00" in seg:
+                raise InvalidIdentifier(
+                    f"{seg!r} is not a single path segment; refusing to open it under {self.root}",
+                    rule="traversal",
+                )
         fd = self._open_root(create=create)
         try:
             for seg in segments:
@@ -191,6 +204,8 @@ class FilesStore:
                     self._publish_failed(run_fd, record)
             finally:
                 os.close(lock_fd)  # releases the flock
+        except PhaselogError:
+            raise  # AlreadyExists and StoreError are OSErrors too: keep their type and context
         except OSError as exc:
             raise StoreError(f"cannot write {self._rel(record)}: {exc.strerror}") from None
         finally:
@@ -484,6 +499,93 @@ class FilesStore:
                         )
             finally:
                 os.close(run_fd)
+
+    # -- audit entries (progress events, approvals, markers) -------------------------------------
+    def _entry_dir(self, kind: str, ticket_id: str, run_id: str | None, *, create: bool) -> int:
+        if kind not in ENTRY_KINDS:
+            raise StoreError(f"unknown entry kind {kind!r}")
+        validate_ticket_id(ticket_id)
+        segs = ["checkpoints", ticket_id]
+        if run_id is not None:
+            if not is_canonical_uuid(run_id):
+                raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+            segs.append(run_id)
+        segs.append(f".{kind}")
+        return self._open_dir(*segs, create=create)
+
+    def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
+        """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
+        if not _ENTRY_RE.fullmatch(name):
+            raise StoreError(f"entry name {name!r} is not safe as a file name")
+        if len(body) > self.max_record_bytes:
+            raise TooLarge(
+                f"entry of {len(body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+                rule="max_record_bytes",
+            )
+        rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
+        dir_fd = self._entry_dir(kind, ticket_id, run_id, create=True)
+        try:
+            names = os.listdir(dir_fd)
+            self._clean_temps(dir_fd, names)
+            tmp = self._write_temp(dir_fd, body)
+            try:
+                _faults.point("files.after_entry_temp")
+                try:
+                    os.link(tmp, f"{name}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except FileExistsError:
+                    raise AlreadyExists(f"{rel} already exists", path=rel) from None
+                _faults.point("files.after_entry_link")
+                os.fsync(dir_fd)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+        except OSError as exc:
+            raise StoreError(f"cannot write {rel}: {exc.strerror}") from None
+        finally:
+            os.close(dir_fd)
+        return rel
+
+    def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
+        """Names of a kind's entries (sorted), without reading them."""
+        try:
+            dir_fd = self._entry_dir(kind, ticket_id, run_id, create=False)
+        except NotFound:
+            return []
+        try:
+            return sorted(n[:-5] for n in os.listdir(dir_fd) if n.endswith(".json") and _ENTRY_RE.fullmatch(n[:-5]))
+        finally:
+            os.close(dir_fd)
+
+    def entries(
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+    ) -> list[tuple[str, str, bytes | Corrupt]]:
+        """Every entry of a kind as (name, location, bytes), sorted by name.
+
+        An unreadable entry comes back as a Corrupt error in place of its bytes.
+        """
+        try:
+            dir_fd = self._entry_dir(kind, ticket_id, run_id, create=False)
+        except NotFound:
+            return []
+        rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
+        out: list[tuple[str, str, bytes | Corrupt]] = []
+        try:
+            for n in sorted(os.listdir(dir_fd)):
+                if not n.endswith(".json") or not n.startswith(prefix):
+                    continue
+                stem = n[:-5]
+                if not _ENTRY_RE.fullmatch(stem):
+                    continue
+                try:
+                    data = self._read(dir_fd, n, rel_dir)
+                except Corrupt as exc:
+                    out.append((stem, f"{rel_dir}/{n}", exc))
+                    continue
+                if data is not None:
+                    out.append((stem, f"{rel_dir}/{n}", data))
+        finally:
+            os.close(dir_fd)
+        return out
 
     def location(self, record: Checkpoint) -> str:
         """Path of ``record`` relative to the checkpoints root."""

@@ -1,0 +1,150 @@
+"""``python -m bench``: run the benchmarks and print medians, p90s and ratios to baselines.
+
+    python -m bench                      # everything, a few minutes on 2 cores
+    python -m bench --quick              # small counts, under a minute (smoke test)
+    python -m bench --only write,start   # some benchmarks
+    python -m bench --profile-write      # diagnostic: where a write's time goes
+    python -m bench --profile-start      # diagnostic: where `phaselog read`'s start-up goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import _data
+from bench._timing import Section, print_section, print_summary
+
+NAMES = ("write", "read", "status", "list", "start")
+FULL: dict[str, dict[str, int]] = {
+    "write": {"rounds": 400},
+    "read": {"rounds": 300},
+    "status": {"rounds": 60, "attempts": 100},
+    "list": {"rounds": 7, "checkpoints": 10_000},
+    "start": {"rounds": 30},
+}
+QUICK: dict[str, dict[str, int]] = {
+    "write": {"rounds": 30},
+    "read": {"rounds": 30},
+    "status": {"rounds": 8, "attempts": 100},
+    "list": {"rounds": 3, "checkpoints": 1_000},
+    "start": {"rounds": 5},
+}
+
+
+def _parse_only(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    bad = [n for n in names if n not in NAMES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(NAMES)} (got {value!r})")
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="phaselog benchmarks: medians, p90s and ratios to baselines measured in the "
+        "same run (interleaved). Compare ratios, not absolute times.",
+    )
+    p.add_argument("--quick", action="store_true", help="small counts (< 60 s): a smoke test")
+    p.add_argument(
+        "--only", type=_parse_only, action="extend", metavar="NAMES",
+        help=f"comma-separated subset of: {', '.join(NAMES)} (repeatable)",
+    )
+    p.add_argument(
+        "--dir", metavar="PATH",
+        help="parent folder of the temporary stores (default: the system temp folder); "
+        "its filesystem is printed",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the temporary stores")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    p.add_argument(
+        "--profile-write", action="store_true",
+        help="diagnostic: break a durable write down (YAML, sidecar, validation, fsyncs …), "
+        "cProfile it, and time fsync protocol variants",
+    )
+    p.add_argument(
+        "--profile-start", action="store_true",
+        help="diagnostic: -X importtime top offenders and the phases of `phaselog read`'s start",
+    )
+    p.add_argument("--profile", action="store_true", help="both diagnostics")
+    return p.parse_args(argv)
+
+
+def _progress(name: str) -> Callable[[str], None]:
+    def report(msg: str) -> None:
+        print(f"[bench] {name}: {msg}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _run_one(name: str, workdir: Path, cfg: dict[str, int]) -> Section:
+    from bench import bench_list, bench_read, bench_start, bench_status, bench_write
+
+    modules: dict[str, Any] = {
+        "write": bench_write,
+        "read": bench_read,
+        "status": bench_status,
+        "list": bench_list,
+        "start": bench_start,
+    }
+    return modules[name].run(workdir, progress=_progress(name), **cfg)  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run what was asked; print the figures."""
+    args = parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    started = time.perf_counter()
+    workdir = _data.make_workdir(args.dir)
+    profiling = args.profile or args.profile_write or args.profile_start
+    print(f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), "
+          f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    for line in _data.environment():
+        print(f"  {line}")
+    print(f"  work folder {workdir} on {_data.filesystem_of(workdir)}")
+    print("  figures: median and p90 per operation; ratio = median(subject) / median(baseline), "
+          "both measured in this run")
+    sys.stdout.flush()
+    sections: list[Section] = []
+    try:
+        if profiling:
+            if args.profile or args.profile_write:
+                from bench import profile_write
+
+                profile_write.run(workdir, quick=args.quick)
+            if args.profile or args.profile_start:
+                from bench import profile_start
+
+                profile_start.run(workdir, quick=args.quick)
+        else:
+            table = QUICK if args.quick else FULL
+            for name in args.only or NAMES:
+                print(f"[bench] {name} …", file=sys.stderr, flush=True)
+                section = _run_one(name, workdir, table[name])
+                sections.append(section)
+                print_section(section)
+                sys.stdout.flush()
+            print_summary(sections)
+    finally:
+        if args.keep:
+            print(f"\n(kept {workdir})")
+        else:
+            _data.cleanup(workdir)
+    if args.json:
+        doc = {"mode": mode, "environment": _data.environment(),
+               "sections": [s.to_json() for s in sections]}
+        Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

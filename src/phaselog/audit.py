@@ -1,0 +1,199 @@
+"""The audit trail: the decision log, the history timeline, and forks.
+
+All of it is derived from the records: a refused write can never change the decision log (seed
+002 wrote its log before validating), and history is the records themselves, in time order.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from phaselog.errors import InvalidRecord, Prerequisite, UsageError
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.records import Checkpoint, format_timestamp
+
+DECISION_LOG_VERSION = "1.0"
+_KIND_ORDER = {"marker": 0, "progress": 1, "checkpoint": 2, "approval": 3}
+
+
+class AuditMixin:
+    """Decision log, history and fork methods of :class:`phaselog.ledger.Ledger`."""
+
+    store: Any
+    clock: Callable[[], datetime]
+
+    # provided by Ledger and the other mixins
+    def run_records(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def event_index(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def approvals(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def markers(self, ticket_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def pipeline_for(self, ticket_id: str, run_id: str, requested: Any = None) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def can_skip_to(self, ticket_id: str, run_id: str, phase: Any, **kw: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def status(self, ticket_id: str, run_id: str, **kw: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def _write(self, *args: Any, **kw: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- decision log -------------------------------------------------------------------------------
+    def decisions(self, ticket_id: str) -> dict[str, Any]:
+        """The ticket's merged decision log in seed 002's shape (version, ticket, decisions).
+
+        Deduplicated by ``decision_id``: the first record (by checkpoint time, then run, phase,
+        attempt) wins; a later record with the same id and different content is reported under
+        ``conflicts``. Only completed checkpoints contribute.
+        """
+        ticket_id = validate_ticket_id(ticket_id)
+        sources: list[Checkpoint] = []
+        for run_id in self.store.runs(ticket_id):
+            items, _damaged = self.run_records(ticket_id, run_id)
+            sources.extend(s.record for s in items if s.record.completed and s.record.decisions)
+        sources.sort(key=lambda c: (c.timestamp_utc, c.run_id, c.phase_ordinal, c.attempt_number))
+        merged: dict[str, dict[str, Any]] = {}
+        conflicts: list[dict[str, Any]] = []
+        for cp in sources:
+            ref = {
+                "run_id": cp.run_id, "phase": cp.phase, "attempt_number": cp.attempt_number,
+                "content_hash": cp.content_hash, "checkpoint_path": self.store.location(cp),
+            }
+            for d in cp.decisions:
+                body = json.loads(json.dumps(d))
+                did = str(body.get("decision_id"))
+                if did not in merged:
+                    merged[did] = {**body, "source": ref}
+                    continue
+                first = {k: v for k, v in merged[did].items() if k != "source"}
+                if first != body:
+                    conflicts.append(
+                        {"decision_id": did, "kept": merged[did]["source"], "ignored": ref,
+                         "message": f"decision {did} recorded again with different content; the first record wins"}
+                    )
+        return {
+            "version": DECISION_LOG_VERSION,
+            "ticket": ticket_id,
+            "decisions": list(merged.values()),
+            "conflicts": conflicts,
+        }
+
+    # -- history ------------------------------------------------------------------------------------
+    def history(
+        self, ticket_id: str, run_id: str | None = None, phase: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every record of a ticket (or run / phase) in time order: marker revisions, progress
+        events, checkpoints (completed and failed) and approvals."""
+        ticket_id = validate_ticket_id(ticket_id)
+        runs = [normalize_run_id(run_id)] if run_id is not None else self.store.runs(ticket_id)
+        out: list[dict[str, Any]] = []
+        if run_id is None and phase is None:
+            for m in self.markers(ticket_id):
+                out.append(_entry(m.timestamp, "marker", None, None, None, None,
+                                  f"ticket marker revision {m.revision}: {m.title!r} ({m.pipeline})",
+                                  m.content_hash, m.to_json()))
+        for rid in runs:
+            phase_name = self.pipeline_for(ticket_id, rid).phase(phase).name if phase is not None else None
+            items, damaged = self.run_records(ticket_id, rid)
+            for s in items:
+                cp = s.record
+                if phase_name and cp.phase != phase_name:
+                    continue
+                what = "completed" if cp.completed else f"failed: {cp.error}"
+                out.append(_entry(cp.timestamp_utc, "checkpoint", rid, cp.phase, cp.attempt_number, None,
+                                  f"{cp.phase} attempt {cp.attempt_number} {what}", cp.content_hash,
+                                  {**cp.to_json(), "checkpoint_path": s.location}, ordinal=cp.phase_ordinal))
+            for (ordinal, attempt), events in self.event_index(ticket_id, rid).items():
+                for ev in events:
+                    if phase_name and ev.phase != phase_name:
+                        continue
+                    detail = f" step {ev.step}" if ev.step is not None else ""
+                    out.append(_entry(ev.timestamp, "progress", rid, ev.phase, attempt, ev.seq,
+                                      f"{ev.phase} attempt {attempt} {ev.event}{detail}", ev.content_hash,
+                                      ev.to_json(), ordinal=ordinal))
+            for a in self.approvals(ticket_id, rid):
+                if phase_name and a.phase != phase_name:
+                    continue
+                verb = "approved" if a.approved else "rejected"
+                note = f": {a.comment}" if a.comment else ""
+                out.append(_entry(a.timestamp, "approval", rid, a.phase, a.attempt_number, a.seq,
+                                  f"{a.phase} attempt {a.attempt_number} {verb} by {a.by}{note}",
+                                  a.content_hash, a.to_json(), ordinal=a.phase_ordinal))
+            for d in damaged:
+                out.append({"at": None, "kind": "damaged", "run_id": rid, "phase": d.phase,
+                            "attempt_number": d.attempt_number, "seq": None,
+                            "summary": f"damaged: {d.location}: {d.message}", "hash": None, "record": d.to_json()})
+        out.sort(key=lambda e: (e["at"] or "", _KIND_ORDER.get(e["kind"], 9), e["run_id"] or "",
+                                e.pop("_ordinal", 0), e["attempt_number"] or 0, e["seq"] or 0))
+        return out
+
+    # -- fork -----------------------------------------------------------------------------------------
+    def fork(
+        self, ticket_id: str, run_id: str, *, through: str | int, new_run_id: str | None = None
+    ) -> tuple[str, list[Any]]:
+        """Start a new run whose phases up to ``through`` reuse this run's checkpoints.
+
+        Every reused checkpoint must be completed, current and valid (checked first: nothing is
+        written otherwise). The new run's checkpoints record ``forked_from`` (the source run,
+        attempt and content hash), so ``verify`` can check the lineage and approvals carry over.
+        """
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        pl = self.pipeline_for(ticket_id, run_id)
+        last = pl.phase(through)
+        following = pl.phase_by_ordinal(last.ordinal + 1)
+        decision = self.can_skip_to(ticket_id, run_id, following.name) if following else None
+        if decision is not None:
+            blockers = list(decision.blockers)
+        else:  # forking through the last phase: every phase must be complete
+            st = self.status(ticket_id, run_id)
+            blockers = [p for p in st.phases if p.state != "completed"]
+        if blockers:
+            details = [{"phase": b.phase, "state": b.state, "reason": b.reason or b.state} for b in blockers]
+            raise Prerequisite(
+                f"cannot fork run {run_id} through {last.name}: "
+                + "; ".join(f"{d['phase']} is {d['state']} ({d['reason']})" for d in details),
+                blockers=details,
+            )
+        target = normalize_run_id(new_run_id) if new_run_id is not None else str(uuid.uuid4())
+        if target == run_id:
+            raise UsageError("--new-run-id must differ from the source run", field="new_run_id")
+        if self.store.attempts(ticket_id, target):
+            raise InvalidRecord(f"run {target} already has checkpoints; fork into a new run id",
+                                errors=[{"field": "new_run_id", "rule": "fresh_run", "message": "run exists"}])
+        st = self.status(ticket_id, run_id)
+        written = []
+        for ps in st.phases:
+            if ps.ordinal > last.ordinal:
+                break
+            src = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt).record
+            result = self._write(
+                ticket_id, target, src.phase, dict(src.phase_payload or {}),
+                repo_commit_map=dict(src.repo_commit_map), artifact_paths=list(src.artifact_paths),
+                timestamp=src.timestamp_utc, pipeline=pl, decisions=list(src.decisions),
+                forked_from={"ticket_id": ticket_id, "run_id": run_id, "phase": src.phase,
+                             "attempt_number": src.attempt_number, "content_hash": src.content_hash},
+                check_prerequisites=False,
+            )
+            written.append(result)
+        return target, written
+
+
+def _entry(at: datetime, kind: str, run_id: str | None, phase: str | None, attempt: int | None,
+           seq: int | None, summary: str, digest: str, record: dict[str, Any], *, ordinal: int = 0) -> dict[str, Any]:
+    return {"at": format_timestamp(at), "kind": kind, "run_id": run_id, "phase": phase,
+            "attempt_number": attempt, "seq": seq, "summary": summary, "hash": digest,
+            "record": record, "_ordinal": ordinal}
+

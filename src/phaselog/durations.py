@@ -1,0 +1,47 @@
+"""Durations on the command line: ``90s``, ``45m``, ``1h30m``, ``30d``, ``2w``, ``500ms``.
+
+A bare number means seconds. Twenty lines of regex instead of a dependency: the grammar is this
+small, and the error must name the option and show the accepted forms.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from phaselog.errors import UsageError
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str, *, field: str = "duration") -> timedelta:
+    """Parse ``text`` into a timedelta; UsageError naming ``field`` if it is not a duration."""
+    s = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", s):
+        return timedelta(seconds=float(s))
+    pos, total, parts = 0, 0.0, 0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos, parts = m.end(), parts + 1
+    if not s or pos != len(s) or parts == 0:
+        raise UsageError(
+            f"{field}: {text!r} is not a duration; use e.g. 90s, 45m, 1h30m, 30d, 2w",
+            field=field, rule="duration",
+        )
+    return timedelta(seconds=total)
+
+
+def format_duration(td: timedelta) -> str:
+    """Render a timedelta compactly (``1h30m``, ``45s``)."""
+    secs = int(td.total_seconds())
+    if secs < 60:
+        return f"{td.total_seconds():g}s"
+    out = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        q, secs = divmod(secs, size)
+        if q:
+            out.append(f"{q}{unit}")
+    return "".join(out)

@@ -1,0 +1,147 @@
+"""Approval gates (seed 002): immutable approvals bound to a checkpoint's content hash.
+
+A phase whose manifest says ``requires_approval: true`` is ``awaiting_approval`` once a completed
+checkpoint exists, until a person approves that exact checkpoint. A rejection is final for the
+attempt it judges: the phase stays ``rejected`` until a new attempt is written and approved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.pipelines import Phase
+from phaselog.records import Approval
+from phaselog.state import APPROVED, REJECTED
+
+_KIND = "approvals"
+MAX_BY = 200
+MAX_COMMENT = 10_000
+
+
+class GateRefused(PhaselogError, ValueError):
+    """The approval cannot be recorded (not gated, rejected already, not completed …)."""
+
+    error_code = "gate"
+
+
+def judge(approvals: Iterable[Approval]) -> dict[str, str]:
+    """Map checkpoint content hash → ``approved`` / ``rejected``; any rejection wins."""
+    out: dict[str, str] = {}
+    for a in sorted(approvals, key=lambda a: a.seq):
+        if not a.approved:
+            out[a.checkpoint_hash] = REJECTED
+        elif out.get(a.checkpoint_hash) != REJECTED:
+            out[a.checkpoint_hash] = APPROVED
+    return out
+
+
+def _check_person(by: str) -> str:
+    if not isinstance(by, str) or not by.strip():
+        raise UsageError("--by: name who approves (must not be empty)", field="by", rule="required")
+    if len(by) > MAX_BY or any(ord(c) < 32 for c in by):
+        raise UsageError(f"--by: at most {MAX_BY} printable characters", field="by", rule="format")
+    return by.strip()
+
+
+class GatesMixin:
+    """Approval methods of :class:`phaselog.ledger.Ledger`."""
+
+    store: Any
+    clock: Callable[[], datetime]
+
+    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any) -> Phase:  # pragma: no cover - provided by Ledger
+        raise NotImplementedError
+
+    def approvals(self, ticket_id: str, run_id: str) -> list[Approval]:
+        """Every approval and rejection of a run, in the order they were recorded."""
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        out = []
+        for _name, location, data in self.store.entries(_KIND, ticket_id, run_id):
+            if isinstance(data, Corrupt):
+                raise data
+            try:
+                out.append(Approval.from_json(json.loads(data)))
+            except (ValueError, Corrupt) as exc:
+                raise Corrupt(f"{location}: damaged approval ({exc})", path=location) from None
+        return sorted(out, key=lambda a: a.seq)
+
+    def approve(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        by: str,
+        comment: str | None = None,
+        attempt: int | None = None,
+        decision: str = "approve",
+        pipeline: Any = None,
+    ) -> tuple[Approval, list[str]]:
+        """Record that ``by`` approves (or rejects) a checkpoint of a gated phase.
+
+        ``attempt`` defaults to the latest completed attempt. Returns the approval and warnings
+        (approving a superseded attempt is recorded but does not approve the phase).
+        """
+        if decision not in ("approve", "reject"):
+            raise UsageError("decision must be approve or reject", field="decision")
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        by = _check_person(by)
+        if comment is not None and len(comment) > MAX_COMMENT:
+            raise UsageError(f"--comment: at most {MAX_COMMENT} characters", field="comment", rule="max_length")
+        ph = self._phase(ticket_id, run_id, phase, pipeline)
+        if not ph.requires_approval:
+            raise GateRefused(
+                f"phase {ph.name} has no approval gate (requires_approval is false in its pipeline)",
+                phase=ph.name, rule="not_gated",
+            )
+        refs = [r for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal]
+        completed = sorted(r.attempt_number for r in refs if r.completed)
+        if attempt is None:
+            if not completed:
+                raise NotFound(f"phase {ph.name} has no completed checkpoint to judge", phase=ph.name)
+            attempt = completed[-1]
+        if attempt not in {r.attempt_number for r in refs}:
+            raise NotFound(f"no attempt {attempt} of phase {ph.name}", phase=ph.name, attempt_number=attempt)
+        if attempt not in completed:
+            raise GateRefused(
+                f"attempt {attempt} of phase {ph.name} failed; only completed checkpoints can be judged",
+                rule="not_completed",
+            )
+        target = self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt).record
+        warnings = []
+        if attempt != completed[-1]:
+            warnings.append(
+                f"attempt {attempt} is superseded by attempt {completed[-1]}; this judgement does not "
+                "change the phase's state"
+            )
+        for _ in range(1000):
+            existing = self.approvals(ticket_id, run_id)
+            mine = [a for a in existing if a.checkpoint_hash == target.content_hash]
+            if decision == "approve" and any(not a.approved for a in mine):
+                raise GateRefused(
+                    f"attempt {attempt} of phase {ph.name} was rejected; write a new attempt and approve that",
+                    rule="rejected",
+                )
+            seq = (existing[-1].seq if existing else 0) + 1
+            approval = Approval(
+                ticket_id=ticket_id, run_id=run_id, phase=ph.name, phase_ordinal=ph.ordinal,
+                attempt_number=attempt, checkpoint_hash=target.content_hash, decision=decision,
+                by=by, timestamp=self.clock(), seq=seq, comment=comment,
+            )
+            name = f"{seq:06d}_{ph.ordinal:03d}_{ph.name}_a{attempt:06d}"
+            try:
+                self.store.put_entry(_KIND, ticket_id, run_id, name,
+                                     (json.dumps(approval.to_json(), ensure_ascii=False) + "\n").encode())
+            except AlreadyExists:
+                continue  # a concurrent approval took the number: re-read, retry
+            return approval, warnings
+        raise Conflict("could not record the approval")
+
+    def reject(self, ticket_id: str, run_id: str, phase: str | int, **kw: Any) -> tuple[Approval, list[str]]:
+        """Record a rejection (see :meth:`approve`)."""
+        return self.approve(ticket_id, run_id, phase, decision="reject", **kw)

@@ -1,0 +1,91 @@
+"""The ticket marker (seed 002's project.json): a ticket's identity, recorded once.
+
+``init`` with the same identity is a no-op that returns the marker; another pipeline is refused;
+a new title or new metadata is appended as a revision (nothing is overwritten).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from phaselog.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
+from phaselog.ids import validate_ticket_id
+from phaselog.records import Marker
+
+_KIND = "markers"
+MAX_TITLE = 500
+
+
+class MarkersMixin:
+    """Ticket-marker methods of :class:`phaselog.ledger.Ledger`."""
+
+    store: Any
+    clock: Callable[[], datetime]
+
+    def load_pipeline(self, pipeline: Any) -> Any:  # pragma: no cover - provided by Ledger
+        raise NotImplementedError
+
+    def markers(self, ticket_id: str) -> list[Marker]:
+        """Every revision of a ticket's marker, oldest first (empty if never initialised)."""
+        ticket_id = validate_ticket_id(ticket_id)
+        out = []
+        for _name, location, data in self.store.entries(_KIND, ticket_id, None):
+            if isinstance(data, Corrupt):
+                raise data
+            try:
+                out.append(Marker.from_json(json.loads(data)))
+            except (ValueError, Corrupt) as exc:
+                raise Corrupt(f"{location}: damaged ticket marker ({exc})", path=location) from None
+        return sorted(out, key=lambda m: m.revision)
+
+    def marker(self, ticket_id: str) -> Marker | None:
+        """The current revision of a ticket's marker, or None."""
+        revs = self.markers(ticket_id)
+        return revs[-1] if revs else None
+
+    def init_ticket(
+        self,
+        ticket_id: str,
+        *,
+        title: str,
+        pipeline: Any = None,
+        meta: Mapping[str, str] | None = None,
+    ) -> tuple[Marker, bool]:
+        """Record (or confirm) a ticket's identity; returns the marker and whether it changed."""
+        ticket_id = validate_ticket_id(ticket_id)
+        if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
+            raise UsageError(f"--title: 1-{MAX_TITLE} characters", field="title", rule="required")
+        for k, v in (meta or {}).items():
+            if not isinstance(k, str) or not k or not isinstance(v, str):
+                raise UsageError(f"--meta: keys and values must be strings (got {k!r})", field="meta")
+        for _ in range(1000):
+            current = self.marker(ticket_id)
+            if current is None:
+                pl = self.load_pipeline(pipeline)
+                new = Marker(ticket_id, 1, title, pl.name, dict(meta or {}), self.clock())
+            else:
+                if pipeline is not None:
+                    wanted = pipeline if isinstance(pipeline, str) else pipeline.name
+                    if wanted != current.pipeline:
+                        raise PipelineMismatch(
+                            f"ticket {ticket_id} follows pipeline {current.pipeline!r}, not {wanted!r}; "
+                            "a ticket's pipeline is part of its identity",
+                            recorded=current.pipeline, requested=wanted,
+                        )
+                merged = {**current.meta, **(meta or {})}
+                if title == current.title and merged == dict(current.meta):
+                    return current, False
+                new = Marker(
+                    ticket_id, current.revision + 1, title, current.pipeline, merged, self.clock(),
+                    prev_hash=current.content_hash,
+                )
+            try:
+                self.store.put_entry(_KIND, ticket_id, None, f"rev_{new.revision:06d}",
+                                     (json.dumps(new.to_json(), ensure_ascii=False) + "\n").encode())
+            except AlreadyExists:
+                continue
+            return new, True
+        raise Conflict("could not record the ticket marker")

@@ -1,0 +1,379 @@
+"""Progress events inside a running attempt (seed 003's mid-execution checkpoints).
+
+An attempt is *in flight* from its ``start`` event until a checkpoint (completed or failed) is
+written for it. Events are immutable, numbered 1, 2, 3 … within the attempt (two events in the
+same nanosecond never collide), and carry the step, cumulative tokens, elapsed seconds since
+``start`` and, optionally, the accumulated output with its SHA-256 and byte length.
+
+Seed 003's API maps onto this one (see docs/progress.md):
+
+==========================  =====================================================
+seed 003                    phaselog
+==========================  =====================================================
+``Save(workDir, cp)``       ``ledger.progress(ticket, run, phase, "step", ...)``
+``Load(workDir)``           ``ledger.progress_latest(ticket, run, phase)``
+``Exists(workDir)``         ``ledger.in_flight(ticket, run)`` has the phase
+``Clear(workDir)``          write the attempt's checkpoint (nothing is deleted)
+``SaveHistoryEntry``        every event is a history entry already
+``ListHistory``             ``ledger.progress_events(ticket, run, phase, attempt)``
+``LoadHistoryEntry(id)``    ``ledger.progress_event(ticket, run, phase, attempt, seq)``
+``HashOutput(s)``           ``hashlib.sha256(s.encode()).hexdigest()`` (stored for you)
+==========================  =====================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from phaselog.errors import (
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    InvalidRecord,
+    NotFound,
+    TooLarge,
+    UsageError,
+)
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.pipelines import Phase
+from phaselog.records import EVENTS, ProgressEvent
+
+DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+#: An in-flight attempt whose last event is older than this is reported ``abandoned``.
+DEFAULT_STALE_AFTER = timedelta(hours=1)
+TERMINAL_EVENTS = ("complete", "fail", "skip")
+_KIND = "progress"
+
+
+def event_name(ordinal: int, phase: str, attempt: int, seq: int) -> str:
+    """The entry name of an event: sorts by phase, attempt, then sequence number."""
+    return f"{ordinal:03d}_{phase}_a{attempt:06d}_s{seq:09d}"
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), or None if it does not exist."""
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+@dataclass(frozen=True)
+class Flight:
+    """The attempt of a phase that is in flight: started, no checkpoint yet."""
+
+    phase: str
+    phase_ordinal: int
+    attempt_number: int
+    events: int
+    last: ProgressEvent
+    start: ProgressEvent | None
+    abandoned: bool = False
+    abandoned_reason: str | None = None
+
+    @property
+    def last_step(self) -> int | None:
+        """The last step number any event recorded."""
+        return self.last.step
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form used in ``status`` and ``resume``."""
+        return {
+            "phase": self.phase,
+            "attempt_number": self.attempt_number,
+            "events": self.events,
+            "last_event": self.last.event,
+            "last_step": self.last.step,
+            "resume_from_step": self.last.step,
+            "elapsed_sec": self.last.elapsed_sec,
+            "tokens": self.last.tokens,
+            "last_event_at": self.last.to_json()["timestamp"],
+            "host": self.start.host if self.start else None,
+            "pid": self.start.pid if self.start else None,
+            "abandoned": self.abandoned,
+            "abandoned_reason": self.abandoned_reason,
+        }
+
+
+def judge_abandoned(
+    flight_start: ProgressEvent | None,
+    last: ProgressEvent,
+    *,
+    now: datetime,
+    stale_after: timedelta,
+    host: str,
+    start_time_of: Callable[[int], float | None],
+) -> str | None:
+    """Why an in-flight attempt is abandoned, or None: its process is provably gone on this host
+    (no such pid, or the pid now belongs to a process that started at another time), or its last
+    event is older than ``stale_after``."""
+    if flight_start is not None and flight_start.host == host and flight_start.pid is not None:
+        started = start_time_of(flight_start.pid)
+        if started is None:
+            return f"process {flight_start.pid} on {host} is gone"
+        if flight_start.process_start is not None and abs(started - flight_start.process_start) > 1.0:
+            return f"pid {flight_start.pid} on {host} now belongs to another process"
+    if last.event in TERMINAL_EVENTS:
+        return None  # ended; waiting for its checkpoint, not abandoned by age
+    age = now - last.timestamp
+    if age > stale_after:
+        return f"no event for {int(age.total_seconds())} s (limit {int(stale_after.total_seconds())} s)"
+    return None
+
+
+class ProgressMixin:
+    """Progress-event methods of :class:`phaselog.ledger.Ledger`."""
+
+    store: Any
+    clock: Callable[[], datetime]
+
+    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any) -> Phase:  # pragma: no cover - provided by Ledger
+        raise NotImplementedError
+
+    # -- reading ------------------------------------------------------------------------------
+    def progress_events(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None,
+        *, pipeline: Any = None,
+    ) -> list[ProgressEvent]:
+        """Every event of an attempt (default: the attempt in flight), oldest first."""
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        ph = self._phase(ticket_id, run_id, phase, pipeline)
+        if attempt is None:
+            flight = self.in_flight(ticket_id, run_id).get(ph.name)
+            if flight is None:
+                raise NotFound(f"no attempt of phase {ph.name} is in flight in run {run_id}", phase=ph.name)
+            attempt = flight.attempt_number
+        return self._events(ticket_id, run_id, ph, attempt)
+
+    def progress_latest(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: Any = None
+    ) -> ProgressEvent:
+        """The latest event of the attempt in flight (seed 003's Load)."""
+        events = self.progress_events(ticket_id, run_id, phase, attempt, pipeline=pipeline)
+        if not events:
+            raise NotFound(f"attempt {attempt} of phase {phase} has no progress events")
+        return events[-1]
+
+    def progress_event(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int, seq: int, *, pipeline: Any = None
+    ) -> ProgressEvent:
+        """One event by its sequence number (seed 003's LoadHistoryEntry)."""
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        ph = self._phase(ticket_id, run_id, phase, pipeline)
+        for ev in self._events(ticket_id, run_id, ph, attempt):
+            if ev.seq == seq:
+                return ev
+        raise NotFound(f"no event {seq} in attempt {attempt} of phase {ph.name}", seq=seq)
+
+    def _started_attempts(self, ticket_id: str, run_id: str, ph: Phase) -> list[int]:
+        """Attempts of ``ph`` that have progress events, from entry names alone (sorted)."""
+        prefix = f"{ph.ordinal:03d}_{ph.name}_a"
+        found = set()
+        for name in self.store.entry_names(_KIND, ticket_id, run_id):
+            if name.startswith(prefix):
+                head = name[len(prefix):].split("_s", 1)[0]
+                if head.isdigit():
+                    found.add(int(head))
+        return sorted(found)
+
+    def _events(self, ticket_id: str, run_id: str, ph: Phase, attempt: int) -> list[ProgressEvent]:
+        prefix = f"{ph.ordinal:03d}_{ph.name}_a{attempt:06d}_s"
+        return [ev for ev in self._all_events(ticket_id, run_id, prefix) if ev.attempt_number == attempt]
+
+    def _all_events(self, ticket_id: str, run_id: str, prefix: str = "") -> list[ProgressEvent]:
+        out = []
+        for _name, location, data in self.store.entries(_KIND, ticket_id, run_id, prefix):
+            if isinstance(data, Corrupt):
+                raise data
+            try:
+                out.append(ProgressEvent.from_json(json.loads(data)))
+            except (ValueError, Corrupt) as exc:
+                raise Corrupt(f"{location}: damaged progress event ({exc})", path=location) from None
+        return out
+
+    def event_index(self, ticket_id: str, run_id: str) -> dict[tuple[int, int], list[ProgressEvent]]:
+        """Every progress event of a run, grouped by (phase ordinal, attempt)."""
+        groups: dict[tuple[int, int], list[ProgressEvent]] = {}
+        for ev in self._all_events(ticket_id, run_id):
+            groups.setdefault((ev.phase_ordinal, ev.attempt_number), []).append(ev)
+        for lst in groups.values():
+            lst.sort(key=lambda e: e.seq)
+        return groups
+
+    def in_flight(
+        self, ticket_id: str, run_id: str, *, stale_after: timedelta | None = None
+    ) -> dict[str, Flight]:
+        """Per phase, the newest attempt that has events but no checkpoint (if any)."""
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        finished = {(r.phase_ordinal, r.attempt_number) for r in self.store.attempts(ticket_id, run_id)}
+        top_checkpoint: dict[int, int] = {}
+        for ordinal, attempt in finished:
+            top_checkpoint[ordinal] = max(top_checkpoint.get(ordinal, 0), attempt)
+        flights: dict[str, Flight] = {}
+        now = self.clock()
+        host = socket.gethostname()
+        for (ordinal, attempt), events in sorted(self.event_index(ticket_id, run_id).items()):
+            if (ordinal, attempt) in finished or attempt < top_checkpoint.get(ordinal, 0):
+                continue
+            start = next((e for e in events if e.event == "start"), None)
+            last = events[-1]
+            reason = judge_abandoned(
+                start, last, now=now, stale_after=stale_after or _stale_after_default(),
+                host=host, start_time_of=process_start_time,
+            )
+            flights[last.phase] = Flight(
+                last.phase, ordinal, attempt, len(events), last, start, reason is not None, reason
+            )
+        return flights
+
+    # -- writing ------------------------------------------------------------------------------
+    def progress(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        event: str,
+        *,
+        attempt: int | None = None,
+        step: int | None = None,
+        output: str | bytes | None = None,
+        tokens: int | None = None,
+        provider: str | None = None,
+        status: str | None = None,
+        pid: int | None = None,
+        pipeline: Any = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> ProgressEvent:
+        """Append a progress event to the attempt in flight (``start`` opens a new attempt)."""
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        if event not in EVENTS:
+            raise UsageError(f"--event must be one of {', '.join(EVENTS)} (got {event!r})", field="event")
+        for name, value in (("step", step), ("tokens", tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidRecord(
+                    f"{name}: must be an integer >= 0 (got {value!r})",
+                    errors=[{"field": name, "rule": "minimum", "message": "must be >= 0"}],
+                )
+        text: str | None = None
+        if output is not None:
+            raw = output if isinstance(output, bytes) else output.encode("utf-8")
+            if len(raw) > max_output_bytes:
+                raise TooLarge(
+                    f"output: {len(raw)} bytes exceeds the cap of {max_output_bytes} bytes; nothing was written",
+                    field="output", rule="max_output_bytes", limit=max_output_bytes,
+                )
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidRecord(
+                    "output: must be UTF-8 text", errors=[{"field": "output", "rule": "utf8", "message": "not UTF-8"}]
+                ) from None
+        ph = self._phase(ticket_id, run_id, phase, pipeline)
+        for _ in range(1000):
+            number, history = self._target_attempt(ticket_id, run_id, ph, event, attempt)
+            ev = self._build_event(
+                ticket_id, run_id, ph, number, history, event, step, text, tokens, provider, status, pid
+            )
+            try:
+                self.store.put_entry(_KIND, ticket_id, run_id, event_name(ph.ordinal, ph.name, number, ev.seq),
+                                     (json.dumps(ev.to_json(), ensure_ascii=False) + "\n").encode())
+            except AlreadyExists:
+                continue  # another writer took this sequence number: re-read, retry
+            return ev
+        raise Conflict(f"could not append a progress event to phase {ph.name}")
+
+    def _target_attempt(
+        self, ticket_id: str, run_id: str, ph: Phase, event: str, attempt: int | None
+    ) -> tuple[int, list[ProgressEvent]]:
+        checkpoints = {r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal}
+        groups = {a: evs for (o, a), evs in self.event_index(ticket_id, run_id).items() if o == ph.ordinal}
+        top = max([*checkpoints, *groups.keys()], default=0)
+        if attempt is None:
+            if event == "start":
+                return top + 1, []
+            open_attempts = [a for a in groups if a not in checkpoints and a >= max(checkpoints, default=0)]
+            if not open_attempts:
+                raise NotFound(
+                    f"no attempt of phase {ph.name} is in flight; send --event start first",
+                    phase=ph.name, rule="no_attempt_in_flight",
+                )
+            attempt = max(open_attempts)
+        if attempt in checkpoints:
+            raise Conflict(
+                f"attempt {attempt} of phase {ph.name} already has its checkpoint; progress goes to a new attempt "
+                "(--event start)",
+                attempt_number=attempt, rule="attempt_finished",
+            )
+        history = groups.get(attempt, [])
+        if event == "start":
+            if history:
+                raise AlreadyExists(f"attempt {attempt} of phase {ph.name} has already started", attempt_number=attempt)
+            if attempt < top:
+                raise Conflict(
+                    f"attempt {attempt} is below the latest attempt {top} of phase {ph.name}; attempts only rise",
+                    rule="not_monotonic",
+                )
+        elif not history:
+            raise NotFound(
+                f"attempt {attempt} of phase {ph.name} has not started; send --event start first",
+                rule="not_started",
+            )
+        elif history[-1].event in TERMINAL_EVENTS:
+            raise Conflict(
+                f"attempt {attempt} of phase {ph.name} already ended with '{history[-1].event}'; "
+                "write its checkpoint or start a new attempt",
+                rule="attempt_ended",
+            )
+        return attempt, history
+
+    def _build_event(
+        self, ticket_id: str, run_id: str, ph: Phase, attempt: int, history: list[ProgressEvent], event: str,
+        step: int | None, text: str | None, tokens: int | None, provider: str | None, status: str | None,
+        pid: int | None,
+    ) -> ProgressEvent:
+        now = self.clock()
+        last = history[-1] if history else None
+        start = history[0] if history else None
+        if tokens is not None and last is not None and last.tokens is not None and tokens < last.tokens:
+            raise InvalidRecord(
+                f"tokens: is the cumulative count and cannot drop ({tokens} < {last.tokens})",
+                errors=[{"field": "tokens", "rule": "cumulative", "message": "cannot decrease"}],
+            )
+        host = pid_ = started = None
+        if event == "start":
+            host = socket.gethostname()
+            pid_ = pid if pid is not None else os.getpid()
+            started = process_start_time(pid_)
+        elapsed = round(max((now - start.timestamp).total_seconds(), 0.0), 6) if start else 0.0
+        return ProgressEvent(
+            ticket_id=ticket_id, run_id=run_id, phase=ph.name, phase_ordinal=ph.ordinal,
+            attempt_number=attempt, seq=len(history) + 1, event=event, timestamp=now,
+            step=step if step is not None else (last.step if last else None),
+            status=status, provider=provider if provider is not None else (last.provider if last else None),
+            tokens=tokens if tokens is not None else (last.tokens if last else None),
+            elapsed_sec=elapsed,
+            output=text,
+            output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if text is not None else None,
+            output_length=len(text.encode("utf-8")) if text is not None else None,
+            host=host, pid=pid_, process_start=started,
+            prev_hash=last.content_hash if last else None,
+        )
+
+
+def _stale_after_default() -> timedelta:
+    raw = os.environ.get("PHASELOG_PROGRESS_STALE_AFTER")
+    if raw:
+        from phaselog.durations import parse_duration
+
+        return parse_duration(raw, field="PHASELOG_PROGRESS_STALE_AFTER")
+    return DEFAULT_STALE_AFTER
+
