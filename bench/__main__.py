@@ -1,10 +1,10 @@
 """``python -m bench``: run the benchmarks and print medians, p90s and ratios to baselines.
 
-    python -m bench                      # everything, a few minutes on 2 cores
-    python -m bench --quick              # small counts, under a minute (smoke test)
-    python -m bench --only write,start   # some benchmarks
-    python -m bench --profile-write      # diagnostic: where a write's time goes
-    python -m bench --profile-start      # diagnostic: where `phaselog read`'s start-up goes
+python -m bench                      # everything, a few minutes on 2 cores
+python -m bench --quick              # small counts, under a minute (smoke test)
+python -m bench --only write,start   # some benchmarks
+python -m bench --profile-write      # diagnostic: where a write's time goes
+python -m bench --profile-start      # diagnostic: where `phaselog read`'s start-up goes
 """
 
 from __future__ import annotations
@@ -55,23 +55,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="small counts (< 60 s): a smoke test")
     p.add_argument(
-        "--only", type=_parse_only, action="extend", metavar="NAMES",
+        "--only",
+        type=_parse_only,
+        action="extend",
+        metavar="NAMES",
         help=f"comma-separated subset of: {', '.join(NAMES)} (repeatable)",
     )
     p.add_argument(
-        "--dir", metavar="PATH",
+        "--dir",
+        metavar="PATH",
         help="parent folder of the temporary stores (default: the system temp folder); "
         "its filesystem is printed",
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary stores")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
     p.add_argument(
-        "--profile-write", action="store_true",
+        "--profile-write",
+        action="store_true",
         help="diagnostic: break a durable write down (YAML, sidecar, validation, fsyncs …), "
         "cProfile it, and time fsync protocol variants",
     )
     p.add_argument(
-        "--profile-start", action="store_true",
+        "--profile-start",
+        action="store_true",
         help="diagnostic: -X importtime top offenders and the phases of `phaselog read`'s start",
     )
     p.add_argument("--profile", action="store_true", help="both diagnostics")
@@ -105,13 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     workdir = _data.make_workdir(args.dir)
     profiling = args.profile or args.profile_write or args.profile_start
-    print(f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), "
-          f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+    print(
+        f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )
     for line in _data.environment():
         print(f"  {line}")
     print(f"  work folder {workdir} on {_data.filesystem_of(workdir)}")
-    print("  figures: median and p90 per operation; ratio = median(subject) / median(baseline), "
-          "both measured in this run")
+    print(
+        "  figures: median and p90 per operation; ratio = median(subject) / median(baseline), "
+        "both measured in this run"
+    )
     sys.stdout.flush()
     sections: list[Section] = []
     try:
@@ -139,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _data.cleanup(workdir)
     if args.json:
-        doc = {"mode": mode, "environment": _data.environment(),
-               "sections": [s.to_json() for s in sections]}
+        doc = {
+            "mode": mode,
+            "environment": _data.environment(),
+            "sections": [s.to_json() for s in sections],
+        }
         Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
     return 0

@@ -64,7 +64,10 @@ PAYLOADS: dict[str, dict[str, Any]] = {
         "pr_number": 2143,
         "head_sha": SHA_A,
     },
-    "pr_release_ready": {"last_review_sha": SHA_A, "issue_fingerprints": ["review:naming:src/a.py"]},
+    "pr_release_ready": {
+        "last_review_sha": SHA_A,
+        "issue_fingerprints": ["review:naming:src/a.py"],
+    },
     "ready_for_merge": {"label_applied_at": "2026-02-09T18:01:58Z"},
 }
 
@@ -155,7 +158,7 @@ def cleanup(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def filesystem_of(path: Path) -> str:
+def filesystem_of(path: Path, *, options: bool = True) -> str:
     """``ext4 on /dev/vda at / (rw,relatime,…)``: the mount holding ``path``, from /proc/mounts."""
     target = os.path.realpath(path)
     best: tuple[str, str, str, str] | None = None
@@ -172,7 +175,7 @@ def filesystem_of(path: Path) -> str:
     if best is None:
         return "unknown filesystem"
     dev, mnt, fstype, opts = best
-    return f"{fstype} on {dev} at {mnt} ({opts})"
+    return f"{fstype} on {dev} at {mnt}" + (f" ({opts})" if options else "")
 
 
 def _git(*args: str) -> str:

@@ -203,4 +203,5 @@ def print_summary(sections: list[Section], out: Callable[[str], None] = print) -
     for s in sections:
         for r in s.ratios:
             goal = f"<= {fmt_ratio(r.goal)}  {r.verdict}" if r.goal is not None else "-"
-            out(f"   {s.key:<9} {r.subject + ' / ' + r.baseline:<46} {fmt_ratio(r.value):>8}  {goal}")
+            pair = f"{r.subject} / {r.baseline}"
+            out(f"   {s.key:<9} {pair:<46} {fmt_ratio(r.value):>8}  {goal}")

@@ -13,9 +13,7 @@ TICKET = "BENCH-4"
 PAGE = 100
 
 
-def run(
-    workdir: Path, *, rounds: int, checkpoints: int = 10_000, progress: Any = None
-) -> Section:
+def run(workdir: Path, *, rounds: int, checkpoints: int = 10_000, progress: Any = None) -> Section:
     """Build the ticket once (Ledger.write, fsync off), then time listings of it."""
     root = workdir / "list-store"
     ledger = _data.open_ledger(root, clock=_data.Clock())
@@ -24,28 +22,45 @@ def run(
         runs = _data.build_ticket(ledger, TICKET, checkpoints)
     built_s = time.perf_counter() - t0
     page = ledger.list(TICKET)
-    assert len(page.items) == checkpoints and not page.damaged, (len(page.items), page.damaged)
+    assert len(page.items) == checkpoints, len(page.items)
+    assert not page.damaged, page.damaged
     base = str(root / "checkpoints" / TICKET)
     both = [f"{base}/*/phase_*.yaml", f"{base}/*/.meta_*.json"]
     seeds = [f"{base}/*/phase_*.yaml"]
     files = _raw.glob_read(both, parse=False)
 
     contestants = [
-        Contestant("list", f"Ledger.list, all {checkpoints:,} checkpoints", SUBJECT,
-                   lambda _: ledger.list(TICKET)),
-        Contestant("list_page", f"Ledger.list --limit {PAGE} (first page)", INFO,
-                   lambda _: ledger.list(TICKET, limit=PAGE)),
-        Contestant("raw_glob_read", f"raw glob + read of its {files:,} record files", BASELINE,
-                   lambda _: _raw.glob_read(both, parse=False)),
-        Contestant("raw_glob_parse", f"raw glob + read + CSafeLoader parse, {checkpoints:,} YAML",
-                   BASELINE, lambda _: _raw.glob_read(seeds, parse=True)),
+        Contestant(
+            "list",
+            f"Ledger.list, all {checkpoints:,} checkpoints",
+            SUBJECT,
+            lambda _: ledger.list(TICKET),
+        ),
+        Contestant(
+            "list_page",
+            f"Ledger.list --limit {PAGE} (first page)",
+            INFO,
+            lambda _: ledger.list(TICKET, limit=PAGE),
+        ),
+        Contestant(
+            "raw_glob_read",
+            f"raw glob + read of its {files:,} record files",
+            BASELINE,
+            lambda _: _raw.glob_read(both, parse=False),
+        ),
+        Contestant(
+            "raw_glob_parse",
+            f"raw glob + read + CSafeLoader parse, {checkpoints:,} YAML",
+            BASELINE,
+            lambda _: _raw.glob_read(seeds, parse=True),
+        ),
     ]
     section = Section(
         "list",
         f"[4] list: Ledger.list of a ticket with {checkpoints:,} checkpoints in {runs:,} runs "
         f"({len(_data.LIST_RUN_SHAPE)} per run)",
         [
-            f"store {root} on {_data.filesystem_of(root)} (warm page cache)",
+            f"store {root} on {_data.filesystem_of(root, options=False)} (warm page cache)",
             f"built once with Ledger.write (fsync off, one sync at the end) in {built_s:.1f} s",
             f"{rounds} rounds, interleaved; record files = seed YAML + JSON sidecar per checkpoint",
         ],

@@ -26,16 +26,25 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
 
     contestants = [
         Contestant(
-            "read", "Ledger.read, latest attempt of implement", SUBJECT,
-            lambda _: ledger.read(TICKET, run_uuid, "implement"), inner=INNER,
+            "read",
+            "Ledger.read, latest attempt of implement",
+            SUBJECT,
+            lambda _: ledger.read(TICKET, run_uuid, "implement"),
+            inner=INNER,
         ),
         Contestant(
-            "store_get", "FilesStore.get of that attempt (no Ledger)", INFO,
-            lambda _: store.get(TICKET, run_uuid, 1, "implement", 2), inner=INNER,
+            "store_get",
+            "FilesStore.get of that attempt (no Ledger)",
+            INFO,
+            lambda _: store.get(TICKET, run_uuid, 1, "implement", 2),
+            inner=INNER,
         ),
         Contestant(
-            "raw_read", "raw open + read + CSafeLoader parse, same file", BASELINE,
-            lambda _: _raw.read_parse(path), inner=INNER,
+            "raw_read",
+            "raw open + read + CSafeLoader parse, same file",
+            BASELINE,
+            lambda _: _raw.read_parse(path),
+            inner=INNER,
         ),
     ]
     section = Section(
@@ -43,8 +52,8 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         f"[2] read: Ledger.read of the latest attempt ({Path(path).stat().st_size}-byte YAML "
         "+ sidecar; run has 3 records)",
         [
-            f"store {root} on {_data.filesystem_of(root)} (warm page cache)",
-            f"{rounds} rounds × {INNER} calls (a sample is their mean), interleaved",
+            f"store {root} on {_data.filesystem_of(root, options=False)} (warm page cache)",
+            f"{rounds} rounds x {INNER} calls (a sample is their mean), interleaved",
         ],
     )
     section.stats = run_interleaved(contestants, rounds, warmup=3, progress=progress)

@@ -63,14 +63,18 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         ("module_read", "python -m phaselog read …", SUBJECT, [py, "-m", "phaselog", *args]),
     ]
     if script is not None:
-        commands.insert(2, ("cli_read", "phaselog read … (console script)", SUBJECT, [script, *args]))
+        commands.insert(
+            2, ("cli_read", "phaselog read … (console script)", SUBJECT, [script, *args])
+        )
     for _, _, _, cmd in commands:
         _check(cmd, env)
-    contestants = [Contestant(k, label, role, _runner(cmd, env)) for k, label, role, cmd in commands]
+    contestants = [
+        Contestant(k, label, role, _runner(cmd, env)) for k, label, role, cmd in commands
+    ]
     subject = "cli_read" if script is not None else "module_read"
     section = Section(
         "start",
-        "[5] cold start: `phaselog read` of the latest implement checkpoint, one fresh process each",
+        "[5] cold start: `phaselog read` of the latest implement checkpoint, fresh process each",
         [
             f"interpreter {py}; console script {script or 'not installed (using python -m)'}",
             f"{rounds} rounds of each command, interleaved; wall time of subprocess.run "
@@ -87,6 +91,8 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         section.stat("import_yaml").median_ns - floor
     )
     section.ratios.append(
-        Ratio(f"{subject} - py_pass", "import_yaml - py_pass", net, note="above the bare interpreter")
+        Ratio(
+            f"{subject} - py_pass", "import_yaml - py_pass", net, note="above the bare interpreter"
+        )
     )
     return section

@@ -24,19 +24,31 @@ def run(workdir: Path, *, rounds: int, attempts: int = 100, progress: Any = None
     files = _raw.list_read(folder)
 
     contestants = [
-        Contestant("status", f"Ledger.status, run of {attempts} attempts", SUBJECT,
-                   lambda _: ledger.status(TICKET, run_uuid)),
-        Contestant("raw_list_read", f"raw listdir + read its {files} record files", BASELINE,
-                   lambda _: _raw.list_read(folder)),
-        Contestant("raw_list_parse", f"raw listdir + read + CSafeLoader parse, {attempts} YAML",
-                   BASELINE, lambda _: _raw.list_parse(folder)),
+        Contestant(
+            "status",
+            f"Ledger.status, run of {attempts} attempts",
+            SUBJECT,
+            lambda _: ledger.status(TICKET, run_uuid),
+        ),
+        Contestant(
+            "raw_list_read",
+            f"raw listdir + read its {files} record files",
+            BASELINE,
+            lambda _: _raw.list_read(folder),
+        ),
+        Contestant(
+            "raw_list_parse",
+            f"raw listdir + read + CSafeLoader parse, {attempts} YAML",
+            BASELINE,
+            lambda _: _raw.list_parse(folder),
+        ),
     ]
     section = Section(
         "status",
         f"[3] status: Ledger.status of a run with {attempts} attempts over the 5 phases "
         f"({attempts // 5} each)",
         [
-            f"store {root} on {_data.filesystem_of(root)} (warm page cache)",
+            f"store {root} on {_data.filesystem_of(root, options=False)} (warm page cache)",
             f"{rounds} rounds, interleaved; record files = seed YAML + JSON sidecar per attempt",
             f"next phase: {st.next_phase}; states: "
             + ", ".join(f"{p.phase}={p.state}" for p in st.phases),

@@ -38,15 +38,21 @@ def _langgraph(workdir: Path, seed: dict[str, Any]) -> tuple[Contestant | None, 
         saver.put(config, cp, {"source": "loop", "step": 1}, {})  # type: ignore[arg-type]
 
     note = f"LangGraph SqliteSaver.put: its own connection, WAL, PRAGMA synchronous={sync}"
-    return Contestant("langgraph_put", "LangGraph SqliteSaver.put (same record)", REFERENCE, put, prepare), note
+    return Contestant(
+        "langgraph_put", "LangGraph SqliteSaver.put (same record)", REFERENCE, put, prepare
+    ), note
 
 
 def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
     """Time Ledger.write against the raw publish protocol, interleaved."""
     root = workdir / "write-store"
     ledger = _data.open_ledger(root)
-    sample = ledger.write(TICKET, _data.run_id("sample"), "implement", _data.IMPLEMENT, **_data.write_kwargs())
-    sample = ledger.write(TICKET, _data.run_id("sample"), "implement", _data.IMPLEMENT, **_data.write_kwargs())
+    sample = ledger.write(
+        TICKET, _data.run_id("sample"), "implement", _data.IMPLEMENT, **_data.write_kwargs()
+    )
+    sample = ledger.write(
+        TICKET, _data.run_id("sample"), "implement", _data.IMPLEMENT, **_data.write_kwargs()
+    )
     run_dir = root / "checkpoints" / TICKET / sample.record.run_id
     yaml_bytes = (root / "checkpoints" / sample.location).read_bytes()
     meta_bytes = (run_dir / ".meta_1_implement_a2.json").read_bytes()
@@ -67,20 +73,40 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         ledger.write(TICKET, run, "implement", _data.IMPLEMENT, **_data.write_kwargs())
 
     contestants = [
-        Contestant("write_next", "Ledger.write, next attempt (run has attempt 1)", SUBJECT, write, prepare_next),
-        Contestant("write_first", "Ledger.write, attempt 1 of a new run (mkdir run)", SUBJECT, write, lambda: next(runs)),
         Contestant(
-            "raw_write", "raw temp+write+fsync+link+dir fsync, same YAML", BASELINE,
-            lambda name: _raw.durable_write(str(raw_dir), name, yaml_bytes), lambda: next(names),
+            "write_next",
+            "Ledger.write, next attempt (run has attempt 1)",
+            SUBJECT,
+            write,
+            prepare_next,
         ),
         Contestant(
-            "raw_write_pair", "raw, same protocol for YAML + JSON sidecar", INFO,
+            "write_first",
+            "Ledger.write, attempt 1 of a new run (mkdir run)",
+            SUBJECT,
+            write,
+            lambda: next(runs),
+        ),
+        Contestant(
+            "raw_write",
+            "raw temp+write+fsync+link+dir fsync, same YAML",
+            BASELINE,
+            lambda name: _raw.durable_write(str(raw_dir), name, yaml_bytes),
+            lambda: next(names),
+        ),
+        Contestant(
+            "raw_write_pair",
+            "raw, same protocol for YAML + JSON sidecar",
+            INFO,
             lambda name: _raw.durable_write_pair(str(raw_dir), name, yaml_bytes, meta_bytes),
             lambda: next(names),
         ),
         Contestant(
-            "sqlite_insert", "sqlite3 INSERT + COMMIT of the YAML (WAL, FULL)", REFERENCE,
-            lambda name: sql.insert(name, yaml_bytes), lambda: next(names),
+            "sqlite_insert",
+            "sqlite3 INSERT + COMMIT of the YAML (WAL, FULL)",
+            REFERENCE,
+            lambda name: sql.insert(name, yaml_bytes),
+            lambda: next(names),
         ),
     ]
     lg, lg_note = _langgraph(workdir, seed)
@@ -92,17 +118,20 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         f"[1] write: Ledger.write of a {len(yaml_bytes)}-byte implement checkpoint "
         f"(+ {len(meta_bytes)}-byte JSON sidecar), auto attempt, files store",
         [
-            f"store {root} on {_data.filesystem_of(root)}",
-            f"{rounds} rounds after 3 warm-up rounds; contestants interleaved, order rotated each round",
-            "fsyncs per write: phaselog 2 files + 1 folder (the raw pair does the same); raw baseline "
-            "1 file + 1 folder",
+            f"store {root} on {_data.filesystem_of(root, options=False)}",
+            f"{rounds} rounds after 3 warm-up rounds; contestants interleaved, order rotated "
+            "each round",
+            "fsyncs per write: phaselog 2 files + 1 folder (so does the raw pair); "
+            "raw baseline 1 file + 1 folder",
             f"sqlite3 reference: PRAGMA synchronous={sql.synchronous}, journal_mode=WAL; {lg_note}",
         ],
     )
     section.stats = run_interleaved(contestants, rounds, warmup=3, progress=progress)
     section.ratio("write_next", "raw_write", goal=GOAL)
     section.ratio("write_first", "raw_write", note="also creates and fsyncs the run folder")
-    section.ratio("write_next", "raw_write_pair", note="phaselog's own I/O, done raw: Python overhead")
+    section.ratio(
+        "write_next", "raw_write_pair", note="phaselog's own I/O, done raw: Python overhead"
+    )
     section.ratio("raw_write_pair", "raw_write", note="floor of the two-file protocol")
     section.ratio("write_next", "sqlite_insert")
     if lg is not None:

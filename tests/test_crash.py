@@ -23,9 +23,9 @@ import traceback
 from pathlib import Path
 
 import pytest
-from conftest import IMPLEMENT, PAYLOADS
 
 import phaselog
+from conftest import IMPLEMENT, PAYLOADS
 from phaselog.ledger import Ledger
 from phaselog.stores import files as files_module
 from phaselog.stores.files import TEMP_MAX_AGE_S, FilesStore
@@ -48,6 +48,11 @@ OUTCOME = {
     "files.after_dir_fsync": "present",
     "files.after_failed_temp": "absent",
     "files.after_failed_link": "present",
+}
+# Audit entries (progress events, approvals, markers) are published the same way.
+ENTRY_OUTCOME = {
+    "files.after_entry_temp": "absent",
+    "files.after_entry_link": "present",
 }
 CRASH_PAYLOAD = {**IMPLEMENT, "files_changed": ["src/crash.py"]}
 
@@ -84,20 +89,20 @@ def _listing(run_dir: Path) -> set[str]:
     return {p.name for p in run_dir.iterdir()}
 
 
-def _assert_store_sound(ledger: Ledger, run_dir: Path) -> None:
+def _assert_store_sound(ledger: Ledger, run_dir: Path, run: str | None = None) -> None:
     """Whole or absent: no seed file without its sidecar, nothing damaged, everything valid."""
     names = _listing(run_dir)
     for name in names:
         m = re.fullmatch(r"phase_(\d+)_([a-z_]+)_a(\d+)\.yaml", name)
         if m:
             assert f".meta_{m[1]}_{m[2]}_a{m[3]}.json" in names, f"{name} without its sidecar"
-    page = ledger.list(T)
+    page = ledger.list(T, run)
     assert page.damaged == [], [d.to_json() for d in page.damaged]
     for s in page.items:
         r = s.record
         _stored, report = ledger.validate(T, r.run_id, r.phase, r.attempt_number)
         assert report.is_valid, [i.text() for i in report.errors]
-    report = ledger.verify(T)
+    report = ledger.verify(T, run)
     assert report.ok, report.problems
 
 
@@ -105,7 +110,7 @@ def test_every_fault_point_has_an_expected_outcome() -> None:
     # A new fault point in files.py must be added here (and so get a crash test).
     assert POINTS, "no fault points found in files.py"
     assert len(POINTS) == len(set(POINTS))
-    assert set(POINTS) == set(OUTCOME)
+    assert set(POINTS) == set(OUTCOME) | set(ENTRY_OUTCOME)
 
 
 def test_an_unarmed_writer_completes(tmp_path: Path) -> None:
@@ -175,6 +180,70 @@ def test_crash_at_fault_point_leaves_whole_or_absent(
     # Young leftovers stay (another writer may still own them) but are never records.
     assert leftovers <= _listing(run_dir)
     assert {s.location.rsplit("/", 1)[-1] for s in ledger.list(T).items}.isdisjoint(leftovers)
+
+
+ENTRY_WRITER = """
+import sys
+from phaselog.stores.files import FilesStore
+
+root, ticket, run_id, name, size = sys.argv[1:6]
+body = ('{"seq": 1, "output": "' + "x" * int(size) + '"}\\n').encode()
+print(FilesStore(root).put_entry("progress", ticket, run_id, name, body))
+"""
+ENTRY_SIZE = 50_000
+# The bodies are opaque bytes to the store, not real progress events: keep them in a run of
+# their own so that verify of the checkpoints' run does not judge them.
+ENTRY_RUN = phaselog.normalize_run_id("entry-run")
+
+
+def _run_entry_writer(root: Path, name: str, fault: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PHASELOG_FAULT"}
+    if fault:
+        env["PHASELOG_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-c", ENTRY_WRITER, str(root), T, ENTRY_RUN, name, str(ENTRY_SIZE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("point", sorted(ENTRY_OUTCOME))
+def test_crash_while_publishing_an_audit_entry_leaves_whole_or_absent(
+    tmp_path: Path, point: str
+) -> None:
+    root = tmp_path / "store"
+    ledger = phaselog.Ledger(FilesStore(root))
+    ledger.write(T, RUN, "implement", IMPLEMENT)
+    assert _run_entry_writer(root, "e_000001", None).returncode == 0  # one intact entry first
+
+    proc = _run_entry_writer(root, "e_000002", point)
+    assert proc.returncode == 137, f"fault point {point} was not reached: {proc.stderr}"
+    assert proc.stdout == ""
+
+    store = FilesStore(root)
+    found = {name: body for name, _loc, body in store.entries("progress", T, ENTRY_RUN)}
+    assert all(isinstance(b, bytes) for b in found.values())
+    expected = ["e_000001", "e_000002"] if ENTRY_OUTCOME[point] == "present" else ["e_000001"]
+    assert sorted(found) == expected
+    for body in found.values():
+        assert isinstance(body, bytes)
+        assert len(body) == len(b'{"seq": 1, "output": ""}\n') + ENTRY_SIZE  # whole, never a prefix
+    _assert_store_sound(ledger, root / "checkpoints" / T / RUN_UUID, RUN)
+    leftovers = sorted(
+        p.name for p in (root / "checkpoints" / T / ENTRY_RUN / ".progress").iterdir()
+    )
+    assert [n for n in leftovers if not n.startswith(".tmp-")] == [f"{n}.json" for n in expected]
+
+    again = _run_entry_writer(root, "e_000002", None)
+    if ENTRY_OUTCOME[point] == "present":
+        assert again.returncode != 0
+        assert "AlreadyExists" in again.stderr
+    else:
+        assert again.returncode == 0, again.stderr
+    assert store.entry_names("progress", T, ENTRY_RUN) == ["e_000001", "e_000002"]
 
 
 # -- random SIGKILL ---------------------------------------------------------------------------

@@ -140,6 +140,57 @@ class AuditMixin:
                                 e.pop("_ordinal", 0), e["attempt_number"] or 0, e["seq"] or 0))
         return out
 
+    # -- diff ---------------------------------------------------------------------------------------
+    def diff(self, ticket_id: str, a: str, b: str) -> dict[str, Any]:
+        """Field-level differences between two attempts or two progress events."""
+        from phaselog.diff import parse_ref
+
+        ticket_id = validate_ticket_id(ticket_id)
+        ra, rb = parse_ref(a, field="A"), parse_ref(b, field="B")
+        if (ra.seq is None) != (rb.seq is None):
+            raise UsageError("compare two attempts or two progress events, not one of each", field="B",
+                             rule="ref_kind")
+        va, vb = self._diff_view(ticket_id, ra), self._diff_view(ticket_id, rb)
+        from phaselog.diff import CHECKPOINT_FIELDS, EVENT_FIELDS, diff_fields
+
+        fields = EVENT_FIELDS if ra.seq is not None else (*CHECKPOINT_FIELDS, "progress")
+        changes = diff_fields(va, vb, fields)
+        return {"a": va["ref"], "b": vb["ref"], "identical": not changes, "changes": changes}
+
+    def diff_phase(self, ticket_id: str, run_id: str, phase: str | int) -> list[dict[str, Any]]:
+        """Diffs of every consecutive pair of attempts of one phase."""
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+        ph = self.pipeline_for(ticket_id, run_id).phase(phase)
+        attempts = sorted(r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal)
+        return [
+            self.diff(ticket_id, f"{run_id}:{ph.name}:{x}", f"{run_id}:{ph.name}:{y}")
+            for x, y in zip(attempts, attempts[1:], strict=False)
+        ]
+
+    def _diff_view(self, ticket_id: str, ref: Any) -> dict[str, Any]:
+        from phaselog.errors import NotFound
+
+        ph = self.pipeline_for(ticket_id, ref.run_id).phase(ref.phase)
+        if not self.store.attempts(ticket_id, ref.run_id) and not self.event_index(ticket_id, ref.run_id):
+            raise NotFound(f"no run {ref.run_id} for ticket {ticket_id}", run_id=ref.run_id)
+        label = f"{ref.run_id}:{ph.name}:{ref.attempt}" + (f":{ref.seq}" if ref.seq is not None else "")
+        events = self.event_index(ticket_id, ref.run_id).get((ph.ordinal, ref.attempt), [])
+        if ref.seq is not None:
+            ev = next((e for e in events if e.seq == ref.seq), None)
+            if ev is None:
+                raise NotFound(f"no progress event {ref.seq} in attempt {ref.attempt} of {ph.name}", ref=label)
+            return {**ev.to_json(), "ref": label}
+        stored = self.store.get(ticket_id, ref.run_id, ph.ordinal, ph.name, ref.attempt)
+        cp = stored.record
+        view = {**cp.seed_dict(), "status": cp.status, "error": cp.error, "content_hash": cp.content_hash, "ref": label}
+        if events:
+            last = events[-1]
+            view["progress"] = {"elapsed_sec": last.elapsed_sec, "tokens": last.tokens,
+                                "output_sha256": last.output_sha256, "output_length": last.output_length}
+        else:
+            view["progress"] = None
+        return view
+
     # -- fork -----------------------------------------------------------------------------------------
     def fork(
         self, ticket_id: str, run_id: str, *, through: str | int, new_run_id: str | None = None

@@ -37,6 +37,7 @@ from phaselog.errors import (
 from phaselog.gates import GatesMixin, judge
 from phaselog.markers import MarkersMixin
 from phaselog.progress import ProgressMixin
+from phaselog.verify import VerifyMixin, VerifyReport
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
 from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
@@ -118,23 +119,6 @@ class SkipDecision:
         }
 
 
-@dataclass
-class VerifyReport:
-    """Result of recomputing a ticket's (or run's) hash links."""
-
-    checked: int = 0
-    problems: list[dict[str, str]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing is broken or damaged."""
-        return not self.problems
-
-    def add(self, path: str, rule: str, message: str) -> None:
-        """Record a problem."""
-        self.problems.append({"path": path, "rule": rule, "message": message})
-
-
 def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     """Parse a listing cursor ``<run_uuid>:<phase ordinal>:<attempt>``."""
     if after is None:
@@ -149,7 +133,7 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
 
 
-class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin):
+class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
     """The checkpoint ledger over one store."""
 
     def __init__(
@@ -338,6 +322,10 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin):
                 location = self.store.append(cp, expected_latest=latest)
             except Conflict:
                 continue  # someone appended to this phase meanwhile: re-read and retry
+            except AlreadyExists:
+                if attempt is not None:
+                    raise  # the caller asked for this very attempt: another writer has it
+                continue  # another writer took the number we read as next: re-read and retry
             stored = Stored(cp, location, cp.content_hash)
             return WriteResult(stored, tuple(i.text() for i in report.warnings))
         raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")
@@ -640,42 +628,6 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin):
                     Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
                 )
         return SkipDecision(target.name, not blockers, tuple(blockers), st)
-
-    def verify(self, ticket_id: str, run_id: str | None = None) -> VerifyReport:
-        """Recompute every hash and link of a ticket (or one run); report what is broken."""
-        ticket_id = validate_ticket_id(ticket_id)
-        run = normalize_run_id(run_id) if run_id is not None else None
-        rep = VerifyReport()
-        runs = [run] if run is not None else self.store.runs(ticket_id)
-        for rid in runs:
-            items, damaged = self.run_records(ticket_id, rid)
-            for d in damaged:
-                rep.add(d.location, d.error_code, d.message)
-            by_key = {(s.record.phase, s.record.attempt_number): s.record for s in items}
-            per_phase: dict[str, list[Checkpoint]] = {}
-            for s in items:
-                rep.checked += 1
-                per_phase.setdefault(s.record.phase, []).append(s.record)
-                for w in s.warnings:
-                    if "changed since" in w or "does not match" in w:
-                        rep.add(s.location, "file_changed", w)
-                if s.tampered:
-                    rep.add(
-                        s.location,
-                        "content_hash",
-                        f"content hashes to {s.record.content_hash[:12]} but "
-                        f"{(s.recorded_hash or '')[:12]} was recorded at write: edited after writing",
-                    )
-            for lst in per_phase.values():
-                lst.sort(key=lambda c: c.attempt_number)
-                for i, cp in enumerate(lst):
-                    prev = lst[i - 1] if i else None
-                    links = check_links(cp, previous=prev, lookup=by_key)
-                    loc = self.store.location(cp)
-                    for issue in links.errors:
-                        rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")
-        return rep
-
 
 def _payload(ph: Phase, payload: Mapping[str, Any] | None, status: str) -> dict[str, Any] | None:
     if payload is None:

@@ -1,0 +1,400 @@
+"""``python -m bench --profile-write``: where the time of one durable Ledger.write goes.
+
+Three views of the same operation (writing attempt 2 of implement into a run that has attempt 1):
+
+1. a breakdown by timers wrapped around phaselog's functions for the duration of the
+   diagnostic (exclusive time: a function's time minus that of wrapped functions it calls);
+2. cProfile's top functions;
+3. the raw I/O protocol in variants (one file, two files, two files fsynced concurrently,
+   fdatasync, phaselog's extra syscalls) against Ledger.write with fsync on and off, so the
+   floor that the goal (<= 1.5x the one-file protocol) leaves for Python is visible.
+
+Nothing under src/ is changed: the wrappers are installed on module and class attributes and
+removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import fcntl
+import io
+import itertools
+import os
+import pstats
+import stat
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from bench import _data, _raw
+from bench._timing import (
+    BASELINE,
+    INFO,
+    SUBJECT,
+    Contestant,
+    Section,
+    print_section,
+    run_interleaved,
+)
+from phaselog import _yaml, ledger, pipelines, records
+from phaselog.stores import files
+
+TICKET = "BENCH-PW"
+
+# (owner, attribute, category, group). Groups are what the summary adds up.
+TARGETS: list[tuple[Any, str, str, str]] = [
+    (
+        ledger.Ledger,
+        "write",
+        "Ledger.write own code (Checkpoint, retry loop, basis)",
+        "Python: other",
+    ),
+    (
+        ledger.Ledger,
+        "pipeline_for",
+        "Ledger.pipeline_for / recorded_pipeline own code",
+        "Python: other",
+    ),
+    (
+        files.FilesStore,
+        "attempts",
+        "FilesStore.attempts own code (listdir, parse names)",
+        "listing, folders, lock",
+    ),
+    (
+        files.FilesStore,
+        "_open_dir",
+        "FilesStore._open_dir (O_NOFOLLOW walk, 4 opens)",
+        "listing, folders, lock",
+    ),
+    (
+        files.FilesStore,
+        "_lock",
+        "FilesStore._lock (open .lock, fchmod, flock)",
+        "listing, folders, lock",
+    ),
+    (
+        files.FilesStore,
+        "get",
+        "FilesStore.get own code (earlier records)",
+        "reading earlier records",
+    ),
+    (files.FilesStore, "_read", "FilesStore._read (open, fstat, read)", "reading earlier records"),
+    (files, "_parse_meta", "sidecar JSON parse (json.loads)", "reading earlier records"),
+    (
+        files,
+        "_seed_or_corrupt",
+        "checkpoint_from_seed (record from dict)",
+        "reading earlier records",
+    ),
+    (
+        files.FilesStore,
+        "append",
+        "FilesStore.append own code (listdir, checks)",
+        "listing, folders, lock",
+    ),
+    (
+        files.FilesStore,
+        "_publish_completed",
+        "_publish_completed own code (sha256, names)",
+        "Python: other",
+    ),
+    (
+        files.FilesStore,
+        "_write_temp",
+        "temp files: open, fchmod, write, close",
+        "temp files, links",
+    ),
+    (os, "link", "os.link (2 per write)", "temp files, links"),
+    (os, "unlink", "os.unlink (temp files)", "temp files, links"),
+    (_yaml, "dump", "YAML emission (_yaml.dump)", "YAML emission"),
+    (files, "_meta_bytes", "JSON sidecar (_meta_bytes: dicts + json.dumps)", "JSON sidecar"),
+    (records.Checkpoint, "seed_dict", "Checkpoint.seed_dict", "record -> dicts"),
+    (records.Checkpoint, "meta_dict", "Checkpoint.meta_dict", "record -> dicts"),
+    (records, "canonical_bytes", "content hash: canonical JSON (canonical_bytes)", "content hash"),
+    (ledger, "check_record", "validation: check_record own rules", "validation"),
+    (
+        pipelines.Phase,
+        "check_payload",
+        "validation: jsonschema (Phase.check_payload)",
+        "validation (jsonschema)",
+    ),
+]
+FSYNC_FILE = ("fsync of files (2 per write)", "fsync")
+FSYNC_DIR = ("fsync of the run folder", "fsync")
+
+
+class Breakdown:
+    """Exclusive time per category, per write."""
+
+    def __init__(self) -> None:
+        self.stack: list[float] = []
+        self.current: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.per_write: list[dict[str, float]] = []
+        self.groups: dict[str, str] = {}
+
+    def account(self, category: str, group: str, dt: float, child: float) -> None:
+        """Book ``dt`` minus what wrapped callees took."""
+        self.groups[category] = group
+        self.current[category] += dt - child
+        self.calls[category] += 1
+        if self.stack:
+            self.stack[-1] += dt
+
+    def wrap(self, fn: Callable[..., Any], category: str, group: str) -> Callable[..., Any]:
+        """``fn`` with its time booked to ``category``."""
+        clock = time.perf_counter_ns
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.stack.append(0.0)
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = clock() - t0
+                self.account(category, group, dt, self.stack.pop())
+
+        return wrapper
+
+    def wrap_fsync(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        """os.fsync, booked to 'files' or 'folder' by the descriptor's type."""
+        clock = time.perf_counter_ns
+
+        def fsync(fd: int) -> None:
+            category, group = FSYNC_DIR if stat.S_ISDIR(os.fstat(fd).st_mode) else FSYNC_FILE
+            t0 = clock()
+            real(fd)
+            self.account(category, group, clock() - t0, 0.0)
+
+        return fsync
+
+    def close_write(self) -> None:
+        """End of one write: keep its figures."""
+        self.per_write.append(dict(self.current))
+        self.current.clear()
+
+
+@contextlib.contextmanager
+def instrumented(bd: Breakdown) -> Iterator[None]:
+    """Install the timers on phaselog's functions; remove them afterwards."""
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for owner, attr, category, group in TARGETS:
+            raw = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+            saved.append((owner, attr, raw))
+            if isinstance(raw, staticmethod):
+                setattr(owner, attr, staticmethod(bd.wrap(raw.__func__, category, group)))
+            else:
+                setattr(owner, attr, bd.wrap(raw, category, group))
+        real_hash = records.Checkpoint.__dict__["content_hash"]
+        saved.append((records.Checkpoint, "content_hash", real_hash))
+        prop = cached_property(
+            bd.wrap(real_hash.func, "content hash: SHA-256 + property", "content hash")
+        )
+        prop.__set_name__(records.Checkpoint, "content_hash")
+        records.Checkpoint.content_hash = prop  # type: ignore[assignment]
+        saved.append((os, "fsync", os.fsync))
+        os.fsync = bd.wrap_fsync(os.fsync)
+        yield
+    finally:
+        for owner, attr, raw in reversed(saved):
+            setattr(owner, attr, raw)
+
+
+def _writer(ledger_: ledger.Ledger) -> tuple[Callable[[], str], Callable[[str], Any]]:
+    runs = (_data.run_id(f"pw-{i}") for i in itertools.count())
+
+    def prepare() -> str:
+        run = next(runs)
+        _data.write_phase(ledger_, TICKET, run, "implement")
+        return run
+
+    def write(run: str) -> Any:
+        return _data.write_phase(ledger_, TICKET, run, "implement")
+
+    return prepare, write
+
+
+def breakdown(led: ledger.Ledger, n: int) -> None:
+    """View 1: timers around phaselog's functions."""
+    prepare, write = _writer(led)
+    bd = Breakdown()
+    for i in range(n + 3):
+        run = prepare()
+        with instrumented(bd):
+            write(run)
+        if i < 3:  # warm-up
+            bd.current.clear()
+            bd.calls.clear()
+        else:
+            bd.close_write()
+    cats = sorted({c for w in bd.per_write for c in w})
+    med = {c: statistics.median(w.get(c, 0.0) for w in bd.per_write) for c in cats}
+    totals = [sum(w.values()) for w in bd.per_write]
+    total = statistics.median(totals)
+    print("")
+    print(
+        f"== write breakdown: exclusive time per category, median of {n} writes "
+        "(attempt 2 of implement)"
+    )
+    print(
+        f"   median Ledger.write under the timers: {total / 1e3:.0f} µs "
+        "(the timers add ~1 µs per wrapped call)"
+    )
+    print(f"   {'category':<58} {'µs/write':>9} {'share':>7} {'calls/write':>12}")
+    for c in sorted(cats, key=lambda c: -med[c]):
+        calls = bd.calls[c] / n
+        print(f"   {c:<58} {med[c] / 1e3:>9.1f} {med[c] / total:>7.1%} {calls:>12.1f}")
+    groups: dict[str, float] = defaultdict(float)
+    for c in cats:
+        groups[bd.groups[c]] += med[c]
+    print("")
+    print("   by group (sums of the medians above):")
+    for g, v in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"   {g:<58} {v / 1e3:>9.1f} {v / total:>7.1%}")
+
+
+def profile(led: ledger.Ledger, n: int) -> None:
+    """View 2: cProfile of n writes."""
+    prepare, write = _writer(led)
+    prof = cProfile.Profile()
+    for _ in range(n):
+        run = prepare()
+        prof.enable()
+        write(run)
+        prof.disable()
+    for key, title in (("tottime", "own time"), ("cumulative", "cumulative time")):
+        buf = io.StringIO()
+        stats = pstats.Stats(prof, stream=buf).strip_dirs().sort_stats(key)
+        stats.print_stats(22)
+        lines = buf.getvalue().splitlines()
+        start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+        print("")
+        print(f"== cProfile of {n} writes, top functions by {title} (seconds are totals)")
+        for line in lines[start:]:
+            if line.strip():
+                print(f"   {line}")
+
+
+def _phaselog_syscalls(
+    root: Path, segments: list[str], name: str, data: bytes, side: bytes
+) -> None:
+    """The two-file protocol plus phaselog's other syscalls: walk, lock, listdir."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for seg in segments:
+        nfd = os.open(seg, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    lock = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600, dir_fd=fd)
+    try:
+        os.fchmod(lock, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.listdir(fd)
+        _raw.durable_write_pair(str(root.joinpath(*segments)), name, data, side)
+    finally:
+        os.close(lock)
+        os.close(fd)
+
+
+def variants(workdir: Path, led: ledger.Ledger, rounds: int) -> None:
+    """View 3: the I/O protocol in variants, interleaved with Ledger.write (fsync on and off)."""
+    prepare, write = _writer(led)
+    sample = write(prepare())
+    root = Path(led.store.root)  # type: ignore[attr-defined]
+    yaml_bytes = (root / "checkpoints" / sample.location).read_bytes()
+    meta_bytes = (
+        root / "checkpoints" / TICKET / sample.record.run_id / ".meta_1_implement_a2.json"
+    ).read_bytes()
+    folder = workdir / "pw-raw" / "checkpoints" / "T" / "run"
+    folder.mkdir(parents=True)
+    names = (f"v{i:06d}.yaml" for i in itertools.count())
+    f = str(folder)
+
+    def write_no_fsync(run: str) -> None:
+        real = os.fsync
+        os.fsync = lambda fd: None
+        try:
+            write(run)
+        finally:
+            os.fsync = real
+
+    contestants = [
+        Contestant("ledger_write", "Ledger.write, next attempt", SUBJECT, write, prepare),
+        Contestant(
+            "ledger_nofsync",
+            "Ledger.write, next attempt, os.fsync off (CPU + syscalls)",
+            INFO,
+            write_no_fsync,
+            prepare,
+        ),
+        Contestant(
+            "one_file",
+            "raw: 1 file  (temp, fsync, link, dir fsync)",
+            BASELINE,
+            lambda n: _raw.durable_write(f, n, yaml_bytes),
+            lambda: next(names),
+        ),
+        Contestant(
+            "two_files",
+            "raw: 2 files, fsyncs one after the other (phaselog)",
+            INFO,
+            lambda n: _raw.durable_write_pair(f, n, yaml_bytes, meta_bytes),
+            lambda: next(names),
+        ),
+        Contestant(
+            "two_concurrent",
+            "raw: 2 files, both fsyncs at once (helper thread)",
+            INFO,
+            lambda n: _raw.durable_write_pair(f, n, yaml_bytes, meta_bytes, concurrent=True),
+            lambda: next(names),
+        ),
+        Contestant(
+            "two_fdatasync",
+            "raw: 2 files, fdatasync instead of fsync",
+            INFO,
+            lambda n: _raw.durable_write_pair(f, n, yaml_bytes, meta_bytes, sync=os.fdatasync),
+            lambda: next(names),
+        ),
+        Contestant(
+            "two_files_syscalls",
+            "raw: 2 files + phaselog's walk, lock, listdir",
+            INFO,
+            lambda n: _phaselog_syscalls(
+                workdir / "pw-raw", ["checkpoints", "T", "run"], n, yaml_bytes, meta_bytes
+            ),
+            lambda: next(names),
+        ),
+    ]
+    section = Section(
+        "protocol",
+        "write protocol variants (raw Python) vs Ledger.write, interleaved",
+        [
+            f"{rounds} rounds; the same YAML ({len(yaml_bytes)} B) "
+            f"and sidecar ({len(meta_bytes)} B) bytes"
+        ],
+    )
+    section.stats = run_interleaved(contestants, rounds, warmup=3)
+    for key in (
+        "ledger_write",
+        "ledger_nofsync",
+        "two_files",
+        "two_concurrent",
+        "two_fdatasync",
+        "two_files_syscalls",
+    ):
+        section.ratio(key, "one_file", goal=1.5 if key == "ledger_write" else None)
+    print_section(section)
+
+
+def run(workdir: Path, *, quick: bool) -> None:
+    """All three views."""
+    led = _data.open_ledger(workdir / "profile-write-store")
+    breakdown(led, 30 if quick else 300)
+    profile(led, 20 if quick else 200)
+    variants(workdir, led, 30 if quick else 300)

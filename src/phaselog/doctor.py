@@ -1,0 +1,96 @@
+"""``doctor``: find what needs a person's attention, and optionally quarantine damaged files.
+
+Reports damaged records and audit entries, leftover temp files and orphaned sidecars (what a
+crash leaves behind), abandoned in-flight attempts, and broken hash links. With ``quarantine``,
+damaged files are moved — never deleted — into ``<root>/quarantine/`` with their original bytes
+and a note of where they came from; every move is reported. Nothing else moves or deletes a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from phaselog.errors import Corrupt, PhaselogError, UsageError
+from phaselog.ids import validate_ticket_id
+
+
+@dataclass
+class DoctorReport:
+    """What doctor found, and what it moved."""
+
+    tickets: int = 0
+    runs: int = 0
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    moved: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, kind: str, path: str, message: str, **extra: Any) -> None:
+        """Record a finding."""
+        self.findings.append({"kind": kind, "path": path, "message": message, **extra})
+
+    @property
+    def healthy(self) -> bool:
+        """True when nothing needs attention (moved files count as handled)."""
+        return not self.findings
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form the CLI prints."""
+        return {
+            "healthy": self.healthy,
+            "tickets": self.tickets,
+            "runs": self.runs,
+            "findings": self.findings,
+            "moved": self.moved,
+        }
+
+
+def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = False) -> DoctorReport:
+    """Examine one ticket (or every ticket) of ``ledger``'s store."""
+    store = ledger.store
+    if quarantine and not hasattr(store, "quarantine"):
+        raise UsageError(f"--quarantine applies to the files store, not {store.url}", field="quarantine")
+    tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
+    rep = DoctorReport(tickets=len(tickets))
+    damaged_files: list[tuple[str, str]] = []
+    for tid in tickets:
+        if hasattr(store, "leftovers"):
+            for item in store.leftovers(tid):
+                rep.add(item["kind"], item["path"], item["message"], age_sec=item.get("age_sec"))
+        runs = store.runs(tid)
+        rep.runs += len(runs)
+        verify = ledger.verify(tid)
+        for p in verify.problems:
+            if p["rule"] in ("corrupt", "too_large", "unsupported_version"):
+                rep.add("damaged", p["path"], p["message"])
+                damaged_files.append((p["path"], p["message"]))
+            else:
+                rep.add("broken_link", p["path"], f"{p['rule']}: {p['message']}")
+        for rid in runs:
+            try:
+                flights = ledger.in_flight(tid, rid)
+            except Corrupt:
+                continue  # already reported by verify
+            for f in flights.values():
+                if f.abandoned:
+                    rep.add(
+                        "abandoned",
+                        f"{tid}/{rid}",
+                        f"{f.phase} attempt {f.attempt_number} is abandoned: {f.abandoned_reason}",
+                        phase=f.phase,
+                        attempt_number=f.attempt_number,
+                    )
+    if quarantine:
+        still: list[dict[str, Any]] = []
+        for finding in rep.findings:
+            if finding["kind"] != "damaged":
+                still.append(finding)
+                continue
+            try:
+                moves = store.quarantine(finding["path"], finding["message"])
+            except PhaselogError as exc:
+                finding["message"] += f" (not moved: {exc.message})"
+                still.append(finding)
+                continue
+            rep.moved.extend(moves)
+        rep.findings = still
+    return rep

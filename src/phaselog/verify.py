@@ -1,0 +1,158 @@
+"""``verify``: recompute a ticket's hash-linked graph and report what is broken.
+
+Checks content hashes against those recorded at write, ``prev_hash`` and ``basis`` links, fork
+lineage, approvals bound to stored checkpoints, progress-event chains, ticket-marker revisions,
+and damaged files. Nothing is changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.records import Checkpoint
+from phaselog.stores import Stored
+from phaselog.validation import check_links
+
+
+@dataclass
+class VerifyReport:
+    """Result of recomputing a ticket's (or run's) hash links."""
+
+    checked: int = 0
+    problems: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is broken or damaged."""
+        return not self.problems
+
+    def add(self, path: str, rule: str, message: str) -> None:
+        """Record a problem."""
+        self.problems.append({"path": path, "rule": rule, "message": message})
+
+
+class VerifyMixin:
+    """The ``verify`` method of :class:`phaselog.ledger.Ledger`."""
+
+    store: Any
+
+    # provided by Ledger and the other mixins
+    def run_records(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def approvals(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def event_index(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def markers(self, ticket_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def verify(self, ticket_id: str, run_id: str | None = None) -> VerifyReport:
+        """Recompute every hash and link of a ticket (or one run); report what is broken.
+
+        Checks: content hashes against those recorded at write; ``prev_hash`` and ``basis``
+        links; fork lineage; approvals bound to stored checkpoints; progress-event chains;
+        ticket-marker revisions; damaged files.
+        """
+        ticket_id = validate_ticket_id(ticket_id)
+        run = normalize_run_id(run_id) if run_id is not None else None
+        rep = VerifyReport()
+        runs = [run] if run is not None else self.store.runs(ticket_id)
+        for rid in runs:
+            items, damaged = self.run_records(ticket_id, rid)
+            for d in damaged:
+                rep.add(d.location, d.error_code, d.message)
+            by_key = {(s.record.phase, s.record.attempt_number): s.record for s in items}
+            per_phase: dict[str, list[Checkpoint]] = {}
+            for s in items:
+                rep.checked += 1
+                per_phase.setdefault(s.record.phase, []).append(s.record)
+                for w in s.warnings:
+                    if "changed since" in w or "does not match" in w:
+                        rep.add(s.location, "file_changed", w)
+                if s.tampered:
+                    rep.add(
+                        s.location,
+                        "content_hash",
+                        f"content hashes to {s.record.content_hash[:12]} but "
+                        f"{(s.recorded_hash or '')[:12]} was recorded at write: edited after writing",
+                    )
+                self._verify_lineage(s, rep)
+            for lst in per_phase.values():
+                lst.sort(key=lambda c: c.attempt_number)
+                for i, cp in enumerate(lst):
+                    prev = lst[i - 1] if i else None
+                    links = check_links(cp, previous=prev, lookup=by_key)
+                    loc = self.store.location(cp)
+                    for issue in links.errors:
+                        rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")
+            self._verify_audit(ticket_id, rid, by_key, rep)
+        if run is None:
+            try:
+                revs = self.markers(ticket_id)
+            except Corrupt as exc:
+                rep.add(str(exc.context.get("path", ticket_id)), "corrupt", exc.message)
+                revs = []
+            for i, m in enumerate(revs):
+                rep.checked += 1
+                want = revs[i - 1].content_hash if i else None
+                if m.revision != i + 1 or m.prev_hash != want:
+                    rep.add(f"{ticket_id}/.markers/rev_{m.revision:06d}.json", "marker_chain",
+                            "ticket marker revisions are not a contiguous hash chain")
+        return rep
+
+    def _verify_lineage(self, s: Stored, rep: VerifyReport) -> None:
+        src = s.record.forked_from
+        if not src:
+            return
+        try:
+            origin = self.store.get(
+                str(src["ticket_id"]), str(src["run_id"]), s.record.phase_ordinal, str(src["phase"]),
+                int(src["attempt_number"]),
+            ).record
+        except (KeyError, TypeError, ValueError, NotFound, Corrupt, UnsupportedVersion):
+            rep.add(s.location, "lineage", f"forked from {src}, which is not stored (or damaged)")
+            return
+        if origin.content_hash != src.get("content_hash"):
+            rep.add(s.location, "lineage", "the checkpoint it was forked from changed after the fork")
+
+    def _verify_audit(
+        self, ticket_id: str, run_id: str, by_key: Mapping[tuple[str, int], Checkpoint], rep: VerifyReport
+    ) -> None:
+        try:
+            approvals = self.approvals(ticket_id, run_id)
+        except Corrupt as exc:
+            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message)
+            approvals = []
+        for a in approvals:
+            rep.checked += 1
+            target = by_key.get((a.phase, a.attempt_number))
+            if target is None or target.content_hash != a.checkpoint_hash:
+                rep.add(
+                    f"{ticket_id}/{run_id}/.approvals/{a.seq:06d}",
+                    "approval_link",
+                    f"{a.decision} by {a.by} judges attempt {a.attempt_number} of {a.phase} with hash "
+                    f"{a.checkpoint_hash[:12]}, which is not the stored checkpoint",
+                )
+        try:
+            groups = self.event_index(ticket_id, run_id)
+        except Corrupt as exc:
+            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message)
+            groups = {}
+        for (_ordinal, attempt), events in groups.items():
+            prev = None
+            for i, ev in enumerate(events, start=1):
+                rep.checked += 1
+                if ev.seq != i or ev.prev_hash != (prev.content_hash if prev else None):
+                    rep.add(
+                        f"{ticket_id}/{run_id}/.progress/{ev.phase} a{attempt} s{ev.seq}",
+                        "event_chain",
+                        f"progress events of {ev.phase} attempt {attempt} are not a contiguous hash chain at {ev.seq}",
+                    )
+                prev = ev
