@@ -22,15 +22,16 @@ from pathlib import Path
 from bench import bench_start
 
 PHASES_CODE = """
-import sys, time, json
-t0 = time.perf_counter()
+import time
+t0 = time.time()
+import json, sys
 import phaselog.cli
-t1 = time.perf_counter()
+t1 = time.time()
 import phaselog.ledger, phaselog.stores.files
-t2 = time.perf_counter()
+t2 = time.time()
 phaselog.cli.main(sys.argv[1:])
-t3 = time.perf_counter()
-sys.stderr.write(json.dumps([t1 - t0, t2 - t1, t3 - t2]))
+t3 = time.time()
+sys.stderr.write(json.dumps([t0, t1, t2, t3]))
 """
 
 
@@ -87,15 +88,14 @@ def importtime(env: dict[str, str], args: list[str], runs: int) -> None:
 
 
 def phases(env: dict[str, str], args: list[str], runs: int) -> None:
-    """View 2: the phases of one `phaselog read` process."""
-    walls: list[float] = []
+    """View 2: the phases of one `phaselog read` process (wall-clock stamps, parent and child)."""
     floors: list[float] = []
     parts: list[list[float]] = []
     for _ in range(runs):
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
         floors.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        start = time.time()
         res = subprocess.run(
             [sys.executable, "-c", PHASES_CODE, *args],
             env=env,
@@ -103,22 +103,23 @@ def phases(env: dict[str, str], args: list[str], runs: int) -> None:
             text=True,
             check=True,
         )
-        walls.append(time.perf_counter() - t0)
-        parts.append(json.loads(res.stderr.strip().splitlines()[-1]))
-    wall = statistics.median(walls)
+        end = time.time()
+        c0, c1, c2, c3 = json.loads(res.stderr.strip().splitlines()[-1])
+        parts.append([c0 - start, c1 - c0, c2 - c1, c3 - c2, end - c3, end - start])
     floor = statistics.median(floors)
-    cli, lazy, command = (statistics.median(p[i] for p in parts) for i in range(3))
-    rest = wall - floor - cli - lazy - command
-    rows = [
-        ('interpreter start + exit (python -c "pass")', floor),
-        ("import phaselog.cli (click, errors, …)", cli),
-        ("import phaselog.ledger + stores.files (lazy in the command)", lazy),
-        ("the command: parse options, Ledger.read, print JSON", command),
-        ("the rest (site, runpy, shutdown of loaded modules)", rest),
+    med = [statistics.median(p[i] for p in parts) for i in range(6)]
+    labels = [
+        "spawn + interpreter start + site, up to the first line",
+        "import json + phaselog.cli (click, the phaselog package …)",
+        "import phaselog.ledger + stores.files (lazy in the command)",
+        "the command: parse options, Ledger.read, print JSON",
+        "after the command: interpreter shutdown, process exit",
     ]
+    wall = med[5]
     print("")
     print(f"== phases of one `phaselog read` process: medians of {runs} processes")
-    for label, v in rows:
+    print(f"   {'python -c pass, for comparison (start + exit)':<62} {floor * 1e3:>7.1f} ms")
+    for label, v in zip(labels, med, strict=False):
         print(f"   {label:<62} {v * 1e3:>7.1f} ms {v / wall:>6.1%}")
     print(f"   {'total (wall time of the process)':<62} {wall * 1e3:>7.1f} ms")
 

@@ -571,8 +571,11 @@ def test_format_table(seeded: Path, name: str, args: list[str], rc: int) -> None
     assert res.rc == rc, res.out
     assert res.out.strip()
     assert not res.out.lstrip().startswith("{"), res.out  # a table, not JSON
-    expected = {"pipelines": "video-pipeline", "pipelines-one": "scene_plan", "resume": "local_review",
-                "validate-invalid": "artifact"}.get(name, "implement" if name != "write" else "local_review")
+    expected = {
+        "write": "completed", "read": "feat/PROJ-1234", "validate": "valid", "validate-invalid": "artifact",
+        "list": "implement", "status": "pr_release_ready", "resume": "local_review",
+        "resume-allowed": "allowed", "verify": "ok", "pipelines": "video-pipeline", "pipelines-one": "scene_plan",
+    }[name]
     assert expected in res.out
 
 
@@ -713,7 +716,9 @@ def test_list_is_ordered_and_complete(root: Path, busy: list[tuple[str, int, int
     completed = [_key(c) for c in data["checkpoints"]]
     assert completed == sorted(completed)
     assert data["count"] == len(completed) == len(busy) - 3 - 1  # 3 failed, 1 damaged
-    assert [c["attempt_number"] for c in data["checkpoints"]][:12] == list(range(1, 11)) + [12, 1]
+    run_a = normalize_run_id("run-a")
+    implement_a = [c["attempt_number"] for c in data["checkpoints"] if c["run_id"] == run_a and c["phase"] == "implement"]
+    assert implement_a == list(range(1, 13))  # numeric: a10 after a9, not after a1
     assert len(data["failed_attempts"]) == 3
     assert all(f["status"] == "failed" and f["error"] == "flaky" for f in data["failed_attempts"])
     assert len(data["warnings"]) == 1

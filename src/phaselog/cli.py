@@ -207,13 +207,16 @@ def cli() -> None:
 @click.option("--timestamp", metavar="ISO", help="Completion time (ISO-8601 with timezone); default now.")
 @click.option("--status", type=click.Choice(["completed", "failed"]), default="completed", show_default=True)
 @click.option("--error", "error_text", metavar="TEXT", help="Why the attempt failed (with --status failed).")
+@click.option("--decisions", "decisions_json", metavar="JSON",
+              help="Decision log entries (JSON array, @FILE or -): decision_id, category, subject, "
+              "options_considered, selected, reason.")
 @click.option("--best-effort", is_flag=True, help="A failed write prints a warning and exits 0.")
 @pipeline_options
 @store_options
 def write(
     ticket_id: str, run_id: str, phase: str, attempt: int | None, repo_commit_map: str | None,
     artifact_paths: str | None, payload: str | None, timestamp: str | None, status: str,
-    error_text: str | None, best_effort: bool, pipeline_name: str | None, pipeline_file: str | None,
+    error_text: str | None, decisions_json: str | None, best_effort: bool, pipeline_name: str | None, pipeline_file: str | None,
     root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
 ) -> None:
     """Record one phase attempt (append-only; an existing attempt is never replaced).
@@ -249,6 +252,7 @@ def write(
             attempt=_attempt(attempt), timestamp=ts, pipeline=pl,
             status=status,  # type: ignore[arg-type]
             error=error_text,
+            decisions=_json_opt(decisions_json, "--decisions", list) or (),
         )
     except PhaselogError as exc:
         if best_effort:
@@ -633,6 +637,9 @@ def main(argv: list[str] | None = None) -> None:
             ))
         _fail(PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"))
 
+
+# The audit-trail commands live in their own module; importing it registers them on ``cli``.
+from phaselog import cli_audit  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

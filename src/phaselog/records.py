@@ -45,7 +45,9 @@ def format_timestamp(ts: datetime) -> str:
     if ts.tzinfo is None:
         raise ValueError("timestamp must be timezone-aware")
     ts = ts.astimezone(UTC)
-    base = ts.strftime("%Y-%m-%dT%H:%M:%S")
+    # isoformat pads the year to four digits (strftime's %Y does not on glibc: year 999 would
+    # format as "999-…", which fromisoformat cannot read back).
+    base = ts.replace(tzinfo=None).isoformat(timespec="seconds")
     return f"{base}.{ts.microsecond:06d}Z" if ts.microsecond else f"{base}Z"
 
 
