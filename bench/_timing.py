@@ -135,7 +135,8 @@ def run_interleaved(
             dt = clock() - t0
             if r >= warmup:
                 c.samples_ns.append(dt / inner)
-        if progress is not None and rounds >= 20 and (r + 1 - warmup) % max(1, rounds // 4) == 0:
+        done = r + 1 - warmup
+        if progress is not None and rounds >= 20 and done > 0 and done % max(1, rounds // 4) == 0:
             progress(f"round {r + 1 - warmup}/{rounds}")
     return [summarise(c) for c in contestants]
 

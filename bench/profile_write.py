@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import fcntl
+import importlib
 import io
 import itertools
 import os
@@ -41,89 +42,58 @@ from bench._timing import (
     print_section,
     run_interleaved,
 )
-from phaselog import _yaml, ledger, pipelines, records
-from phaselog.stores import files
+from phaselog import ledger, records
 
 TICKET = "BENCH-PW"
 
-# (owner, attribute, category, group). Groups are what the summary adds up.
-TARGETS: list[tuple[Any, str, str, str]] = [
+# What to time: "module:attribute" or "module:Class.attribute", the category printed, and the
+# group the summary adds up. A target that the code no longer has is skipped (and said so).
+OTHER, LISTING, READS, TEMP = (
+    "Python: other",
+    "listing, folders, lock",
+    "reading earlier records",
+    "temp files, links",
+)
+TARGETS: list[tuple[str, str, str]] = [
+    ("phaselog.ledger:Ledger.write", "Ledger.write own code (Checkpoint, retry loop)", OTHER),
+    ("phaselog.ledger:Ledger._write", "Ledger._write own code (Checkpoint, retry loop)", OTHER),
+    ("phaselog.ledger:Ledger.pipeline_for", "Ledger.pipeline_for own code", OTHER),
+    ("phaselog.ledger:Ledger.recorded_pipeline", "Ledger.recorded_pipeline own code", OTHER),
+    ("phaselog.ledger:Ledger._basis", "Ledger._basis own code", OTHER),
+    ("phaselog.ledger:Ledger._started_attempts", "Ledger._started_attempts (progress)", LISTING),
+    ("phaselog.ledger:Ledger._check_prerequisites", "Ledger._check_prerequisites", OTHER),
+    ("phaselog.stores.files:FilesStore.attempts", "FilesStore.attempts (listdir, names)", LISTING),
+    ("phaselog.stores.files:FilesStore.entry_names", "FilesStore.entry_names", LISTING),
     (
-        ledger.Ledger,
-        "write",
-        "Ledger.write own code (Checkpoint, retry loop, basis)",
-        "Python: other",
+        "phaselog.stores.files:FilesStore._open_dir",
+        "FilesStore._open_dir (O_NOFOLLOW walk)",
+        LISTING,
     ),
+    ("phaselog.stores.files:FilesStore._lock", "FilesStore._lock (open, fchmod, flock)", LISTING),
+    ("phaselog.stores.files:FilesStore.append", "FilesStore.append own code (listdir)", LISTING),
+    ("phaselog.stores.files:FilesStore.get", "FilesStore.get own code", READS),
+    ("phaselog.stores.files:FilesStore._read", "FilesStore._read (open, fstat, read)", READS),
+    ("phaselog.stores.files:_parse_meta", "sidecar JSON parse (json.loads)", READS),
+    ("phaselog.stores.files:_seed_or_corrupt", "checkpoint_from_seed (record from dict)", READS),
+    ("phaselog.stores.files:FilesStore._publish_completed", "_publish_completed own code", OTHER),
     (
-        ledger.Ledger,
-        "pipeline_for",
-        "Ledger.pipeline_for / recorded_pipeline own code",
-        "Python: other",
-    ),
-    (
-        files.FilesStore,
-        "attempts",
-        "FilesStore.attempts own code (listdir, parse names)",
-        "listing, folders, lock",
-    ),
-    (
-        files.FilesStore,
-        "_open_dir",
-        "FilesStore._open_dir (O_NOFOLLOW walk, 4 opens)",
-        "listing, folders, lock",
-    ),
-    (
-        files.FilesStore,
-        "_lock",
-        "FilesStore._lock (open .lock, fchmod, flock)",
-        "listing, folders, lock",
-    ),
-    (
-        files.FilesStore,
-        "get",
-        "FilesStore.get own code (earlier records)",
-        "reading earlier records",
-    ),
-    (files.FilesStore, "_read", "FilesStore._read (open, fstat, read)", "reading earlier records"),
-    (files, "_parse_meta", "sidecar JSON parse (json.loads)", "reading earlier records"),
-    (
-        files,
-        "_seed_or_corrupt",
-        "checkpoint_from_seed (record from dict)",
-        "reading earlier records",
-    ),
-    (
-        files.FilesStore,
-        "append",
-        "FilesStore.append own code (listdir, checks)",
-        "listing, folders, lock",
-    ),
-    (
-        files.FilesStore,
-        "_publish_completed",
-        "_publish_completed own code (sha256, names)",
-        "Python: other",
-    ),
-    (
-        files.FilesStore,
-        "_write_temp",
+        "phaselog.stores.files:FilesStore._write_temp",
         "temp files: open, fchmod, write, close",
-        "temp files, links",
+        TEMP,
     ),
-    (os, "link", "os.link (2 per write)", "temp files, links"),
-    (os, "unlink", "os.unlink (temp files)", "temp files, links"),
-    (_yaml, "dump", "YAML emission (_yaml.dump)", "YAML emission"),
-    (files, "_meta_bytes", "JSON sidecar (_meta_bytes: dicts + json.dumps)", "JSON sidecar"),
-    (records.Checkpoint, "seed_dict", "Checkpoint.seed_dict", "record -> dicts"),
-    (records.Checkpoint, "meta_dict", "Checkpoint.meta_dict", "record -> dicts"),
-    (records, "canonical_bytes", "content hash: canonical JSON (canonical_bytes)", "content hash"),
-    (ledger, "check_record", "validation: check_record own rules", "validation"),
+    ("os:link", "os.link", TEMP),
+    ("os:unlink", "os.unlink", TEMP),
+    ("phaselog._yaml:dump", "YAML emission (_yaml.dump)", "YAML emission"),
     (
-        pipelines.Phase,
-        "check_payload",
-        "validation: jsonschema (Phase.check_payload)",
-        "validation (jsonschema)",
+        "phaselog.stores.files:_meta_bytes",
+        "JSON sidecar (_meta_bytes incl. json.dumps)",
+        "JSON sidecar",
     ),
+    ("phaselog.records:Checkpoint.seed_dict", "Checkpoint.seed_dict", "record -> dicts"),
+    ("phaselog.records:Checkpoint.meta_dict", "Checkpoint.meta_dict", "record -> dicts"),
+    ("phaselog.records:canonical_bytes", "content hash: canonical JSON", "content hash"),
+    ("phaselog.ledger:check_record", "validation: check_record own rules", "validation"),
+    ("phaselog.pipelines:Phase.check_payload", "validation: jsonschema", "validation (jsonschema)"),
 ]
 FSYNC_FILE = ("fsync of files (2 per write)", "fsync")
 FSYNC_DIR = ("fsync of the run folder", "fsync")
@@ -180,31 +150,59 @@ class Breakdown:
         self.current.clear()
 
 
+def _resolve(target: str) -> tuple[Any, str, Any, bool] | None:
+    """(owner, attribute, raw value, defined on the owner itself) or None if absent."""
+    module_name, _, path = target.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    *outer, attr = path.split(".")
+    for name in outer:
+        owner = getattr(owner, name, None)
+        if owner is None:
+            return None
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if attr in klass.__dict__:
+                return owner, attr, klass.__dict__[attr], klass is owner
+        return None
+    return (owner, attr, getattr(owner, attr), True) if hasattr(owner, attr) else None
+
+
+def available_targets() -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The targets present in the code under test, and those missing."""
+    present = [t for t in TARGETS if _resolve(t[0]) is not None]
+    missing = [t[0] for t in TARGETS if _resolve(t[0]) is None]
+    return present, missing
+
+
 @contextlib.contextmanager
 def instrumented(bd: Breakdown) -> Iterator[None]:
     """Install the timers on phaselog's functions; remove them afterwards."""
-    saved: list[tuple[Any, str, Any]] = []
+    saved: list[tuple[Any, str, Any, bool]] = []
     try:
-        for owner, attr, category, group in TARGETS:
-            raw = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-            saved.append((owner, attr, raw))
+        for target, category, group in TARGETS:
+            found = _resolve(target)
+            if found is None:
+                continue
+            owner, attr, raw, own = found
+            saved.append((owner, attr, raw, own))
             if isinstance(raw, staticmethod):
                 setattr(owner, attr, staticmethod(bd.wrap(raw.__func__, category, group)))
             else:
                 setattr(owner, attr, bd.wrap(raw, category, group))
         real_hash = records.Checkpoint.__dict__["content_hash"]
-        saved.append((records.Checkpoint, "content_hash", real_hash))
-        prop = cached_property(
-            bd.wrap(real_hash.func, "content hash: SHA-256 + property", "content hash")
-        )
+        saved.append((records.Checkpoint, "content_hash", real_hash, True))
+        prop = cached_property(bd.wrap(real_hash.func, "content hash: SHA-256", "content hash"))
         prop.__set_name__(records.Checkpoint, "content_hash")
         records.Checkpoint.content_hash = prop  # type: ignore[assignment]
-        saved.append((os, "fsync", os.fsync))
-        os.fsync = bd.wrap_fsync(os.fsync)
+        saved.append((os, "fsync", os.fsync, True))
+        os.fsync = bd.wrap_fsync(os.fsync)  # type: ignore[assignment]
         yield
     finally:
-        for owner, attr, raw in reversed(saved):
-            setattr(owner, attr, raw)
+        for owner, attr, raw, own in reversed(saved):
+            if own:
+                setattr(owner, attr, raw)
+            else:
+                delattr(owner, attr)  # it was inherited: uncover the base class's again
 
 
 def _writer(ledger_: ledger.Ledger) -> tuple[Callable[[], str], Callable[[str], Any]]:
@@ -247,6 +245,9 @@ def breakdown(led: ledger.Ledger, n: int) -> None:
         f"   median Ledger.write under the timers: {total / 1e3:.0f} µs "
         "(the timers add ~1 µs per wrapped call)"
     )
+    _, missing = available_targets()
+    if missing:
+        print(f"   not in the code under test, so not timed: {', '.join(missing)}")
     print(f"   {'category':<58} {'µs/write':>9} {'share':>7} {'calls/write':>12}")
     for c in sorted(cats, key=lambda c: -med[c]):
         calls = bd.calls[c] / n

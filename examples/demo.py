@@ -6,6 +6,7 @@ Everything runs on the default files store, rooted at .demo/ in this checkout.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,10 +27,21 @@ def banner(text: str) -> None:
 
 def phaselog(*args: str) -> int:
     """Run the phaselog CLI as a user would, showing the command."""
-    print(f"$ phaselog {' '.join(args)}", flush=True)
+    print(f"$ phaselog {shlex.join(args)}", flush=True)
     exe = BIN / "phaselog"
     cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
     return subprocess.run(cmd, env=ENV, check=False).returncode
+
+
+def quiet(*args: str) -> None:
+    """Run a phaselog command, showing only the command (its JSON is not the point here)."""
+    print(f"$ phaselog {shlex.join(args)}   # (output omitted)", flush=True)
+    exe = BIN / "phaselog"
+    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
+    proc = subprocess.run(cmd, env=ENV, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout, proc.stderr, file=sys.stderr)
+        raise SystemExit(f"demo step failed: phaselog {' '.join(args)}")
 
 
 def worker() -> subprocess.Popen[str]:
@@ -70,10 +82,35 @@ def main() -> int:
         print("worker failed", file=sys.stderr)
         return 1
 
-    banner("4. the run's history")
-    phaselog("list", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
+    banner("4. the run's history: checkpoints, progress events, the abandoned attempt")
     phaselog("status", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
+    phaselog("history", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "create_pr", "--format", "table")
+    phaselog("list", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
     phaselog("verify", "--ticket-id", TICKET, "--format", "table")
+
+    banner("5. a gated phase: the video pipeline waits for a person's approval")
+    vid, vrun = "VID-1", "launch-video"
+    phaselog("init", "--ticket-id", vid, "--title", "Launch video", "--pipeline", "video-pipeline",
+             "--format", "table")
+    quiet("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "research",
+          "--payload", '{"summary": "devs want speed", "sources": ["https://example.org/survey"]}')
+    quiet("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal",
+          "--payload", '{"title": "phaselog in 90 s", "concept": "a long tour of every command"}')
+    phaselog("status", "--ticket-id", vid, "--run-id", vrun, "--format", "table")
+    print("# the script cannot be recorded before the proposal is approved:")
+    phaselog("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "script",
+             "--payload", '{"script_path": "script.md", "word_count": 180}')
+    phaselog("reject", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal", "--by", "ana",
+             "--comment", "too long: one idea only", "--format", "table")
+    quiet("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal",
+          "--payload", '{"title": "phaselog in 90 s", "concept": "kill a pipeline, resume it"}')
+    phaselog("approve", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal", "--by", "ana",
+             "--format", "table")
+    print("# what changed between the rejected and the approved proposal:")
+    phaselog("diff", "--ticket-id", vid, f"{vrun}:proposal:1", f"{vrun}:proposal:2", "--format", "text")
+    phaselog("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "script",
+             "--payload", '{"script_path": "script.md", "word_count": 180}', "--format", "table")
+    phaselog("history", "--ticket-id", vid, "--format", "table")
     files = sorted(p.name for p in (ROOT / "store" / "checkpoints" / TICKET).rglob("phase_*.yaml"))
     print(f"\nseed-format files on disk ({ROOT / 'store'}): {', '.join(files)}")
     print(f"demo finished in {time.monotonic() - started:.1f} s")

@@ -22,12 +22,16 @@ def sha(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:7]  # noqa: S324 - not security, a fake git SHA
 
 
-def work(seconds: float, what: str) -> None:
-    """Pretend to work, visibly."""
+def work(run: phaselog.Run, phase: str, seconds: float, what: str, first_step: int = 1) -> None:
+    """Pretend to work, visibly, recording a progress event before each step."""
     steps = 5
-    for i in range(steps):
+    tokens = 0
+    for i in range(first_step, steps + 1):
+        tokens += 250
+        run.ledger.progress(run.ticket_id, run.run_id, phase, "step", step=i, tokens=tokens,
+                            output=f"{what}: step {i} of {steps}\n")
         time.sleep(seconds / steps)
-        print(f"    … {what} ({i + 1}/{steps})", flush=True)
+        print(f"    … {what} ({i}/{steps})", flush=True)
 
 
 def main() -> int:
@@ -61,7 +65,19 @@ def main() -> int:
         if status.phase(phase.name).state == "completed":
             continue
         print(f"▶ phase {phase.ordinal} {phase.name}", flush=True)
-        work(args.seconds, phase.description.rstrip("."))
+        state = status.phase(phase.name)
+        first_step = 1
+        if state.state == "in_progress" and state.in_flight:
+            flight = state.in_flight
+            first_step = flight["resume_from_step"] or 1
+            print(
+                f"  attempt {flight['attempt_number']} stopped at step {first_step}"
+                f" ({'abandoned: ' + flight['abandoned_reason'] if flight['abandoned'] else 'in flight'});"
+                f" a new attempt restarts from step {first_step}",
+                flush=True,
+            )
+        ledger.progress(run.ticket_id, run.run_id, phase.name, "start")
+        work(run, phase.name, args.seconds, phase.description.rstrip("."), first_step)
         head = sha(f"{args.ticket_id}-{phase.name}")
         artifact = f"{phase.name}.log"
         (workdir / artifact).write_text(f"{phase.name} done at {datetime.now(UTC).isoformat()}\n")

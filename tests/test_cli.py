@@ -17,7 +17,6 @@ import shlex
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -579,14 +578,75 @@ def test_format_table(seeded: Path, name: str, args: list[str], rc: int) -> None
     assert expected in res.out
 
 
+def _audit_table_commands(root: Path) -> list[tuple[str, list[str], int]]:
+    """The audit-trail commands under --format table, on a video run with a gated phase."""
+    v = ["--ticket-id", "VID-7", "--run-id", "v1"]
+    assert run(root, "init", "--ticket-id", "VID-7", "--title", "Launch", "--pipeline", "video-pipeline").rc == 0
+    research = json.dumps({"summary": "s", "sources": ["https://example.org/a"]})
+    assert run(root, "write", *v, "--phase", "research", "--pipeline", "video-pipeline", "--payload", research).rc == 0
+    proposal = json.dumps({"title": "Cats", "concept": "purring"})
+    return [
+        ("progress", ["progress", *v, "--phase", "proposal", "--event", "start"], 0),
+        ("progress show", ["progress", "show", *v, "--phase", "proposal", "--all"], 0),
+        ("write-proposal", ["write", *v, "--phase", "proposal", "--payload", proposal], 0),
+        ("approve", ["approve", *v, "--phase", "proposal", "--by", "ana"], 0),
+        ("write-proposal-2", ["write", *v, "--phase", "proposal", "--payload", proposal], 0),
+        ("reject", ["reject", *v, "--phase", "proposal", "--by", "bob", "--comment", "too long"], 0),
+        ("init", ["init", "--ticket-id", "VID-7", "--title", "Launch v2"], 0),
+        ("decisions", ["decisions", "--ticket-id", "VID-7"], 0),
+        ("history", ["history", "--ticket-id", "VID-7"], 0),
+        ("fork", ["fork", *v, "--through", "research", "--new-run-id", "v2"], 0),
+        ("doctor", ["doctor"], 0),
+    ]
+
+
+def test_format_table_audit_commands(root: Path) -> None:
+    for name, args, rc in _audit_table_commands(root):
+        res = run(root, *args, "--format", "table")
+        assert res.rc == rc, (name, res.out)
+        assert res.out.strip(), name
+        assert not res.out.lstrip().startswith("{"), (name, res.out)
+
+
+@pytest.mark.xfail(strict=True, reason="diff takes --format json|text, not table (reported to the lead)")
+def test_format_table_diff(seeded: Path) -> None:
+    write(seeded, "implement")
+    res = run(seeded, "diff", "--ticket-id", TICKET, f"{RUN}:implement:1", f"{RUN}:implement:2", "--format", "table")
+    assert res.rc == 0 and not res.out.lstrip().startswith("{")
+
+
+def command_paths() -> list[str]:
+    """Every command (subcommands of groups too) in the order ``--help`` lists them."""
+    import click
+
+    def walk(group: click.Group, prefix: str) -> list[str]:
+        ctx = click.Context(group, info_name=prefix)
+        out: list[str] = []
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            path = f"{prefix} {name}".strip()
+            out.append(path)
+            if isinstance(cmd, click.Group):
+                out += walk(cmd, path)
+        return out
+
+    return walk(cli, "")
+
+
 def test_every_command_is_covered() -> None:
-    assert sorted(cli.commands) == sorted(COMMANDS)
+    """The seed's and the issue's commands exist, first and in this order; every command has a
+    --format table check (a new command must get one here)."""
+    paths = command_paths()
+    assert paths[: len(COMMANDS)] == COMMANDS
+    table_checked = {c[1][0] for c in _table_commands()} | {"progress", "progress show", "approve", "reject",
+                                                            "init", "decisions", "history", "fork", "doctor", "diff"}
+    assert set(paths) <= table_checked
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", command_paths())
 def test_help(root: Path, command: str) -> None:
     for flag in ("--help", "-h"):
-        res = run(root, command, flag)
+        res = run(root, *command.split(), flag)
         assert res.rc == 0
         assert f"Usage: phaselog {command}" in res.out
         assert "Example" in res.out
@@ -598,7 +658,7 @@ def test_top_level_help_lists_every_command(root: Path) -> None:
     res = run(root, "--help")
     assert res.rc == 0
     listed = res.out.split("Commands:", 1)[1]
-    assert [c for c in re.findall(r"^  (\w+)", listed, re.M)] == COMMANDS
+    assert re.findall(r"^  (\w+)", listed, re.M) == [p for p in command_paths() if " " not in p]
 
 
 # -- status / resume / verify ---------------------------------------------------------------------
@@ -958,15 +1018,3 @@ def test_output_is_utf8_json_with_non_ascii(root: Path) -> None:
     res = run(root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement", env=ascii_env)
     assert res.rc == 0
     assert res.json["checkpoint"]["phase_payload"]["branch_name"] == "feat/crème-brûlée-☕"
-
-
-def iter_commands() -> Iterator[str]:
-    """Command names in the order ``phaselog --help`` lists them."""
-    import click
-
-    ctx = click.Context(cli, info_name="phaselog")
-    yield from cli.list_commands(ctx)
-
-
-def test_commands_are_listed_in_pipeline_order() -> None:
-    assert list(iter_commands()) == COMMANDS

@@ -65,11 +65,13 @@ def _table(rows: list[list[Any]], headers: list[str], title: str | None = None) 
         click.echo(f"{title}: nothing to show" if title else "nothing to show")
         return
     t = Table(title=title, show_lines=False, header_style="bold")
-    for h in headers:
-        t.add_column(h, overflow="fold")
+    for i, h in enumerate(headers):
+        last = i == len(headers) - 1
+        t.add_column(h, overflow="fold", no_wrap=not last)  # only the last column wraps
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
-    Console(width=max(100, Console().width)).print(t)
+    console = Console()
+    Console(width=max(120, console.width), soft_wrap=False).print(t)
 
 
 # -- shared options -----------------------------------------------------------------------------
@@ -513,6 +515,13 @@ def resume(
         verdict = "allowed" if d["allowed"] else "NOT allowed"
         _table([[b["phase"], b["state"], b["reason"]] for b in d["blockers"]],
                ["blocking phase", "state", "reason"], title=f"skip to {d['skip_to']}: {verdict}")
+        flight = d.get("in_progress")
+        if flight:
+            note = f" ({flight['abandoned_reason']})" if flight.get("abandoned") else ""
+            click.echo(
+                f"{d['skip_to']} attempt {flight['attempt_number']} is in progress{note}: "
+                f"restart from step {flight['resume_from_step']}"
+            )
 
     out.emit({"success": True, **decision.to_json()}, table)
     if not decision.allowed:

@@ -107,6 +107,8 @@ class SkipDecision:
     allowed: bool
     blockers: tuple[Blocker, ...] = ()
     status: RunStatus | None = None
+    #: The target phase's attempt in flight, if any: where to restart it (``resume_from_step``).
+    in_flight: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -116,6 +118,7 @@ class SkipDecision:
             "blockers": [b.to_json() for b in self.blockers],
             "next_phase": self.status.next_phase if self.status else None,
             "completed_phases": self.status.completed_phases if self.status else [],
+            "in_progress": self.in_flight,
         }
 
 
@@ -613,6 +616,12 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                     "pending": "no checkpoint yet",
                     "failed": f"latest attempt {ps.latest_attempt} failed: {ps.reason}",
                 }.get(ps.state, ps.reason or ps.state)
+                if ps.in_flight is not None:
+                    reason = (
+                        f"attempt {ps.in_flight['attempt_number']} is in progress; restart it from step "
+                        f"{ps.in_flight['resume_from_step']}"
+                        + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
+                    )
                 blockers.append(Blocker(ps.phase, ps.state, reason))
                 continue
             newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]
@@ -627,7 +636,9 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 blockers.append(
                     Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
                 )
-        return SkipDecision(target.name, not blockers, tuple(blockers), st)
+        return SkipDecision(
+            target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight
+        )
 
 def _payload(ph: Phase, payload: Mapping[str, Any] | None, status: str) -> dict[str, Any] | None:
     if payload is None:

@@ -321,7 +321,9 @@ def check_schemas(pipeline: Pipeline) -> None:
         try:
             _validator(phase._schema_key, phase.ordinal)  # noqa: SLF001 - same module
         except PipelineError as exc:
-            raise PipelineError(f"pipeline manifest {pipeline.source}: {exc.message}") from None
+            raise PipelineError(
+                f"pipeline manifest {pipeline.source}: {exc.message}", **exc.context
+            ) from None
 
 
 def _message(err: Any) -> str:

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from phaselog.pipelines import Phase, Pipeline
-from phaselog.records import Checkpoint, format_timestamp
+from phaselog.records import Checkpoint, format_timestamp, parse_timestamp
 
 PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
 IN_PROGRESS, AWAITING_APPROVAL, REJECTED = "in_progress", "awaiting_approval", "rejected"
@@ -192,6 +192,7 @@ def _phase_state(
         return PhaseState(
             state=IN_PROGRESS,
             latest_attempt=flight["attempt_number"],
+            latest_timestamp=parse_timestamp(flight["last_event_at"]) if flight.get("last_event_at") else None,
             completed_attempt=lc.attempt_number if lc else None,
             attempts=len(attempts),
             reason=(

@@ -53,7 +53,9 @@ TEMP_MAX_AGE_S = 60.0
 _CP_RE = re.compile(r"phase_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.yaml")
 _FAILED_RE = re.compile(r"\.failed_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.json")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO planted under a record's name must not hang the reader; fstat
+# then refuses it as "not a regular file". Regular files ignore the flag.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _META_KIND = "phaselog.checkpoint"
 #: Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
 #: ``<ticket>/.markers/``.
