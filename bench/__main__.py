@@ -23,11 +23,11 @@ from bench._timing import Section, print_section, print_summary
 
 NAMES = ("write", "read", "status", "list", "start")
 FULL: dict[str, dict[str, int]] = {
-    "write": {"rounds": 400},
+    "write": {"rounds": 600},
     "read": {"rounds": 300},
-    "status": {"rounds": 60, "attempts": 100},
-    "list": {"rounds": 7, "checkpoints": 10_000},
-    "start": {"rounds": 30},
+    "status": {"rounds": 100, "attempts": 100},
+    "list": {"rounds": 11, "checkpoints": 10_000},
+    "start": {"rounds": 40},
 }
 QUICK: dict[str, dict[str, int]] = {
     "write": {"rounds": 30},

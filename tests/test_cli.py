@@ -34,20 +34,36 @@ SHORT_RUN = "a1b2c3d4"
 SHORT_RUN_UUID = "4fa2159f-9c61-5f8b-9ae5-28692b46cbd7"  # what the seed tool makes of it
 PHASES = ["implement", "local_review", "create_pr", "pr_release_ready", "ready_for_merge"]
 SEED_FIELDS = [
-    "schema_version", "run_id", "ticket_id", "phase", "timestamp_utc", "repo_commit_map",
-    "artifact_paths", "attempt_number", "phase_payload",
+    "schema_version",
+    "run_id",
+    "ticket_id",
+    "phase",
+    "timestamp_utc",
+    "repo_commit_map",
+    "artifact_paths",
+    "attempt_number",
+    "phase_payload",
 ]
 COMMANDS = ["write", "read", "validate", "list", "status", "resume", "verify", "pipelines"]
 PAYLOADS: dict[str, dict[str, Any]] = {
-    "implement": {"branch_name": "feat/PROJ-1234", "commit_sha": "a1b2c3d", "files_changed": ["src/foo.py"]},
+    "implement": {
+        "branch_name": "feat/PROJ-1234",
+        "commit_sha": "a1b2c3d",
+        "files_changed": ["src/foo.py"],
+    },
     "local_review": {"iteration_count": 1, "issue_fingerprints": [], "last_clean_sha": "a1b2c3d"},
     "create_pr": {"pr_url": "https://github.com/o/r/pull/1", "pr_number": 1, "head_sha": "a1b2c3d"},
     "pr_release_ready": {"last_review_sha": "a1b2c3d", "issue_fingerprints": []},
     "ready_for_merge": {"label_applied_at": "2026-02-09T18:01:58Z"},
 }
 FIXTURE_FILE = (
-    Path(__file__).parent / "fixtures" / "seed-tool-files" / "checkpoints" / "OMN-2143"
-    / SHORT_RUN_UUID / "phase_1_implement_a1.yaml"
+    Path(__file__).parent
+    / "fixtures"
+    / "seed-tool-files"
+    / "checkpoints"
+    / "OMN-2143"
+    / SHORT_RUN_UUID
+    / "phase_1_implement_a1.yaml"
 )
 
 # Seed 000's "CLI Usage" section, verbatim (only the script path is ours, and {ticket_id} is
@@ -62,7 +78,7 @@ python ${CLAUDE_PLUGIN_ROOT}/hooks/lib/checkpoint_manager.py write \\
   --repo-commit-map '{"omniclaude": "a1b2c3d"}' \\
   --artifact-paths '["src/foo.py", "tests/test_foo.py"]' \\
   --payload '{"branch_name": "feat/{ticket_id}", "commit_sha": "a1b2c3d", "files_changed": ["src/foo.py"]}'
-"""
+"""  # noqa: E501 - verbatim
 SEED_READ = """\
 python ${CLAUDE_PLUGIN_ROOT}/hooks/lib/checkpoint_manager.py read \\
   --ticket-id {ticket_id} \\
@@ -90,10 +106,10 @@ def seed_args(example: str, ticket: str = TICKET) -> list[str]:
     """The arguments of a seed 000 example command, as phaselog takes them."""
     text = example.replace("{ticket_id}", ticket).replace("\\\n", " ")
     assert text.startswith(SEED_PREFIX)
-    return shlex.split(text[len(SEED_PREFIX):])
+    return shlex.split(text[len(SEED_PREFIX) :])
 
 
-# -- running the CLI ------------------------------------------------------------------------------
+# -- running the CLI -------------------------------------------------------------------------------
 @dataclass
 class Result:
     """What one CLI run produced."""
@@ -121,7 +137,10 @@ def cli_env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def run(
-    root: Path, *args: str | bytes, stdin: str | bytes | None = None, env: dict[str, str] | None = None
+    root: Path,
+    *args: str | bytes,
+    stdin: str | bytes | None = None,
+    env: dict[str, str] | None = None,
 ) -> Result:
     """Run ``python -m phaselog ARGS`` in a subprocess; never a traceback, always UTF-8 out."""
     data = stdin.encode() if isinstance(stdin, str) else stdin
@@ -152,7 +171,9 @@ def call(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
     return Result(rc, cap.out, cap.err)
 
 
-def write(root: Path, phase: str, *extra: str, run_id: str = RUN, ticket: str = TICKET) -> dict[str, Any]:
+def write(
+    root: Path, phase: str, *extra: str, run_id: str = RUN, ticket: str = TICKET
+) -> dict[str, Any]:
     """A write that must succeed; returns its JSON."""
     payload = json.dumps(PAYLOADS[phase]) if phase in PAYLOADS else None
     args = ["write", "--ticket-id", ticket, "--run-id", run_id, "--phase", phase, *extra]
@@ -164,11 +185,12 @@ def write(root: Path, phase: str, *extra: str, run_id: str = RUN, ticket: str = 
 
 
 def assert_error(res: Result, rc: int, code: str) -> dict[str, Any]:
-    """The failure contract: one JSON object on stdout with success/error/error_code, exit ``rc``."""
+    """The failure contract: one JSON object on stdout (success, error, error_code), exit rc."""
     data = res.json
     assert isinstance(data, dict), data
     assert data.get("success") is False, data
-    assert isinstance(data.get("error"), str) and data["error"].strip(), data
+    assert isinstance(data.get("error"), str), data
+    assert data["error"].strip(), data
     assert data.get("error_code") == code, data
     assert res.rc == rc, (res.rc, data)
     return data
@@ -193,7 +215,7 @@ def seeded(root: Path) -> Path:
     return root
 
 
-# -- seed 000 examples, verbatim ------------------------------------------------------------------
+# -- seed 000 examples, verbatim -------------------------------------------------------------------
 def test_seed_write_example(root: Path) -> None:
     res = run(root, *seed_args(SEED_WRITE))
     assert res.rc == 0, res.out
@@ -214,7 +236,12 @@ def test_seed_read_example(seeded: Path) -> None:
     cp = data["checkpoint"]
     assert list(cp) == SEED_FIELDS
     assert cp["schema_version"] == "1.0.0"
-    assert (cp["ticket_id"], cp["run_id"], cp["phase"], cp["attempt_number"]) == (TICKET, RUN, "implement", 1)
+    assert (cp["ticket_id"], cp["run_id"], cp["phase"], cp["attempt_number"]) == (
+        TICKET,
+        RUN,
+        "implement",
+        1,
+    )
     assert cp["repo_commit_map"] == {"omniclaude": "a1b2c3d"}
     assert cp["artifact_paths"] == ["src/foo.py", "tests/test_foo.py"]
     assert cp["phase_payload"] == {"phase": "implement", **PAYLOADS["implement"]}
@@ -225,9 +252,18 @@ def test_seed_validate_example(seeded: Path) -> None:
     res = run(seeded, *seed_args(SEED_VALIDATE))
     assert res.rc == 0
     data = res.json
-    assert {"is_valid", "success", "errors", "warnings", "correlation_id", "checkpoint"} <= data.keys()
-    assert data["is_valid"] is True and data["success"] is True
-    assert data["errors"] == [] and data["warnings"] == []
+    assert {
+        "is_valid",
+        "success",
+        "errors",
+        "warnings",
+        "correlation_id",
+        "checkpoint",
+    } <= data.keys()
+    assert data["is_valid"] is True
+    assert data["success"] is True
+    assert data["errors"] == []
+    assert data["warnings"] == []
     assert data["checkpoint"]["phase"] == "implement"
 
 
@@ -243,7 +279,10 @@ def test_seed_list_examples(seeded: Path, ledger: Ledger) -> None:
         assert data["count"] == count == len(data["checkpoints"])
         assert all(list(cp) == SEED_FIELDS for cp in data["checkpoints"])
     assert [cp["run_id"] for cp in one_run.json["checkpoints"]] == [RUN]
-    assert {cp["run_id"] for cp in everything.json["checkpoints"]} == {RUN, normalize_run_id("other-run")}
+    assert {cp["run_id"] for cp in everything.json["checkpoints"]} == {
+        RUN,
+        normalize_run_id("other-run"),
+    }
 
 
 def test_correlation_id_is_echoed(seeded: Path) -> None:
@@ -256,32 +295,57 @@ def test_correlation_id_is_echoed(seeded: Path) -> None:
 def test_short_run_id_maps_like_the_seed_tool(root: Path) -> None:
     data = write(root, "implement", run_id=SHORT_RUN)
     assert data["checkpoint_path"] == f"{TICKET}/{SHORT_RUN_UUID}/phase_1_implement_a1.yaml"
-    res = run(root, "read", "--ticket-id", TICKET, "--run-id", SHORT_RUN_UUID.upper(), "--phase", "1")
-    assert res.rc == 0 and res.json["checkpoint"]["run_id"] == SHORT_RUN_UUID
+    res = run(
+        root, "read", "--ticket-id", TICKET, "--run-id", SHORT_RUN_UUID.upper(), "--phase", "1"
+    )
+    assert res.rc == 0
+    assert res.json["checkpoint"]["run_id"] == SHORT_RUN_UUID
 
 
 def test_reads_the_seed_tools_own_files(seed_root: Path) -> None:
     res = run(seed_root, "list", "--ticket-id", "OMN-2143")
     assert res.rc == 0
     got = [(c["phase"], c["attempt_number"]) for c in res.json["checkpoints"]]
-    assert got == [("implement", 1), ("implement", 2), ("local_review", 1), ("create_pr", 1), ("ready_for_merge", 1)]
-    read = run(seed_root, "read", "--ticket-id", "OMN-2143", "--run-id", SHORT_RUN, "--phase", "implement")
-    assert read.rc == 0 and read.json["checkpoint"]["attempt_number"] == 2
+    assert got == [
+        ("implement", 1),
+        ("implement", 2),
+        ("local_review", 1),
+        ("create_pr", 1),
+        ("ready_for_merge", 1),
+    ]
+    read = run(
+        seed_root, "read", "--ticket-id", "OMN-2143", "--run-id", SHORT_RUN, "--phase", "implement"
+    )
+    assert read.rc == 0
+    assert read.json["checkpoint"]["attempt_number"] == 2
 
 
-# -- every failure: JSON object, exact error_code, exit code ------------------------------------------
+# -- every failure: JSON object, exact error_code, exit code ---------------------------------------
 def test_already_exists_exit_1_and_original_untouched(seeded: Path) -> None:
     path = seeded / "checkpoints" / RUN_DIR / "phase_1_implement_a1.yaml"
     before = path.read_bytes()
     args = seed_args(SEED_WRITE)
-    args[args.index("--payload") + 1] = json.dumps({**PAYLOADS["implement"], "branch_name": "other"})
+    args[args.index("--payload") + 1] = json.dumps(
+        {**PAYLOADS["implement"], "branch_name": "other"}
+    )
     data = assert_error(run(seeded, *args), 1, "already_exists")
     assert data["next_attempt"] == 2
     assert path.read_bytes() == before
 
 
 def test_unknown_phase_exit_2_lists_valid_phases(root: Path) -> None:
-    res = run(root, "write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "deploy", "--payload", "{}")
+    res = run(
+        root,
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "deploy",
+        "--payload",
+        "{}",
+    )
     data = assert_error(res, 2, "unknown_phase")
     assert data["valid_phases"] == PHASES
     assert "deploy" in data["error"]
@@ -299,22 +363,49 @@ def test_unknown_ordinal_exit_2(root: Path) -> None:
 
 
 def test_invalid_payload_exit_1_lists_field_and_rule(root: Path) -> None:
-    payload = {"branch_name": "x", "commit_sha": "NOT-A-SHA", "files_changed": ["/etc/passwd"], "extra": 1}
-    res = run(root, "write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement",
-              "--payload", json.dumps(payload))
+    payload = {
+        "branch_name": "x",
+        "commit_sha": "NOT-A-SHA",
+        "files_changed": ["/etc/passwd"],
+        "extra": 1,
+    }
+    res = run(
+        root,
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "implement",
+        "--payload",
+        json.dumps(payload),
+    )
     data = assert_error(res, 1, "invalid")
     fields = {e["field"]: e["rule"] for e in data["errors"]}
-    assert "phase_payload.commit_sha" in fields and "git-sha" in fields["phase_payload.commit_sha"]
+    assert "phase_payload.commit_sha" in fields
+    assert "git-sha" in fields["phase_payload.commit_sha"]
     assert "phase_payload.files_changed.0" in fields
     assert any("additionalProperties" in r for r in fields.values())
     assert all(e["message"] for e in data["errors"])
-    assert "phase_payload.commit_sha" in data["error"] and "git-sha" in data["error"]
+    assert "phase_payload.commit_sha" in data["error"]
+    assert "git-sha" in data["error"]
     assert tree(root) == {}
 
 
 def test_missing_payload_field_is_named(root: Path) -> None:
-    res = run(root, "write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "create_pr",
-              "--payload", json.dumps({"pr_url": "https://x.test/pull/1", "head_sha": "a1b2c3d"}))
+    res = run(
+        root,
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "create_pr",
+        "--payload",
+        json.dumps({"pr_url": "https://x.test/pull/1", "head_sha": "a1b2c3d"}),
+    )
     data = assert_error(res, 1, "invalid")
     assert "pr_number" in data["error"]
     assert any(e["rule"].endswith("required") for e in data["errors"])
@@ -346,11 +437,14 @@ def test_json_of_the_wrong_shape_exit_2(root: Path, option: str, value: str) -> 
     if option != "--payload":
         args += ["--payload", json.dumps(PAYLOADS["implement"])]
     data = assert_error(run(root, *args), 2, "usage")
-    assert option in data["error"] and data["rule"] == "type"
+    assert option in data["error"]
+    assert data["rule"] == "type"
 
 
 def test_missing_option_exit_2(root: Path) -> None:
-    data = assert_error(run(root, "write", "--ticket-id", TICKET, "--phase", "implement"), 2, "usage")
+    data = assert_error(
+        run(root, "write", "--ticket-id", TICKET, "--phase", "implement"), 2, "usage"
+    )
     assert "--run-id" in data["error"]
     assert data["field"] == "run_id"
     assert data["rule"] == "required"
@@ -365,18 +459,33 @@ def test_unknown_command_and_option_exit_2(root: Path) -> None:
 
 @pytest.mark.parametrize(
     ("ticket", "rule"),
-    [("../etc", "leading_char"), ("PROJ 1", "charset"), ("a/b", "charset"), ("x" * 65, "max_length"),
-     ("A..B", "traversal"), ("", "non_empty")],
+    [
+        ("../etc", "leading_char"),
+        ("PROJ 1", "charset"),
+        ("a/b", "charset"),
+        ("x" * 65, "max_length"),
+        ("A..B", "traversal"),
+        ("", "non_empty"),
+    ],
 )
 def test_invalid_ticket_id_exit_2(root: Path, ticket: str, rule: str) -> None:
-    for args in (["write", "--run-id", RUN, "--phase", "1", "--payload", "{}"], ["list"], ["verify"]):
+    for args in (
+        ["write", "--run-id", RUN, "--phase", "1", "--payload", "{}"],
+        ["list"],
+        ["verify"],
+    ):
         data = assert_error(run(root, args[0], "--ticket-id", ticket, *args[1:]), 2, "invalid_id")
-        assert data["field"] == "ticket_id" and data["rule"] == rule
+        assert data["field"] == "ticket_id"
+        assert data["rule"] == rule
     assert tree(root) == {}
 
 
 def test_invalid_run_id_exit_2(root: Path) -> None:
-    data = assert_error(run(root, "read", "--ticket-id", TICKET, "--run-id", "a\x01b", "--phase", "1"), 2, "invalid_id")
+    data = assert_error(
+        run(root, "read", "--ticket-id", TICKET, "--run-id", "a\x01b", "--phase", "1"),
+        2,
+        "invalid_id",
+    )
     assert data["field"] == "run_id"
 
 
@@ -384,9 +493,15 @@ def test_not_found_exit_1(seeded: Path) -> None:
     base = ["--ticket-id", TICKET, "--run-id", RUN]
     data = assert_error(run(seeded, "read", *base, "--phase", "create_pr"), 1, "not_found")
     assert "create_pr" in data["error"]
-    assert_error(run(seeded, "read", *base, "--phase", "implement", "--attempt", "99"), 1, "not_found")
+    assert_error(
+        run(seeded, "read", *base, "--phase", "implement", "--attempt", "99"), 1, "not_found"
+    )
     assert_error(run(seeded, "validate", *base, "--phase", "local_review"), 1, "not_found")
-    assert_error(run(seeded, "read", "--ticket-id", "NOPE-1", "--run-id", RUN, "--phase", "1"), 1, "not_found")
+    assert_error(
+        run(seeded, "read", "--ticket-id", "NOPE-1", "--run-id", RUN, "--phase", "1"),
+        1,
+        "not_found",
+    )
 
 
 def test_corrupt_file_exit_1(seeded: Path) -> None:
@@ -405,7 +520,8 @@ def test_corrupt_file_exit_1(seeded: Path) -> None:
     assert listing.json["count"] == 1
     assert [w["path"] for w in listing.json["warnings"]] == [rel]
     verify = run(seeded, "verify", "--ticket-id", TICKET)
-    assert verify.rc == 1 and verify.json["ok"] is False
+    assert verify.rc == 1
+    assert verify.json["ok"] is False
     assert any(p["path"] == rel and p["rule"] == "corrupt" for p in verify.json["problems"])
 
 
@@ -428,7 +544,9 @@ def test_corrupt_file_exit_1(seeded: Path) -> None:
         (["--store", "file:///nowhere"], 2, "usage", "store"),  # with --root below: not both
     ],
 )
-def test_write_refusals(root: Path, extra: list[str], rc: int, code: str, field: str | None) -> None:
+def test_write_refusals(
+    root: Path, extra: list[str], rc: int, code: str, field: str | None
+) -> None:
     args = ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement"]
     if "--payload" not in extra:
         args += ["--payload", json.dumps(PAYLOADS["implement"])]
@@ -438,7 +556,8 @@ def test_write_refusals(root: Path, extra: list[str], rc: int, code: str, field:
     if field is not None:
         assert data["field"] == field
     if code == "invalid":
-        assert data["errors"] and all({"field", "rule", "message"} <= e.keys() for e in data["errors"])
+        assert data["errors"]
+        assert all({"field", "rule", "message"} <= e.keys() for e in data["errors"])
         assert data["errors"][0]["field"] in data["error"]
     assert tree(root) == {}
 
@@ -455,13 +574,31 @@ def test_input_that_is_not_utf8_is_a_usage_error(root: Path, tmp_path: Path) -> 
     bad = tmp_path / "payload.bin"
     bad.write_bytes(b"\xff\xfe{}")
     assert assert_error(run(root, *base, "--payload", f"@{bad}"), 2, "usage")["rule"] == "utf-8"
-    assert assert_error(run(root, *base, "--payload", "-", stdin=b"\xff{}"), 2, "usage")["rule"] == "utf-8"
+    assert (
+        assert_error(run(root, *base, "--payload", "-", stdin=b"\xff{}"), 2, "usage")["rule"]
+        == "utf-8"
+    )
     surrogate = '{"branch_name": "\\ud800", "commit_sha": "a1b2c3d", "files_changed": []}'
-    assert assert_error(run(root, *base, "--payload", surrogate), 2, "usage")["field"] == "--payload"
-    failed = ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement", "--status", "failed"]
+    assert (
+        assert_error(run(root, *base, "--payload", surrogate), 2, "usage")["field"] == "--payload"
+    )
+    failed = [
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "implement",
+        "--status",
+        "failed",
+    ]
     assert_error(run(root, *failed, "--error", b"bad \xff byte"), 2, "usage")
     deep = '{"a":' * 100_000 + "1" + "}" * 100_000
-    assert assert_error(run(root, *base, "--payload", "-", stdin=deep), 2, "usage")["field"] == "--payload"
+    assert (
+        assert_error(run(root, *base, "--payload", "-", stdin=deep), 2, "usage")["field"]
+        == "--payload"
+    )
     assert not [p for p in tree(root) if "phase_" in p or ".failed_" in p or ".meta_" in p]
 
 
@@ -475,16 +612,56 @@ NASTY: list[list[str | bytes]] = [
     ["list", "--ticket-id", TICKET, "--format", "xml"],
     ["read", "--ticket-id", TICKET, "--run-id", "", "--phase", "1"],
     ["read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", ""],
-    ["read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--attempt", "99999999999999999999"],
+    [
+        "read",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "1",
+        "--attempt",
+        "99999999999999999999",
+    ],
     ["status", "--ticket-id", TICKET, "--run-id", "x" * 5000],
     ["resume", "--ticket-id", TICKET, "--run-id", RUN],
     ["verify", "--ticket-id", b"\xff\xfe"],
     ["pipelines", "../../etc/passwd"],
     ["pipelines", "nope", "--format", "table"],
-    ["validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--artifacts-root", "/nonexistent"],
-    ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--pipeline-file", "/dev/null"],
+    [
+        "validate",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "1",
+        "--artifacts-root",
+        "/nonexistent",
+    ],
+    [
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "1",
+        "--pipeline-file",
+        "/dev/null",
+    ],
     ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--payload", "NaN"],
-    ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--timestamp", "2026-13-45T99:99:99Z"],
+    [
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "1",
+        "--timestamp",
+        "2026-13-45T99:99:99Z",
+    ],
 ]
 
 
@@ -498,19 +675,56 @@ def test_never_a_traceback(root: Path, args: list[str | bytes]) -> None:
 
 
 def test_errors_are_json_under_format_table(seeded: Path) -> None:
-    res = run(seeded, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "create_pr", "--format", "table")
+    res = run(
+        seeded,
+        "read",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "create_pr",
+        "--format",
+        "table",
+    )
     assert_error(res, 1, "not_found")
 
 
 # -- refused writes leave nothing behind -----------------------------------------------------------
 REFUSED: dict[str, list[str]] = {
-    "already_exists": ["--phase", "implement", "--attempt", "1", "--payload", json.dumps(PAYLOADS["implement"])],
+    "already_exists": [
+        "--phase",
+        "implement",
+        "--attempt",
+        "1",
+        "--payload",
+        json.dumps(PAYLOADS["implement"]),
+    ],
     "unknown_phase": ["--phase", "deploy", "--payload", "{}"],
-    "invalid_payload": ["--phase", "implement", "--payload", '{"branch_name": "", "commit_sha": "z", "files_changed": []}'],
+    "invalid_payload": [
+        "--phase",
+        "implement",
+        "--payload",
+        '{"branch_name": "", "commit_sha": "z", "files_changed": []}',
+    ],
     "bad_json": ["--phase", "implement", "--payload", "{"],
-    "bad_artifact": ["--phase", "implement", "--payload", json.dumps(PAYLOADS["implement"]), "--artifact-paths", '["a/../../b"]'],
+    "bad_artifact": [
+        "--phase",
+        "implement",
+        "--payload",
+        json.dumps(PAYLOADS["implement"]),
+        "--artifact-paths",
+        '["a/../../b"]',
+    ],
     "pipeline_mismatch": ["--phase", "research", "--pipeline", "video-pipeline", "--payload", "{}"],
-    "bad_timestamp": ["--phase", "local_review", "--payload", json.dumps(PAYLOADS["local_review"]), "--timestamp", "soon"],
+    "bad_timestamp": [
+        "--phase",
+        "local_review",
+        "--payload",
+        json.dumps(PAYLOADS["local_review"]),
+        "--timestamp",
+        "soon",
+    ],
     "failed_without_error": ["--phase", "local_review", "--status", "failed"],
 }
 
@@ -533,27 +747,57 @@ def test_best_effort_turns_a_failed_write_into_a_warning(seeded: Path) -> None:
         res = run(seeded, "write", "--ticket-id", TICKET, "--run-id", RUN, *args, "--best-effort")
         assert res.rc == 0
         assert "warning" in res.err.lower()
-        assert res.json["success"] is False and res.json["best_effort"] is True
+        assert res.json["success"] is False
+        assert res.json["best_effort"] is True
         assert res.json["error_code"] in ("already_exists", "unknown_phase", "invalid")
     assert tree(seeded) == before
-    ok = run(seeded, "write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "local_review",
-             "--payload", json.dumps(PAYLOADS["local_review"]), "--best-effort")
-    assert ok.rc == 0 and ok.json["success"] is True and ok.err == ""
+    ok = run(
+        seeded,
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "local_review",
+        "--payload",
+        json.dumps(PAYLOADS["local_review"]),
+        "--best-effort",
+    )
+    assert ok.rc == 0
+    assert ok.json["success"] is True
+    assert ok.err == ""
 
 
 def test_without_best_effort_a_failed_write_exits_nonzero(seeded: Path) -> None:
     res = run(seeded, "write", "--ticket-id", TICKET, "--run-id", RUN, *REFUSED["already_exists"])
-    assert res.rc == 1 and res.err == ""
+    assert res.rc == 1
+    assert res.err == ""
 
 
-# -- --format table and --help, every command ---------------------------------------------------------
+# -- --format table and --help, every command ------------------------------------------------------
 def _table_commands() -> list[tuple[str, list[str], int]]:
     base = ["--ticket-id", TICKET, "--run-id", RUN]
     return [
-        ("write", ["write", *base, "--phase", "local_review", "--payload", json.dumps(PAYLOADS["local_review"])], 0),
+        (
+            "write",
+            [
+                "write",
+                *base,
+                "--phase",
+                "local_review",
+                "--payload",
+                json.dumps(PAYLOADS["local_review"]),
+            ],
+            0,
+        ),
         ("read", ["read", *base, "--phase", "implement"], 0),
         ("validate", ["validate", *base, "--phase", "implement"], 0),
-        ("validate-invalid", ["validate", *base, "--phase", "implement", "--artifacts-root", "."], 1),
+        (
+            "validate-invalid",
+            ["validate", *base, "--phase", "implement", "--artifacts-root", "."],
+            1,
+        ),
         ("list", ["list", "--ticket-id", TICKET], 0),
         ("status", ["status", *base], 0),
         ("resume", ["resume", *base, "--skip-to", "create_pr"], 1),
@@ -564,16 +808,26 @@ def _table_commands() -> list[tuple[str, list[str], int]]:
     ]
 
 
-@pytest.mark.parametrize(("name", "args", "rc"), _table_commands(), ids=[c[0] for c in _table_commands()])
+@pytest.mark.parametrize(
+    ("name", "args", "rc"), _table_commands(), ids=[c[0] for c in _table_commands()]
+)
 def test_format_table(seeded: Path, name: str, args: list[str], rc: int) -> None:
     res = run(seeded, *args, "--format", "table")
     assert res.rc == rc, res.out
     assert res.out.strip()
     assert not res.out.lstrip().startswith("{"), res.out  # a table, not JSON
     expected = {
-        "write": "completed", "read": "feat/PROJ-1234", "validate": "valid", "validate-invalid": "artifact",
-        "list": "implement", "status": "pr_release_ready", "resume": "local_review",
-        "resume-allowed": "allowed", "verify": "ok", "pipelines": "video-pipeline", "pipelines-one": "scene_plan",
+        "write": "completed",
+        "read": "feat/PROJ-1234",
+        "validate": "valid",
+        "validate-invalid": "artifact",
+        "list": "implement",
+        "status": "pr_release_ready",
+        "resume": "local_review",
+        "resume-allowed": "allowed",
+        "verify": "ok",
+        "pipelines": "video-pipeline",
+        "pipelines-one": "scene_plan",
     }[name]
     assert expected in res.out
 
@@ -581,9 +835,34 @@ def test_format_table(seeded: Path, name: str, args: list[str], rc: int) -> None
 def _audit_table_commands(root: Path) -> list[tuple[str, list[str], int]]:
     """The audit-trail commands under --format table, on a video run with a gated phase."""
     v = ["--ticket-id", "VID-7", "--run-id", "v1"]
-    assert run(root, "init", "--ticket-id", "VID-7", "--title", "Launch", "--pipeline", "video-pipeline").rc == 0
+    assert (
+        run(
+            root,
+            "init",
+            "--ticket-id",
+            "VID-7",
+            "--title",
+            "Launch",
+            "--pipeline",
+            "video-pipeline",
+        ).rc
+        == 0
+    )
     research = json.dumps({"summary": "s", "sources": ["https://example.org/a"]})
-    assert run(root, "write", *v, "--phase", "research", "--pipeline", "video-pipeline", "--payload", research).rc == 0
+    assert (
+        run(
+            root,
+            "write",
+            *v,
+            "--phase",
+            "research",
+            "--pipeline",
+            "video-pipeline",
+            "--payload",
+            research,
+        ).rc
+        == 0
+    )
     proposal = json.dumps({"title": "Cats", "concept": "purring"})
     return [
         ("progress", ["progress", *v, "--phase", "proposal", "--event", "start"], 0),
@@ -591,7 +870,11 @@ def _audit_table_commands(root: Path) -> list[tuple[str, list[str], int]]:
         ("write-proposal", ["write", *v, "--phase", "proposal", "--payload", proposal], 0),
         ("approve", ["approve", *v, "--phase", "proposal", "--by", "ana"], 0),
         ("write-proposal-2", ["write", *v, "--phase", "proposal", "--payload", proposal], 0),
-        ("reject", ["reject", *v, "--phase", "proposal", "--by", "bob", "--comment", "too long"], 0),
+        (
+            "reject",
+            ["reject", *v, "--phase", "proposal", "--by", "bob", "--comment", "too long"],
+            0,
+        ),
         ("init", ["init", "--ticket-id", "VID-7", "--title", "Launch v2"], 0),
         ("decisions", ["decisions", "--ticket-id", "VID-7"], 0),
         ("history", ["history", "--ticket-id", "VID-7"], 0),
@@ -608,11 +891,23 @@ def test_format_table_audit_commands(root: Path) -> None:
         assert not res.out.lstrip().startswith("{"), (name, res.out)
 
 
-@pytest.mark.xfail(strict=True, reason="diff takes --format json|text, not table (reported to the lead)")
+@pytest.mark.xfail(
+    strict=True, reason="diff takes --format json|text, not table (reported to the lead)"
+)
 def test_format_table_diff(seeded: Path) -> None:
     write(seeded, "implement")
-    res = run(seeded, "diff", "--ticket-id", TICKET, f"{RUN}:implement:1", f"{RUN}:implement:2", "--format", "table")
-    assert res.rc == 0 and not res.out.lstrip().startswith("{")
+    res = run(
+        seeded,
+        "diff",
+        "--ticket-id",
+        TICKET,
+        f"{RUN}:implement:1",
+        f"{RUN}:implement:2",
+        "--format",
+        "table",
+    )
+    assert res.rc == 0
+    assert not res.out.lstrip().startswith("{")
 
 
 def command_paths() -> list[str]:
@@ -638,8 +933,18 @@ def test_every_command_is_covered() -> None:
     --format table check (a new command must get one here)."""
     paths = command_paths()
     assert paths[: len(COMMANDS)] == COMMANDS
-    table_checked = {c[1][0] for c in _table_commands()} | {"progress", "progress show", "approve", "reject",
-                                                            "init", "decisions", "history", "fork", "doctor", "diff"}
+    table_checked = {c[1][0] for c in _table_commands()} | {
+        "progress",
+        "progress show",
+        "approve",
+        "reject",
+        "init",
+        "decisions",
+        "history",
+        "fork",
+        "doctor",
+        "diff",
+    }
     assert set(paths) <= table_checked
 
 
@@ -661,7 +966,7 @@ def test_top_level_help_lists_every_command(root: Path) -> None:
     assert re.findall(r"^  (\w+)", listed, re.M) == [p for p in command_paths() if " " not in p]
 
 
-# -- status / resume / verify ---------------------------------------------------------------------
+# -- status / resume / verify ----------------------------------------------------------------------
 def test_status_keys_and_states(seeded: Path) -> None:
     base = ["--ticket-id", TICKET, "--run-id", RUN]
     write(seeded, "local_review", "--status", "failed", "--error", "linter crashed")
@@ -672,7 +977,13 @@ def test_status_keys_and_states(seeded: Path) -> None:
     assert data["next_phase"] == "local_review"
     assert data["completed_phases"] == ["implement"]
     assert [p["phase"] for p in data["phases"]] == PHASES
-    assert [p["state"] for p in data["phases"]] == ["completed", "failed", "pending", "pending", "pending"]
+    assert [p["state"] for p in data["phases"]] == [
+        "completed",
+        "failed",
+        "pending",
+        "pending",
+        "pending",
+    ]
     write(seeded, "local_review")
     write(seeded, "implement")  # a newer implement: the local review is now stale
     data = run(seeded, "status", *base).json
@@ -684,13 +995,19 @@ def test_resume_allowed_and_blocked(seeded: Path) -> None:
     base = ["--ticket-id", TICKET, "--run-id", RUN]
     ok = run(seeded, "resume", *base, "--skip-to", "local_review")
     assert ok.rc == 0
-    assert ok.json["allowed"] is True and ok.json["blockers"] == []
-    assert ok.json["next_phase"] == "local_review" and ok.json["completed_phases"] == ["implement"]
+    assert ok.json["allowed"] is True
+    assert ok.json["blockers"] == []
+    assert ok.json["next_phase"] == "local_review"
+    assert ok.json["completed_phases"] == ["implement"]
     blocked = run(seeded, "resume", *base, "--skip-to", "4")
     assert blocked.rc == 1
     data = blocked.json
-    assert data["allowed"] is False and data["skip_to"] == "pr_release_ready"
-    assert [(b["phase"], b["state"]) for b in data["blockers"]] == [("local_review", "pending"), ("create_pr", "pending")]
+    assert data["allowed"] is False
+    assert data["skip_to"] == "pr_release_ready"
+    assert [(b["phase"], b["state"]) for b in data["blockers"]] == [
+        ("local_review", "pending"),
+        ("create_pr", "pending"),
+    ]
     assert all(b["reason"] for b in data["blockers"])
     write(seeded, "local_review", "--status", "failed", "--error", "reviewer timed out")
     failed = run(seeded, "resume", *base, "--skip-to", "create_pr").json
@@ -710,8 +1027,20 @@ def test_resume_checks_artifacts(seeded: Path, tmp_path: Path) -> None:
     assert "tests/test_foo.py" in missing.json["blockers"][0]["reason"]
     (work / "tests" / "test_foo.py").write_text("")
     assert run(seeded, "resume", *base, "--artifacts-root", str(work)).rc == 0
-    valid = run(seeded, "validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--artifacts-root", str(work))
-    assert valid.rc == 0 and valid.json["is_valid"] is True
+    valid = run(
+        seeded,
+        "validate",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "1",
+        "--artifacts-root",
+        str(work),
+    )
+    assert valid.rc == 0
+    assert valid.json["is_valid"] is True
 
 
 def test_resume_blocked_by_stale_phase(seeded: Path) -> None:
@@ -726,7 +1055,9 @@ def test_verify_ok_then_tampered(seeded: Path) -> None:
     write(seeded, "local_review")
     ok = run(seeded, "verify", "--ticket-id", TICKET)
     assert ok.rc == 0
-    assert ok.json["ok"] is True and ok.json["problems"] == [] and ok.json["checked"] == 2
+    assert ok.json["ok"] is True
+    assert ok.json["problems"] == []
+    assert ok.json["checked"] == 2
     path = seeded / "checkpoints" / RUN_DIR / "phase_1_implement_a1.yaml"
     path.write_text(path.read_text().replace("feat/PROJ-1234", "feat/evil"))
     bad = run(seeded, "verify", "--ticket-id", TICKET, "--run-id", RUN)
@@ -734,14 +1065,20 @@ def test_verify_ok_then_tampered(seeded: Path) -> None:
     assert bad.json["ok"] is False
     problems = bad.json["problems"]
     assert {"path", "rule", "message"} <= problems[0].keys()
-    assert any(p["rule"] == "content_hash" and p["path"].endswith("phase_1_implement_a1.yaml") for p in problems)
+    assert any(
+        p["rule"] == "content_hash" and p["path"].endswith("phase_1_implement_a1.yaml")
+        for p in problems
+    )
     assert any(p["rule"] == "basis" for p in problems)  # local_review was built on it
-    invalid = run(seeded, "validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement")
-    assert invalid.rc == 1 and invalid.json["is_valid"] is False
+    invalid = run(
+        seeded, "validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement"
+    )
+    assert invalid.rc == 1
+    assert invalid.json["is_valid"] is False
     assert any("content_hash" in e for e in invalid.json["errors"])
 
 
-# -- list: order and pagination ----------------------------------------------------------------------
+# -- list: order and pagination --------------------------------------------------------------------
 def _key(rec: dict[str, Any]) -> tuple[str, int, int]:
     return (rec["run_id"], PHASES.index(rec["phase"]) + 1, rec["attempt_number"])
 
@@ -766,7 +1103,9 @@ def busy(root: Path, ledger: Ledger) -> list[tuple[str, int, int]]:
         r = ledger.write(TICKET, run_id, "local_review", PAYLOADS["local_review"]).record
         keys.append((r.run_id, 2, r.attempt_number))
     damaged = normalize_run_id("run-c")
-    (root / "checkpoints" / TICKET / damaged / "phase_1_implement_a2.yaml").write_bytes(b"\x00garbled")
+    (root / "checkpoints" / TICKET / damaged / "phase_1_implement_a2.yaml").write_bytes(
+        b"\x00garbled"
+    )
     return sorted(keys)
 
 
@@ -777,7 +1116,11 @@ def test_list_is_ordered_and_complete(root: Path, busy: list[tuple[str, int, int
     assert completed == sorted(completed)
     assert data["count"] == len(completed) == len(busy) - 3 - 1  # 3 failed, 1 damaged
     run_a = normalize_run_id("run-a")
-    implement_a = [c["attempt_number"] for c in data["checkpoints"] if c["run_id"] == run_a and c["phase"] == "implement"]
+    implement_a = [
+        c["attempt_number"]
+        for c in data["checkpoints"]
+        if c["run_id"] == run_a and c["phase"] == "implement"
+    ]
     assert implement_a == list(range(1, 13))  # numeric: a10 after a9, not after a1
     assert len(data["failed_attempts"]) == 3
     assert all(f["status"] == "failed" and f["error"] == "flaky" for f in data["failed_attempts"])
@@ -787,8 +1130,11 @@ def test_list_is_ordered_and_complete(root: Path, busy: list[tuple[str, int, int
 
 @pytest.mark.parametrize("limit", [1, 2, 5, 7, 50])
 def test_pagination_walks_every_record_once(
-    root: Path, busy: list[tuple[str, int, int]], capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, limit: int,
+    root: Path,
+    busy: list[tuple[str, int, int]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    limit: int,
 ) -> None:
     monkeypatch.setenv("PHASELOG_HOME", str(root))
     seen: list[tuple[str, int, int]] = []
@@ -811,7 +1157,9 @@ def test_pagination_walks_every_record_once(
 def test_pagination_in_a_subprocess(root: Path, busy: list[tuple[str, int, int]]) -> None:
     first = run(root, "list", "--ticket-id", TICKET, "--limit", "3").json
     assert first["next_after"]
-    second = run(root, "list", "--ticket-id", TICKET, "--limit", "100", "--after", first["next_after"]).json
+    second = run(
+        root, "list", "--ticket-id", TICKET, "--limit", "100", "--after", first["next_after"]
+    ).json
     assert second["next_after"] is None
     assert _page_keys(first) + _page_keys(second) == busy
 
@@ -819,7 +1167,9 @@ def test_pagination_in_a_subprocess(root: Path, busy: list[tuple[str, int, int]]
 def test_list_run_scoped_pagination(root: Path, busy: list[tuple[str, int, int]]) -> None:
     run_a = normalize_run_id("run-a")
     first = run(root, "list", "--ticket-id", TICKET, "--run-id", "run-a", "--limit", "10").json
-    rest = run(root, "list", "--ticket-id", TICKET, "--run-id", "run-a", "--after", first["next_after"]).json
+    rest = run(
+        root, "list", "--ticket-id", TICKET, "--run-id", "run-a", "--after", first["next_after"]
+    ).json
     assert _page_keys(first) + _page_keys(rest) == [k for k in busy if k[0] == run_a]
 
 
@@ -834,15 +1184,17 @@ def test_list_has_no_silent_cap(root: Path) -> None:
         (run_dir / f"phase_1_implement_a{n}.yaml").write_text(text)
     data = run(root, "list", "--ticket-id", TICKET).json
     assert data["count"] == total
-    assert data["warnings"] == [] and data["next_after"] is None
+    assert data["warnings"] == []
+    assert data["next_after"] is None
     assert [c["attempt_number"] for c in data["checkpoints"]] == list(range(1, total + 1))
     page = run(root, "list", "--ticket-id", TICKET, "--limit", "1000").json
-    assert page["count"] == 1000 and page["next_after"]
+    assert page["count"] == 1000
+    assert page["next_after"]
     tail = run(root, "list", "--ticket-id", TICKET, "--after", page["next_after"]).json
     assert [c["attempt_number"] for c in tail["checkpoints"]] == list(range(1001, total + 1))
 
 
-# -- pipelines ----------------------------------------------------------------------------------------
+# -- pipelines -------------------------------------------------------------------------------------
 CUSTOM = """\
 name: data-job
 version: "2"
@@ -878,7 +1230,9 @@ def test_pipelines_lists_and_shows(root: Path) -> None:
 
 def test_video_pipeline_run(root: Path) -> None:
     research = json.dumps({"summary": "why cats purr", "sources": ["https://example.org/purr"]})
-    data = write(root, "research", "--pipeline", "video-pipeline", "--payload", research, run_id="vid-1")
+    data = write(
+        root, "research", "--pipeline", "video-pipeline", "--payload", research, run_id="vid-1"
+    )
     assert data["checkpoint_path"].endswith("/phase_1_research_a1.yaml")
     # the run remembers its pipeline: no --pipeline needed afterwards
     status = run(root, "status", "--ticket-id", TICKET, "--run-id", "vid-1").json
@@ -886,23 +1240,43 @@ def test_video_pipeline_run(root: Path) -> None:
     assert status["next_phase"] == "proposal"
     read = run(root, "read", "--ticket-id", TICKET, "--run-id", "vid-1", "--phase", "research").json
     assert read["metadata"]["pipeline"]["name"] == "video-pipeline"
-    bad = run(root, "write", "--ticket-id", TICKET, "--run-id", "vid-1", "--phase", "implement", "--payload", "{}")
+    bad = run(
+        root,
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        "vid-1",
+        "--phase",
+        "implement",
+        "--payload",
+        "{}",
+    )
     data = assert_error(bad, 2, "unknown_phase")
-    assert "research" in data["valid_phases"] and "implement" not in data["valid_phases"]
+    assert "research" in data["valid_phases"]
+    assert "implement" not in data["valid_phases"]
 
 
 def test_a_different_pipeline_is_refused(seeded: Path, tmp_path: Path) -> None:
     before = tree(seeded)
     base = ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1", "--payload", "{}"]
     data = assert_error(run(seeded, *base, "--pipeline", "video-pipeline"), 1, "pipeline_mismatch")
-    assert data["recorded"] == "ticket-pipeline" and data["requested"] == "video-pipeline"
+    assert data["recorded"] == "ticket-pipeline"
+    assert data["requested"] == "video-pipeline"
     manifest = tmp_path / "data-job.yaml"
     manifest.write_text(CUSTOM)
     assert_error(run(seeded, *base, "--pipeline-file", str(manifest)), 1, "pipeline_mismatch")
-    assert_error(run(seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "video-pipeline"),
-                 1, "pipeline_mismatch")
+    assert_error(
+        run(
+            seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "video-pipeline"
+        ),
+        1,
+        "pipeline_mismatch",
+    )
     assert tree(seeded) == before
-    same = run(seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "ticket-pipeline")
+    same = run(
+        seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "ticket-pipeline"
+    )
     assert same.rc == 0
 
 
@@ -912,17 +1286,27 @@ def test_custom_pipeline_file(root: Path, tmp_path: Path) -> None:
     pf = ["--pipeline-file", str(manifest)]
     base = ["--ticket-id", "JOB-1", "--run-id", "night"]
     ok = run(root, "write", *base, "--phase", "fetch", "--payload", '{"rows": 3}', *pf)
-    assert ok.rc == 0 and ok.json["checkpoint_path"].endswith("/phase_1_fetch_a1.yaml")
-    bad = assert_error(run(root, "write", *base, "--phase", "fetch", "--payload", '{"rows": -1}', *pf), 1, "invalid")
+    assert ok.rc == 0
+    assert ok.json["checkpoint_path"].endswith("/phase_1_fetch_a1.yaml")
+    bad = assert_error(
+        run(root, "write", *base, "--phase", "fetch", "--payload", '{"rows": -1}', *pf),
+        1,
+        "invalid",
+    )
     assert bad["errors"][0]["field"] == "phase_payload.rows"
     unknown = assert_error(run(root, "write", *base, "--phase", "deploy", *pf), 2, "unknown_phase")
     assert unknown["valid_phases"] == ["fetch", "build"]
     status = run(root, "status", *base, *pf).json
-    assert status["pipeline"] == "data-job" and status["next_phase"] == "build"
+    assert status["pipeline"] == "data-job"
+    assert status["next_phase"] == "build"
     assert run(root, "resume", *base, "--skip-to", "build", *pf).rc == 0
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [unclosed\n")
-    assert_error(run(root, "write", *base, "--phase", "1", *(["--pipeline-file", str(broken)])), 1, "pipeline_error")
+    assert_error(
+        run(root, "write", *base, "--phase", "1", *(["--pipeline-file", str(broken)])),
+        1,
+        "pipeline_error",
+    )
 
 
 def test_pipeline_found_in_root(root: Path) -> None:
@@ -931,12 +1315,24 @@ def test_pipeline_found_in_root(root: Path) -> None:
     assert "data-job" in [p["name"] for p in run(root, "pipelines").json["pipelines"]]
     shown = run(root, "pipelines", "data-job").json["pipeline"]
     assert [p["name"] for p in shown["phases"]] == ["fetch", "build"]
-    res = run(root, "write", "--ticket-id", "JOB-1", "--run-id", "r", "--phase", "fetch",
-              "--payload", '{"rows": 1}', "--pipeline", "data-job")
+    res = run(
+        root,
+        "write",
+        "--ticket-id",
+        "JOB-1",
+        "--run-id",
+        "r",
+        "--phase",
+        "fetch",
+        "--payload",
+        '{"rows": 1}',
+        "--pipeline",
+        "data-job",
+    )
     assert res.rc == 0
 
 
-# -- payload sources, failed attempts, timestamps, phases by ordinal, roots ---------------------------
+# -- payload sources, failed attempts, timestamps, phases by ordinal, roots ------------------------
 def test_payload_from_file_and_stdin(root: Path, tmp_path: Path) -> None:
     f = tmp_path / "implement.json"
     f.write_text(json.dumps({**PAYLOADS["implement"], "branch_name": "from-file"}))
@@ -954,7 +1350,8 @@ def test_payload_from_file_and_stdin(root: Path, tmp_path: Path) -> None:
 def test_failed_attempt_then_retry(seeded: Path) -> None:
     base = ["--ticket-id", TICKET, "--run-id", RUN]
     failed = write(seeded, "local_review", "--status", "failed", "--error", "tests red: 3 failures")
-    assert failed["attempt_number"] == 1 and failed["status"] == "failed"
+    assert failed["attempt_number"] == 1
+    assert failed["status"] == "failed"
     data = run(seeded, "list", *base).json
     assert data["count"] == 1
     assert [(f["phase"], f["attempt_number"], f["error"]) for f in data["failed_attempts"]] == [
@@ -963,32 +1360,50 @@ def test_failed_attempt_then_retry(seeded: Path) -> None:
     nf = assert_error(run(seeded, "read", *base, "--phase", "local_review"), 1, "not_found")
     assert "failed" in nf["error"]
     retry = write(seeded, "local_review")
-    assert retry["attempt_number"] == 2 and retry["status"] == "completed"
+    assert retry["attempt_number"] == 2
+    assert retry["status"] == "completed"
     assert run(seeded, "read", *base, "--phase", "2").json["checkpoint"]["attempt_number"] == 2
     one = run(seeded, "read", *base, "--phase", "local_review", "--attempt", "1").json
-    assert one["metadata"]["status"] == "failed" and one["metadata"]["error"] == "tests red: 3 failures"
+    assert one["metadata"]["status"] == "failed"
+    assert one["metadata"]["error"] == "tests red: 3 failures"
 
 
 def test_explicit_timestamp(root: Path) -> None:
     write(root, "implement", "--timestamp", "2026-02-09T15:04:27Z")
     write(root, "local_review", "--timestamp", "2026-02-09T17:30:00.250000+02:00")
     cps = run(root, "list", "--ticket-id", TICKET).json["checkpoints"]
-    assert [c["timestamp_utc"] for c in cps] == ["2026-02-09T15:04:27Z", "2026-02-09T15:30:00.250000Z"]
+    assert [c["timestamp_utc"] for c in cps] == [
+        "2026-02-09T15:04:27Z",
+        "2026-02-09T15:30:00.250000Z",
+    ]
 
 
 def test_phase_by_ordinal(root: Path) -> None:
     data = write(root, "1", "--payload", json.dumps(PAYLOADS["implement"]))
     assert data["phase"] == "implement"
     res = run(root, "validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "1")
-    assert res.rc == 0 and res.json["checkpoint"]["phase"] == "implement"
+    assert res.rc == 0
+    assert res.json["checkpoint"]["phase"] == "implement"
 
 
 def test_explicit_attempt_numbers(seeded: Path) -> None:
     data = write(seeded, "implement", "--attempt", "5")
     assert data["attempt_number"] == 5
     assert write(seeded, "implement")["attempt_number"] == 6
-    low = run(seeded, "write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement",
-              "--attempt", "3", "--payload", json.dumps(PAYLOADS["implement"]))
+    low = run(
+        seeded,
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "implement",
+        "--attempt",
+        "3",
+        "--payload",
+        json.dumps(PAYLOADS["implement"]),
+    )
     assert_error(low, 1, "not_monotonic")
 
 
@@ -997,8 +1412,17 @@ def test_root_resolution(tmp_path: Path) -> None:
     user_home = tmp_path / "user"
     env = cli_env(env_root)
     env["HOME"] = str(user_home)
-    args = ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement",
-            "--payload", json.dumps(PAYLOADS["implement"])]
+    args = [
+        "write",
+        "--ticket-id",
+        TICKET,
+        "--run-id",
+        RUN,
+        "--phase",
+        "implement",
+        "--payload",
+        json.dumps(PAYLOADS["implement"]),
+    ]
     assert run(env_root, *args, env=env).rc == 0
     assert run(env_root, *args, "--root", str(flag_root), env=env).rc == 0
     del env["PHASELOG_HOME"]
@@ -1015,6 +1439,8 @@ def test_output_is_utf8_json_with_non_ascii(root: Path) -> None:
     res = run(root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement")
     assert res.json["checkpoint"]["phase_payload"]["branch_name"] == "feat/crème-brûlée-☕"
     ascii_env = cli_env(root, PYTHONIOENCODING="ascii")
-    res = run(root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement", env=ascii_env)
+    res = run(
+        root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement", env=ascii_env
+    )
     assert res.rc == 0
     assert res.json["checkpoint"]["phase_payload"]["branch_name"] == "feat/crème-brûlée-☕"

@@ -159,7 +159,8 @@ def _json_opt(value: str | None, option: str, kind: type, items: type | None = N
         want = "a JSON object" if kind is dict else "a JSON array"
         raise UsageError(f"{option}: must be {want}", field=option, rule="type")
     if items is not None:
-        bad = [v for v in (data.values() if isinstance(data, dict) else data) if not isinstance(v, items)]
+        values = data.values() if isinstance(data, dict) else data
+        bad = [v for v in values if not isinstance(v, items)]
         if bad:
             what = "value" if kind is dict else "item"
             raise UsageError(
@@ -637,13 +638,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the CLI promises JSON, never a traceback
         if os.environ.get("PHASELOG_DEBUG"):
             raise
-        if isinstance(exc, UnicodeEncodeError) and all(
-            "\udc80" <= c <= "\udcff" for c in exc.object[exc.start:exc.end]
-        ):  # surrogate escapes: bytes in argv that are not UTF-8
-            _fail(UsageError(
-                f"an argument is not valid UTF-8 text ({exc.object[exc.start:exc.end]!r} cannot be stored)",
-                rule="utf-8",
-            ))
+        if isinstance(exc, UnicodeEncodeError):
+            bad = exc.object[exc.start : exc.end]
+            if all("\udc80" <= c <= "\udcff" for c in bad):  # bytes in argv that are not UTF-8
+                _fail(UsageError(f"an argument is not valid UTF-8 text ({bad!r})", rule="utf-8"))
         _fail(PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"))
 
 
