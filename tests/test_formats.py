@@ -15,12 +15,12 @@ HEX = "0123456789abcdef"
 
 
 def test_checkers_cover_the_four_formats() -> None:
-    assert CHECKERS == {
+    assert {
         "git-sha": git_sha,
         "relative-path": relative_path,
         "uri": uri,
         "date-time": date_time,
-    }
+    } == CHECKERS
 
 
 # -- git-sha ----------------------------------------------------------------------------------
@@ -123,9 +123,7 @@ def test_relative_path_refuses_with_a_reason(path: str, words: str) -> None:
 
 
 segment = st.text(
-    alphabet=st.characters(
-        blacklist_categories=("Cc", "Cs"), blacklist_characters="/\\"
-    ),
+    alphabet=st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/\\"),
     min_size=1,
     max_size=12,
 ).filter(lambda s: s not in (".", ".."))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -20,6 +21,15 @@ from phaselog.ids import (
 
 CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TICKET_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
+
+def _error_of(fn: Callable[[str], str], value: str) -> InvalidIdentifier | None:
+    """Return the InvalidIdentifier ``fn(value)`` raises, or None if it accepts the value."""
+    try:
+        fn(value)
+    except InvalidIdentifier as err:
+        return err
+    return None
 
 
 def _refused_ticket(value: object, rule: str, field: str = "ticket_id") -> InvalidIdentifier:
@@ -89,7 +99,7 @@ def test_every_id_of_the_allowed_shape_is_accepted(ticket_id: str) -> None:
         ("a:b", "charset"),
         ("a*b", "charset"),
         ("résumé", "charset"),
-        # unicode lookalikes: Cyrillic 'а', fullwidth letters, division slash, one-dot leader,
+        # unicode lookalikes: Cyrillic small a, fullwidth letters, division slash, one-dot leader,
         # fraction slash, Kelvin sign, non-breaking hyphen, Arabic-Indic digit.
         ("\u0430bc", "charset"),
         ("\uff21\uff22\uff23", "charset"),
@@ -127,9 +137,8 @@ def test_invalid_identifier_is_a_usage_error_and_value_error() -> None:
 
 @given(st.text(min_size=1, max_size=80))
 def test_accepted_ticket_ids_are_always_one_safe_path_segment(value: str) -> None:
-    try:
-        validate_ticket_id(value)
-    except InvalidIdentifier as err:
+    err = _error_of(validate_ticket_id, value)
+    if err is not None:
         assert err.context["field"] == "ticket_id"
         assert err.context["rule"] in {"max_length", "leading_char", "traversal", "charset"}
         return
@@ -242,11 +251,11 @@ run_id_text = st.one_of(
 
 @given(run_id_text)
 def test_normalisation_is_idempotent_and_canonical(value: str) -> None:
-    try:
-        once = normalize_run_id(value)
-    except InvalidIdentifier as err:
+    err = _error_of(normalize_run_id, value)
+    if err is not None:
         assert err.context["rule"] in {"non_empty", "max_length", "charset"}
         return
+    once = normalize_run_id(value)
     assert CANONICAL.fullmatch(once)
     assert is_canonical_uuid(once)
     assert normalize_run_id(once) == once

@@ -27,7 +27,14 @@ from phaselog.pipelines import (
 
 TICKET_PHASES = ["implement", "local_review", "create_pr", "pr_release_ready", "ready_for_merge"]
 VIDEO_PHASES = [
-    "research", "proposal", "script", "scene_plan", "assets", "edit", "compose", "publish",
+    "research",
+    "proposal",
+    "script",
+    "scene_plan",
+    "assets",
+    "edit",
+    "compose",
+    "publish",
 ]
 GOOD_IMPLEMENT = {
     "phase": "implement",
@@ -94,7 +101,11 @@ def test_ticket_pipeline_follows_the_seed_tool() -> None:
         "ready_for_merge": 5,
     }
     assert [ph.file_stem for ph in p.phases] == [
-        "1_implement", "2_local_review", "3_create_pr", "4_pr_release_ready", "5_ready_for_merge",
+        "1_implement",
+        "2_local_review",
+        "3_create_pr",
+        "4_pr_release_ready",
+        "5_ready_for_merge",
     ]
     assert not any(ph.requires_approval for ph in p.phases)
 
@@ -342,17 +353,40 @@ def _problems(phase: str, payload: Any, pipeline: str = "ticket-pipeline") -> li
 
 def test_a_good_payload_has_no_problems() -> None:
     assert _problems("implement", GOOD_IMPLEMENT) == []
-    assert _problems("local_review", {
-        "phase": "local_review", "iteration_count": 1, "issue_fingerprints": [],
-        "last_clean_sha": "a1b2c3d",
-    }) == []
-    assert _problems("create_pr", {
-        "phase": "create_pr", "pr_url": "https://github.com/o/r/pull/1", "pr_number": 1,
-        "head_sha": "a1b2c3d",
-    }) == []
-    assert _problems("ready_for_merge", {
-        "phase": "ready_for_merge", "label_applied_at": "2026-02-09T18:01:58Z",
-    }) == []
+    assert (
+        _problems(
+            "local_review",
+            {
+                "phase": "local_review",
+                "iteration_count": 1,
+                "issue_fingerprints": [],
+                "last_clean_sha": "a1b2c3d",
+            },
+        )
+        == []
+    )
+    assert (
+        _problems(
+            "create_pr",
+            {
+                "phase": "create_pr",
+                "pr_url": "https://github.com/o/r/pull/1",
+                "pr_number": 1,
+                "head_sha": "a1b2c3d",
+            },
+        )
+        == []
+    )
+    assert (
+        _problems(
+            "ready_for_merge",
+            {
+                "phase": "ready_for_merge",
+                "label_applied_at": "2026-02-09T18:01:58Z",
+            },
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -360,35 +394,64 @@ def test_a_good_payload_has_no_problems() -> None:
     [
         ("implement", {"commit_sha": "XYZ"}, ("phase_payload.commit_sha", "format:git-sha")),
         ("implement", {"commit_sha": "A1B2C3D"}, ("phase_payload.commit_sha", "format:git-sha")),
-        ("implement", {"files_changed": ["/etc/passwd"]},
-         ("phase_payload.files_changed.0", "format:relative-path")),
-        ("implement", {"files_changed": ["ok.py", "../up.py"]},
-         ("phase_payload.files_changed.1", "format:relative-path")),
-        ("implement", {"files_changed": ["a\\b.py"]},
-         ("phase_payload.files_changed.0", "format:relative-path")),
+        (
+            "implement",
+            {"files_changed": ["/etc/passwd"]},
+            ("phase_payload.files_changed.0", "format:relative-path"),
+        ),
+        (
+            "implement",
+            {"files_changed": ["ok.py", "../up.py"]},
+            ("phase_payload.files_changed.1", "format:relative-path"),
+        ),
+        (
+            "implement",
+            {"files_changed": ["a\\b.py"]},
+            ("phase_payload.files_changed.0", "format:relative-path"),
+        ),
         ("create_pr", {"pr_url": "not a url"}, ("phase_payload.pr_url", "format:uri")),
         ("create_pr", {"pr_url": "github.com/o/r/pull/1"}, ("phase_payload.pr_url", "format:uri")),
         ("create_pr", {"pr_number": 0}, ("phase_payload.pr_number", "minimum")),
         ("create_pr", {"pr_number": -5}, ("phase_payload.pr_number", "minimum")),
         ("create_pr", {"pr_number": "1"}, ("phase_payload.pr_number", "type")),
         ("local_review", {"iteration_count": 0}, ("phase_payload.iteration_count", "minimum")),
-        ("local_review", {"last_clean_sha": "abc"}, ("phase_payload.last_clean_sha", "format:git-sha")),
-        ("ready_for_merge", {"label_applied_at": "2026-02-09T18:01:58"},
-         ("phase_payload.label_applied_at", "format:date-time")),
-        ("ready_for_merge", {"label_applied_at": "tomorrow"},
-         ("phase_payload.label_applied_at", "format:date-time")),
+        (
+            "local_review",
+            {"last_clean_sha": "abc"},
+            ("phase_payload.last_clean_sha", "format:git-sha"),
+        ),
+        (
+            "ready_for_merge",
+            {"label_applied_at": "2026-02-09T18:01:58"},
+            ("phase_payload.label_applied_at", "format:date-time"),
+        ),
+        (
+            "ready_for_merge",
+            {"label_applied_at": "tomorrow"},
+            ("phase_payload.label_applied_at", "format:date-time"),
+        ),
         ("implement", {"extra": 1}, ("phase_payload", "additionalProperties")),
         ("implement", {"phase": "create_pr"}, ("phase_payload.phase", "const")),
         ("implement", {"branch_name": ""}, ("phase_payload.branch_name", "minLength")),
     ],
 )
-def test_payload_schema_is_enforced(phase: str, change: dict[str, Any], expected: tuple[str, str]) -> None:
+def test_payload_schema_is_enforced(
+    phase: str, change: dict[str, Any], expected: tuple[str, str]
+) -> None:
     base = {
         "implement": GOOD_IMPLEMENT,
-        "local_review": {"phase": "local_review", "iteration_count": 1, "issue_fingerprints": [],
-                         "last_clean_sha": "a1b2c3d"},
-        "create_pr": {"phase": "create_pr", "pr_url": "https://x.test/pull/1", "pr_number": 1,
-                      "head_sha": "a1b2c3d"},
+        "local_review": {
+            "phase": "local_review",
+            "iteration_count": 1,
+            "issue_fingerprints": [],
+            "last_clean_sha": "a1b2c3d",
+        },
+        "create_pr": {
+            "phase": "create_pr",
+            "pr_url": "https://x.test/pull/1",
+            "pr_number": 1,
+            "head_sha": "a1b2c3d",
+        },
         "ready_for_merge": {"phase": "ready_for_merge", "label_applied_at": "2026-02-09T18:01:58Z"},
     }[phase]
     assert _problems(phase, base) == []
@@ -407,13 +470,18 @@ def test_missing_required_payload_keys() -> None:
 
 
 def test_video_payload_formats() -> None:
-    good = {"phase": "publish", "url": "https://video.test/v/1", "published_at": "2026-03-01T10:00:00Z"}
+    good = {
+        "phase": "publish",
+        "url": "https://video.test/v/1",
+        "published_at": "2026-03-01T10:00:00Z",
+    }
     assert _problems("publish", good, "video-pipeline") == []
     assert _problems("publish", {**good, "url": "v/1"}, "video-pipeline") == [
         ("phase_payload.url", "format:uri")
     ]
-    assert _problems("script", {"phase": "script", "script_path": "C:/x.md", "word_count": 5},
-                     "video-pipeline") == [("phase_payload.script_path", "format:relative-path")]
+    assert _problems(
+        "script", {"phase": "script", "script_path": "C:/x.md", "word_count": 5}, "video-pipeline"
+    ) == [("phase_payload.script_path", "format:relative-path")]
 
 
 def test_a_phase_without_schema_accepts_anything() -> None:
@@ -424,8 +492,14 @@ def test_a_phase_without_schema_accepts_anything() -> None:
 # -- payload order ------------------------------------------------------------------------------
 def test_order_payload_puts_phase_first_then_schema_order_then_the_rest() -> None:
     ph = builtin().phase("implement")
-    payload = {"zzz": 1, "files_changed": [], "commit_sha": "a1b2c3d", "phase": "implement",
-               "branch_name": "b", "aaa": 2}
+    payload = {
+        "zzz": 1,
+        "files_changed": [],
+        "commit_sha": "a1b2c3d",
+        "phase": "implement",
+        "branch_name": "b",
+        "aaa": 2,
+    }
     ordered = ph.order_payload(payload)
     assert list(ordered) == ["phase", "branch_name", "commit_sha", "files_changed", "zzz", "aaa"]
     assert ordered == payload
@@ -439,8 +513,15 @@ def test_order_payload_without_phase_key() -> None:
 
 def test_order_payload_matches_the_seed_files() -> None:
     ph = Phase("local_review", 2, payload_schema=builtin().phase("local_review").payload_schema)
-    payload = {"last_clean_sha": "4801973", "issue_fingerprints": [], "iteration_count": 3,
-               "phase": "local_review"}
+    payload = {
+        "last_clean_sha": "4801973",
+        "issue_fingerprints": [],
+        "iteration_count": 3,
+        "phase": "local_review",
+    }
     assert list(ph.order_payload(payload)) == [
-        "phase", "iteration_count", "issue_fingerprints", "last_clean_sha",
+        "phase",
+        "iteration_count",
+        "issue_fingerprints",
+        "last_clean_sha",
     ]

@@ -124,8 +124,10 @@ def test_checkpoints_are_immutable() -> None:
         (datetime(2026, 2, 9, 16, 20, 31, tzinfo=UTC), "2026-02-09T16:20:31Z"),
         (datetime(2026, 2, 11, 10, 15, 40, 999, tzinfo=UTC), "2026-02-11T10:15:40.000999Z"),
         (datetime(2026, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=2))), "2025-12-31T23:00:00Z"),
-        (datetime(2026, 1, 1, 0, 0, 0, 500000, tzinfo=timezone(timedelta(hours=-5))),
-         "2026-01-01T05:00:00.500000Z"),
+        (
+            datetime(2026, 1, 1, 0, 0, 0, 500000, tzinfo=timezone(timedelta(hours=-5))),
+            "2026-01-01T05:00:00.500000Z",
+        ),
         (datetime(999, 1, 2, 3, 4, 5, tzinfo=UTC), "0999-01-02T03:04:05Z"),
     ],
 )
@@ -136,7 +138,7 @@ def test_timestamps_format_as_the_seed_does(ts: datetime, text: str) -> None:
 
 def test_naive_timestamps_are_refused_when_formatting() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        format_timestamp(datetime(2026, 1, 1))  # noqa: DTZ001 - naive on purpose
+        format_timestamp(datetime(2026, 1, 1))
 
 
 @pytest.mark.parametrize(
@@ -195,7 +197,8 @@ def test_content_hash_is_sha256_of_the_canonical_bytes() -> None:
     doc = json.loads(raw)
     assert set(doc) == {"checkpoint", "phaselog"}
     assert doc["checkpoint"] == cp.seed_dict()
-    assert raw == json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    again = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert raw == again.encode("utf-8")
 
 
 def test_same_record_gives_the_same_hash() -> None:
@@ -223,12 +226,17 @@ def test_a_seed_checkpoint_hashes_like_one_with_default_metadata() -> None:
 
 
 json_leaf = st.one_of(
-    st.text(max_size=8), st.integers(), st.booleans(), st.none(),
+    st.text(max_size=8),
+    st.integers(),
+    st.booleans(),
+    st.none(),
     st.floats(allow_nan=False, allow_infinity=False),
 )
 json_value = st.recursive(
     json_leaf,
-    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)),
+    lambda c: st.one_of(
+        st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)
+    ),
     max_leaves=8,
 )
 hexes = st.text(alphabet="0123456789abcdef", min_size=7, max_size=64)
@@ -246,7 +254,8 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "status": st.sampled_from(["completed", "failed"]),
     "error": st.none() | st.text(max_size=20),
     "pipeline": st.none() | st.builds(PipelineRef, st.text(max_size=8), st.text(max_size=5), hexes),
-    "basis": st.none() | st.dictionaries(
+    "basis": st.none()
+    | st.dictionaries(
         st.text(max_size=8), st.builds(BasisEntry, st.integers(1, 9), hexes), max_size=3
     ),
     "prev_hash": st.none() | hexes,
@@ -256,7 +265,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
 }
 checkpoints = st.builds(
     Checkpoint,
-    **{name: strat for name, strat in FIELD_VALUES.items()},
+    **FIELD_VALUES,
 )
 
 
@@ -314,7 +323,8 @@ def test_fixture_hash_matches_the_documented_canonical_form() -> None:
 
 
 def test_reformatting_the_yaml_keeps_the_hash() -> None:
-    path = FIXTURES / "OMN-2144" / "5f0c8e2a-3b1d-4c7e-9a2f-6d8b1e4c7a90" / "phase_1_implement_a1.yaml"
+    run = FIXTURES / "OMN-2144" / "5f0c8e2a-3b1d-4c7e-9a2f-6d8b1e4c7a90"
+    path = run / "phase_1_implement_a1.yaml"
     raw, data, ordinal = _fixture(path)
     reformatted = yaml.safe_dump(data, default_flow_style=True, sort_keys=True, allow_unicode=False)
     assert reformatted.encode() != raw

@@ -168,19 +168,38 @@ def test_phase_payload_without_phase_key() -> None:
 @pytest.mark.parametrize(
     ("phase", "change", "expected"),
     [
-        ("implement", {"commit_sha": "nothex!"}, ("phase_payload.commit_sha", "payload_schema:format:git-sha")),
-        ("implement", {"files_changed": ["/abs"]},
-         ("phase_payload.files_changed.0", "payload_schema:format:relative-path")),
+        (
+            "implement",
+            {"commit_sha": "nothex!"},
+            ("phase_payload.commit_sha", "payload_schema:format:git-sha"),
+        ),
+        (
+            "implement",
+            {"files_changed": ["/abs"]},
+            ("phase_payload.files_changed.0", "payload_schema:format:relative-path"),
+        ),
         ("create_pr", {"pr_url": "pull/1"}, ("phase_payload.pr_url", "payload_schema:format:uri")),
         ("create_pr", {"pr_number": 0}, ("phase_payload.pr_number", "payload_schema:minimum")),
-        ("local_review", {"iteration_count": 0},
-         ("phase_payload.iteration_count", "payload_schema:minimum")),
-        ("ready_for_merge", {"label_applied_at": "2026-02-09T18:01:58"},
-         ("phase_payload.label_applied_at", "payload_schema:format:date-time")),
-        ("pr_release_ready", {"surprise": True}, ("phase_payload", "payload_schema:additionalProperties")),
+        (
+            "local_review",
+            {"iteration_count": 0},
+            ("phase_payload.iteration_count", "payload_schema:minimum"),
+        ),
+        (
+            "ready_for_merge",
+            {"label_applied_at": "2026-02-09T18:01:58"},
+            ("phase_payload.label_applied_at", "payload_schema:format:date-time"),
+        ),
+        (
+            "pr_release_ready",
+            {"surprise": True},
+            ("phase_payload", "payload_schema:additionalProperties"),
+        ),
     ],
 )
-def test_payload_schema_errors(phase: str, change: dict[str, Any], expected: tuple[str, str]) -> None:
+def test_payload_schema_errors(
+    phase: str, change: dict[str, Any], expected: tuple[str, str]
+) -> None:
     cp = _cp(phase, phase_payload={**PAYLOADS[phase], **change})
     assert _check(cp) == [("error", *expected)]
 
@@ -243,7 +262,8 @@ def test_failed_records_skip_the_payload_schema_but_not_agreement() -> None:
 # -- links --------------------------------------------------------------------------------------
 def _a2(prev: Checkpoint, **changes: Any) -> Checkpoint:
     return _cp(
-        attempt_number=2, timestamp_utc=prev.timestamp_utc + timedelta(minutes=5),
+        attempt_number=2,
+        timestamp_utc=prev.timestamp_utc + timedelta(minutes=5),
         prev_hash=prev.content_hash,
     ).evolve(**changes)
 
@@ -259,7 +279,8 @@ def test_matching_links_are_clean() -> None:
 
 def test_prev_hash_without_a_previous_attempt() -> None:
     cp = _cp(prev_hash="ab" * 32)
-    assert _issues(check_links(cp, previous=None, lookup={})) == [("error", "prev_hash", "prev_hash")]
+    rep = check_links(cp, previous=None, lookup={})
+    assert _issues(rep) == [("error", "prev_hash", "prev_hash")]
 
 
 def test_prev_hash_not_matching_the_previous_attempt() -> None:
@@ -294,7 +315,8 @@ def test_basis_whose_record_changed() -> None:
         },
     )
     review = _cp("local_review")
-    rep = check_links(cp, previous=None, lookup={("implement", 1): impl, ("local_review", 1): review})
+    lookup = {("implement", 1): impl, ("local_review", 1): review}
+    rep = check_links(cp, previous=None, lookup=lookup)
     assert _issues(rep) == [("error", "basis.local_review", "basis")]
 
 
@@ -367,7 +389,9 @@ def test_report_and_issue_shapes() -> None:
     assert [i.rule for i in rep.warnings] == ["timestamp_future"]
     issue = rep.errors[0]
     assert issue.to_json() == {
-        "severity": "error", "field": "attempt_number", "rule": "attempt_number",
+        "severity": "error",
+        "field": "attempt_number",
+        "rule": "attempt_number",
         "message": issue.message,
     }
     assert re.fullmatch(r"attempt_number: .+ \[attempt_number\]", issue.text())

@@ -646,7 +646,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # The audit-trail commands live in their own module; importing it registers them on ``cli``.
-from phaselog import cli_audit  # noqa: E402, F401
+from phaselog import cli_audit, cli_guard  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,191 @@
+"""``phaselog guard``: run a scheduled job under a lock and a circuit breaker.
+
+Registered on the ``phaselog`` group by :mod:`phaselog.cli`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from phaselog.cli import CONTEXT, Output, _fail, _table, cli
+from phaselog.errors import PhaselogError, UsageError
+
+
+def _root(root: str | None) -> str:
+    from phaselog.stores.files import default_root
+
+    return root or str(default_root())
+
+
+def _duration(value: str | None, option: str) -> Any:
+    if value is None:
+        return None
+    from phaselog.durations import parse_duration
+
+    return parse_duration(value, field=option)
+
+
+root_option = click.option(
+    "--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME",
+    help="Store root (default ~/.phaselog). Env: PHASELOG_HOME.",
+)
+name_option = click.option("--name", required=True, help="The guard's name, e.g. cron-closeout.")
+
+
+@cli.group(context_settings=CONTEXT)
+def guard() -> None:
+    """Run a scheduled job under a lock and a circuit breaker (seed 000's cron-closeout protocol).
+
+    \b
+    Example (crontab):
+      */15 * * * * phaselog guard run --name closeout --max-failures 3 --cooldown 2h -- ./closeout.sh
+    """
+
+
+@guard.command("run", context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False})
+@name_option
+@click.option("--stale-after", default="45m", show_default=True, metavar="DURATION",
+              help="A lock older than this is stale when its holder is on another host; a live local holder "
+              "older than this is reported as hung.")
+@click.option("--kill-stale", is_flag=True, help="End a hung local holder (TERM, then KILL) and take over.")
+@click.option("--max-failures", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Consecutive failures that open the circuit breaker.")
+@click.option("--max-passes", type=click.IntRange(min=0), help="Stop (SKIP) once this many passes have run.")
+@click.option("--cooldown", metavar="DURATION", help="After this long, an open breaker lets one probe run.")
+@click.option("--dry-run", is_flag=True, help="Run COMMAND with PHASELOG_DRY_RUN=1; recorded in the state.")
+@click.option("--outcome-from-output", is_flag=True,
+              help="The last of success|noop|failure|halt in COMMAND's output decides (none: unknown).")
+@click.option("--json", "as_json", is_flag=True, help="Also print a JSON summary of the invocation on stderr.")
+@root_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def guard_run(
+    name: str, stale_after: str, kill_stale: bool, max_failures: int, max_passes: int | None,
+    cooldown: str | None, dry_run: bool, outcome_from_output: bool, as_json: bool, root: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Take the lock, check the breaker, run COMMAND, record the outcome, release the lock.
+
+    Exits with COMMAND's exit code; 0 on SKIP (another run holds the lock, or --max-passes is
+    reached); 1 on HALT (the breaker is open). COMMAND's output passes through; the guard's own
+    lines go to stderr, except SKIP/HALT which go to stdout.
+
+    \b
+    Example:
+      phaselog guard run --name closeout --stale-after 45m --max-failures 3 -- ./closeout.sh --all
+    """
+    from phaselog.guard import Guard, GuardConfig
+
+    try:
+        if command and command[0] == "--":
+            command = command[1:]
+        if not command:
+            raise UsageError("guard run needs a command: phaselog guard run --name N -- COMMAND [ARGS…]",
+                             field="command", rule="required")
+        cfg = GuardConfig(
+            stale_after=_duration(stale_after, "--stale-after"), kill_stale=kill_stale, max_failures=max_failures,
+            max_passes=max_passes, cooldown=_duration(cooldown, "--cooldown"), dry_run=dry_run,
+            outcome_from_output=outcome_from_output,
+        )
+        result = Guard(_root(root), name).run(command, cfg)
+    except PhaselogError as exc:
+        _fail(exc)
+    if result.action in ("skip", "halt"):
+        click.echo(result.message)
+    else:
+        click.echo(f"phaselog guard {name}: {result.message} (exit {result.exit_code})", err=True)
+    if as_json:
+        click.echo(json.dumps({"guard": name, **result.to_json()}), err=True)
+    sys.exit(result.exit_code)
+
+
+@guard.command("status", context_settings=CONTEXT)
+@name_option
+@click.option("--max-failures", type=click.IntRange(min=1), help="Judge the breaker with this (default: last pass's).")
+@click.option("--cooldown", metavar="DURATION", help="Judge the breaker with this (default: last pass's).")
+@click.option("--stale-after", default="45m", show_default=True, metavar="DURATION")
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
+@root_option
+def guard_status(name: str, max_failures: int | None, cooldown: str | None, stale_after: str, fmt: str,
+                 root: str | None) -> None:
+    """Loop state, circuit breaker (closed / open / half-open) and the lock holder.
+
+    \b
+    Example:
+      phaselog guard status --name closeout --format table
+    """
+    from phaselog.guard import Guard
+
+    try:
+        data = Guard(_root(root), name).status(
+            max_failures=max_failures, cooldown=_duration(cooldown, "--cooldown"),
+            stale_after=_duration(stale_after, "--stale-after"),
+        )
+    except PhaselogError as exc:
+        _fail(exc)
+
+    def table(d: dict[str, Any]) -> None:
+        rows = [[k, v] for k, v in d["state"].items()]
+        rows += [["breaker", d["breaker"]], ["max_failures", d["max_failures"]]]
+        lock = d["lock"]
+        rows.append(["lock", "free" if not lock else f"{lock.get('verdict', '?')}: {lock.get('reason', lock)}"])
+        _table(rows, ["field", "value"], title=f"guard {d['name']}")
+
+    Output(fmt, None).emit({"success": True, **data}, table)
+
+
+@guard.command("reset", context_settings=CONTEXT)
+@name_option
+@click.option("--by", metavar="NAME", help="Who resets (default: $USER); recorded in the guard's history.")
+@root_option
+def guard_reset(name: str, by: str | None, root: str | None) -> None:
+    """Close the breaker: zero consecutive_failures, and note who reset it and when.
+
+    \b
+    Example:
+      phaselog guard reset --name closeout --by ana
+    """
+    from phaselog.guard import Guard
+
+    try:
+        data = Guard(_root(root), name).reset(by=by)
+    except PhaselogError as exc:
+        _fail(exc)
+    Output("json", None).emit({"success": True, **data})
+
+
+@guard.command("history", context_settings=CONTEXT)
+@name_option
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
+@root_option
+def guard_history(name: str, fmt: str, root: str | None) -> None:
+    """Every pass (start, end, outcome, exit code, duration), takeover and reset of a guard.
+
+    \b
+    Example:
+      phaselog guard history --name closeout --format table
+    """
+    from phaselog.guard import Guard
+
+    try:
+        entries = Guard(_root(root), name).history()
+    except PhaselogError as exc:
+        _fail(exc)
+
+    def table(d: dict[str, Any]) -> None:
+        rows = []
+        for e in d["history"]:
+            if e.get("kind") == "pass":
+                rows.append([e["seq"], "pass", e.get("started_at"), f"{e.get('outcome')} (exit {e.get('exit_code')}, "
+                             f"{e.get('duration_sec')} s{', probe' if e.get('probe') else ''}"
+                             f"{', dry run' if e.get('dry_run') else ''})"])
+            elif e.get("kind") == "reset":
+                rows.append([e["seq"], "reset", e.get("at"), f"by {e.get('by')} (was {e.get('previous_consecutive_failures')})"])
+            else:
+                rows.append([e.get("seq"), e.get("kind"), e.get("at"), e.get("reason") or e.get("error")])
+        _table(rows, ["#", "kind", "at", "detail"], title=f"guard {name}")
+
+    Output(fmt, None).emit({"success": True, "count": len(entries), "history": entries}, table)
