@@ -910,6 +910,25 @@ def test_format_table_diff(seeded: Path) -> None:
     assert not res.out.lstrip().startswith("{")
 
 
+def test_format_table_guard(root: Path) -> None:
+    """guard status / history print tables; guard run passes COMMAND's own output through."""
+    assert (
+        run(root, "guard", "run", "--name", "nightly", "--", sys.executable, "-c", "pass").rc == 0
+    )
+    for sub, expected in (("status", "pass_count"), ("history", "success")):
+        res = run(root, "guard", sub, "--name", "nightly", "--format", "table")
+        assert res.rc == 0, res.out
+        assert not res.out.lstrip().startswith("{")
+        assert expected in res.out
+
+
+@pytest.mark.xfail(strict=True, reason="guard reset has no --format option (reported to the lead)")
+def test_format_table_guard_reset(root: Path) -> None:
+    res = run(root, "guard", "reset", "--name", "nightly", "--by", "ana", "--format", "table")
+    assert res.rc == 0
+    assert not res.out.lstrip().startswith("{")
+
+
 def command_paths() -> list[str]:
     """Every command (subcommands of groups too) in the order ``--help`` lists them."""
     import click
@@ -944,8 +963,12 @@ def test_every_command_is_covered() -> None:
         "fork",
         "doctor",
         "diff",
+        "guard status",
+        "guard history",
+        "guard reset",
     }
-    assert set(paths) <= table_checked
+    no_table = {"guard", "guard run"}  # a bare group; a wrapper whose stdout is COMMAND's
+    assert set(paths) - no_table <= table_checked
 
 
 @pytest.mark.parametrize("command", command_paths())

@@ -525,3 +525,18 @@ def test_order_payload_matches_the_seed_files() -> None:
         "issue_fingerprints",
         "last_clean_sha",
     ]
+
+
+def test_order_payload_puts_phase_first_even_when_the_schema_lists_it_later() -> None:
+    ph = Phase(
+        "fetch",
+        1,
+        payload_schema={
+            "type": "object",
+            "properties": {"url": {"type": "string"}, "phase": {"const": "fetch"}},
+        },
+    )
+    ordered = ph.order_payload({"extra": 0, "url": "https://x.test", "phase": "fetch"})
+    assert list(ordered) == ["phase", "url", "extra"]
+    no_schema = Phase("fetch", 1)
+    assert list(no_schema.order_payload({"b": 1, "phase": "fetch", "a": 2})) == ["phase", "b", "a"]

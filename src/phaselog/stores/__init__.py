@@ -1,7 +1,7 @@
 """Stores, chosen by URL and imported only when used.
 
-``file:///path`` or a plain path: the files store (the default); ``sqlite:///path.db`` and
-``postgresql://…`` arrive with the SQL stores.
+``file:///path`` or a plain path: the files store (the default); ``sqlite:///path.db``: SQLite;
+``postgresql://user@host/db[?schema=NAME]``: PostgreSQL (needs the ``postgres`` extra).
 """
 
 from __future__ import annotations
@@ -39,8 +39,21 @@ def open_store(url: str | os.PathLike[str] | None = None) -> Store:
         from phaselog.stores.files import FilesStore
 
         return FilesStore(unquote(parts.path))
+    if parts.scheme == "sqlite":
+        from phaselog.stores.sqlite import SqliteStore
+
+        path = unquote(parts.path)
+        if path.startswith("//"):
+            path = path[1:]  # sqlite:////abs/path (SQLAlchemy's spelling) means the same as sqlite:///abs/path
+        if parts.netloc not in ("", "localhost") or not path or path == "/":
+            raise UsageError(f"sqlite URLs look like sqlite:///path/to/file.db (got {text})", field="store")
+        return SqliteStore(path)
+    if parts.scheme in ("postgresql", "postgres"):
+        from phaselog.stores.postgres import PostgresStore
+
+        return PostgresStore(text)
     raise UsageError(
-        f"unsupported store URL scheme {parts.scheme!r} in {text}; use file:///path "
-        "(sqlite:// and postgresql:// arrive with the SQL stores)",
+        f"unsupported store URL scheme {parts.scheme!r} in {text}; use file:///path, "
+        "sqlite:///path/to/file.db or postgresql://user@host/db",
         field="store",
     )

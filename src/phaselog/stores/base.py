@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from phaselog.errors import Corrupt
 from phaselog.records import Checkpoint
 
 
@@ -108,6 +109,21 @@ class Store(Protocol):
 
     def location(self, record: Checkpoint) -> str:
         """Where ``record`` lives or would live."""
+        ...
+
+    # Audit entries (progress events, approvals, ticket markers): named, immutable JSON documents.
+    def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
+        """Publish an entry durably under a new name; AlreadyExists if the name is taken."""
+        ...
+
+    def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
+        """Names of a kind's entries, sorted, without reading them."""
+        ...
+
+    def entries(
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+    ) -> list[tuple[str, str, bytes | Corrupt]]:
+        """Every entry of a kind as (name, location, bytes or the Corrupt error), sorted by name."""
         ...
 
     def close(self) -> None:

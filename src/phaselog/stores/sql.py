@@ -1,0 +1,461 @@
+"""The SQL core shared by the SQLite and PostgreSQL stores.
+
+One schema, one set of statements; a dialect overrides only connecting, placeholders, locking for
+migrations, and error classification (DBOS's ``_sys_db_sqlite.py`` pattern). Each record is one
+row holding the same JSON document the files store keeps in its sidecar, so content hashes, CLI
+output and exports are identical across stores.
+
+Append-only and "one writer wins" come from constraints, not from reads:
+
+* ``PRIMARY KEY (ticket_id, run_id, phase_ordinal, attempt)``: a duplicate attempt is refused;
+* ``UNIQUE (ticket_id, run_id, phase_ordinal, prev_attempt)``: every attempt has at most one
+  successor, so the attempts of a phase form one chain and a writer that read a stale "latest"
+  loses with a conflict instead of forking the chain.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from phaselog.errors import (
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    NotFound,
+    StoreError,
+    TooLarge,
+    UnsupportedVersion,
+)
+from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.records import Checkpoint
+from phaselog.stores.base import AttemptRef, Damaged, Stored
+from phaselog.stores.files import (
+    DEFAULT_MAX_RECORD_BYTES,
+    ENTRY_KINDS,
+    _ENTRY_RE,
+    _meta_bytes,
+    _parse_meta,
+    _seed_or_corrupt,
+    cp_name,
+    failed_name,
+)
+
+#: The schema version this code writes and understands.
+SCHEMA_VERSION = 1
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS phaselog_checkpoints (
+            ticket_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            phase_ordinal INTEGER NOT NULL,
+            phase TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            prev_attempt INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (ticket_id, run_id, phase_ordinal, attempt),
+            UNIQUE (ticket_id, run_id, phase_ordinal, prev_attempt)
+        )""",
+        """CREATE TABLE IF NOT EXISTS phaselog_entries (
+            kind TEXT NOT NULL,
+            ticket_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (kind, ticket_id, run_id, name)
+        )""",
+        """CREATE TABLE IF NOT EXISTS phaselog_guard_state (
+            name TEXT PRIMARY KEY,
+            body TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS phaselog_guard_lease (
+            name TEXT PRIMARY KEY,
+            fencing_token BIGINT NOT NULL,
+            holder TEXT
+        )""",
+        """CREATE TABLE IF NOT EXISTS phaselog_guard_history (
+            name TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (name, seq)
+        )""",
+    ],
+}
+
+
+class Dialect:
+    """What differs between databases. Subclasses fill it in."""
+
+    name = "sql"
+    placeholder = "?"
+
+    def connect(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def begin_write(self, conn: Any) -> None:
+        """Start a transaction that will write."""
+        conn.execute("BEGIN")
+
+    def lock_for_migration(self, conn: Any) -> None:
+        """Serialise concurrent migrations (inside the migration transaction)."""
+
+    def is_unique_violation(self, exc: BaseException) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """A retryable error (lost connection, serialisation failure, busy)."""
+        return False
+
+    def describe(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class SqlStore:
+    """A store over one SQL database (see the module docstring)."""
+
+    url: str
+
+    def __init__(self, url: str, dialect: Dialect, *, max_record_bytes: int | None = None) -> None:
+        self.url = url
+        self.dialect = dialect
+        self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
+        self._conn: Any = None
+        self.migrate()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dialect.describe()!r})"
+
+    # -- connection & statements ----------------------------------------------------------------
+    @property
+    def conn(self) -> Any:
+        """The open connection (reconnecting if needed)."""
+        if self._conn is None:
+            self._conn = self.dialect.connect()
+        return self._conn
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001, S110 - closing a broken connection may fail; it is gone either way
+                pass
+        self._conn = None
+
+    def _sql(self, text: str) -> str:
+        return text if self.dialect.placeholder == "?" else text.replace("?", self.dialect.placeholder)
+
+    def _query(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        def go() -> list[tuple[Any, ...]]:
+            cur = self.conn.execute(self._sql(text), tuple(params))
+            rows = cur.fetchall()
+            self._end_read()
+            return list(rows)
+
+        return self._retry(go)
+
+    def _end_read(self) -> None:
+        # psycopg opens a transaction implicitly even for SELECT; end it so nothing stays idle in one.
+        if getattr(self.conn, "autocommit", True) is False:
+            self.conn.rollback()
+
+    def _retry(self, fn: Callable[[], Any], attempts: int = 5) -> Any:
+        delay = 0.05
+        for i in range(attempts):
+            try:
+                return fn()
+            except Exception as exc:
+                if not self.dialect.is_transient(exc) or i == attempts - 1:
+                    if self.dialect.is_transient(exc):
+                        raise StoreError(f"{self.dialect.name}: {exc}".strip()) from None
+                    raise
+                self._reset()
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise StoreError("unreachable")  # pragma: no cover
+
+    def _write(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(conn)`` in one write transaction, committing at the end."""
+        conn = self.conn
+        self.dialect.begin_write(conn)
+        try:
+            result = fn(conn)
+        except BaseException:
+            try:
+                conn.rollback()
+            except Exception:  # noqa: BLE001, S110 - the original error matters, not the rollback's
+                pass
+            raise
+        conn.commit()
+        return result
+
+    # -- migrations -------------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """The database's schema version (0 when empty)."""
+        rows = self._query("SELECT version FROM phaselog_schema WHERE id = 1")
+        return int(rows[0][0]) if rows else 0
+
+    def migrate(self) -> tuple[int, int]:
+        """Create or upgrade the schema; safe to run concurrently. Returns (from, to)."""
+
+        def run(conn: Any) -> tuple[int, int]:
+            self.dialect.lock_for_migration(conn)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS phaselog_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+            row = conn.execute("SELECT version FROM phaselog_schema WHERE id = 1").fetchone()
+            current = int(row[0]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise UnsupportedVersion(
+                    f"the database at {self.dialect.describe()} has schema version {current}, newer than this "
+                    f"phaselog understands ({SCHEMA_VERSION}); upgrade phaselog (pip install -U phaselog) "
+                    "before using this store",
+                    found=current, supported=SCHEMA_VERSION,
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+            if current == 0:
+                conn.execute(self._sql("INSERT INTO phaselog_schema (id, version) VALUES (1, ?)"), (SCHEMA_VERSION,))
+            elif current < SCHEMA_VERSION:
+                conn.execute(self._sql("UPDATE phaselog_schema SET version = ? WHERE id = 1"), (SCHEMA_VERSION,))
+            return current, SCHEMA_VERSION
+
+        for i in range(5):
+            try:
+                result: tuple[int, int] = self._retry(lambda: self._write(run))
+                return result
+            except Exception as exc:
+                # Two first-time migrations can race to create phaselog_schema; the loser retries.
+                if self.dialect.is_unique_violation(exc) and i < 4:
+                    continue
+                raise
+        raise StoreError("could not migrate")  # pragma: no cover
+
+    # -- appending --------------------------------------------------------------------------------
+    def append(self, record: Checkpoint, *, expected_latest: int) -> str:
+        """Append ``record`` (see Store.append): constraints decide, the first writer wins."""
+        validate_ticket_id(record.ticket_id)
+        if not is_canonical_uuid(record.run_id):
+            raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
+        body = _meta_bytes(record, None).decode()
+        if len(body) > self.max_record_bytes:
+            raise TooLarge(f"record of {len(body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+                           rule="max_record_bytes")
+        key = (record.ticket_id, record.run_id, record.phase_ordinal, record.attempt_number)
+        location = self.location(record)
+
+        def insert(conn: Any) -> None:
+            latest = conn.execute(
+                self._sql("SELECT MAX(attempt) FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
+                          "AND phase_ordinal = ?"), key[:3]).fetchone()[0] or 0
+            exists = conn.execute(
+                self._sql("SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
+                          "AND phase_ordinal = ? AND attempt = ?"), key).fetchone()
+            if exists is not None:
+                raise AlreadyExists(
+                    f"attempt {record.attempt_number} of phase {record.phase} already exists ({location})",
+                    path=location, _same=exists[0] == record.content_hash,
+                )
+            if latest != expected_latest:
+                raise Conflict(f"phase {record.phase} changed while writing: latest attempt is {latest}, "
+                               f"expected {expected_latest}", latest_attempt=latest)
+            conn.execute(
+                self._sql("INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, "
+                          "prev_attempt, status, content_hash, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                (*key[:3], record.phase, record.attempt_number, expected_latest, record.status,
+                 record.content_hash, body),
+            )
+
+        def attempt_once() -> None:
+            try:
+                self._write(insert)
+            except Exception as exc:
+                if self.dialect.is_unique_violation(exc):
+                    # A concurrent writer got there between our read and our insert.
+                    raise Conflict(f"phase {record.phase} changed while writing") from None
+                raise
+
+        for i in range(5):
+            try:
+                attempt_once()
+                return location
+            except AlreadyExists as exc:
+                if exc.context.pop("_same", False) and i > 0:
+                    return location  # our own insert, whose commit we did not hear about
+                exc.context.pop("_same", None)
+                raise
+            except Exception as exc:
+                if not self.dialect.is_transient(exc):
+                    raise
+                # The outcome of the commit is unknown (connection lost): reconnect, and let the
+                # next round's read resolve it by the record's content hash (its idempotency key).
+                self._reset()
+                time.sleep(0.05 * (2**i))
+        raise StoreError(f"{self.dialect.name}: could not append {location} (database unreachable)")
+
+    # -- reading ----------------------------------------------------------------------------------
+    def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
+        """Every committed attempt of a run, sorted by (phase ordinal, attempt)."""
+        validate_ticket_id(ticket_id)
+        rows = self._query(
+            "SELECT phase_ordinal, attempt, phase, status FROM phaselog_checkpoints WHERE ticket_id = ? "
+            "AND run_id = ? ORDER BY phase_ordinal, attempt", (ticket_id, run_id))
+        return [AttemptRef(r[0], r[1], r[2], r[3] == "completed") for r in rows]
+
+    def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
+        """Read one record."""
+        validate_ticket_id(ticket_id)
+        rows = self._query(
+            "SELECT phase, status, body FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
+            "AND phase_ordinal = ? AND attempt = ?", (ticket_id, run_id, phase_ordinal, attempt))
+        if not rows or rows[0][0] != phase:
+            raise NotFound(f"no attempt {attempt} of phase {phase} in run {run_id}",
+                           path=f"{ticket_id}/{run_id}/{cp_name(phase_ordinal, phase, attempt)}")
+        return self._stored(ticket_id, run_id, phase_ordinal, phase, attempt, rows[0][1], rows[0][2])
+
+    def _stored(self, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int, status: str,
+                body: str) -> Stored:
+        name = cp_name(ordinal, phase, attempt) if status == "completed" else failed_name(ordinal, phase, attempt)
+        location = f"{ticket_id}/{run_id}/{name}"
+        doc = _parse_meta(body.encode("utf-8"), location)
+        cp, warns = _seed_or_corrupt(doc.get("checkpoint"), ordinal, doc.get("phaselog") or {}, location)
+        found = (cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, cp.attempt_number)
+        if found != (ticket_id, run_id, ordinal, phase, attempt):
+            raise Corrupt(f"{location}: content does not match its key", path=location, rule="location_mismatch")
+        recorded = doc.get("content_hash")
+        stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
+        if stored.tampered:
+            stored = Stored(cp, location, stored.recorded_hash,
+                            (*warns, f"{location}: content hash does not match the one recorded at write"))
+        return stored
+
+    def tickets(self) -> list[str]:
+        """Every ticket with a record or an audit entry, sorted."""
+        rows = self._query("SELECT ticket_id FROM phaselog_checkpoints UNION SELECT ticket_id FROM phaselog_entries")
+        return sorted(r[0] for r in rows)
+
+    def runs(self, ticket_id: str) -> list[str]:
+        """Every run of a ticket (with a checkpoint or a run-level entry), sorted."""
+        validate_ticket_id(ticket_id)
+        rows = self._query(
+            "SELECT run_id FROM phaselog_checkpoints WHERE ticket_id = ? UNION "
+            "SELECT run_id FROM phaselog_entries WHERE ticket_id = ? AND run_id <> ''", (ticket_id, ticket_id))
+        return sorted(r[0] for r in rows)
+
+    def iter_records(self, ticket_id: str, run_id: str | None = None) -> Iterator[Stored | Damaged]:
+        """Yield records in (run, phase ordinal, attempt) order; damaged ones as Damaged."""
+        validate_ticket_id(ticket_id)
+        sql = ("SELECT run_id, phase_ordinal, phase, attempt, status, body FROM phaselog_checkpoints "
+               "WHERE ticket_id = ?")
+        params: list[Any] = [ticket_id]
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        rows = self._query(sql + " ORDER BY run_id, phase_ordinal, attempt", params)
+        for rid, ordinal, phase, attempt, status, body in rows:
+            try:
+                yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body)
+            except (Corrupt, UnsupportedVersion) as exc:
+                yield Damaged(str(exc.context.get("path", f"{ticket_id}/{rid}")), ticket_id, rid, phase, ordinal,
+                              attempt, exc.error_code, exc.message)
+
+    def location(self, record: Checkpoint) -> str:
+        """The record's logical path (the same string the files store uses)."""
+        name = (cp_name(record.phase_ordinal, record.phase, record.attempt_number) if record.completed
+                else failed_name(record.phase_ordinal, record.phase, record.attempt_number))
+        return f"{record.ticket_id}/{record.run_id}/{name}"
+
+    # -- audit entries ----------------------------------------------------------------------------
+    @staticmethod
+    def _entry_key(kind: str, ticket_id: str, run_id: str | None) -> tuple[str, str, str]:
+        if kind not in ENTRY_KINDS:
+            raise StoreError(f"unknown entry kind {kind!r}")
+        validate_ticket_id(ticket_id)
+        if run_id is not None and not is_canonical_uuid(run_id):
+            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        return kind, ticket_id, run_id or ""
+
+    def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
+        """Insert an audit entry; AlreadyExists if the name is taken."""
+        key = self._entry_key(kind, ticket_id, run_id)
+        if not _ENTRY_RE.fullmatch(name):
+            raise StoreError(f"entry name {name!r} is not safe")
+        if len(body) > self.max_record_bytes:
+            raise TooLarge(f"entry of {len(body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+                           rule="max_record_bytes")
+        rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
+        text = body.decode("utf-8")
+
+        def insert(conn: Any) -> None:
+            conn.execute(self._sql("INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) "
+                                   "VALUES (?, ?, ?, ?, ?)"), (*key, name, text))
+
+        for i in range(5):
+            try:
+                self._write(insert)
+                return rel
+            except Exception as exc:
+                if self.dialect.is_unique_violation(exc):
+                    rows = self._query("SELECT body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? "
+                                       "AND run_id = ? AND name = ?", (*key, name))
+                    if i > 0 and rows and rows[0][0] == text:
+                        return rel  # our own insert whose commit we did not hear about
+                    raise AlreadyExists(f"{rel} already exists", path=rel) from None
+                if not self.dialect.is_transient(exc):
+                    raise
+                self._reset()
+                time.sleep(0.05 * (2**i))
+        raise StoreError(f"{self.dialect.name}: could not write {rel} (database unreachable)")
+
+    def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
+        """Names of a kind's entries, sorted."""
+        rows = self._query("SELECT name FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? "
+                           "ORDER BY name", self._entry_key(kind, ticket_id, run_id))
+        return [r[0] for r in rows]
+
+    def entries(self, kind: str, ticket_id: str, run_id: str | None, prefix: str = "") -> list[tuple[str, str, bytes | Corrupt]]:
+        """Every entry of a kind as (name, location, bytes), sorted by name."""
+        key = self._entry_key(kind, ticket_id, run_id)
+        rows = self._query("SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? "
+                           "ORDER BY name", key)
+        rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
+        return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
+
+    # -- retention & export support ---------------------------------------------------------------
+    def delete_records(self, keys: Sequence[tuple[str, str, int, int]],
+                       entries: Sequence[tuple[str, str, str, str]]) -> int:
+        """Delete checkpoint rows by (ticket, run, ordinal, attempt) and entries by key; bytes freed."""
+        def run(conn: Any) -> int:
+            freed = 0
+            for k in keys:
+                row = conn.execute(self._sql("SELECT LENGTH(body) FROM phaselog_checkpoints WHERE ticket_id = ? AND "
+                                             "run_id = ? AND phase_ordinal = ? AND attempt = ?"), k).fetchone()
+                if row:
+                    freed += int(row[0])
+                conn.execute(self._sql("DELETE FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND "
+                                       "phase_ordinal = ? AND attempt = ?"), k)
+            for e in entries:
+                row = conn.execute(self._sql("SELECT LENGTH(body) FROM phaselog_entries WHERE kind = ? AND "
+                                             "ticket_id = ? AND run_id = ? AND name = ?"), e).fetchone()
+                if row:
+                    freed += int(row[0])
+                conn.execute(self._sql("DELETE FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND "
+                                       "run_id = ? AND name = ?"), e)
+            return freed
+
+        result: int = self._write(run)
+        return result
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._reset()
+
+
+def dumps(doc: Any) -> str:
+    """Compact JSON as stored in rows."""
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
