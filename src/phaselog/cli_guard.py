@@ -15,7 +15,15 @@ from phaselog.cli import CONTEXT, Output, _fail, _table, cli
 from phaselog.errors import PhaselogError, UsageError
 
 
-def _root(root: str | None) -> str:
+def _root(root: str | None, store_url: str | None = None) -> Any:
+    """The guard's home: a files-store root (path), or an open SQL store for --store URLs."""
+    if root and store_url:
+        raise UsageError("give --root or --store, not both", field="store")
+    if store_url:
+        from phaselog.stores import open_store
+
+        store = open_store(store_url)
+        return store if hasattr(store, "dialect") else store.root  # type: ignore[attr-defined]
     from phaselog.stores.files import default_root
 
     return root or str(default_root())
@@ -29,10 +37,13 @@ def _duration(value: str | None, option: str) -> Any:
     return parse_duration(value, field=option)
 
 
-root_option = click.option(
-    "--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME",
-    help="Store root (default ~/.phaselog). Env: PHASELOG_HOME.",
-)
+def root_option(fn: Any) -> Any:
+    """--root / --store for every guard command."""
+    fn = click.option("--store", "store_url", metavar="URL", envvar="PHASELOG_STORE",
+                      help="Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines).")(fn)
+    return click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME",
+                        help="Files store root (default ~/.phaselog). Env: PHASELOG_HOME.")(fn)
+
 name_option = click.option("--name", required=True, help="The guard's name, e.g. cron-closeout.")
 
 
@@ -65,7 +76,7 @@ def guard() -> None:
 def guard_run(
     name: str, stale_after: str, kill_stale: bool, max_failures: int, max_passes: int | None,
     cooldown: str | None, dry_run: bool, outcome_from_output: bool, as_json: bool, root: str | None,
-    command: tuple[str, ...],
+    store_url: str | None, command: tuple[str, ...],
 ) -> None:
     """Take the lock, check the breaker, run COMMAND, record the outcome, release the lock.
 
@@ -90,7 +101,7 @@ def guard_run(
             max_passes=max_passes, cooldown=_duration(cooldown, "--cooldown"), dry_run=dry_run,
             outcome_from_output=outcome_from_output,
         )
-        result = Guard(_root(root), name).run(command, cfg)
+        result = Guard(_root(root, store_url), name).run(command, cfg)
     except PhaselogError as exc:
         _fail(exc)
     if result.action in ("skip", "halt"):
@@ -110,7 +121,7 @@ def guard_run(
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
 @root_option
 def guard_status(name: str, max_failures: int | None, cooldown: str | None, stale_after: str, fmt: str,
-                 root: str | None) -> None:
+                 root: str | None, store_url: str | None) -> None:
     """Loop state, circuit breaker (closed / open / half-open) and the lock holder.
 
     \b
@@ -120,7 +131,7 @@ def guard_status(name: str, max_failures: int | None, cooldown: str | None, stal
     from phaselog.guard import Guard
 
     try:
-        data = Guard(_root(root), name).status(
+        data = Guard(_root(root, store_url), name).status(
             max_failures=max_failures, cooldown=_duration(cooldown, "--cooldown"),
             stale_after=_duration(stale_after, "--stale-after"),
         )
@@ -141,7 +152,7 @@ def guard_status(name: str, max_failures: int | None, cooldown: str | None, stal
 @name_option
 @click.option("--by", metavar="NAME", help="Who resets (default: $USER); recorded in the guard's history.")
 @root_option
-def guard_reset(name: str, by: str | None, root: str | None) -> None:
+def guard_reset(name: str, by: str | None, root: str | None, store_url: str | None) -> None:
     """Close the breaker: zero consecutive_failures, and note who reset it and when.
 
     \b
@@ -151,7 +162,7 @@ def guard_reset(name: str, by: str | None, root: str | None) -> None:
     from phaselog.guard import Guard
 
     try:
-        data = Guard(_root(root), name).reset(by=by)
+        data = Guard(_root(root, store_url), name).reset(by=by)
     except PhaselogError as exc:
         _fail(exc)
     Output("json", None).emit({"success": True, **data})
@@ -161,7 +172,7 @@ def guard_reset(name: str, by: str | None, root: str | None) -> None:
 @name_option
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
 @root_option
-def guard_history(name: str, fmt: str, root: str | None) -> None:
+def guard_history(name: str, fmt: str, root: str | None, store_url: str | None) -> None:
     """Every pass (start, end, outcome, exit code, duration), takeover and reset of a guard.
 
     \b
@@ -171,7 +182,7 @@ def guard_history(name: str, fmt: str, root: str | None) -> None:
     from phaselog.guard import Guard
 
     try:
-        entries = Guard(_root(root), name).history()
+        entries = Guard(_root(root, store_url), name).history()
     except PhaselogError as exc:
         _fail(exc)
 

@@ -253,8 +253,18 @@ class FileGuardStore:
         data = self._read_yaml(self.state_path)
         return LoopState() if data is None else LoopState.from_seed(data, str(self.state_path))
 
-    def write_state(self, state: LoopState) -> None:
-        """Write the loop state atomically."""
+    def write_state(self, state: LoopState, *, token: str | None = None) -> None:
+        """Write the loop state atomically; with ``token``, only while it still holds the lock."""
+        if token is not None:
+            try:
+                current = self.read_lock()
+            except Corrupt:
+                current = None
+            if current is None or current.token != token:
+                from phaselog.guard_sql import Fenced
+
+                raise Fenced(f"guard {self.name}: the lock was taken over; the loop state was not written",
+                             rule="lock_token")
         self._ensure()
         self._write_replace(self.state_path, _yaml.dump(state.to_seed()))
 
@@ -263,10 +273,11 @@ class FileGuardStore:
         data = self._read_yaml(self.lock_path)
         return None if data is None else Holder.from_json(data, str(self.lock_path))
 
-    def write_lock(self, holder: Holder) -> None:
+    def write_lock(self, holder: Holder) -> Holder:
         """Install ``holder`` (called under the mutex, after the decision)."""
         self._ensure()
         self._write_replace(self.lock_path, _yaml.dump(holder.to_json()))
+        return holder
 
     def remove_lock(self, token: str) -> bool:
         """Remove the lock if ``token`` still holds it (under the mutex)."""
@@ -384,8 +395,17 @@ def outcome_of(exit_code: int, output_tail: str | None) -> str:
 class Guard:
     """One named guard over a store root."""
 
-    def __init__(self, root: str | os.PathLike[str], name: str, env: Environment | None = None) -> None:
-        self.files = FileGuardStore(root, name)
+    def __init__(self, root: str | os.PathLike[str] | Any, name: str, env: Environment | None = None) -> None:
+        """``root``: a files-store root (path), or an open SQL store (its lease table is the lock)."""
+        self.files: Any
+        if hasattr(root, "dialect"):
+            from phaselog.guard_sql import SqlGuardStore
+
+            self.files = SqlGuardStore(root, name)
+        elif hasattr(root, "root") and not isinstance(root, str | os.PathLike):
+            self.files = FileGuardStore(root.root, name)
+        else:
+            self.files = FileGuardStore(root, name)
         self.name = self.files.name
         self.env = env or Environment()
 
@@ -418,7 +438,7 @@ class Guard:
                     took_over = {"holder": None, "reason": f"damaged lock file replaced: {damaged}"}
                 if victim is None:
                     me = Holder(pid, self.env.host, self.env.start_time_of(pid), self.env.clock(), secrets.token_hex(8))
-                    self.files.write_lock(me)
+                    me = self.files.write_lock(me)
                     _faults.point("guard.after_lock")
                     return me, None, took_over
             # A hung live holder and --kill-stale: end it outside the mutex, then decide again.
@@ -500,7 +520,7 @@ class Guard:
                 schema_version=SCHEMA_VERSION,
             )
             with self.files.mutex():
-                self.files.write_state(new)
+                self.files.write_state(new, token=me.token)
             self.files.append_history({
                 "kind": "pass", "pass": new.pass_count, "started_at": format_timestamp(started),
                 "ended_at": format_timestamp(ended), "outcome": outcome, "exit_code": code,
