@@ -109,8 +109,7 @@ def _ledger(root: str | None, store_url: str | None) -> Any:
     from phaselog.ledger import Ledger
     from phaselog.stores import open_store
 
-    if root and store_url:
-        raise UsageError("give --root or --store, not both", field="store")
+    # --store (or PHASELOG_STORE) names the store completely, so it wins over --root/PHASELOG_HOME.
     return Ledger(open_store(store_url or root))
 
 
@@ -646,7 +645,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # The audit-trail commands live in their own module; importing it registers them on ``cli``.
-from phaselog import cli_audit, cli_guard  # noqa: E402, F401
+from phaselog import cli_audit, cli_guard, cli_store  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

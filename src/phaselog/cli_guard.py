@@ -17,9 +17,7 @@ from phaselog.errors import PhaselogError, UsageError
 
 def _root(root: str | None, store_url: str | None = None) -> Any:
     """The guard's home: a files-store root (path), or an open SQL store for --store URLs."""
-    if root and store_url:
-        raise UsageError("give --root or --store, not both", field="store")
-    if store_url:
+    if store_url:  # --store wins over --root / PHASELOG_HOME, as for every command
         from phaselog.stores import open_store
 
         store = open_store(store_url)

@@ -84,10 +84,17 @@ class VerifyMixin:
                         f"{(s.recorded_hash or '')[:12]} was recorded at write: edited after writing",
                     )
                 self._verify_lineage(s, rep)
+            from phaselog.retention import pruned_hashes
+
+            pruned = pruned_hashes(self, ticket_id, rid)
             for lst in per_phase.values():
                 lst.sort(key=lambda c: c.attempt_number)
                 for i, cp in enumerate(lst):
                     prev = lst[i - 1] if i else None
+                    gone = [a for (ph, a) in pruned if ph == cp.phase and a < cp.attempt_number
+                            and (prev is None or a > prev.attempt_number)]
+                    if gone and cp.prev_hash == pruned[(cp.phase, max(gone))]:
+                        continue  # its predecessor was pruned; the prune note vouches for the link
                     links = check_links(cp, previous=prev, lookup=by_key)
                     loc = self.store.location(cp)
                     for issue in links.errors:

@@ -58,8 +58,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _META_KIND = "phaselog.checkpoint"
 #: Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
-#: ``<ticket>/.markers/``.
-ENTRY_KINDS = ("progress", "approvals", "markers")
+#: ``<run>/.pruned/`` (notes of what prune removed), ``<ticket>/.markers/``.
+ENTRY_KINDS = ("progress", "approvals", "markers", "pruned")
 _ENTRY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 
 
@@ -590,6 +590,60 @@ class FilesStore:
         finally:
             os.close(dir_fd)
         return out
+
+    # -- retention ------------------------------------------------------------------------------
+    def delete_records(
+        self,
+        checkpoints: list[tuple[str, str, int, str, int, bool]],
+        entries: list[tuple[str, str, str, str]],
+        *,
+        whole_run: tuple[str, str] | None = None,
+    ) -> int:
+        """Delete records (``prune`` only); returns the bytes freed. Nothing else deletes."""
+        freed = 0
+        if whole_run is not None:
+            import shutil
+
+            tid, rid = whole_run
+            validate_ticket_id(tid)
+            if not is_canonical_uuid(rid):
+                raise StoreError(f"run_id {rid!r} is not a canonical UUID")
+            run_dir = self.root / "checkpoints" / tid / rid
+            if run_dir.is_symlink():
+                raise StoreError(f"refusing to delete through a symlink: {run_dir}", rule="no_symlinks")
+            for p in run_dir.rglob("*"):
+                if p.is_file() and not p.is_symlink():
+                    freed += p.stat().st_size
+            shutil.rmtree(run_dir)  # fd-based on Linux: does not follow symlinks inside
+            parent = os.open(run_dir.parent, _DIR_FLAGS)
+            try:
+                os.fsync(parent)
+            finally:
+                os.close(parent)
+            return freed
+        by_dir: dict[tuple[str, ...], list[str]] = {}
+        for tid, rid, ordinal, phase, attempt, completed in checkpoints:
+            names = [cp_name(ordinal, phase, attempt), meta_name(ordinal, phase, attempt)] if completed \
+                else [failed_name(ordinal, phase, attempt)]
+            by_dir.setdefault((tid, rid), []).extend(names)
+        for kind, tid, rid, name in entries:
+            by_dir.setdefault((tid, rid, f".{kind}"), []).append(f"{name}.json")
+        for segs, names in by_dir.items():
+            try:
+                fd = self._open_dir("checkpoints", *segs)
+            except NotFound:
+                continue
+            try:
+                for n in names:
+                    try:
+                        freed += os.stat(n, dir_fd=fd, follow_symlinks=False).st_size
+                        os.unlink(n, dir_fd=fd)
+                    except FileNotFoundError:
+                        continue
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return freed
 
     # -- doctor support ---------------------------------------------------------------------------
     def leftovers(self, ticket_id: str) -> list[dict[str, Any]]:

@@ -427,12 +427,26 @@ class SqlStore:
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
 
     # -- retention & export support ---------------------------------------------------------------
-    def delete_records(self, keys: Sequence[tuple[str, str, int, int]],
-                       entries: Sequence[tuple[str, str, str, str]]) -> int:
-        """Delete checkpoint rows by (ticket, run, ordinal, attempt) and entries by key; bytes freed."""
+    def delete_records(
+        self,
+        checkpoints: Sequence[tuple[str, str, int, str, int, bool]],
+        entries: Sequence[tuple[str, str, str, str]],
+        *,
+        whole_run: tuple[str, str] | None = None,
+    ) -> int:
+        """Delete rows (``prune`` only), in one transaction; returns the bytes freed."""
         def run(conn: Any) -> int:
             freed = 0
-            for k in keys:
+            if whole_run is not None:
+                tid, rid = whole_run
+                for table in ("phaselog_checkpoints", "phaselog_entries"):
+                    row = conn.execute(self._sql(f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} "  # noqa: S608 - fixed table names
+                                                 "WHERE ticket_id = ? AND run_id = ?"), (tid, rid)).fetchone()
+                    freed += int(row[0])
+                    conn.execute(self._sql(f"DELETE FROM {table} WHERE ticket_id = ? AND run_id = ?"), (tid, rid))  # noqa: S608
+                return freed
+            for tid, rid, ordinal, _phase, attempt, _completed in checkpoints:
+                k = (tid, rid, ordinal, attempt)
                 row = conn.execute(self._sql("SELECT LENGTH(body) FROM phaselog_checkpoints WHERE ticket_id = ? AND "
                                              "run_id = ? AND phase_ordinal = ? AND attempt = ?"), k).fetchone()
                 if row:
