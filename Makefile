@@ -31,7 +31,7 @@ bench: $(STAMP)  ## print benchmark figures (medians and ratios to baselines mea
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench
 
-docs: $(STAMP)  ## regenerate docs/cli.md from --help
+docs: $(STAMP)  ## regenerate docs/cli-reference.md from --help
 	$(BIN)/python docs/gen_cli_reference.py > docs/cli-reference.md
 
 clean:

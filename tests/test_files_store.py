@@ -438,12 +438,15 @@ def test_a_hand_edited_checkpoint_is_reported_by_verify_and_validate(
     assert "commit_sha: a1b2c3d\n" in text
     path.write_text(text.replace("commit_sha: a1b2c3d\n", "commit_sha: fffffff\n"), "utf-8")
 
-    stored, report = ledger.validate(T, RUN, "implement", 1)
-    assert stored.record.phase_payload is not None
-    assert stored.record.phase_payload["commit_sha"] == "fffffff"  # the file is what is read ...
-    assert stored.tampered  # ... and it is flagged
-    assert not report.is_valid
-    assert [i.rule for i in report.errors] == ["content_hash"]
+    # Damaged from outside: never used as a record (invariant 4), whatever its YAML says.
+    with pytest.raises(Corrupt) as info:
+        ledger.validate(T, RUN, "implement", 1)
+    assert info.value.context["rule"] == "content_hash"
+    assert "phase_1_implement_a1.yaml" in info.value.message
+    page = ledger.list(T)
+    assert [d.attempt_number for d in page.damaged] == [1]
+    assert [s.record.attempt_number for s in page.items] == [2]
+    assert ledger.status(T, RUN).phase("implement").state == "completed"  # attempt 2 is intact
 
     result = ledger.verify(T)
     assert not result.ok

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import phaselog
-from phaselog import InvalidRecord, NotFound, UsageError
+from phaselog import Corrupt, InvalidRecord, NotFound, UsageError
 from phaselog.errors import Prerequisite
 from phaselog.gates import GateRefused, judge
 from phaselog.ids import normalize_run_id
@@ -337,46 +337,55 @@ def test_an_invalid_payload_is_refused_before_anything_else(vid: phaselog.Ledger
 
 
 # -- hand-edited predecessor ----------------------------------------------------------------------------
-def test_hand_edited_approved_predecessor_loses_its_approval(vid: phaselog.Ledger, root: Path) -> None:
-    done(vid, "research")
-    res = done(vid, "proposal")
-    assert states(vid)["proposal"] == "completed"
-    edit_yaml(root, res.location, concept="something nobody approved")
-    assert states(vid)["proposal"] == "awaiting_approval"  # the approval judged other content
-    before = tree(root)
-    with pytest.raises(Prerequisite) as err:
-        w(vid, "script")
-    assert blockers(err)["proposal"][0] == "awaiting_approval"
-    assert tree(root) == before
-    rep = vid.verify(T)
-    rules = {(p["rule"], Path(p["path"]).name) for p in rep.problems}
-    assert ("content_hash", "phase_2_proposal_a1.yaml") in rules
-    assert ("approval_link", "000001") in rules
-
-
-def test_hand_edited_predecessor_makes_its_successor_stale(vid: phaselog.Ledger, root: Path) -> None:
-    res = done(vid, "research")
-    done(vid, "proposal")
-    edit_yaml(root, res.location, summary="rewritten by hand")
-    st = vid.status(T, R)
-    assert st.phase("proposal").state == "stale"
-    assert "changed since" in (st.phase("proposal").reason or "")
-    with pytest.raises(Prerequisite) as err:
-        w(vid, "script")
-    assert blockers(err)["proposal"][0] == "stale"
-    rules = {(p["rule"], Path(p["path"]).name) for p in vid.verify(T).problems}
-    assert ("content_hash", "phase_1_research_a1.yaml") in rules
-    assert ("basis", "phase_2_proposal_a1.yaml") in rules
-
-
+# A checkpoint edited after it was written no longer hashes to what was recorded: it is damaged,
+# never used as a record, so everything built on it is blocked until a new attempt is written.
 def test_hand_edited_predecessor_refuses_the_successor_write(vid: phaselog.Ledger, root: Path) -> None:
     res = done(vid, "research")
     edit_yaml(root, res.location, summary="rewritten by hand")
+    assert states(vid)["research"] == "damaged"
     before = tree(root)
     with pytest.raises(Prerequisite) as err:
         w(vid, "proposal")
     state, reason = blockers(err)["research"]
-    assert state == "invalid" and "changed after it was written" in reason
+    assert state == "damaged" and "attempt 1 is damaged" in reason
     assert tree(root) == before
     assert not vid.can_skip_to(T, R, "proposal").allowed  # resume agrees with write
-    assert any(p["rule"] == "content_hash" for p in vid.verify(T).problems)
+    problems = vid.verify(T).problems
+    assert [Path(p["path"]).name for p in problems] == ["phase_1_research_a1.yaml"]
+    assert "changed after it was written" in problems[0]["message"]
+    with pytest.raises(Corrupt, match="cannot link to attempt 1"):
+        w(vid, "research")  # nothing is built past damage, not even the next attempt (see doctor)
+
+
+def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(vid: phaselog.Ledger, root: Path) -> None:
+    done(vid, "research")
+    res = done(vid, "proposal")
+    assert states(vid)["proposal"] == "completed"
+    edit_yaml(root, res.location, concept="something nobody approved")
+    assert states(vid)["proposal"] == "damaged"
+    before = tree(root)
+    with pytest.raises(Prerequisite) as err:
+        w(vid, "script")
+    assert blockers(err)["proposal"][0] == "damaged"
+    assert tree(root) == before
+    problems = {Path(p["path"]).name: p for p in vid.verify(T).problems}
+    assert set(problems) == {"phase_2_proposal_a1.yaml", "000001"}
+    assert "changed after it was written" in problems["phase_2_proposal_a1.yaml"]["message"]
+    assert problems["000001"]["rule"] == "approval_link"  # the approval judged other content
+    with pytest.raises(Corrupt):
+        vid.approve(T, R, "proposal", by="ana")  # a damaged checkpoint cannot be judged again
+    assert tree(root) == before
+
+
+def test_hand_edited_predecessor_under_an_existing_successor(vid: phaselog.Ledger, root: Path) -> None:
+    res = done(vid, "research")
+    done(vid, "proposal")
+    edit_yaml(root, res.location, summary="rewritten by hand")
+    assert states(vid)["research"] == "damaged"
+    assert not vid.can_skip_to(T, R, "script").allowed
+    with pytest.raises(Prerequisite) as err:
+        w(vid, "script")
+    assert blockers(err)["research"][0] == "damaged"
+    problems = {(Path(p["path"]).name, p["rule"]) for p in vid.verify(T).problems}
+    assert "phase_1_research_a1.yaml" in {name for name, _ in problems}
+    assert ("phase_2_proposal_a1.yaml", "basis") in problems  # the successor's link is flagged

@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from phaselog.errors import InvalidRecord, Prerequisite, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.records import Checkpoint, format_timestamp
+from phaselog.records import Checkpoint, format_timestamp, parse_timestamp
 
 DECISION_LOG_VERSION = "1.0"
 _KIND_ORDER = {"marker": 0, "progress": 1, "checkpoint": 2, "approval": 3}
+_NO_TIME = datetime.min.replace(tzinfo=UTC)  # damaged entries have no time: they sort first
 
 
 class AuditMixin:
@@ -136,7 +137,9 @@ class AuditMixin:
                 out.append({"at": None, "kind": "damaged", "run_id": rid, "phase": d.phase,
                             "attempt_number": d.attempt_number, "seq": None,
                             "summary": f"damaged: {d.location}: {d.message}", "hash": None, "record": d.to_json()})
-        out.sort(key=lambda e: (e["at"] or "", _KIND_ORDER.get(e["kind"], 9), e["run_id"] or "",
+        # Sort by the time itself: as strings, "…:00.5Z" sorts before "…:00Z" ('.' < 'Z').
+        out.sort(key=lambda e: (parse_timestamp(e["at"], field="at") if e["at"] else _NO_TIME,
+                                _KIND_ORDER.get(e["kind"], 9), e["run_id"] or "",
                                 e.pop("_ordinal", 0), e["attempt_number"] or 0, e["seq"] or 0))
         return out
 

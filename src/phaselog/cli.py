@@ -7,6 +7,7 @@ non-zero: 1 for a failed operation, 2 for bad usage. Never a traceback (set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -109,8 +110,23 @@ def _ledger(root: str | None, store_url: str | None) -> Any:
     from phaselog.ledger import Ledger
     from phaselog.stores import open_store
 
-    # --store (or PHASELOG_STORE) names the store completely, so it wins over --root/PHASELOG_HOME.
+    _check_root_and_store(root, store_url)
+    # --store (or PHASELOG_STORE) names the store completely, so it wins over PHASELOG_HOME.
     return Ledger(open_store(store_url or root))
+
+
+def _check_root_and_store(root: str | None, store_url: str | None) -> None:
+    """Both given on the command line is ambiguous; an environment default yields to a flag."""
+    if not (root and store_url):
+        return
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    from click.core import ParameterSource
+
+    explicit = {ParameterSource.COMMANDLINE}
+    if ctx.get_parameter_source("root") in explicit and ctx.get_parameter_source("store_url") in explicit:
+        raise UsageError("give --root or --store, not both", field="store")
 
 
 def _pipeline(ledger: Any, name: str | None, path: str | None) -> Any:
@@ -256,7 +272,11 @@ def write(
             error=error_text,
             decisions=_json_opt(decisions_json, "--decisions", list) or (),
         )
-    except PhaselogError as exc:
+    except Exception as exc:  # noqa: BLE001 - --best-effort promises exit 0 whatever happened
+        if not isinstance(exc, PhaselogError):
+            if not best_effort:
+                raise
+            exc = PhaselogError(f"internal error: {type(exc).__name__}: {exc}")
         if best_effort:
             data = exc.to_dict()
             data.update(best_effort=True, correlation_id=out.correlation_id)
@@ -425,7 +445,7 @@ def list_cmd(
             {**s.record.seed_dict(), "status": "failed", "error": s.record.error} for s in page.failed
         ],
         "warnings": [
-            {**d.to_json(), "message": f"skipped damaged file {d.location}: {d.message}"} for d in page.damaged
+            {**d.to_json(), "message": f"skipped damaged file: {d.message}"} for d in page.damaged
         ],
         "next_after": page.next_after,
         "correlation_id": out.correlation_id,
@@ -615,8 +635,16 @@ def pipelines(name: str | None, root: str | None, fmt: str) -> None:
 # -- entry point ----------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; turn every error into a JSON object and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args:  # bare `phaselog`: show the help, as `phaselog --help` does
+        args = ["--help"]
+    for stream in (sys.stdout, sys.stderr):
+        # A non-UTF-8 terminal must not turn non-ASCII data into a crash.
+        if (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
-        cli.main(args=argv, prog_name="phaselog", standalone_mode=False)
+        cli.main(args=args, prog_name="phaselog", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.NoSuchOption as exc:

@@ -290,7 +290,8 @@ def history(
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="With --phase: diff every consecutive pair of attempts.")
 @click.option("--phase", help="With --run-id: the phase whose attempts to compare.")
-@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["json", "text", "table"]), default="json", show_default=True,
+              help="json, or readable text (table is the same as text).")
 @click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME", help="Files store root.")
 @click.option("--store", "store_url", metavar="URL", envvar="PHASELOG_STORE", help="Store URL.")
 def diff(
@@ -319,7 +320,7 @@ def diff(
             raise UsageError("give two references A B, or --run-id and --phase", field="ref", rule="required")
     except PhaselogError as exc:
         _fail(exc)
-    if fmt == "text":
+    if fmt in ("text", "table"):
         click.echo("\n\n".join(render_text(r) for r in results) or "(fewer than two attempts)")
         return
     Output("json", None).emit({"success": True, "diffs": results})

@@ -17,7 +17,10 @@ from phaselog.errors import PhaselogError, UsageError
 
 def _root(root: str | None, store_url: str | None = None) -> Any:
     """The guard's home: a files-store root (path), or an open SQL store for --store URLs."""
-    if store_url:  # --store wins over --root / PHASELOG_HOME, as for every command
+    from phaselog.cli import _check_root_and_store
+
+    _check_root_and_store(root, store_url)
+    if store_url:  # --store wins over PHASELOG_HOME, as for every command
         from phaselog.stores import open_store
 
         store = open_store(store_url)
@@ -94,6 +97,12 @@ def guard_run(
         if not command:
             raise UsageError("guard run needs a command: phaselog guard run --name N -- COMMAND [ARGS…]",
                              field="command", rule="required")
+        if command[0].startswith("-"):
+            raise UsageError(
+                f"unknown option {command[0]!r} for guard run (see --help); the command goes after --: "
+                "phaselog guard run --name N [OPTIONS] -- COMMAND [ARGS…]",
+                field=command[0].lstrip("-").replace("-", "_"), rule="unknown_option",
+            )
         cfg = GuardConfig(
             stale_after=_duration(stale_after, "--stale-after"), kill_stale=kill_stale, max_failures=max_failures,
             max_passes=max_passes, cooldown=_duration(cooldown, "--cooldown"), dry_run=dry_run,
@@ -149,8 +158,9 @@ def guard_status(name: str, max_failures: int | None, cooldown: str | None, stal
 @guard.command("reset", context_settings=CONTEXT)
 @name_option
 @click.option("--by", metavar="NAME", help="Who resets (default: $USER); recorded in the guard's history.")
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
 @root_option
-def guard_reset(name: str, by: str | None, root: str | None, store_url: str | None) -> None:
+def guard_reset(name: str, by: str | None, fmt: str, root: str | None, store_url: str | None) -> None:
     """Close the breaker: zero consecutive_failures, and note who reset it and when.
 
     \b
@@ -163,7 +173,9 @@ def guard_reset(name: str, by: str | None, root: str | None, store_url: str | No
         data = Guard(_root(root, store_url), name).reset(by=by)
     except PhaselogError as exc:
         _fail(exc)
-    Output("json", None).emit({"success": True, **data})
+    Output(fmt, None).emit({"success": True, **data}, lambda d: _table(
+        [[k, v] for k, v in d["state"].items()] + [["reset by", d["reset"]["by"]], ["reset at", d["reset"]["at"]]],
+        ["field", "value"], title=f"guard {d['name']} reset"))
 
 
 @guard.command("history", context_settings=CONTEXT)

@@ -60,7 +60,7 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
         rep.runs += len(runs)
         verify = ledger.verify(tid)
         for p in verify.problems:
-            if p["rule"] in ("corrupt", "too_large", "unsupported_version"):
+            if p.get("damaged"):
                 rep.add("damaged", p["path"], p["message"])
                 damaged_files.append((p["path"], p["message"]))
             else:

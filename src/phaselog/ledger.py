@@ -348,12 +348,6 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                     "awaiting_approval": f"unapproved: attempt {ps.completed_attempt} awaits approval",
                 }.get(ps.state, ps.reason or ps.state)
                 blockers.append(Blocker(ps.phase, ps.state, reason))
-            elif self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0).tampered:
-                # Hand-edited after writing: building on it would bless the edit (resume refuses it too).
-                blockers.append(Blocker(
-                    ps.phase, "invalid",
-                    f"attempt {ps.completed_attempt} changed after it was written; run `phaselog verify`",
-                ))
         if blockers:
             raise Prerequisite(
                 f"cannot complete {ph.name}: "

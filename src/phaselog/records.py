@@ -259,6 +259,13 @@ def checkpoint_from_seed(
     """
     if not isinstance(data, Mapping):
         raise Corrupt("checkpoint: must be a mapping of the seed contract's fields", rule="type")
+    missing = [f for f in SEED_FIELDS if f not in data]
+    if missing:
+        raise Corrupt(
+            f"{missing[0]}: missing required field of the checkpoint contract"
+            + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""),
+            field=missing[0], rule="required",
+        )
     warnings = check_schema_version(data.get("schema_version"))
     ticket_id = _req(data, "ticket_id", str, "a string")
     run_id = _req(data, "run_id", str, "a UUID string")

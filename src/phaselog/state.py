@@ -11,6 +11,7 @@ For each phase in pipeline order the latest attempt decides:
   flags one whose process is gone or whose last event is too old);
 * ``rejected``  the phase is gated and a person rejected its latest checkpoint;
 * ``awaiting_approval`` the phase is gated and its latest checkpoint is not approved yet;
+* ``damaged``   the newest attempt exists but cannot be read (damaged or edited after writing);
 * ``completed`` otherwise.
 
 Approvals are judged by content hash: an approval of a superseded attempt does not count.
@@ -30,6 +31,7 @@ from phaselog.records import Checkpoint, format_timestamp, parse_timestamp
 
 PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
 IN_PROGRESS, AWAITING_APPROVAL, REJECTED = "in_progress", "awaiting_approval", "rejected"
+DAMAGED = "damaged"
 APPROVED = "approved"
 
 
@@ -187,6 +189,16 @@ def _phase_state(
         "requires_approval": phase.requires_approval,
     }
     top = attempts[-1].attempt_number if attempts else 0
+    if damaged and max(damaged) > top and (flight is None or max(damaged) > flight["attempt_number"]):
+        lc = latest_completed.get(phase.name)
+        return PhaseState(
+            state=DAMAGED,
+            latest_attempt=max(damaged),
+            completed_attempt=lc.attempt_number if lc else None,
+            attempts=len(attempts),
+            reason=f"attempt {max(damaged)} is damaged; see `phaselog verify`, `phaselog doctor`",
+            **common,
+        )
     if flight is not None and flight["attempt_number"] > top:
         lc = latest_completed.get(phase.name)
         return PhaseState(

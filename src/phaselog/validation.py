@@ -292,6 +292,9 @@ def check_artifacts(cp: Checkpoint, root: str | os.PathLike[str]) -> Report:
     """Check that every artifact path exists under ``root`` (without leaving it)."""
     rep = Report()
     base = Path(root).resolve()
+    if not base.is_dir():
+        rep.error("artifacts_root", "artifacts_root", f"{root} is not a folder; cannot check the artifacts")
+        return rep
     for i, rel in enumerate(cp.artifact_paths):
         if formats.relative_path(rel):
             continue  # already an error of its own

@@ -30,9 +30,9 @@ class VerifyReport:
         """True when nothing is broken or damaged."""
         return not self.problems
 
-    def add(self, path: str, rule: str, message: str) -> None:
-        """Record a problem."""
-        self.problems.append({"path": path, "rule": rule, "message": message})
+    def add(self, path: str, rule: str, message: str, *, damaged: bool = False) -> None:
+        """Record a problem; ``damaged``: the file itself cannot be used (doctor may quarantine it)."""
+        self.problems.append({"path": path, "rule": rule, "message": message, "damaged": damaged})
 
 
 class VerifyMixin:
@@ -67,15 +67,16 @@ class VerifyMixin:
         for rid in runs:
             items, damaged = self.run_records(ticket_id, rid)
             for d in damaged:
-                rep.add(d.location, d.error_code, d.message)
+                rep.add(d.location, d.rule or d.error_code, d.message, damaged=True)
             by_key = {(s.record.phase, s.record.attempt_number): s.record for s in items}
             per_phase: dict[str, list[Checkpoint]] = {}
             for s in items:
                 rep.checked += 1
                 per_phase.setdefault(s.record.phase, []).append(s.record)
-                for w in s.warnings:
-                    if "changed since" in w or "does not match" in w:
-                        rep.add(s.location, "file_changed", w)
+                if not s.tampered:  # a tampered record is reported once, below, not also as "file changed"
+                    for w in s.warnings:
+                        if "changed since" in w:
+                            rep.add(s.location, "file_changed", w)
                 if s.tampered:
                     rep.add(
                         s.location,
@@ -104,7 +105,7 @@ class VerifyMixin:
             try:
                 revs = self.markers(ticket_id)
             except Corrupt as exc:
-                rep.add(str(exc.context.get("path", ticket_id)), "corrupt", exc.message)
+                rep.add(str(exc.context.get("path", ticket_id)), "corrupt", exc.message, damaged=True)
                 revs = []
             for i, m in enumerate(revs):
                 rep.checked += 1

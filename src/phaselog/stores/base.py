@@ -46,6 +46,8 @@ class Damaged:
     attempt_number: int
     error_code: str
     message: str
+    #: The rule that was broken (``yaml_syntax``, ``content_hash``, ``required`` …), when known.
+    rule: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """Return the JSON form used under ``warnings`` / ``damaged``."""
@@ -56,6 +58,7 @@ class Damaged:
             "phase": self.phase,
             "attempt_number": self.attempt_number,
             "error_code": self.error_code,
+            "rule": self.rule,
             "error": self.message,
         }
 

@@ -391,11 +391,12 @@ class FilesStore:
         recorded = doc.get("content_hash")
         stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
         if stored.tampered:
-            stored = Stored(
-                cp,
-                location,
-                stored.recorded_hash,
-                (*warns, f"{location}: content hash does not match the one recorded at write"),
+            # Damaged from outside (edited or truncated after it was written): never used as a
+            # record. read/validate/verify name it, list skips it, doctor can quarantine it.
+            raise Corrupt(
+                f"{location}: content changed after it was written (recorded hash "
+                f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
+                path=location, rule="content_hash",
             )
         return stored
 
@@ -498,6 +499,7 @@ class FilesStore:
                             attempt_number=ref.attempt_number,
                             error_code=exc.error_code,
                             message=exc.message,
+                            rule=exc.context.get("rule"),
                         )
             finally:
                 os.close(run_fd)

@@ -330,8 +330,9 @@ class SqlStore:
         recorded = doc.get("content_hash")
         stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
         if stored.tampered:
-            stored = Stored(cp, location, stored.recorded_hash,
-                            (*warns, f"{location}: content hash does not match the one recorded at write"))
+            raise Corrupt(f"{location}: content changed after it was written (recorded hash "
+                          f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
+                          path=location, rule="content_hash")
         return stored
 
     def tickets(self) -> list[str]:
@@ -362,7 +363,7 @@ class SqlStore:
                 yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body)
             except (Corrupt, UnsupportedVersion) as exc:
                 yield Damaged(str(exc.context.get("path", f"{ticket_id}/{rid}")), ticket_id, rid, phase, ordinal,
-                              attempt, exc.error_code, exc.message)
+                              attempt, exc.error_code, exc.message, exc.context.get("rule"))
 
     def location(self, record: Checkpoint) -> str:
         """The record's logical path (the same string the files store uses)."""
