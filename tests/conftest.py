@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import HealthCheck, settings
 
 import phaselog
 from phaselog.ledger import Ledger
+from phaselog.stores.base import Store
 from phaselog.stores.files import FilesStore
 
 # Hypothesis: deterministic in CI, a little more searching locally.
@@ -38,21 +41,97 @@ PAYLOADS = {
 }
 
 
+BACKENDS = ("files", "sqlite", "postgres")
+PG_URL = os.environ.get("PHASELOG_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "all_stores: run this test once per store backend (files, sqlite, postgres)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests (or modules) marked ``all_stores`` get the ``backend`` fixture for every backend."""
+    if "backend" in metafunc.fixturenames:
+        marked = metafunc.definition.get_closest_marker("all_stores") is not None
+        metafunc.parametrize("backend", BACKENDS if marked else ("files",))
+
+
+def postgres_available() -> str | None:
+    """None if the test PostgreSQL answers, else the reason."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install 'phaselog[postgres]')"
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure means: not reachable
+        return f"PostgreSQL at {PG_URL} is not reachable: {str(exc).strip()[:200]}"
+    return None
+
+
+def require_postgres() -> str:
+    """The PostgreSQL URL, or skip (locally) / fail (CI=true) with the reason."""
+    reason = postgres_available()
+    if reason:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI=true and {reason}: PostgreSQL tests must not be skipped in CI")
+        pytest.skip(reason)
+    return PG_URL
+
+
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL with a fresh schema of its own, dropped afterwards."""
+    import psycopg
+
+    base = require_postgres()
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    sep = "&" if "?" in base else "?"
+    yield f"{base}{sep}schema={schema}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """An empty files-store root."""
     return tmp_path / "store"
 
 
+def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    """A fresh, empty store of ``backend``."""
+    if backend == "files":
+        return FilesStore(tmp_path / "store")
+    if backend == "sqlite":
+        from phaselog.stores.sqlite import SqliteStore
+
+        return SqliteStore(tmp_path / "ledger.db")
+    url = request.getfixturevalue("pg_schema_url")
+    from phaselog.stores.postgres import PostgresStore
+
+    return PostgresStore(url)
+
+
 @pytest.fixture
-def store(root: Path) -> FilesStore:
-    """A files store at ``root``."""
+def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """The store under test: the files store, or every backend for tests marked all_stores."""
+    s = make_store(backend, tmp_path, request)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def files_store(root: Path) -> FilesStore:
+    """A files store at ``root`` (for tests about the files layout itself)."""
     return FilesStore(root)
 
 
 @pytest.fixture
-def ledger(store: FilesStore) -> Ledger:
-    """A ledger over the files store."""
+def ledger(store: Store) -> Ledger:
+    """A ledger over ``store``."""
     return phaselog.Ledger(store)
 
 

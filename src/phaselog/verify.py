@@ -136,7 +136,7 @@ class VerifyMixin:
         try:
             approvals = self.approvals(ticket_id, run_id)
         except Corrupt as exc:
-            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message)
+            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message, damaged=True)
             approvals = []
         for a in approvals:
             rep.checked += 1
@@ -151,7 +151,7 @@ class VerifyMixin:
         try:
             groups = self.event_index(ticket_id, run_id)
         except Corrupt as exc:
-            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message)
+            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message, damaged=True)
             groups = {}
         for (_ordinal, attempt), events in groups.items():
             prev = None
