@@ -147,6 +147,12 @@ def build_ticket(ledger: Ledger, ticket: str, checkpoints: int) -> int:
     return runs
 
 
+def sidecar_of(seed_file: Path) -> Path:
+    """The JSON sidecar beside a seed file: ``phase_1_x_a2.yaml`` → ``.meta_1_x_a2.json``."""
+    stem = seed_file.name.removeprefix("phase_").removesuffix(".yaml")
+    return seed_file.with_name(f".meta_{stem}.json")
+
+
 # -- where and on what ---------------------------------------------------------------------------
 def make_workdir(parent: str | None) -> Path:
     """A fresh temporary folder for the stores (removed by ``cleanup``)."""

@@ -14,13 +14,19 @@ TICKET = "BENCH-1"
 GOAL = 1.5
 
 
-def _langgraph(workdir: Path, seed: dict[str, Any]) -> tuple[Contestant | None, str]:
+def _langgraph(
+    workdir: Path, seed: dict[str, Any]
+) -> tuple[Contestant | None, str, sqlite3.Connection | None]:
     """LangGraph's SqliteSaver.put of a checkpoint carrying the same record, when installed."""
     try:
         from langgraph.checkpoint.base import empty_checkpoint
         from langgraph.checkpoint.sqlite import SqliteSaver
     except ImportError:
-        return None, "LangGraph SqliteSaver: not installed (pip install -e '.[bench]'); skipped"
+        return (
+            None,
+            "LangGraph SqliteSaver: not installed (pip install -e '.[bench]'); skipped",
+            None,
+        )
     conn = sqlite3.connect(workdir / "langgraph.sqlite", check_same_thread=False)
     saver = SqliteSaver(conn)
     saver.setup()
@@ -38,24 +44,19 @@ def _langgraph(workdir: Path, seed: dict[str, Any]) -> tuple[Contestant | None, 
         saver.put(config, cp, {"source": "loop", "step": 1}, {})  # type: ignore[arg-type]
 
     note = f"LangGraph SqliteSaver.put: its own connection, WAL, PRAGMA synchronous={sync}"
-    return Contestant(
-        "langgraph_put", "LangGraph SqliteSaver.put (same record)", REFERENCE, put, prepare
-    ), note
+    label = "LangGraph SqliteSaver.put (same record)"
+    return Contestant("langgraph_put", label, REFERENCE, put, prepare), note, conn
 
 
 def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
     """Time Ledger.write against the raw publish protocol, interleaved."""
     root = workdir / "write-store"
     ledger = _data.open_ledger(root)
-    sample = ledger.write(
-        TICKET, _data.run_id("sample"), "implement", _data.IMPLEMENT, **_data.write_kwargs()
-    )
-    sample = ledger.write(
-        TICKET, _data.run_id("sample"), "implement", _data.IMPLEMENT, **_data.write_kwargs()
-    )
-    run_dir = root / "checkpoints" / TICKET / sample.record.run_id
-    yaml_bytes = (root / "checkpoints" / sample.location).read_bytes()
-    meta_bytes = (run_dir / ".meta_1_implement_a2.json").read_bytes()
+    sample_run = _data.run_id("sample")
+    _data.write_phase(ledger, TICKET, sample_run, "implement")
+    sample = _data.write_phase(ledger, TICKET, sample_run, "implement")  # attempt 2, as timed
+    seed_file = root / "checkpoints" / sample.location
+    yaml_bytes, meta_bytes = seed_file.read_bytes(), _data.sidecar_of(seed_file).read_bytes()
     seed = sample.record.seed_dict()
 
     raw_dir = workdir / "raw-write"
@@ -109,7 +110,7 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
             lambda: next(names),
         ),
     ]
-    lg, lg_note = _langgraph(workdir, seed)
+    lg, lg_note, lg_conn = _langgraph(workdir, seed)
     if lg is not None:
         contestants.append(lg)
 
@@ -137,4 +138,6 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
     if lg is not None:
         section.ratio("write_next", "langgraph_put")
     sql.close()
+    if lg_conn is not None:
+        lg_conn.close()
     return section

@@ -308,10 +308,8 @@ def variants(workdir: Path, led: ledger.Ledger, rounds: int) -> None:
     prepare, write = _writer(led)
     sample = write(prepare())
     root = Path(led.store.root)  # type: ignore[attr-defined]
-    yaml_bytes = (root / "checkpoints" / sample.location).read_bytes()
-    meta_bytes = (
-        root / "checkpoints" / TICKET / sample.record.run_id / ".meta_1_implement_a2.json"
-    ).read_bytes()
+    yaml_path = root / "checkpoints" / sample.location
+    yaml_bytes, meta_bytes = yaml_path.read_bytes(), _data.sidecar_of(yaml_path).read_bytes()
     folder = workdir / "pw-raw" / "checkpoints" / "T" / "run"
     folder.mkdir(parents=True)
     names = (f"v{i:06d}.yaml" for i in itertools.count())

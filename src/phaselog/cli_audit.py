@@ -24,6 +24,7 @@ from phaselog.cli import (
     store_options,
 )
 from phaselog.errors import PhaselogError, UsageError
+from phaselog.ids import normalize_run_id
 
 EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
 
@@ -347,7 +348,7 @@ def fork(
         new_id, written = _ledger(root, store_url).fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
-    data = {"success": True, "run_id": new_id, "forked_from": run_id,
+    data = {"success": True, "run_id": new_id, "forked_from": normalize_run_id(run_id),
             "checkpoints": [{"checkpoint_path": w.location, "phase": w.record.phase,
                              "content_hash": w.record.content_hash} for w in written]}
     out.emit(data, lambda d: _table([[c["phase"], c["checkpoint_path"]] for c in d["checkpoints"]],

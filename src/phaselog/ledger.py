@@ -150,6 +150,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         root = getattr(self.store, "root", None)
         self.pipelines_root = pipelines_root if pipelines_root is not None else root
         self.clock = clock or (lambda: datetime.now(UTC))
+        self._recorded: dict[tuple[str, str], PipelineRef] = {}
 
     def __repr__(self) -> str:
         return f"Ledger({self.store!r})"
@@ -180,6 +181,17 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
 
     def recorded_pipeline(self, ticket_id: str, run_id: str) -> PipelineRef | None:
         """The pipeline a run recorded with its first phaselog checkpoint (None: none yet)."""
+        cached = self._recorded.get((ticket_id, run_id))
+        if cached is not None:
+            return cached  # a run's pipeline never changes once recorded
+        found = self._find_recorded_pipeline(ticket_id, run_id)
+        if found is not None:
+            if len(self._recorded) > 10_000:
+                self._recorded.clear()
+            self._recorded[(ticket_id, run_id)] = found
+        return found
+
+    def _find_recorded_pipeline(self, ticket_id: str, run_id: str) -> PipelineRef | None:
         for ref in self.store.attempts(ticket_id, run_id):
             try:
                 stored = self.store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)

@@ -100,6 +100,19 @@ class FilesStore:
 
     # -- directories ------------------------------------------------------------------------------
     def _open_root(self, *, create: bool) -> int:
+        # The root is opened once per store and dup'ed per call: resolving its path on every
+        # operation cost as much as the rest of a read. (The root itself may be a symlink.)
+        cached = getattr(self, "_root_fd", None)
+        if cached is not None:
+            try:
+                return os.dup(cached)
+            except OSError:
+                self._root_fd = None
+        fd = self._open_root_path(create=create)
+        self._root_fd: int | None = os.dup(fd)
+        return fd
+
+    def _open_root_path(self, *, create: bool) -> int:
         try:
             return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -124,6 +137,8 @@ class FilesStore:
                     f"{seg!r} is not a single path segment; refusing to open it under {self.root}",
                     rule="traversal",
                 )
+        # Only the root descriptor is cached: a cached descriptor of a folder below it would follow
+        # that folder if it were moved away and replaced by a symlink (tests/test_security.py).
         fd = self._open_root(create=create)
         try:
             for seg in segments:
@@ -770,7 +785,13 @@ class FilesStore:
         return self.root / "checkpoints"
 
     def close(self) -> None:
-        """Nothing to release: every call opens and closes its own descriptors."""
+        """Release the cached root descriptor (every other descriptor is per call)."""
+        for attr in ("_root_fd",):
+            fd = getattr(self, attr, None)
+            setattr(self, attr, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 # -- helpers ------------------------------------------------------------------------------------
