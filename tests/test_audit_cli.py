@@ -33,10 +33,15 @@ RESEARCH = {"summary": "s", "sources": ["https://example.org/a"]}
 PROPOSAL = {"title": "Launch", "concept": "c"}
 SCRIPT = {"script_path": "script.md", "word_count": 120}
 DECISION = {
-    "decision_id": "d1", "category": "creative_direction", "subject": "tone",
-    "options_considered": [{"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
-                           {"option_id": "b", "label": "Calm", "score": 0.3, "reason": "safe"}],
-    "selected": "a", "reason": "fits the brand",
+    "decision_id": "d1",
+    "category": "creative_direction",
+    "subject": "tone",
+    "options_considered": [
+        {"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
+        {"option_id": "b", "label": "Calm", "score": 0.3, "reason": "safe"},
+    ],
+    "selected": "a",
+    "reason": "fits the brand",
 }
 
 
@@ -65,7 +70,10 @@ def env_for(root: Path, **extra: str) -> dict[str, str]:
 def cli(root: Path, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> Result:
     proc = subprocess.run(
         [sys.executable, "-m", "phaselog", *args],
-        input=stdin, capture_output=True, env=env or env_for(root), cwd=root.parent,
+        input=stdin,
+        capture_output=True,
+        env=env or env_for(root),
+        cwd=root.parent,
         timeout=120,  # a guard against a hang, not a measurement
         check=False,
     )
@@ -86,7 +94,8 @@ def fails(res: Result, rc: int, code: str) -> dict[str, Any]:
     data = res.json
     assert data["success"] is False, data
     assert data["error_code"] == code, data
-    assert isinstance(data["error"], str) and data["error"].strip()
+    assert isinstance(data["error"], str)
+    assert data["error"].strip()
     assert res.rc == rc, (res.rc, data)
     return data  # type: ignore[no-any-return]
 
@@ -101,13 +110,33 @@ def tree(root: Path) -> dict[str, str]:
     }
 
 
-def prog(root: Path, event: str, *extra: str, ticket: str = T, phase: str = "implement", **kw: Any) -> dict[str, Any]:
-    return ok(root, "progress", "--ticket-id", ticket, "--run-id", R, "--phase", phase, "--event", event,
-              *extra, **kw)
+def prog(
+    root: Path, event: str, *extra: str, ticket: str = T, phase: str = "implement", **kw: Any
+) -> dict[str, Any]:
+    return ok(
+        root,
+        "progress",
+        "--ticket-id",
+        ticket,
+        "--run-id",
+        R,
+        "--phase",
+        phase,
+        "--event",
+        event,
+        *extra,
+        **kw,
+    )
 
 
-def write(root: Path, phase: str, payload: dict[str, Any] | None, *extra: str, ticket: str = T,
-          run: str = R) -> dict[str, Any]:
+def write(
+    root: Path,
+    phase: str,
+    payload: dict[str, Any] | None,
+    *extra: str,
+    ticket: str = T,
+    run: str = R,
+) -> dict[str, Any]:
     args = ["write", "--ticket-id", ticket, "--run-id", run, "--phase", phase, *extra]
     if payload is not None:
         args += ["--payload", json.dumps(payload)]
@@ -129,42 +158,84 @@ def video(root: Path) -> Path:
     return root
 
 
-# -- progress -------------------------------------------------------------------------------------------
+# -- progress --------------------------------------------------------------------------------------
 def test_progress_start_step_show(root: Path, tmp_path: Path) -> None:
     start = prog(root, "start", "--provider", "claude")["event"]
     assert (start["seq"], start["event"], start["attempt_number"]) == (1, "start", 1)
     assert start["pid"] == os.getpid()  # default: the process that ran the command
-    assert start["host"] and start["process_start"]
+    assert start["host"]
+    assert start["process_start"]
     out_file = tmp_path / "out.txt"
     out_file.write_bytes("partial output ✓\n".encode())
-    step = prog(root, "step", "--step", "2", "--tokens", "1200", "--output-file", str(out_file),
-                "--status", "writing tests")["event"]
-    assert step["seq"] == 2 and step["step"] == 2 and step["tokens"] == 1200
+    step = prog(
+        root,
+        "step",
+        "--step",
+        "2",
+        "--tokens",
+        "1200",
+        "--output-file",
+        str(out_file),
+        "--status",
+        "writing tests",
+    )["event"]
+    assert step["seq"] == 2
+    assert step["step"] == 2
+    assert step["tokens"] == 1200
     assert step["output_sha256"] == hashlib.sha256(out_file.read_bytes()).hexdigest()
     assert step["output_length"] == len(out_file.read_bytes())
-    assert step["provider"] == "claude" and step["status"] == "writing tests"
+    assert step["provider"] == "claude"
+    assert step["status"] == "writing tests"
     assert len(step["content_hash"]) == 64
     assert "output" not in step  # the text can be 8 MiB: its hash and length identify it
     show = ok(root, "progress", "show", "--ticket-id", T, "--run-id", R, "--phase", "implement")
-    assert show["event"]["seq"] == 2 and "events" not in show and "output" not in show["event"]
-    full = ok(root, "progress", "show", "--ticket-id", T, "--run-id", R, "--phase", "1", "--all", "--with-output")
+    assert show["event"]["seq"] == 2
+    assert "events" not in show
+    assert "output" not in show["event"]
+    full = ok(
+        root,
+        "progress",
+        "show",
+        "--ticket-id",
+        T,
+        "--run-id",
+        R,
+        "--phase",
+        "1",
+        "--all",
+        "--with-output",
+    )
     assert [e["seq"] for e in full["events"]] == [1, 2]
     assert full["event"]["output"] == "partial output ✓\n"
 
 
 def test_progress_output_from_stdin(root: Path) -> None:
     prog(root, "start")
-    ev = prog(root, "step", "--output", "-", stdin="from a pipe\n".encode())["event"]
+    ev = prog(root, "step", "--output", "-", stdin=b"from a pipe\n")["event"]
     assert ev["output_sha256"] == hashlib.sha256(b"from a pipe\n").hexdigest()
 
 
-def test_progress_output_over_the_cap_is_refused_and_nothing_written(root: Path, tmp_path: Path) -> None:
+def test_progress_output_over_the_cap_is_refused_and_nothing_written(
+    root: Path, tmp_path: Path
+) -> None:
     prog(root, "start")
     big = tmp_path / "big.txt"
     big.write_bytes(b"x" * (DEFAULT_MAX_OUTPUT_BYTES + 1))
     before = tree(root)
-    res = cli(root, "progress", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "step",
-              "--output-file", str(big))
+    res = cli(
+        root,
+        "progress",
+        "--ticket-id",
+        T,
+        "--run-id",
+        R,
+        "--phase",
+        "implement",
+        "--event",
+        "step",
+        "--output-file",
+        str(big),
+    )
     data = fails(res, 1, "too_large")
     assert "nothing was written" in data["error"]
     assert tree(root) == before
@@ -176,17 +247,103 @@ def test_progress_output_over_the_cap_is_refused_and_nothing_written(root: Path,
         (["--run-id", R, "--phase", "implement", "--event", "start"], 2, "usage"),  # no ticket
         (["--ticket-id", T, "--run-id", R, "--phase", "implement"], 2, "usage"),  # no event
         (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "begin"], 2, "usage"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "step", "--step", "-1"], 2, "usage"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "step"], 1, "not_found"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "nope", "--event", "start"], 2, "unknown_phase"),
-        (["--ticket-id", "../x", "--run-id", R, "--phase", "implement", "--event", "start"], 2, "invalid_id"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "start", "--attempt", "0"], 2, "usage"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "start", "--output", "x.txt"],
-         2, "usage"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "start", "--output-file",
-          "/nonexistent/x"], 2, "usage"),
-        (["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "start", "--output-file", "a",
-          "--output", "-"], 2, "usage"),
+        (
+            [
+                "--ticket-id",
+                T,
+                "--run-id",
+                R,
+                "--phase",
+                "implement",
+                "--event",
+                "step",
+                "--step",
+                "-1",
+            ],
+            2,
+            "usage",
+        ),
+        (
+            ["--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "step"],
+            1,
+            "not_found",
+        ),
+        (
+            ["--ticket-id", T, "--run-id", R, "--phase", "nope", "--event", "start"],
+            2,
+            "unknown_phase",
+        ),
+        (
+            ["--ticket-id", "../x", "--run-id", R, "--phase", "implement", "--event", "start"],
+            2,
+            "invalid_id",
+        ),
+        (
+            [
+                "--ticket-id",
+                T,
+                "--run-id",
+                R,
+                "--phase",
+                "implement",
+                "--event",
+                "start",
+                "--attempt",
+                "0",
+            ],
+            2,
+            "usage",
+        ),
+        (
+            [
+                "--ticket-id",
+                T,
+                "--run-id",
+                R,
+                "--phase",
+                "implement",
+                "--event",
+                "start",
+                "--output",
+                "x.txt",
+            ],
+            2,
+            "usage",
+        ),
+        (
+            [
+                "--ticket-id",
+                T,
+                "--run-id",
+                R,
+                "--phase",
+                "implement",
+                "--event",
+                "start",
+                "--output-file",
+                "/nonexistent/x",
+            ],
+            2,
+            "usage",
+        ),
+        (
+            [
+                "--ticket-id",
+                T,
+                "--run-id",
+                R,
+                "--phase",
+                "implement",
+                "--event",
+                "start",
+                "--output-file",
+                "a",
+                "--output",
+                "-",
+            ],
+            2,
+            "usage",
+        ),
     ],
 )
 def test_progress_errors(root: Path, args: list[str], rc: int, code: str) -> None:
@@ -195,7 +352,11 @@ def test_progress_errors(root: Path, args: list[str], rc: int, code: str) -> Non
 
 
 def test_progress_show_with_nothing_in_flight(root: Path) -> None:
-    fails(cli(root, "progress", "show", "--ticket-id", T, "--run-id", R, "--phase", "implement"), 1, "not_found")
+    fails(
+        cli(root, "progress", "show", "--ticket-id", T, "--run-id", R, "--phase", "implement"),
+        1,
+        "not_found",
+    )
 
 
 def test_status_and_resume_of_an_attempt_in_progress(root: Path) -> None:
@@ -204,14 +365,18 @@ def test_status_and_resume_of_an_attempt_in_progress(root: Path) -> None:
     st = ok(root, "status", "--ticket-id", T, "--run-id", R)
     ph = st["phases"][0]
     assert ph["state"] == "in_progress"
-    assert ph["in_flight"]["last_step"] == 4 and ph["in_flight"]["tokens"] == 77
-    assert ph["in_flight"]["elapsed_sec"] >= 0 and ph["in_flight"]["abandoned"] is False
+    assert ph["in_flight"]["last_step"] == 4
+    assert ph["in_flight"]["tokens"] == 77
+    assert ph["in_flight"]["elapsed_sec"] >= 0
+    assert ph["in_flight"]["abandoned"] is False
     here = ok(root, "resume", "--ticket-id", T, "--run-id", R, "--skip-to", "implement")
-    assert here["allowed"] is True and here["in_progress"]["resume_from_step"] == 4
+    assert here["allowed"] is True
+    assert here["in_progress"]["resume_from_step"] == 4
     res = cli(root, "resume", "--ticket-id", T, "--run-id", R, "--skip-to", "create_pr")
     assert res.rc == 1
     blocker = res.json["blockers"][0]
-    assert blocker["phase"] == "implement" and blocker["state"] == "in_progress"
+    assert blocker["phase"] == "implement"
+    assert blocker["state"] == "in_progress"
     assert "restart it from step 4" in blocker["reason"]
 
 
@@ -219,13 +384,20 @@ def test_abandoned_when_the_recorded_process_is_gone(root: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         prog(root, "start", "--pid", str(child.pid))
-        assert ok(root, "status", "--ticket-id", T, "--run-id", R)["phases"][0]["in_flight"]["abandoned"] is False
+        assert (
+            ok(root, "status", "--ticket-id", T, "--run-id", R)["phases"][0]["in_flight"][
+                "abandoned"
+            ]
+            is False
+        )
     finally:
         child.kill()
         child.wait()
     ph = ok(root, "status", "--ticket-id", T, "--run-id", R)["phases"][0]
-    assert ph["state"] == "in_progress" and ph["in_flight"]["abandoned"] is True
-    assert ph["reason"].startswith("abandoned") and str(child.pid) in ph["reason"]
+    assert ph["state"] == "in_progress"
+    assert ph["in_flight"]["abandoned"] is True
+    assert ph["reason"].startswith("abandoned")
+    assert str(child.pid) in ph["reason"]
     res = cli(root, "doctor")
     assert res.rc == 1
     assert [f["kind"] for f in res.json["findings"]] == ["abandoned"]
@@ -248,41 +420,118 @@ def test_write_completes_the_attempt_in_flight(root: Path) -> None:
     prog(root, "step", "--step", "1")
     assert write(root, "implement", IMPLEMENT)["attempt_number"] == 1
     assert ok(root, "status", "--ticket-id", T, "--run-id", R)["phases"][0]["state"] == "completed"
-    fails(cli(root, "progress", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--event", "step",
-              "--attempt", "1"), 1, "conflict")
+    fails(
+        cli(
+            root,
+            "progress",
+            "--ticket-id",
+            T,
+            "--run-id",
+            R,
+            "--phase",
+            "implement",
+            "--event",
+            "step",
+            "--attempt",
+            "1",
+        ),
+        1,
+        "conflict",
+    )
 
 
-# -- approve / reject / prerequisites ------------------------------------------------------------------
+# -- approve / reject / prerequisites --------------------------------------------------------------
 def test_approve_binds_to_the_checkpoint_hash(video: Path) -> None:
     st = ok(video, "status", "--ticket-id", V, "--run-id", R)
-    assert st["phases"][1]["state"] == "awaiting_approval" and st["next_phase"] == "proposal"
+    assert st["phases"][1]["state"] == "awaiting_approval"
+    assert st["next_phase"] == "proposal"
     cp = ok(video, "read", "--ticket-id", V, "--run-id", R, "--phase", "proposal")
-    data = ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana",
-              "--comment", "good")
+    data = ok(
+        video,
+        "approve",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--phase",
+        "proposal",
+        "--by",
+        "ana",
+        "--comment",
+        "good",
+    )
     a = data["approval"]
     assert a["checkpoint_hash"] == cp["metadata"]["content_hash"]
-    assert (a["decision"], a["by"], a["comment"], a["attempt_number"]) == ("approve", "ana", "good", 1)
+    assert (a["decision"], a["by"], a["comment"], a["attempt_number"]) == (
+        "approve",
+        "ana",
+        "good",
+        1,
+    )
     assert len(a["content_hash"]) == 64
-    assert data["phase_state"] == "completed" and data["warnings"] == []
+    assert data["phase_state"] == "completed"
+    assert data["warnings"] == []
     assert ok(video, "status", "--ticket-id", V, "--run-id", R)["next_phase"] == "script"
 
 
 def test_reject_until_a_new_attempt_is_approved(video: Path) -> None:
-    data = ok(video, "reject", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "bo",
-              "--comment", "too long")
-    assert data["phase_state"] == "rejected" and data["approval"]["decision"] == "reject"
-    again = cli(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
+    data = ok(
+        video,
+        "reject",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--phase",
+        "proposal",
+        "--by",
+        "bo",
+        "--comment",
+        "too long",
+    )
+    assert data["phase_state"] == "rejected"
+    assert data["approval"]["decision"] == "reject"
+    again = cli(
+        video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana"
+    )
     assert fails(again, 1, "gate")["rule"] == "rejected"
-    blocked = cli(video, "write", "--ticket-id", V, "--run-id", R, "--phase", "script", "--payload", json.dumps(SCRIPT))
+    blocked = cli(
+        video,
+        "write",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--phase",
+        "script",
+        "--payload",
+        json.dumps(SCRIPT),
+    )
     assert fails(blocked, 1, "prerequisite")["blockers"][0]["state"] == "rejected"
     write(video, "proposal", PROPOSAL, ticket=V)
-    data = ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
-    assert data["approval"]["attempt_number"] == 2 and data["phase_state"] == "completed"
+    data = ok(
+        video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana"
+    )
+    assert data["approval"]["attempt_number"] == 2
+    assert data["phase_state"] == "completed"
 
 
 def test_approving_a_superseded_attempt_warns(video: Path) -> None:
     write(video, "proposal", PROPOSAL, ticket=V)
-    data = ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--attempt", "1", "--by", "ana")
+    data = ok(
+        video,
+        "approve",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--phase",
+        "proposal",
+        "--attempt",
+        "1",
+        "--by",
+        "ana",
+    )
     assert data["phase_state"] == "awaiting_approval"
     assert "superseded" in data["warnings"][0]
 
@@ -306,11 +555,23 @@ def test_approve_errors(video: Path, args: list[str], rc: int, code: str) -> Non
 
 def test_prerequisite_refusal_lists_every_blocker(video: Path) -> None:
     before = tree(video)
-    res = cli(video, "write", "--ticket-id", V, "--run-id", R, "--phase", "assets", "--payload",
-              json.dumps({"assets": []}))
+    res = cli(
+        video,
+        "write",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--phase",
+        "assets",
+        "--payload",
+        json.dumps({"assets": []}),
+    )
     data = fails(res, 1, "prerequisite")
     assert [(b["phase"], b["state"]) for b in data["blockers"]] == [
-        ("proposal", "awaiting_approval"), ("script", "pending"), ("scene_plan", "pending"),
+        ("proposal", "awaiting_approval"),
+        ("script", "pending"),
+        ("scene_plan", "pending"),
     ]
     assert all(b["reason"] for b in data["blockers"])
     assert tree(video) == before
@@ -322,7 +583,18 @@ def test_hand_edited_predecessor_is_refused_and_verify_reports_it(video: Path) -
     ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
     seed = video / "checkpoints" / V / RUN / "phase_2_proposal_a1.yaml"
     seed.write_text(seed.read_text("utf-8").replace("concept: c", "concept: edited"), "utf-8")
-    res = cli(video, "write", "--ticket-id", V, "--run-id", R, "--phase", "script", "--payload", json.dumps(SCRIPT))
+    res = cli(
+        video,
+        "write",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--phase",
+        "script",
+        "--payload",
+        json.dumps(SCRIPT),
+    )
     assert fails(res, 1, "prerequisite")["blockers"][0]["phase"] == "proposal"
     ver = cli(video, "verify", "--ticket-id", V)
     assert ver.rc == 1
@@ -330,26 +602,47 @@ def test_hand_edited_predecessor_is_refused_and_verify_reports_it(video: Path) -
     assert "phase_2_proposal_a1.yaml" in paths
 
 
-# -- init / decisions -----------------------------------------------------------------------------------
+# -- init / decisions ------------------------------------------------------------------------------
 def test_init_is_idempotent_and_revisions_append(root: Path) -> None:
-    first = ok(root, "init", "--ticket-id", V, "--title", "Launch", "--pipeline", "video-pipeline",
-               "--meta", "owner=ana", "--meta", "team=growth")
+    first = ok(
+        root,
+        "init",
+        "--ticket-id",
+        V,
+        "--title",
+        "Launch",
+        "--pipeline",
+        "video-pipeline",
+        "--meta",
+        "owner=ana",
+        "--meta",
+        "team=growth",
+    )
     assert first["changed"] is True
     m = first["marker"]
     assert (m["revision"], m["title"], m["pipeline"], m["meta"]) == (
-        1, "Launch", "video-pipeline", {"owner": "ana", "team": "growth"},
+        1,
+        "Launch",
+        "video-pipeline",
+        {"owner": "ana", "team": "growth"},
     )
     before = tree(root)
     same = ok(root, "init", "--ticket-id", V, "--title", "Launch", "--pipeline", "video-pipeline")
-    assert same["changed"] is False and same["marker"]["content_hash"] == m["content_hash"]
+    assert same["changed"] is False
+    assert same["marker"]["content_hash"] == m["content_hash"]
     assert tree(root) == before
     rev = ok(root, "init", "--ticket-id", V, "--title", "Launch film")
-    assert rev["changed"] is True and rev["marker"]["revision"] == 2
+    assert rev["changed"] is True
+    assert rev["marker"]["revision"] == 2
     assert rev["marker"]["prev_hash"] == m["content_hash"]
-    clash = cli(root, "init", "--ticket-id", V, "--title", "Launch film", "--pipeline", "ticket-pipeline")
+    clash = cli(
+        root, "init", "--ticket-id", V, "--title", "Launch film", "--pipeline", "ticket-pipeline"
+    )
     assert fails(clash, 1, "pipeline_mismatch")["recorded"] == "video-pipeline"
     # a run of the ticket defaults to its pipeline
-    assert ok(root, "status", "--ticket-id", V, "--run-id", "any-run")["pipeline"] == "video-pipeline"
+    assert (
+        ok(root, "status", "--ticket-id", V, "--run-id", "any-run")["pipeline"] == "video-pipeline"
+    )
 
 
 @pytest.mark.parametrize(
@@ -365,44 +658,93 @@ def test_init_is_idempotent_and_revisions_append(root: Path) -> None:
 def test_init_errors(root: Path, args: list[str], code: str) -> None:
     res = cli(root, "init", "--ticket-id", V, *args)
     data = res.json
-    assert data["success"] is False and data["error_code"] == code and res.rc in (1, 2)
+    assert data["success"] is False
+    assert data["error_code"] == code
+    assert res.rc in (1, 2)
     assert not (root / "checkpoints" / V / ".markers").exists()
 
 
 def test_decisions_from_write(root: Path) -> None:
     write(root, "implement", IMPLEMENT, "--decisions", json.dumps([DECISION]))
-    write(root, "local_review", LOCAL_REVIEW, "--decisions", json.dumps([{**DECISION, "selected": "b"}]))
+    write(
+        root,
+        "local_review",
+        LOCAL_REVIEW,
+        "--decisions",
+        json.dumps([{**DECISION, "selected": "b"}]),
+    )
     log = ok(root, "decisions", "--ticket-id", T)
     assert (log["version"], log["ticket"]) == ("1.0", T)
     assert [d["decision_id"] for d in log["decisions"]] == ["d1"]
     d = log["decisions"][0]
-    assert d["selected"] == "a" and d["options_considered"] == DECISION["options_considered"]
-    assert d["source"]["phase"] == "implement" and d["source"]["checkpoint_path"].endswith("phase_1_implement_a1.yaml")
+    assert d["selected"] == "a"
+    assert d["options_considered"] == DECISION["options_considered"]
+    assert d["source"]["phase"] == "implement"
+    assert d["source"]["checkpoint_path"].endswith("phase_1_implement_a1.yaml")
     assert [c["decision_id"] for c in log["conflicts"]] == ["d1"]
 
 
 def test_refused_write_does_not_change_decisions(root: Path) -> None:
     write(root, "implement", IMPLEMENT, "--decisions", json.dumps([DECISION]))
     log = ok(root, "decisions", "--ticket-id", T)
-    bad = cli(root, "write", "--ticket-id", T, "--run-id", R, "--phase", "local_review", "--payload",
-              json.dumps(LOCAL_REVIEW), "--decisions", json.dumps([{"decision_id": "d2"}]))
+    bad = cli(
+        root,
+        "write",
+        "--ticket-id",
+        T,
+        "--run-id",
+        R,
+        "--phase",
+        "local_review",
+        "--payload",
+        json.dumps(LOCAL_REVIEW),
+        "--decisions",
+        json.dumps([{"decision_id": "d2"}]),
+    )
     fails(bad, 1, "invalid")
-    not_json = cli(root, "write", "--ticket-id", T, "--run-id", R, "--phase", "local_review", "--payload",
-                   json.dumps(LOCAL_REVIEW), "--decisions", "[{")
+    not_json = cli(
+        root,
+        "write",
+        "--ticket-id",
+        T,
+        "--run-id",
+        R,
+        "--phase",
+        "local_review",
+        "--payload",
+        json.dumps(LOCAL_REVIEW),
+        "--decisions",
+        "[{",
+    )
     fails(not_json, 2, "usage")
     again = ok(root, "decisions", "--ticket-id", T, "--correlation-id", log["correlation_id"])
     assert again == log
 
 
-# -- history / diff / fork ---------------------------------------------------------------------------------
+# -- history / diff / fork -------------------------------------------------------------------------
 def test_history_json(video: Path) -> None:
     ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
     ok(video, "progress", "--ticket-id", V, "--run-id", R, "--phase", "script", "--event", "start")
     h = ok(video, "history", "--ticket-id", V)
     assert h["count"] == len(h["history"]) == 5
-    assert [e["kind"] for e in h["history"]] == ["marker", "checkpoint", "checkpoint", "approval", "progress"]
-    assert set(h["history"][0]) >= {"at", "kind", "run_id", "phase", "attempt_number", "seq", "summary", "hash",
-                                    "record"}
+    assert [e["kind"] for e in h["history"]] == [
+        "marker",
+        "checkpoint",
+        "checkpoint",
+        "approval",
+        "progress",
+    ]
+    assert set(h["history"][0]) >= {
+        "at",
+        "kind",
+        "run_id",
+        "phase",
+        "attempt_number",
+        "seq",
+        "summary",
+        "hash",
+        "record",
+    }
     only = ok(video, "history", "--ticket-id", V, "--run-id", R, "--phase", "proposal")
     assert [e["kind"] for e in only["history"]] == ["checkpoint", "approval"]
     fails(cli(video, "history", "--ticket-id", V, "--phase", "nope"), 2, "unknown_phase")
@@ -417,9 +759,12 @@ def test_diff_commands(root: Path) -> None:
     assert "phase_payload.commit_sha" in fields
     every = ok(root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement")
     assert every["diffs"] == one["diffs"]
-    text = cli(root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--format", "text")
+    text = cli(
+        root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--format", "text"
+    )
     assert text.rc == 0
-    assert f"--- {RUN}:implement:1" in text.out and "~ phase_payload.commit_sha: 'a1b2c3d' → 'bbbbbbb'" in text.out
+    assert f"--- {RUN}:implement:1" in text.out
+    assert "~ phase_payload.commit_sha: 'a1b2c3d' → 'bbbbbbb'" in text.out
 
 
 @pytest.mark.parametrize(
@@ -432,7 +777,11 @@ def test_diff_commands(root: Path) -> None:
         ([f"{R}:implement:1", f"{R}:implement:1:1"], 2, "usage"),  # an attempt and an event
         ([f"{R}:implement:1", f"{R}:implement:9"], 1, "not_found"),
         ([f"{R}:nope:1", f"{R}:implement:1"], 2, "unknown_phase"),
-        ([f"{R}:implement:1", f"{R}:implement:2", "--run-id", R, "--phase", "implement"], 2, "usage"),
+        (
+            [f"{R}:implement:1", f"{R}:implement:2", "--run-id", R, "--phase", "implement"],
+            2,
+            "usage",
+        ),
     ],
 )
 def test_diff_errors(root: Path, args: list[str], rc: int, code: str) -> None:
@@ -442,26 +791,71 @@ def test_diff_errors(root: Path, args: list[str], rc: int, code: str) -> None:
 
 
 def test_fork_command(video: Path) -> None:
-    refused = cli(video, "fork", "--ticket-id", V, "--run-id", R, "--through", "proposal", "--new-run-id", "run-2")
+    refused = cli(
+        video,
+        "fork",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--through",
+        "proposal",
+        "--new-run-id",
+        "run-2",
+    )
     data = fails(refused, 1, "prerequisite")
-    assert data["blockers"] == [{"phase": "proposal", "state": "awaiting_approval",
-                                 "reason": "attempt 1 awaits approval"}]
+    assert data["blockers"] == [
+        {"phase": "proposal", "state": "awaiting_approval", "reason": "attempt 1 awaits approval"}
+    ]
     assert not (video / "checkpoints" / V / normalize_run_id("run-2")).exists()
     ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
-    data = ok(video, "fork", "--ticket-id", V, "--run-id", R, "--through", "proposal", "--new-run-id", "run-2")
-    assert data["run_id"] == normalize_run_id("run-2") and data["forked_from"] == RUN
+    data = ok(
+        video,
+        "fork",
+        "--ticket-id",
+        V,
+        "--run-id",
+        R,
+        "--through",
+        "proposal",
+        "--new-run-id",
+        "run-2",
+    )
+    assert data["run_id"] == normalize_run_id("run-2")
+    assert data["forked_from"] == RUN
     assert [c["phase"] for c in data["checkpoints"]] == ["research", "proposal"]
-    assert all((video / "checkpoints" / c["checkpoint_path"]).is_file() for c in data["checkpoints"])
+    assert all(
+        (video / "checkpoints" / c["checkpoint_path"]).is_file() for c in data["checkpoints"]
+    )
     st = ok(video, "status", "--ticket-id", V, "--run-id", "run-2")
-    assert st["next_phase"] == "script" and st["completed_phases"] == ["research", "proposal"]
-    assert ok(video, "read", "--ticket-id", V, "--run-id", "run-2", "--phase", "proposal")["metadata"]["forked_from"][
-        "run_id"] == RUN
+    assert st["next_phase"] == "script"
+    assert st["completed_phases"] == ["research", "proposal"]
+    assert (
+        ok(video, "read", "--ticket-id", V, "--run-id", "run-2", "--phase", "proposal")["metadata"][
+            "forked_from"
+        ]["run_id"]
+        == RUN
+    )
     ok(video, "verify", "--ticket-id", V)
-    fails(cli(video, "fork", "--ticket-id", V, "--run-id", R, "--through", "proposal", "--new-run-id", "run-2"),
-          1, "invalid")
+    fails(
+        cli(
+            video,
+            "fork",
+            "--ticket-id",
+            V,
+            "--run-id",
+            R,
+            "--through",
+            "proposal",
+            "--new-run-id",
+            "run-2",
+        ),
+        1,
+        "invalid",
+    )
 
 
-# -- doctor -------------------------------------------------------------------------------------------------
+# -- doctor ----------------------------------------------------------------------------------------
 def test_doctor_exit_codes_and_quarantine(root: Path) -> None:
     write(root, "implement", IMPLEMENT)
     write(root, "local_review", LOCAL_REVIEW)
@@ -471,7 +865,9 @@ def test_doctor_exit_codes_and_quarantine(root: Path) -> None:
     before = tree(root)
     res = cli(root, "doctor", "--ticket-id", T)
     assert res.rc == 1
-    assert [(f["kind"], f["path"]) for f in res.json["findings"]] == [("damaged", f"{T}/{RUN}/{seed.name}")]
+    assert [(f["kind"], f["path"]) for f in res.json["findings"]] == [
+        ("damaged", f"{T}/{RUN}/{seed.name}")
+    ]
     assert tree(root) == before
     q = cli(root, "doctor", "--quarantine")
     assert q.rc == 0, q.out
@@ -482,7 +878,7 @@ def test_doctor_exit_codes_and_quarantine(root: Path) -> None:
     fails(cli(root, "doctor", "--ticket-id", "../etc"), 2, "invalid_id")
 
 
-# -- every command: tables, help ------------------------------------------------------------------------------
+# -- every command: tables, help -------------------------------------------------------------------
 @pytest.fixture
 def busy(video: Path) -> Path:
     """A store where every audit command has something to show."""
@@ -496,15 +892,27 @@ def busy(video: Path) -> Path:
 
 
 TABLES = {
-    "progress": (["progress", "--ticket-id", V, "--run-id", R, "--phase", "scene_plan", "--event", "step"], 0),
-    "progress-show": (["progress", "show", "--ticket-id", V, "--run-id", R, "--phase", "scene_plan", "--all"], 0),
-    "approve": (["approve", "--ticket-id", V, "--run-id", R, "--phase", "script", "--by", "ana"], 0),
+    "progress": (
+        ["progress", "--ticket-id", V, "--run-id", R, "--phase", "scene_plan", "--event", "step"],
+        0,
+    ),
+    "progress-show": (
+        ["progress", "show", "--ticket-id", V, "--run-id", R, "--phase", "scene_plan", "--all"],
+        0,
+    ),
+    "approve": (
+        ["approve", "--ticket-id", V, "--run-id", R, "--phase", "script", "--by", "ana"],
+        0,
+    ),
     "reject": (["reject", "--ticket-id", V, "--run-id", R, "--phase", "script", "--by", "bo"], 0),
     "init": (["init", "--ticket-id", V, "--title", "Launch video"], 0),
     "decisions": (["decisions", "--ticket-id", V], 0),
     "history": (["history", "--ticket-id", V], 0),
     "diff": (["diff", "--ticket-id", V, "--run-id", R, "--phase", "script"], 0),
-    "fork": (["fork", "--ticket-id", V, "--run-id", R, "--through", "proposal", "--new-run-id", "run-3"], 0),
+    "fork": (
+        ["fork", "--ticket-id", V, "--run-id", R, "--through", "proposal", "--new-run-id", "run-3"],
+        0,
+    ),
     "doctor": (["doctor"], 0),
     "status": (["status", "--ticket-id", V, "--run-id", R], 0),
     "resume": (["resume", "--ticket-id", V, "--run-id", R, "--skip-to", "assets"], 1),
@@ -522,11 +930,22 @@ def test_format_table(busy: Path, name: str) -> None:
         json.loads(res.out)  # a table for people, not JSON
 
 
-AUDIT_COMMANDS = ["progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"]
+AUDIT_COMMANDS = [
+    "progress",
+    "approve",
+    "reject",
+    "init",
+    "decisions",
+    "history",
+    "diff",
+    "fork",
+    "doctor",
+]
 
 
 @pytest.mark.parametrize("name", AUDIT_COMMANDS)
 def test_help_has_an_example(root: Path, name: str) -> None:
     res = cli(root, name, "--help")
     assert res.rc == 0
-    assert "Example" in res.out and f"phaselog {name}" in res.out
+    assert "Example" in res.out
+    assert f"phaselog {name}" in res.out

@@ -81,7 +81,9 @@ def healthy(ledger: phaselog.Ledger) -> phaselog.Ledger:
 def test_a_healthy_store_needs_nothing(healthy: phaselog.Ledger, root: Path) -> None:
     before = tree(root)
     rep = doctor(healthy)
-    assert rep.healthy and rep.findings == [] and rep.moved == []
+    assert rep.healthy
+    assert rep.findings == []
+    assert rep.moved == []
     assert (rep.tickets, rep.runs) == (2, 2)
     assert rep.to_json() == {"healthy": True, "tickets": 2, "runs": 2, "findings": [], "moved": []}
     assert doctor(healthy, quarantine=True).moved == []
@@ -89,11 +91,19 @@ def test_a_healthy_store_needs_nothing(healthy: phaselog.Ledger, root: Path) -> 
 
 
 def test_an_empty_store(ledger: phaselog.Ledger) -> None:
-    assert doctor(ledger).to_json() == {"healthy": True, "tickets": 0, "runs": 0, "findings": [], "moved": []}
+    assert doctor(ledger).to_json() == {
+        "healthy": True,
+        "tickets": 0,
+        "runs": 0,
+        "findings": [],
+        "moved": [],
+    }
 
 
 # -- damaged files --------------------------------------------------------------------------------
-def test_damaged_checkpoint_is_reported_and_nothing_moves(healthy: phaselog.Ledger, root: Path) -> None:
+def test_damaged_checkpoint_is_reported_and_nothing_moves(
+    healthy: phaselog.Ledger, root: Path
+) -> None:
     target = run_dir(root) / "phase_2_local_review_a1.yaml"
     target.write_bytes(b"\x00\x01 not yaml {{{")
     before = tree(root)
@@ -125,23 +135,35 @@ def test_quarantine_moves_a_damaged_checkpoint_with_its_sidecar_and_a_note(
         assert note["original_path"] == m["from"]
         assert note["sha256"] == hashlib.sha256(moved_to.read_bytes()).hexdigest()
         assert note["size"] == len(moved_to.read_bytes())
-        assert note["reason"] and note["moved_at"].endswith("Z")
-    assert not seed.exists() and not meta.exists()
+        assert note["reason"]
+        assert note["moved_at"].endswith("Z")
+    assert not seed.exists()
+    assert not meta.exists()
     after = tree(root)
-    assert {k: v for k, v in after.items() if not k.startswith("quarantine/")} == untouched  # nothing else moved
+    assert {
+        k: v for k, v in after.items() if not k.startswith("quarantine/")
+    } == untouched  # nothing else moved
     assert doctor(healthy).healthy
     assert healthy.status(T, R).phase("local_review").state == "pending"
 
 
-def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(healthy: phaselog.Ledger, root: Path) -> None:
+def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(
+    healthy: phaselog.Ledger, root: Path
+) -> None:
     seed = run_dir(root) / "phase_1_implement_a1.yaml"
     seed.write_text(seed.read_text("utf-8").replace("feat/PROJ-1234", "feat/edited"), "utf-8")
     rep = doctor(healthy, T)
     damaged = [f for f in rep.findings if f["kind"] == "damaged"]
     assert [f["path"] for f in damaged] == [f"{T}/{RUN}/phase_1_implement_a1.yaml"]
     moved = doctor(healthy, T, quarantine=True).moved
-    assert {Path(m["from"]).name for m in moved} == {"phase_1_implement_a1.yaml", ".meta_1_implement_a1.json"}
-    assert b"feat/edited" in (root / next(m["to"] for m in moved if m["to"].endswith(".yaml"))).read_bytes()
+    assert {Path(m["from"]).name for m in moved} == {
+        "phase_1_implement_a1.yaml",
+        ".meta_1_implement_a1.json",
+    }
+    assert (
+        b"feat/edited"
+        in (root / next(m["to"] for m in moved if m["to"].endswith(".yaml"))).read_bytes()
+    )
 
 
 def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: Path) -> None:
@@ -162,23 +184,32 @@ def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: P
     reason="verify stops at the first damaged progress event (or approval) of a run, so doctor "
     "reports and quarantines them one per run per pass (reported to the lead)",
 )
-def test_every_damaged_progress_event_is_reported_at_once(healthy: phaselog.Ledger, root: Path) -> None:
+def test_every_damaged_progress_event_is_reported_at_once(
+    healthy: phaselog.Ledger, root: Path
+) -> None:
     for seq in (1, 2):
-        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(b"{")
+        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(
+            b"{"
+        )
     rep = doctor(healthy, T)
     assert len([f for f in rep.findings if f["kind"] == "damaged"]) == 2
 
 
-def test_damaged_progress_events_are_all_quarantined_by_repeated_passes(healthy: phaselog.Ledger, root: Path) -> None:
+def test_damaged_progress_events_are_all_quarantined_by_repeated_passes(
+    healthy: phaselog.Ledger, root: Path
+) -> None:
     for seq in (1, 2):
-        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(b"{")
+        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(
+            b"{"
+        )
     moved = []
     for _ in range(3):
         moved += doctor(healthy, T, quarantine=True).moved
         if not list((run_dir(root) / ".progress").glob("*.json")):
             break
     assert sorted(Path(m["from"]).name for m in moved) == [
-        "001_implement_a000001_s000000001.json", "001_implement_a000001_s000000002.json",
+        "001_implement_a000001_s000000001.json",
+        "001_implement_a000001_s000000002.json",
     ]
 
 
@@ -189,7 +220,9 @@ def test_damaged_approval_and_marker_are_found(healthy: phaselog.Ledger, root: P
     marker.write_bytes(b'{"kind": "phaselog.marker"}')
     rep = doctor(healthy, "VID-1")
     damaged = sorted(f["path"] for f in rep.findings if f["kind"] == "damaged")
-    assert damaged == sorted([f"VID-1/{RUN}/.approvals/{approval.name}", "VID-1/.markers/rev_000001.json"])
+    assert damaged == sorted(
+        [f"VID-1/{RUN}/.approvals/{approval.name}", "VID-1/.markers/rev_000001.json"]
+    )
     moved = doctor(healthy, "VID-1", quarantine=True).moved
     assert sorted(m["from"] for m in moved) == sorted(f"checkpoints/{d}" for d in damaged)
 
@@ -202,7 +235,7 @@ def test_ticket_scope(healthy: phaselog.Ledger, root: Path) -> None:
     assert not doctor(healthy).healthy
 
 
-# -- leftovers --------------------------------------------------------------------------------------
+# -- leftovers -------------------------------------------------------------------------------------
 def test_old_temp_files_are_reported_never_deleted(healthy: phaselog.Ledger, root: Path) -> None:
     stale = run_dir(root) / ".tmp-999-deadbeef0000"
     stale.write_bytes(b"half a record")
@@ -228,11 +261,13 @@ def test_orphaned_sidecar_is_reported(healthy: phaselog.Ledger, root: Path) -> N
     orphan.write_bytes(src.read_bytes())
     before = tree(root)
     rep = doctor(healthy, T, quarantine=True)
-    assert [(f["kind"], f["path"]) for f in rep.findings] == [("orphan_sidecar", f"{T}/{RUN}/{orphan.name}")]
+    assert [(f["kind"], f["path"]) for f in rep.findings] == [
+        ("orphan_sidecar", f"{T}/{RUN}/{orphan.name}")
+    ]
     assert tree(root) == before
 
 
-# -- abandoned attempts -------------------------------------------------------------------------------
+# -- abandoned attempts ----------------------------------------------------------------------------
 def test_abandoned_attempt_of_a_dead_process(ledger: phaselog.Ledger) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
@@ -242,7 +277,9 @@ def test_abandoned_attempt_of_a_dead_process(ledger: phaselog.Ledger) -> None:
         child.kill()
         child.wait()
     rep = doctor(ledger)
-    assert [(f["kind"], f["phase"], f["attempt_number"]) for f in rep.findings] == [("abandoned", "implement", 1)]
+    assert [(f["kind"], f["phase"], f["attempt_number"]) for f in rep.findings] == [
+        ("abandoned", "implement", 1)
+    ]
     assert str(child.pid) in rep.findings[0]["message"]
 
 
@@ -255,11 +292,16 @@ def test_abandoned_attempt_by_age(store: FilesStore) -> None:
     rep = doctor(led)
     assert kinds(rep) == ["abandoned"]
     assert "no event for 3601 s" in rep.findings[0]["message"]
-    led.write(T, R, "create_pr", {"pr_url": "https://github.com/o/r/pull/1", "pr_number": 1, "head_sha": "a1b2c3d"})
+    led.write(
+        T,
+        R,
+        "create_pr",
+        {"pr_url": "https://github.com/o/r/pull/1", "pr_number": 1, "head_sha": "a1b2c3d"},
+    )
     assert doctor(led).healthy  # its checkpoint arrived: nothing in flight
 
 
-# -- broken links ---------------------------------------------------------------------------------------
+# -- broken links ----------------------------------------------------------------------------------
 def test_missing_progress_event_breaks_the_chain(healthy: phaselog.Ledger, root: Path) -> None:
     healthy.progress(T, R, "create_pr", "start")
     for i in range(3):
@@ -292,10 +334,17 @@ def test_broken_fork_lineage(healthy: phaselog.Ledger, root: Path, tmp_path: Pat
     assert all("lineage" in f["message"] for f in rep.findings)
 
 
-# -- quarantine is contained ----------------------------------------------------------------------------
+# -- quarantine is contained -----------------------------------------------------------------------
 @pytest.mark.parametrize(
     "location",
-    ["../outside.yaml", f"{T}/../../outside.yaml", f"{T}/{RUN}/../x.yaml", "/etc/passwd", f"{T}/x", ""],
+    [
+        "../outside.yaml",
+        f"{T}/../../outside.yaml",
+        f"{T}/{RUN}/../x.yaml",
+        "/etc/passwd",
+        f"{T}/x",
+        "",
+    ],
 )
 def test_quarantine_refuses_locations_outside_the_store(
     healthy: phaselog.Ledger, root: Path, tmp_path: Path, location: str
@@ -308,7 +357,9 @@ def test_quarantine_refuses_locations_outside_the_store(
     assert (tmp_path / "outside.yaml").read_bytes() == b"keep me"
 
 
-def test_quarantine_of_a_file_that_is_not_there_moves_nothing(healthy: phaselog.Ledger, root: Path) -> None:
+def test_quarantine_of_a_file_that_is_not_there_moves_nothing(
+    healthy: phaselog.Ledger, root: Path
+) -> None:
     before = tree(root)
     assert healthy.store.quarantine(f"{T}/{RUN}/phase_9_nothing_a1.yaml", "test") == []  # type: ignore[attr-defined]
     assert {k: v for k, v in tree(root).items() if not k.startswith("quarantine")} == before

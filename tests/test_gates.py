@@ -1,4 +1,4 @@
-"""Approval gates and prerequisites (phaselog.gates, ledger prerequisites; seed 002's issue-414 fix).
+"""Approval gates and prerequisites (phaselog.gates; seed 002's issue-414 fix).
 
 Seed 002 (OpenMontage) refused to close a gated stage without ``human_approved=True`` but let a
 later stage be written whatever came before it. phaselog records approvals as immutable entries
@@ -87,7 +87,7 @@ def edit_yaml(root: Path, location: str, **changes: Any) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False), "utf-8")
 
 
-# -- the manifest ------------------------------------------------------------------------------------
+# -- the manifest ----------------------------------------------------------------------------------
 def test_video_pipeline_gates_and_order(vid: phaselog.Ledger) -> None:
     pl = vid.load_pipeline(VIDEO)
     assert pl.order == "strict"
@@ -95,7 +95,7 @@ def test_video_pipeline_gates_and_order(vid: phaselog.Ledger) -> None:
     assert vid.load_pipeline("ticket-pipeline").order == "free"
 
 
-# -- awaiting approval / approve / reject ------------------------------------------------------------
+# -- awaiting approval / approve / reject ----------------------------------------------------------
 def test_gated_phase_awaits_approval_until_approved(vid: phaselog.Ledger, root: Path) -> None:
     done(vid, "research")
     res = w(vid, "proposal")
@@ -120,17 +120,21 @@ def test_ungated_phase_is_completed_without_approval(vid: phaselog.Ledger) -> No
     assert vid.status(T, R).phase("research").state == "completed"
 
 
-def test_reject_until_a_new_attempt_is_written_and_approved(vid: phaselog.Ledger, root: Path) -> None:
+def test_reject_until_a_new_attempt_is_written_and_approved(
+    vid: phaselog.Ledger, root: Path
+) -> None:
     done(vid, "research")
     w(vid, "proposal")
     rej, _ = vid.reject(T, R, "proposal", by="bo", comment="too long")
-    assert rej.decision == "reject" and not rej.approved
+    assert rej.decision == "reject"
+    assert not rej.approved
     ps = vid.status(T, R).phase("proposal")
     assert (ps.state, ps.approval) == ("rejected", "rejected")
     before = tree(root)
     with pytest.raises(GateRefused) as err:
         vid.approve(T, R, "proposal", by="ana")  # a rejection is final for that attempt
-    assert err.value.error_code == "gate" and err.value.context["rule"] == "rejected"
+    assert err.value.error_code == "gate"
+    assert err.value.context["rule"] == "rejected"
     assert tree(root) == before
     w(vid, "proposal")  # attempt 2
     assert vid.status(T, R).phase("proposal").state == "awaiting_approval"
@@ -145,7 +149,8 @@ def test_approving_a_superseded_attempt_does_not_approve_the_phase(vid: phaselog
     w(vid, "proposal")
     approval, warnings = vid.approve(T, R, "proposal", attempt=1, by="ana")
     assert approval.attempt_number == 1  # recorded, as said
-    assert warnings and "superseded by attempt 2" in warnings[0]
+    assert warnings
+    assert "superseded by attempt 2" in warnings[0]
     assert vid.status(T, R).phase("proposal").state == "awaiting_approval"
 
 
@@ -170,7 +175,9 @@ def test_judge_any_rejection_wins_in_any_order() -> None:
     def a(seq: int, decision: str, h: str = "h1") -> Approval:
         from datetime import UTC, datetime
 
-        return Approval(T, RUN, "proposal", 2, 1, h, decision, "ana", datetime(2026, 1, 1, tzinfo=UTC), seq)
+        return Approval(
+            T, RUN, "proposal", 2, 1, h, decision, "ana", datetime(2026, 1, 1, tzinfo=UTC), seq
+        )
 
     assert judge([a(1, "approve")]) == {"h1": "approved"}
     assert judge([a(1, "reject"), a(2, "approve")]) == {"h1": "rejected"}
@@ -192,7 +199,13 @@ def test_judge_any_rejection_wins_in_any_order() -> None:
     ],
 )
 def test_approvals_that_cannot_be_recorded(
-    vid: phaselog.Ledger, root: Path, setup: str, kw: dict[str, Any], exc: type[Exception], rule: str | None
+    vid: phaselog.Ledger,
+    root: Path,
+    *,
+    setup: str,
+    kw: dict[str, Any],
+    exc: type[Exception],
+    rule: str | None,
 ) -> None:
     w(vid, "research")
     if setup == "proposal":
@@ -216,14 +229,18 @@ def test_approval_names_are_trimmed_and_recorded(vid: phaselog.Ledger) -> None:
     assert (approval.by, approval.comment, approval.phase) == ("Ana Lima", "ok", "proposal")
 
 
-# -- prerequisites (seed 002's scenarios) -------------------------------------------------------------
-def test_gated_stage_completed_without_approval_blocks_the_next(vid: phaselog.Ledger, root: Path) -> None:
+# -- prerequisites (seed 002's scenarios) ----------------------------------------------------------
+def test_gated_stage_completed_without_approval_blocks_the_next(
+    vid: phaselog.Ledger, root: Path
+) -> None:
     done(vid, "research")
     w(vid, "proposal")  # completed, never approved
     before = tree(root)
     with pytest.raises(Prerequisite) as err:
         w(vid, "script")
-    assert blockers(err) == {"proposal": ("awaiting_approval", "unapproved: attempt 1 awaits approval")}
+    assert blockers(err) == {
+        "proposal": ("awaiting_approval", "unapproved: attempt 1 awaits approval")
+    }
     assert "strict" in err.value.message
     assert tree(root) == before  # refused: nothing written
     vid.approve(T, R, "proposal", by="ana")
@@ -249,7 +266,8 @@ def test_every_kind_of_blocker_is_named_with_its_reason(vid: phaselog.Ledger) ->
     with pytest.raises(Prerequisite) as err:
         w(vid, "assets")
     got = blockers(err)
-    assert got["proposal"][0] == "stale" and "newer completed attempt 2" in got["proposal"][1]
+    assert got["proposal"][0] == "stale"
+    assert "newer completed attempt 2" in got["proposal"][1]
     assert got["script"][0] in {"stale", "rejected"}
     assert got["scene_plan"] == ("failed", "planner timed out")
     assert "research" not in got
@@ -262,7 +280,8 @@ def test_rejected_predecessor_blocks(vid: phaselog.Ledger) -> None:
     with pytest.raises(Prerequisite) as err:
         w(vid, "script")
     state, reason = blockers(err)["proposal"]
-    assert state == "rejected" and "rejected" in reason
+    assert state == "rejected"
+    assert "rejected" in reason
 
 
 def test_failed_predecessor_blocks(vid: phaselog.Ledger) -> None:
@@ -298,19 +317,31 @@ def test_failed_attempts_may_always_be_recorded(vid: phaselog.Ledger) -> None:
 
 def test_free_order_pipeline_skips_the_check(ledger: phaselog.Ledger) -> None:
     # ticket-pipeline is `order: free` so the seed tool's habits (any phase, any time) still work.
-    res = ledger.write("PROJ-1", R, "create_pr", {"pr_url": "https://github.com/o/r/pull/1",
-                                                   "pr_number": 1, "head_sha": "a1b2c3d"})
+    res = ledger.write(
+        "PROJ-1",
+        R,
+        "create_pr",
+        {"pr_url": "https://github.com/o/r/pull/1", "pr_number": 1, "head_sha": "a1b2c3d"},
+    )
     assert res.record.phase == "create_pr"
 
 
 def test_custom_manifest_order_is_honoured(root: Path) -> None:
     base = {
-        "name": "mini", "version": "1.0.0", "description": "d",
-        "phases": [{"name": "fetch"}, {"name": "train", "requires_approval": True}, {"name": "ship"}],
+        "name": "mini",
+        "version": "1.0.0",
+        "description": "d",
+        "phases": [
+            {"name": "fetch"},
+            {"name": "train", "requires_approval": True},
+            {"name": "ship"},
+        ],
     }
     (root / "pipelines").mkdir(parents=True)
     (root / "pipelines" / "mini.yaml").write_text(yaml.safe_dump({**base, "order": "strict"}))
-    (root / "pipelines" / "loose.yaml").write_text(yaml.safe_dump({**base, "name": "loose", "order": "free"}))
+    (root / "pipelines" / "loose.yaml").write_text(
+        yaml.safe_dump({**base, "name": "loose", "order": "free"})
+    )
     led = phaselog.Ledger(FilesStore(root))
     with pytest.raises(Prerequisite):
         led.write("M-1", R, "ship", {}, pipeline="mini")
@@ -328,7 +359,9 @@ def test_explicit_attempt_does_not_bypass_the_check(vid: phaselog.Ledger) -> Non
         w(vid, "proposal", attempt=1)
 
 
-def test_an_invalid_payload_is_refused_before_anything_else(vid: phaselog.Ledger, root: Path) -> None:
+def test_an_invalid_payload_is_refused_before_anything_else(
+    vid: phaselog.Ledger, root: Path
+) -> None:
     done(vid, "research")
     before = tree(root)
     with pytest.raises(InvalidRecord):
@@ -336,10 +369,12 @@ def test_an_invalid_payload_is_refused_before_anything_else(vid: phaselog.Ledger
     assert tree(root) == before
 
 
-# -- hand-edited predecessor ----------------------------------------------------------------------------
+# -- hand-edited predecessor -----------------------------------------------------------------------
 # A checkpoint edited after it was written no longer hashes to what was recorded: it is damaged,
 # never used as a record, so everything built on it is blocked until a new attempt is written.
-def test_hand_edited_predecessor_refuses_the_successor_write(vid: phaselog.Ledger, root: Path) -> None:
+def test_hand_edited_predecessor_refuses_the_successor_write(
+    vid: phaselog.Ledger, root: Path
+) -> None:
     res = done(vid, "research")
     edit_yaml(root, res.location, summary="rewritten by hand")
     assert states(vid)["research"] == "damaged"
@@ -347,7 +382,8 @@ def test_hand_edited_predecessor_refuses_the_successor_write(vid: phaselog.Ledge
     with pytest.raises(Prerequisite) as err:
         w(vid, "proposal")
     state, reason = blockers(err)["research"]
-    assert state == "damaged" and "attempt 1 is damaged" in reason
+    assert state == "damaged"
+    assert "attempt 1 is damaged" in reason
     assert tree(root) == before
     assert not vid.can_skip_to(T, R, "proposal").allowed  # resume agrees with write
     problems = vid.verify(T).problems
@@ -357,7 +393,9 @@ def test_hand_edited_predecessor_refuses_the_successor_write(vid: phaselog.Ledge
         w(vid, "research")  # nothing is built past damage, not even the next attempt (see doctor)
 
 
-def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(vid: phaselog.Ledger, root: Path) -> None:
+def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(
+    vid: phaselog.Ledger, root: Path
+) -> None:
     done(vid, "research")
     res = done(vid, "proposal")
     assert states(vid)["proposal"] == "completed"
@@ -377,7 +415,9 @@ def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(vid: pha
     assert tree(root) == before
 
 
-def test_hand_edited_predecessor_under_an_existing_successor(vid: phaselog.Ledger, root: Path) -> None:
+def test_hand_edited_predecessor_under_an_existing_successor(
+    vid: phaselog.Ledger, root: Path
+) -> None:
     res = done(vid, "research")
     done(vid, "proposal")
     edit_yaml(root, res.location, summary="rewritten by hand")

@@ -43,11 +43,18 @@ HOST = socket.gethostname()
 T0 = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)
 NAME = "closeout"
 # Seed 000, "Cron-Closeout Checkpoint Protocol" / "Checkpoint Schema": the fields, in order.
-SEED_FIELDS = ["schema_version", "pass_count", "last_status", "last_run_at", "consecutive_failures", "dry_run"]
+SEED_FIELDS = [
+    "schema_version",
+    "pass_count",
+    "last_status",
+    "last_run_at",
+    "consecutive_failures",
+    "dry_run",
+]
 TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
-# -- helpers --------------------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 class Clock:
     """A clock the test moves by hand."""
 
@@ -68,7 +75,9 @@ class Runner:
         self.code, self.tail = code, tail
         self.calls: list[tuple[list[str], str | None, bool]] = []
 
-    def __call__(self, command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
+    def __call__(
+        self, command: Sequence[str], env: dict[str, str], capture: bool
+    ) -> tuple[int, str | None]:
         self.calls.append((list(command), env.get("PHASELOG_DRY_RUN"), capture))
         return self.code, (self.tail if capture else None)
 
@@ -86,8 +95,14 @@ def lock_path(root: Path, name: str = NAME) -> Path:
 
 
 def plant_lock(
-    root: Path, *, pid: int, host: str = HOST, process_start: float | None, started_at: datetime,
-    name: str = NAME, token: str = "planted-token",
+    root: Path,
+    *,
+    pid: int,
+    host: str = HOST,
+    process_start: float | None,
+    started_at: datetime,
+    name: str = NAME,
+    token: str = "planted-token",
 ) -> bytes:
     """Write a lock file as another guard would have; return its bytes."""
     d = ckdir(root)
@@ -116,6 +131,18 @@ def running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def catches_term(pid: int) -> bool:
+    """True once ``pid`` has a SIGTERM handler (a guard forwards TERM to its command)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(
+        (int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0
+    )
+    return bool(mask & (1 << (signal.SIGTERM - 1)))
 
 
 def wait_for(pred: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -163,7 +190,9 @@ def dead_process() -> tuple[int, float]:
     return p.pid, started
 
 
-def guard(root: Path, clock: Callable[[], datetime] | None = None, name: str = NAME, **env: Any) -> Guard:
+def guard(
+    root: Path, clock: Callable[[], datetime] | None = None, name: str = NAME, **env: Any
+) -> Guard:
     return Guard(root, name, Environment(clock=clock or Clock(), **env))
 
 
@@ -177,10 +206,10 @@ def lines(path: Path) -> list[str]:
 
 
 def no_temp_files(root: Path) -> bool:
-    return not [p for p in ckdir(root).rglob(".tmp-*")]
+    return not list(ckdir(root).rglob(".tmp-*"))
 
 
-# -- a plain pass -----------------------------------------------------------------------------------
+# -- a plain pass ----------------------------------------------------------------------------------
 def test_pass_runs_real_command_and_records_state_and_history(tmp_path: Path) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
     clock = Clock()
@@ -188,12 +217,21 @@ def test_pass_runs_real_command_and_records_state_and_history(tmp_path: Path) ->
     assert (res.action, res.exit_code, res.outcome) == ("ran", 0, "success")
     assert lines(out) == ["ran"]
     data = yaml.safe_load(state_path(root).read_text())
-    assert data == {"schema_version": "1.0.0", "pass_count": 1, "last_status": "success",
-                    "last_run_at": "2026-03-28T22:00:00Z", "consecutive_failures": 0, "dry_run": False}
+    assert data == {
+        "schema_version": "1.0.0",
+        "pass_count": 1,
+        "last_status": "success",
+        "last_run_at": "2026-03-28T22:00:00Z",
+        "consecutive_failures": 0,
+        "dry_run": False,
+    }
     assert not lock_path(root).exists(), "the lock must be released after the pass"
     [entry] = history(root)
     assert entry["kind"] == "pass"
-    assert (entry["started_at"], entry["ended_at"]) == ("2026-03-28T22:00:00Z", "2026-03-28T22:00:00Z")
+    assert (entry["started_at"], entry["ended_at"]) == (
+        "2026-03-28T22:00:00Z",
+        "2026-03-28T22:00:00Z",
+    )
     assert (entry["outcome"], entry["exit_code"], entry["duration_sec"]) == ("success", 0, 0.0)
     assert no_temp_files(root)
 
@@ -209,15 +247,22 @@ def test_state_file_follows_seed_schema_and_field_order(tmp_path: Path) -> None:
     assert data["schema_version"] == "1.0.0"
     assert isinstance(data["pass_count"], int)
     assert data["last_status"] in ("success", "noop", "failure", "halt", "unknown")
-    assert isinstance(data["last_run_at"], str) and TS_Z.fullmatch(data["last_run_at"])
+    assert isinstance(data["last_run_at"], str)
+    assert TS_Z.fullmatch(data["last_run_at"])
     assert isinstance(data["consecutive_failures"], int)
     assert isinstance(data["dry_run"], bool)
-    assert (data["pass_count"], data["last_status"], data["consecutive_failures"]) == (1, "failure", 1)
+    assert (data["pass_count"], data["last_status"], data["consecutive_failures"]) == (
+        1,
+        "failure",
+        1,
+    )
     assert state_path(root).stat().st_mode & 0o777 == 0o600
 
 
 # -- the lock --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("age", [timedelta(0), timedelta(minutes=44), timedelta(hours=2), timedelta(days=3650)])
+@pytest.mark.parametrize(
+    "age", [timedelta(0), timedelta(minutes=44), timedelta(hours=2), timedelta(days=3650)]
+)
 def test_live_local_holder_is_never_displaced_without_kill_stale(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]], age: timedelta
 ) -> None:
@@ -229,9 +274,11 @@ def test_live_local_holder_is_never_displaced_without_kill_stale(
     res = guard(root, Clock(T0 + age)).run(append_cmd(out), GuardConfig(), runner=runner)
     assert (res.action, res.exit_code) == ("skip", 0)
     assert res.message.startswith("SKIP: previous invocation still running")
-    assert f"pid {holder.pid}" in res.message and f"host {HOST}" in res.message
+    assert f"pid {holder.pid}" in res.message
+    assert f"host {HOST}" in res.message
     assert ("looks hung" in res.message) == (age > timedelta(minutes=45))
-    assert runner.calls == [] and not out.exists()
+    assert runner.calls == []
+    assert not out.exists()
     # Untouched: the lock (byte for byte), no state, no history.
     assert lock_path(root).read_bytes() == before
     assert not state_path(root).exists()
@@ -239,7 +286,9 @@ def test_live_local_holder_is_never_displaced_without_kill_stale(
     assert running(holder.pid)
 
 
-def test_live_holder_skip_with_real_command(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+def test_live_holder_skip_with_real_command(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
     holder = spawn(procs, "sleep", "60")
     plant_lock(root, pid=holder.pid, process_start=process_start_time(holder.pid), started_at=T0)
@@ -255,7 +304,8 @@ def test_dead_local_holder_is_taken_over_at_once(tmp_path: Path) -> None:
     res = guard(root, Clock(T0 + timedelta(seconds=1))).run(append_cmd(out))
     assert (res.action, res.exit_code) == ("ran", 0)
     assert lines(out) == ["ran"]
-    assert res.took_over is not None and res.took_over["holder"]["pid"] == pid
+    assert res.took_over is not None
+    assert res.took_over["holder"]["pid"] == pid
     assert "gone" in res.took_over["reason"]
     kinds = [h["kind"] for h in history(root)]
     assert kinds == ["takeover", "pass"]
@@ -284,7 +334,8 @@ def test_pid_reuse_counts_as_dead(tmp_path: Path, procs: list[subprocess.Popen[b
     plant_lock(root, pid=other.pid, process_start=real_start - 3600, started_at=T0)
     res = guard(root, Clock(T0 + timedelta(seconds=1))).run(append_cmd(out))
     assert res.action == "ran"
-    assert res.took_over is not None and "pid reuse" in res.took_over["reason"]
+    assert res.took_over is not None
+    assert "pid reuse" in res.took_over["reason"]
     assert lines(out) == ["ran"]
     assert running(other.pid), "the unrelated process that reuses the pid must not be touched"
 
@@ -321,11 +372,14 @@ def test_remote_holder_is_stale_only_after_stale_after(
     res = guard(root, Clock(T0 + age)).run(append_cmd(out), cfg)
     assert res.action == action, res.message
     if action == "skip":
-        assert res.exit_code == 0 and "host build-02" in res.message
-        assert lock_path(root).read_bytes() == before and not out.exists()
+        assert res.exit_code == 0
+        assert "host build-02" in res.message
+        assert lock_path(root).read_bytes() == before
+        assert not out.exists()
     else:
         assert lines(out) == ["ran"]
-        assert res.took_over is not None and res.took_over["holder"]["host"] == "build-02"
+        assert res.took_over is not None
+        assert res.took_over["holder"]["host"] == "build-02"
 
 
 def test_damaged_lock_file_is_replaced(tmp_path: Path) -> None:
@@ -334,14 +388,17 @@ def test_damaged_lock_file_is_replaced(tmp_path: Path) -> None:
     lock_path(root).write_text("pid: [not, a, pid\n")
     res = guard(root).run(append_cmd(out))
     assert res.action == "ran"
-    assert res.took_over is not None and "damaged" in res.took_over["reason"]
+    assert res.took_over is not None
+    assert "damaged" in res.took_over["reason"]
 
 
 def test_lock_file_is_readable_while_running(tmp_path: Path) -> None:
     root = tmp_path / "store"
     seen: dict[str, Any] = {}
 
-    def runner(command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
+    def runner(
+        command: Sequence[str], env: dict[str, str], capture: bool
+    ) -> tuple[int, str | None]:
         seen.update(yaml.safe_load(lock_path(root).read_text("utf-8")))
         return 0, None
 
@@ -354,13 +411,15 @@ def test_lock_file_is_readable_while_running(tmp_path: Path) -> None:
 
 
 def test_lock_taken_over_mid_run_fences_the_state_write(tmp_path: Path) -> None:
-    """If another invocation took the lock while we ran, our outcome must not overwrite the state."""
+    """If another invocation took the lock while we ran, our outcome must not overwrite it."""
     root = tmp_path / "store"
     g = guard(root)
     g.run(["job"], runner=Runner(0))
     before = state_path(root).read_bytes()
 
-    def runner(command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
+    def runner(
+        command: Sequence[str], env: dict[str, str], capture: bool
+    ) -> tuple[int, str | None]:
         plant_lock(root, pid=1, host="build-02", process_start=None, started_at=T0, token="theirs")
         return 1, None
 
@@ -370,22 +429,50 @@ def test_lock_taken_over_mid_run_fences_the_state_write(tmp_path: Path) -> None:
     assert yaml.safe_load(lock_path(root).read_text())["token"] == "theirs", "their lock must stay"
 
 
-# -- --kill-stale ------------------------------------------------------------------------------------
-def test_kill_stale_ends_a_hung_guard_subprocess(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+# -- --kill-stale ----------------------------------------------------------------------------------
+def test_kill_stale_ends_a_hung_guard_subprocess(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
     """A real ``phaselog guard run -- sleep 30`` holds the lock; with the clock two hours on it
     looks hung; --kill-stale ends it (and its sleep) and our command runs exactly once."""
     root, out = tmp_path / "store", tmp_path / "out.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    victim = spawn(procs, sys.executable, "-m", "phaselog", "guard", "run", "--root", str(root),
-                   "--name", NAME, "--", "sleep", "30", env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = spawn(
+        procs,
+        sys.executable,
+        "-m",
+        "phaselog",
+        "guard",
+        "run",
+        "--root",
+        str(root),
+        "--name",
+        NAME,
+        "--",
+        "sleep",
+        "30",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     reaped(victim)
-    wait_for(lambda: lock_path(root).exists() and yaml.safe_load(lock_path(root).read_text()).get("pid") == victim.pid,
-             "the victim to take the lock")
-    sleeper = wait_for(lambda: [c for c in psutil.Process(victim.pid).children() if c.name() == "sleep"],
-                       "the victim's sleep")[0]
+    wait_for(
+        lambda: (
+            lock_path(root).exists()
+            and yaml.safe_load(lock_path(root).read_text()).get("pid") == victim.pid
+        ),
+        "the victim to take the lock",
+    )
+    sleeper = wait_for(
+        lambda: (
+            catches_term(victim.pid)
+            and [c for c in psutil.Process(victim.pid).children() if c.name() == "sleep"]
+        ),
+        "the victim's sleep",
+    )[0]
     res = guard(root, lambda: datetime.now(UTC) + timedelta(hours=2)).run(
-        append_cmd(out), GuardConfig(kill_stale=True))
+        append_cmd(out), GuardConfig(kill_stale=True)
+    )
     assert (res.action, res.exit_code) == ("ran", 0), res.message
     assert lines(out) == ["ran"]
     wait_for(lambda: victim.poll() is not None, "the victim to exit")
@@ -402,31 +489,43 @@ def test_kill_stale_sends_kill_when_term_is_ignored(
 ) -> None:
     """A real process that ignores TERM is in the lock file: TERM, the grace period, then KILL."""
     root, out = tmp_path / "store", tmp_path / "out.txt"
-    code = "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
     holder = spawn(procs, sys.executable, "-c", code, stdout=subprocess.PIPE)
-    assert holder.stdout is not None and holder.stdout.readline() == b"ready\n"
+    assert holder.stdout is not None
+    assert holder.stdout.readline() == b"ready\n"
     holder.stdout.close()
     reaped(holder)
     started = process_start_time(holder.pid) if with_start_time else None
     plant_lock(root, pid=holder.pid, process_start=started, started_at=T0)
     res = guard(root, Clock(T0 + timedelta(hours=1))).run(
-        append_cmd(out), GuardConfig(kill_stale=True, kill_grace_s=0.3))
+        append_cmd(out), GuardConfig(kill_stale=True, kill_grace_s=0.3)
+    )
     assert res.action == "ran", res.message
     assert lines(out) == ["ran"]
     wait_for(lambda: holder.poll() is not None, "the holder to die")
     assert holder.returncode == -signal.SIGKILL
 
 
-def test_kill_stale_leaves_a_young_live_holder_alone(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+def test_kill_stale_leaves_a_young_live_holder_alone(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
     holder = spawn(procs, "sleep", "60")
     plant_lock(root, pid=holder.pid, process_start=process_start_time(holder.pid), started_at=T0)
-    res = guard(root, Clock(T0 + timedelta(minutes=44))).run(append_cmd(out), GuardConfig(kill_stale=True))
+    res = guard(root, Clock(T0 + timedelta(minutes=44))).run(
+        append_cmd(out), GuardConfig(kill_stale=True)
+    )
     assert res.action == "skip"
-    assert running(holder.pid) and not out.exists()
+    assert running(holder.pid)
+    assert not out.exists()
 
 
-# -- the race ------------------------------------------------------------------------------------------
+# -- the race --------------------------------------------------------------------------------------
 RACERS = 32
 ROUNDS = 200
 
@@ -440,11 +539,14 @@ def _race_worker(root: str, out: str, go: str, barrier: Any, conn: Any) -> None:
             barrier.wait(timeout=120)
         except threading.BrokenBarrierError:
             break
-        script = 'echo "$1" >> "$0"; n=0; while [ ! -e "$2" ] && [ $n -lt 3000 ]; do sleep 0.002; n=$((n+1)); done'
+        script = (
+            'echo "$1" >> "$0"; n=0; '
+            'while [ ! -e "$2" ] && [ $n -lt 3000 ]; do sleep 0.002; n=$((n+1)); done'
+        )
         try:
             res = Guard(root, "race").run(["sh", "-c", script, out, str(r), f"{go}/{r}"])
             conn.send((r, res.action))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+        except BaseException as exc:
             conn.send((r, f"error: {exc!r}"))
     conn.close()
 
@@ -462,8 +564,12 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(RACERS + 1)
     pipes = [ctx.Pipe(duplex=False) for _ in range(RACERS)]
-    workers = [ctx.Process(target=_race_worker, args=(str(root), str(out), str(go), barrier, w), daemon=True)
-               for _, w in pipes]
+    workers = [
+        ctx.Process(
+            target=_race_worker, args=(str(root), str(out), str(go), barrier, w), daemon=True
+        )
+        for _, w in pipes
+    ]
     for p in workers:
         p.start()
     for _, w in pipes:
@@ -474,13 +580,30 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
         for r in range(ROUNDS):
             kind = r % 3
             if kind == 0:
-                plant_lock(root, name="race", pid=dead_pid, process_start=dead_start, started_at=datetime.now(UTC))
+                plant_lock(
+                    root,
+                    name="race",
+                    pid=dead_pid,
+                    process_start=dead_start,
+                    started_at=datetime.now(UTC),
+                )
             elif kind == 1:
-                plant_lock(root, name="race", pid=os.getpid(), process_start=my_start - 100,
-                           started_at=datetime.now(UTC))
+                plant_lock(
+                    root,
+                    name="race",
+                    pid=os.getpid(),
+                    process_start=my_start - 100,
+                    started_at=datetime.now(UTC),
+                )
             else:
-                plant_lock(root, name="race", pid=dead_pid, host="build-02", process_start=None,
-                           started_at=datetime.now(UTC) - timedelta(hours=2))
+                plant_lock(
+                    root,
+                    name="race",
+                    pid=dead_pid,
+                    host="build-02",
+                    process_start=None,
+                    started_at=datetime.now(UTC) - timedelta(hours=2),
+                )
             barrier.wait(timeout=120)
             actions: Counter[str] = Counter()
             pending = list(readers)
@@ -498,7 +621,9 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
             assert not pending, f"round {r}: {len(pending)} racers did not report ({dict(actions)})"
             rounds.append(actions)
             assert actions == Counter({"ran": 1, "skip": RACERS - 1}), f"round {r}: {dict(actions)}"
-            assert not lock_path(root, "race").exists(), f"round {r}: the winner did not release the lock"
+            assert not lock_path(root, "race").exists(), (
+                f"round {r}: the winner did not release the lock"
+            )
     finally:
         barrier.abort()
         for p in workers:
@@ -514,7 +639,7 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
     assert kinds == Counter({"pass": ROUNDS, "takeover": ROUNDS})
 
 
-# -- the circuit breaker ---------------------------------------------------------------------------------
+# -- the circuit breaker ---------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 3])
 def test_breaker_trips_after_exactly_n_failures(tmp_path: Path, n: int) -> None:
     root = tmp_path / "store"
@@ -526,7 +651,8 @@ def test_breaker_trips_after_exactly_n_failures(tmp_path: Path, n: int) -> None:
         clock.advance(minutes=15)
         res = g.run(["job"], cfg, runner=runner)
         assert (res.action, res.exit_code) == ("ran", 2), f"invocation {i + 1} must still run"
-        assert res.state is not None and res.state.consecutive_failures == i + 1
+        assert res.state is not None
+        assert res.state.consecutive_failures == i + 1
     assert len(runner.calls) == n
     before = state_path(root).read_bytes()
     st = state_path(root).stat()
@@ -558,7 +684,15 @@ def test_success_and_noop_zero_the_failure_count(tmp_path: Path) -> None:
     root = tmp_path / "store"
     g = guard(root)
     cfg = GuardConfig(max_failures=3, outcome_from_output=True)
-    seq = [("failure", 2), ("failure", 1), ("noop", 0), ("failure", 2), ("halt", 0), ("success", 0), ("failure", 1)]
+    seq = [
+        ("failure", 2),
+        ("failure", 1),
+        ("noop", 0),
+        ("failure", 2),
+        ("halt", 0),
+        ("success", 0),
+        ("failure", 1),
+    ]
     counts = []
     for word, code in seq:
         res = g.run(["job"], cfg, runner=Runner(code, f"... {word}\n"))
@@ -582,10 +716,18 @@ def test_reset_closes_the_breaker_and_records_who_and_when(
     out = g.reset(by="ana")
     assert out["state"]["consecutive_failures"] == 0
     data = yaml.safe_load(state_path(root).read_text())
-    assert (data["consecutive_failures"], data["pass_count"], data["last_status"]) == (0, 2, "failure")
+    assert (data["consecutive_failures"], data["pass_count"], data["last_status"]) == (
+        0,
+        2,
+        "failure",
+    )
     note = history(root)[-1]
     assert (note["kind"], note["by"], note["at"], note["previous_consecutive_failures"]) == (
-        "reset", "ana", "2026-03-28T23:00:00Z", 2)
+        "reset",
+        "ana",
+        "2026-03-28T23:00:00Z",
+        2,
+    )
     assert g.status()["breaker"] == "closed"
     res = g.run(["job"], cfg, runner=Runner(0))
     assert (res.action, res.outcome) == ("ran", "success")
@@ -610,7 +752,8 @@ def test_cooldown_lets_exactly_one_probe_through_and_a_failed_probe_reopens(tmp_
     runner = Runner(1)
     clock.advance(minutes=59, seconds=59)
     res = g.run(["job"], cfg, runner=runner)
-    assert res.action == "halt" and "2026-03-28T23:00:00Z" in res.message
+    assert res.action == "halt"
+    assert "2026-03-28T23:00:00Z" in res.message
     assert g.status(cooldown=cfg.cooldown)["breaker"] == "open"
     clock.advance(seconds=1)  # exactly the cooldown: the breaker is half-open
     assert g.status(cooldown=cfg.cooldown)["breaker"] == "half-open"
@@ -618,8 +761,11 @@ def test_cooldown_lets_exactly_one_probe_through_and_a_failed_probe_reopens(tmp_
     second = g.run(["job"], cfg, runner=runner)
     assert (first.action, first.exit_code) == ("ran", 1)
     assert "half-open probe" in first.message
-    assert first.state is not None and first.state.consecutive_failures == 3
-    assert (second.action, second.exit_code) == ("halt", 1), "last_run_at moved: the breaker is open again"
+    assert first.state is not None
+    assert first.state.consecutive_failures == 3
+    assert (second.action, second.exit_code) == ("halt", 1), (
+        "last_run_at moved: the breaker is open again"
+    )
     assert len(runner.calls) == 1
     assert history(root)[-1]["probe"] is True
     # The next probe is one cooldown after the failed probe.
@@ -639,12 +785,15 @@ def test_cooldown_probe_success_closes_the_breaker(tmp_path: Path) -> None:
     clock.advance(minutes=31)
     probe = g.run(["sh", "-c", "exit 0"], cfg)  # a real command
     assert (probe.action, probe.outcome) == ("ran", "success")
-    assert probe.state is not None and probe.state.consecutive_failures == 0
+    assert probe.state is not None
+    assert probe.state.consecutive_failures == 0
     assert g.status()["breaker"] == "closed"
     # Closed again: a failure runs and counts from zero; it takes max_failures more to trip.
     res = g.run(["job"], cfg, runner=Runner(1))
-    assert res.action == "ran" and "probe" not in res.message
-    assert res.state is not None and res.state.consecutive_failures == 1
+    assert res.action == "ran"
+    assert "probe" not in res.message
+    assert res.state is not None
+    assert res.state.consecutive_failures == 1
 
 
 def test_breaker_function() -> None:
@@ -657,7 +806,7 @@ def test_breaker_function() -> None:
     assert breaker(open_state, 3, timedelta(hours=1), T0 + timedelta(hours=1)) == "half-open"
 
 
-# -- --max-passes, --dry-run, --outcome-from-output, exit codes ------------------------------------------
+# -- --max-passes, --dry-run, --outcome-from-output, exit codes ------------------------------------
 def test_max_passes(tmp_path: Path) -> None:
     root = tmp_path / "store"
     g = guard(root)
@@ -677,11 +826,15 @@ def test_max_passes(tmp_path: Path) -> None:
 def test_max_passes_zero_never_runs(tmp_path: Path) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
     res = guard(root).run(append_cmd(out), GuardConfig(max_passes=0))
-    assert res.action == "skip" and not out.exists() and not state_path(root).exists()
+    assert res.action == "skip"
+    assert not out.exists()
+    assert not state_path(root).exists()
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_dry_run_env_and_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool) -> None:
+def test_dry_run_env_and_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool
+) -> None:
     root, seen = tmp_path / "store", tmp_path / "seen.txt"
     monkeypatch.delenv("PHASELOG_DRY_RUN", raising=False)
     cmd = ["sh", "-c", 'printf %s "${PHASELOG_DRY_RUN-unset}" > "$0"', str(seen)]
@@ -693,40 +846,48 @@ def test_dry_run_env_and_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 
 
 @pytest.mark.parametrize(
-    ("output", "code", "outcome", "failures"),
+    ("output", "code", "expected"),
     [
-        ("checked 12 tickets\nnoop\n", 0, "noop", 0),
-        ("success\n", 0, "success", 0),
-        ("step 1 failure\nretried: success\n", 0, "success", 0),
-        ("success so far\nthen failure\n", 0, "failure", 1),
-        ("gate says halt\n", 0, "halt", 1),
-        ("nothing to report\n", 0, "unknown", 1),
-        ("", 0, "unknown", 1),
-        ("successful run\n", 0, "unknown", 1),  # a word, not a prefix
-        ("noop\n", 4, "noop", 0),  # the output decides; the exit code still passes through
+        ("checked 12 tickets\nnoop\n", 0, ("noop", 0)),
+        ("success\n", 0, ("success", 0)),
+        ("step 1 failure\nretried: success\n", 0, ("success", 0)),
+        ("success so far\nthen failure\n", 0, ("failure", 1)),
+        ("gate says halt\n", 0, ("halt", 1)),
+        ("nothing to report\n", 0, ("unknown", 1)),
+        ("", 0, ("unknown", 1)),
+        ("successful run\n", 0, ("unknown", 1)),  # a word, not a prefix
+        ("noop\n", 4, ("noop", 0)),  # the output decides; the exit code still passes through
     ],
 )
 def test_outcome_from_output_real_command(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], output: str, code: int, outcome: str, failures: int
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    output: str,
+    code: int,
+    expected: tuple[str, int],
 ) -> None:
+    """(outcome, consecutive_failures) after one pass whose output is ``output``."""
     root = tmp_path / "store"
     cmd = ["sh", "-c", 'printf %s "$0"; exit "$1"', output, str(code)]
     res = guard(root).run(cmd, GuardConfig(outcome_from_output=True))
-    assert (res.action, res.outcome, res.exit_code) == ("ran", outcome, code)
+    assert (res.action, res.outcome, res.exit_code) == ("ran", expected[0], code)
     assert capfd.readouterr().out == output, "the command's output must pass through"
     data = yaml.safe_load(state_path(root).read_text())
-    assert (data["last_status"], data["consecutive_failures"]) == (outcome, failures)
+    assert (data["last_status"], data["consecutive_failures"]) == expected
 
 
 def test_without_outcome_from_output_the_exit_code_decides(tmp_path: Path) -> None:
     root = tmp_path / "store"
     res = guard(root).run(["sh", "-c", "echo failure; echo halt"])
     assert res.outcome == "success"
-    assert outcome_of(0, None) == "success" and outcome_of(9, None) == "failure"
+    assert outcome_of(0, None) == "success"
+    assert outcome_of(9, None) == "failure"
 
 
-@pytest.mark.parametrize(("script", "code"), [("exit 7", 7), ("exit 0", 0), ("exit 255", 255),
-                                              ("kill -TERM $$", 128 + signal.SIGTERM)])
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [("exit 7", 7), ("exit 0", 0), ("exit 255", 255), ("kill -TERM $$", 128 + signal.SIGTERM)],
+)
 def test_exit_code_passes_through(tmp_path: Path, script: str, code: int) -> None:
     root = tmp_path / "store"
     res = guard(root).run(["sh", "-c", script])
@@ -740,7 +901,7 @@ def test_missing_command_gives_127(tmp_path: Path) -> None:
     assert (res.exit_code, res.outcome) == (127, "failure")
 
 
-# -- bad input -----------------------------------------------------------------------------------------
+# -- bad input -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["../x", "a/b", "", ".hidden", "-x", "a..b", "x" * 65, "sp ace"])
 def test_bad_names_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(UsageError):
@@ -757,7 +918,9 @@ def test_empty_command_and_bad_max_failures_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "store").exists()
 
 
-def test_status_reports_state_breaker_and_holder(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
+def test_status_reports_state_breaker_and_holder(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
     root = tmp_path / "store"
     g = guard(root)
     fresh = g.status()
@@ -769,5 +932,6 @@ def test_status_reports_state_breaker_and_holder(tmp_path: Path, procs: list[sub
     st = g.status()
     assert st["breaker"] == "open"
     assert st["state"]["consecutive_failures"] == 3
-    assert st["lock"]["pid"] == holder.pid and st["lock"]["verdict"] == "live"
+    assert st["lock"]["pid"] == holder.pid
+    assert st["lock"]["verdict"] == "live"
     assert list(st["state"]) == SEED_FIELDS

@@ -26,7 +26,14 @@ import yaml
 HOST = socket.gethostname()
 NAME = "closeout"
 # Seed 000, "Cron-Closeout Checkpoint Protocol" / "Checkpoint Schema": the fields, in order.
-SEED_FIELDS = ["schema_version", "pass_count", "last_status", "last_run_at", "consecutive_failures", "dry_run"]
+SEED_FIELDS = [
+    "schema_version",
+    "pass_count",
+    "last_status",
+    "last_run_at",
+    "consecutive_failures",
+    "dry_run",
+]
 TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
@@ -60,7 +67,10 @@ def argv(*args: str) -> list[str]:
 def run(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
     """One CLI invocation; never a traceback."""
     proc = subprocess.run(
-        argv(*args), capture_output=True, env=env or cli_env(root), cwd=root.parent,
+        argv(*args),
+        capture_output=True,
+        env=env or cli_env(root),
+        cwd=root.parent,
         timeout=120,  # a guard against a hang, not a measurement
         check=False,
     )
@@ -102,12 +112,14 @@ def running(pid: int) -> bool:
 
 
 def catches_term(pid: int) -> bool:
-    """True once ``pid`` has a SIGTERM handler installed (the guard forwards TERM to its command)."""
+    """True once ``pid`` has a SIGTERM handler (a guard forwards TERM to its command)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
+    mask = next(
+        (int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0
+    )
     return bool(mask & (1 << (signal.SIGTERM - 1)))
 
 
@@ -147,8 +159,12 @@ class Holder:
 def start_holder(root: Path, background: list[subprocess.Popen[bytes]], *extra: str) -> Holder:
     """A real ``phaselog guard run -- sleep 30`` in the background, once it holds the lock and
     its command runs (and it forwards TERM). Reaped as soon as it exits, as cron would."""
-    proc = subprocess.Popen(argv("guard", "run", "--name", NAME, *extra, "--", "sleep", "30"),
-                            env=cli_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv("guard", "run", "--name", NAME, *extra, "--", "sleep", "30"),
+        env=cli_env(root),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     background.append(proc)
     threading.Thread(target=proc.wait, daemon=True).start()
 
@@ -161,7 +177,7 @@ def start_holder(root: Path, background: list[subprocess.Popen[bytes]], *extra: 
     return Holder(proc, wait_for(ready, "the holder to take the lock and start its command"))
 
 
-# -- a pass -----------------------------------------------------------------------------------------
+# -- a pass ----------------------------------------------------------------------------------------
 def test_run_passes_output_through_and_writes_seed_state(root: Path) -> None:
     res = guard_run(root, "--", "sh", "-c", "echo hello; echo to-stderr >&2")
     assert res.rc == 0
@@ -171,9 +187,14 @@ def test_run_passes_output_through_and_writes_seed_state(root: Path) -> None:
     assert [line.split(":", 1)[0] for line in text.splitlines()] == SEED_FIELDS
     data = yaml.safe_load(text)
     assert data["schema_version"] == "1.0.0"
-    assert (data["pass_count"], data["last_status"], data["consecutive_failures"], data["dry_run"]) == (
-        1, "success", 0, False)
-    assert isinstance(data["last_run_at"], str) and TS_Z.fullmatch(data["last_run_at"])
+    assert (
+        data["pass_count"],
+        data["last_status"],
+        data["consecutive_failures"],
+        data["dry_run"],
+    ) == (1, "success", 0, False)
+    assert isinstance(data["last_run_at"], str)
+    assert TS_Z.fullmatch(data["last_run_at"])
     assert not lock_path(root).exists()
     assert not list((root / "pipeline_checkpoints").glob(".tmp-*"))
 
@@ -183,7 +204,11 @@ def test_json_summary_on_stderr(root: Path) -> None:
     assert res.rc == 3
     summary = json.loads(res.err.strip().splitlines()[-1])
     assert (summary["guard"], summary["action"], summary["outcome"], summary["exit_code"]) == (
-        NAME, "ran", "failure", 3)
+        NAME,
+        "ran",
+        "failure",
+        3,
+    )
     assert list(summary["state"]) == SEED_FIELDS
 
 
@@ -200,35 +225,45 @@ def test_command_not_found_is_a_failed_pass(root: Path, tmp_path: Path) -> None:
     assert state(root)["last_status"] == "failure"
 
 
-# -- the lock ---------------------------------------------------------------------------------------
-def test_live_holder_skips_and_touches_nothing(root: Path, tmp_path: Path,
-                                              background: list[subprocess.Popen[bytes]]) -> None:
+# -- the lock --------------------------------------------------------------------------------------
+def test_live_holder_skips_and_touches_nothing(
+    root: Path, tmp_path: Path, background: list[subprocess.Popen[bytes]]
+) -> None:
     out = tmp_path / "out.txt"
     holder = start_holder(root, background)
     lock_before = lock_path(root).read_bytes()
     lock = yaml.safe_load(lock_before)
     # The lock is readable: pid, host, process start time, started_at.
-    assert lock["pid"] == holder.proc.pid and lock["host"] == HOST
+    assert lock["pid"] == holder.proc.pid
+    assert lock["host"] == HOST
     assert lock["process_start"] == pytest.approx(psutil.Process(holder.proc.pid).create_time())
     assert TS_Z.fullmatch(lock["started_at"])
     hist_before = sorted(os.listdir(root / "pipeline_checkpoints" / f"{NAME}.history"))
-    for extra in ([], ["--stale-after", "0s"]):  # young, and older than --stale-after: still never displaced
+    for extra in (
+        [],
+        ["--stale-after", "0s"],
+    ):  # young, and older than --stale-after: still never displaced
         res = guard_run(root, *extra, "--", *append(out))
         assert res.rc == 0
         assert res.out.startswith("SKIP: previous invocation still running")
-        assert f"pid {holder.proc.pid}" in res.out and f"host {HOST}" in res.out and "age" in res.out
+        assert f"pid {holder.proc.pid}" in res.out
+        assert f"host {HOST}" in res.out
+        assert "age" in res.out
         assert ("looks hung" in res.out) == bool(extra)
         assert not out.exists()
         assert lock_path(root).read_bytes() == lock_before
         assert not state_path(root).exists()
         assert sorted(os.listdir(root / "pipeline_checkpoints" / f"{NAME}.history")) == hist_before
-    assert holder.proc.poll() is None and holder.sleep.is_running()
+    assert holder.proc.poll() is None
+    assert holder.sleep.is_running()
     st = run(root, "guard", "status", "--name", NAME).json
-    assert st["lock"]["pid"] == holder.proc.pid and st["lock"]["verdict"] == "live"
+    assert st["lock"]["pid"] == holder.proc.pid
+    assert st["lock"]["verdict"] == "live"
 
 
-def test_kill_stale_ends_a_hung_holder_and_runs_once(root: Path, tmp_path: Path,
-                                                     background: list[subprocess.Popen[bytes]]) -> None:
+def test_kill_stale_ends_a_hung_holder_and_runs_once(
+    root: Path, tmp_path: Path, background: list[subprocess.Popen[bytes]]
+) -> None:
     out = tmp_path / "out.txt"
     holder = start_holder(root, background)
     res = guard_run(root, "--stale-after", "0s", "--kill-stale", "--", *append(out))
@@ -239,7 +274,10 @@ def test_kill_stale_ends_a_hung_holder_and_runs_once(root: Path, tmp_path: Path,
     wait_for(lambda: not running(holder.sleep.pid), "the hung holder's command to end")
     hist = run(root, "guard", "history", "--name", NAME).json["history"]
     passes = [h for h in hist if h["kind"] == "pass"]
-    assert [(p["outcome"], p["exit_code"]) for p in passes] == [("failure", 128 + signal.SIGTERM), ("success", 0)]
+    assert [(p["outcome"], p["exit_code"]) for p in passes] == [
+        ("failure", 128 + signal.SIGTERM),
+        ("success", 0),
+    ]
     assert state(root)["pass_count"] == 2
     assert not lock_path(root).exists()
 
@@ -257,7 +295,8 @@ def test_sigkilled_holder_leaves_no_orphan_and_the_next_run_takes_over(
     res = guard_run(root, "--", *append(out))
     assert res.rc == 0, res.out + res.err
     assert lines(out) == ["ran"]
-    assert "took over" in res.err and str(holder.proc.pid) in res.err, "a takeover must be warned about"
+    assert "took over" in res.err, "a takeover must be warned about"
+    assert f"process {holder.proc.pid} is gone" in res.err
     hist = run(root, "guard", "history", "--name", NAME).json["history"]
     assert [h["kind"] for h in hist] == ["takeover", "pass"]
     assert hist[0]["holder"]["pid"] == holder.proc.pid
@@ -276,10 +315,11 @@ def test_lock_of_another_host_waits_for_stale_after(root: Path, tmp_path: Path) 
     res = guard_run(root, "--", *append(out))  # 30 min < the default 45m
     assert (res.rc, res.out.startswith("SKIP"), out.exists()) == (0, True, False)
     res = guard_run(root, "--stale-after", "20m", "--", *append(out))
-    assert res.rc == 0 and lines(out) == ["ran"]
+    assert res.rc == 0
+    assert lines(out) == ["ran"]
 
 
-# -- the breaker ---------------------------------------------------------------------------------------
+# -- the breaker -----------------------------------------------------------------------------------
 def test_breaker_halt_reset_and_history(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     fail = ["sh", "-c", 'echo x >> "$0"; exit 3', str(out)]
@@ -296,50 +336,63 @@ def test_breaker_halt_reset_and_history(root: Path, tmp_path: Path) -> None:
     assert run(root, "guard", "status", "--name", NAME).json["breaker"] == "open"
 
     reset = run(root, "guard", "reset", "--name", NAME, "--by", "ana")
-    assert reset.rc == 0 and reset.json["state"]["consecutive_failures"] == 0
-    assert state(root)["consecutive_failures"] == 0 and state(root)["pass_count"] == 3
+    assert reset.rc == 0
+    assert reset.json["state"]["consecutive_failures"] == 0
+    assert state(root)["consecutive_failures"] == 0
+    assert state(root)["pass_count"] == 3
     assert run(root, "guard", "status", "--name", NAME).json["breaker"] == "closed"
     res = guard_run(root, "--max-failures", "3", "--", *append(out, "ok"))
-    assert res.rc == 0 and lines(out)[-1] == "ok"
+    assert res.rc == 0
+    assert lines(out)[-1] == "ok"
 
     # Who resets, by default: $USER.
     assert run(root, "guard", "reset", "--name", NAME, env=cli_env(root, USER="bob")).rc == 0
     hist = run(root, "guard", "history", "--name", NAME).json["history"]
     resets = [h for h in hist if h["kind"] == "reset"]
-    assert [(r["by"], r["previous_consecutive_failures"]) for r in resets] == [("ana", 3), ("bob", 0)]
+    assert [(r["by"], r["previous_consecutive_failures"]) for r in resets] == [
+        ("ana", 3),
+        ("bob", 0),
+    ]
     assert all(TS_Z.fullmatch(r["at"]) for r in resets)
     assert [h["kind"] for h in hist] == ["pass"] * 3 + ["reset", "pass", "reset"]
     for p in (h for h in hist if h["kind"] == "pass"):
         assert {"started_at", "ended_at", "outcome", "exit_code", "duration_sec"} <= p.keys()
-        assert TS_Z.fullmatch(p["started_at"]) and TS_Z.fullmatch(p["ended_at"])
+        assert TS_Z.fullmatch(p["started_at"])
+        assert TS_Z.fullmatch(p["ended_at"])
 
     table = run(root, "guard", "history", "--name", NAME, "--format", "table")
     assert table.rc == 0
-    assert "reset" in table.out and "by ana" in table.out and "failure (exit 3" in table.out
+    assert "reset" in table.out
+    assert "by ana" in table.out
+    assert "failure (exit 3" in table.out
 
 
 def test_cooldown_probe(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     assert guard_run(root, "--max-failures", "1", "--", "sh", "-c", "exit 1").rc == 1
     halted = guard_run(root, "--max-failures", "1", "--cooldown", "1h", "--", *append(out))
-    assert halted.rc == 1 and halted.out.startswith("HALT") and "probe" in halted.out
+    assert halted.rc == 1
+    assert halted.out.startswith("HALT")
+    assert "probe" in halted.out
     assert not out.exists()
     probe = guard_run(root, "--max-failures", "1", "--cooldown", "0s", "--", *append(out))
-    assert probe.rc == 0 and "half-open probe" in probe.err
+    assert probe.rc == 0
+    assert "half-open probe" in probe.err
     assert lines(out) == ["ran"]
     assert state(root)["consecutive_failures"] == 0
     hist = run(root, "guard", "history", "--name", NAME).json["history"]
     assert hist[-1]["probe"] is True
 
 
-# -- options ---------------------------------------------------------------------------------------------
+# -- options ---------------------------------------------------------------------------------------
 def test_max_passes(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     for _ in range(2):
         assert guard_run(root, "--max-passes", "2", "--", *append(out)).rc == 0
     before = state_path(root).read_bytes()
     res = guard_run(root, "--max-passes", "2", "--", *append(out))
-    assert res.rc == 0 and res.out.startswith("SKIP: max passes reached")
+    assert res.rc == 0
+    assert res.out.startswith("SKIP: max passes reached")
     assert lines(out) == ["ran", "ran"]
     assert state_path(root).read_bytes() == before
 
@@ -356,8 +409,12 @@ def test_dry_run(root: Path) -> None:
 
 @pytest.mark.parametrize(
     ("output", "status", "failures"),
-    [("working\nnoop\n", "noop", 0), ("halt\n", "halt", 1), ("no verdict here\n", "unknown", 1),
-     ("failure\nsuccess\n", "success", 0)],
+    [
+        ("working\nnoop\n", "noop", 0),
+        ("halt\n", "halt", 1),
+        ("no verdict here\n", "unknown", 1),
+        ("failure\nsuccess\n", "success", 0),
+    ],
 )
 def test_outcome_from_output(root: Path, output: str, status: str, failures: int) -> None:
     res = guard_run(root, "--outcome-from-output", "--", "sh", "-c", 'printf %s "$0"', output)
@@ -370,28 +427,34 @@ def test_unknown_outcomes_trip_the_breaker(root: Path) -> None:
     for _ in range(2):
         assert guard_run(root, "--max-failures", "2", "--outcome-from-output", "--", "true").rc == 0
     res = guard_run(root, "--max-failures", "2", "--outcome-from-output", "--", "true")
-    assert res.rc == 1 and res.out.startswith("HALT")
+    assert res.rc == 1
+    assert res.out.startswith("HALT")
 
 
-# -- crash safety -------------------------------------------------------------------------------------------
+# -- crash safety ----------------------------------------------------------------------------------
 def test_crash_before_the_state_rename_keeps_the_old_state(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     assert guard_run(root, "--", *append(out)).rc == 0
     before = state_path(root).read_bytes()
-    crashed = guard_run(root, "--", *append(out), env=cli_env(root, PHASELOG_FAULT="guard.before_replace"))
+    crashed = guard_run(
+        root, "--", *append(out), env=cli_env(root, PHASELOG_FAULT="guard.before_replace")
+    )
     assert crashed.rc == 137
-    assert lines(out) == ["ran", "ran"], "the guard must die at the state write, after the command ran"
+    assert lines(out) == ["ran", "ran"], (
+        "the guard must die at the state write, after the command ran"
+    )
     assert state_path(root).read_bytes() == before
     assert yaml.safe_load(before)["pass_count"] == 1
     st = run(root, "guard", "status", "--name", NAME)
-    assert st.rc == 0 and st.json["state"]["pass_count"] == 1
+    assert st.rc == 0
+    assert st.json["state"]["pass_count"] == 1
     # The dead guard's lock is taken over at once; the state goes on from the intact file.
     res = guard_run(root, "--", *append(out))
     assert res.rc == 0
     assert state(root)["pass_count"] == 2
 
 
-# -- bad input --------------------------------------------------------------------------------------------
+# -- bad input -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("args", "field"),
     [
@@ -423,19 +486,26 @@ def test_bad_input_is_a_json_usage_error(root: Path, args: list[str], field: str
     assert not (root.parent / "x").exists()
 
 
-# -- status ------------------------------------------------------------------------------------------------
+# -- status ----------------------------------------------------------------------------------------
 def test_status_json_and_table(root: Path) -> None:
     fresh = run(root, "guard", "status", "--name", NAME).json
     assert fresh["success"] is True
     assert (fresh["breaker"], fresh["lock"]) == ("closed", None)
-    assert list(fresh["state"]) == SEED_FIELDS and fresh["state"]["pass_count"] == 0
+    assert list(fresh["state"]) == SEED_FIELDS
+    assert fresh["state"]["pass_count"] == 0
     for _ in range(2):
         guard_run(root, "--max-failures", "2", "--cooldown", "1h", "--", "false")
     st = run(root, "guard", "status", "--name", NAME).json
     assert (st["breaker"], st["max_failures"], st["cooldown_sec"]) == ("open", 2, 3600.0)
     assert st["state"]["consecutive_failures"] == 2
-    assert run(root, "guard", "status", "--name", NAME, "--cooldown", "0s").json["breaker"] == "half-open"
-    assert run(root, "guard", "status", "--name", NAME, "--max-failures", "5").json["breaker"] == "closed"
+    assert (
+        run(root, "guard", "status", "--name", NAME, "--cooldown", "0s").json["breaker"]
+        == "half-open"
+    )
+    assert (
+        run(root, "guard", "status", "--name", NAME, "--max-failures", "5").json["breaker"]
+        == "closed"
+    )
     table = run(root, "guard", "status", "--name", NAME, "--format", "table")
     assert table.rc == 0
     for word in ("breaker", "open", "consecutive_failures", "lock", "free"):

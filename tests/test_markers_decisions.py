@@ -78,12 +78,17 @@ def decision(did: str, selected: str = "a", **extra: Any) -> dict[str, Any]:
     }
 
 
-# -- ticket marker -------------------------------------------------------------------------------------
+# -- ticket marker ---------------------------------------------------------------------------------
 def test_init_records_the_ticket_identity(led: phaselog.Ledger, root: Path) -> None:
-    marker, changed = led.init_ticket(T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"})
+    marker, changed = led.init_ticket(
+        T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"}
+    )
     assert changed is True
     assert (marker.revision, marker.title, marker.pipeline, dict(marker.meta)) == (
-        1, "Launch video", "video-pipeline", {"owner": "ana"},
+        1,
+        "Launch video",
+        "video-pipeline",
+        {"owner": "ana"},
     )
     assert marker.prev_hash is None
     path = root / "checkpoints" / T / ".markers" / "rev_000001.json"
@@ -92,7 +97,9 @@ def test_init_records_the_ticket_identity(led: phaselog.Ledger, root: Path) -> N
 
 
 def test_init_with_the_same_identity_is_a_no_op(led: phaselog.Ledger, root: Path) -> None:
-    first, _ = led.init_ticket(T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"})
+    first, _ = led.init_ticket(
+        T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"}
+    )
     before = tree(root)
     for kw in ({"pipeline": "video-pipeline", "meta": {"owner": "ana"}}, {}, {"meta": {}}):
         again, changed = led.init_ticket(T, title="Launch video", **kw)  # type: ignore[arg-type]
@@ -110,20 +117,30 @@ def test_init_with_another_pipeline_is_refused(led: phaselog.Ledger, root: Path)
     assert tree(root) == before
 
 
-def test_title_and_metadata_changes_are_appended_as_revisions(led: phaselog.Ledger, root: Path, clock: Clock) -> None:
-    r1, _ = led.init_ticket(T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"})
+def test_title_and_metadata_changes_are_appended_as_revisions(
+    led: phaselog.Ledger, root: Path, clock: Clock
+) -> None:
+    r1, _ = led.init_ticket(
+        T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"}
+    )
     rev1_bytes = (root / "checkpoints" / T / ".markers" / "rev_000001.json").read_bytes()
     clock.tick()
     r2, changed = led.init_ticket(T, title="Launch film")
-    assert changed and r2.revision == 2 and r2.prev_hash == r1.content_hash
+    assert changed
+    assert r2.revision == 2
+    assert r2.prev_hash == r1.content_hash
     assert dict(r2.meta) == {"owner": "ana"}  # kept
     clock.tick()
     r3, changed = led.init_ticket(T, title="Launch film", meta={"owner": "bo", "team": "growth"})
-    assert changed and r3.revision == 3 and r3.prev_hash == r2.content_hash
+    assert changed
+    assert r3.revision == 3
+    assert r3.prev_hash == r2.content_hash
     assert dict(r3.meta) == {"owner": "bo", "team": "growth"}
     assert r3.pipeline == "video-pipeline"
     assert [m.revision for m in led.markers(T)] == [1, 2, 3]
-    assert (root / "checkpoints" / T / ".markers" / "rev_000001.json").read_bytes() == rev1_bytes  # never overwritten
+    assert (
+        root / "checkpoints" / T / ".markers" / "rev_000001.json"
+    ).read_bytes() == rev1_bytes  # never overwritten
     assert led.verify(T).ok
 
 
@@ -150,7 +167,8 @@ def test_runs_of_a_ticket_with_a_marker_default_to_its_pipeline(led: phaselog.Le
     led.init_ticket(T, title="Launch video", pipeline="video-pipeline")
     assert led.pipeline_for(T, R1).name == "video-pipeline"
     res = led.write(T, R1, "research", RESEARCH)  # no --pipeline: the marker's
-    assert res.record.pipeline is not None and res.record.pipeline.name == "video-pipeline"
+    assert res.record.pipeline is not None
+    assert res.record.pipeline.name == "video-pipeline"
     assert led.status(T, R2).pipeline == "video-pipeline"  # even a run with nothing yet
     with pytest.raises(PipelineMismatch):
         led.write(T, R2, "implement", IMPLEMENT, pipeline="ticket-pipeline")
@@ -182,8 +200,10 @@ def test_verify_reports_an_edited_marker_revision(led: phaselog.Ledger, root: Pa
     assert "marker_chain" in {p["rule"] for p in led.verify(T).problems}
 
 
-# -- decision log -----------------------------------------------------------------------------------------
-def test_decisions_are_stored_with_the_checkpoint_not_in_the_seed_file(led: phaselog.Ledger, root: Path) -> None:
+# -- decision log ----------------------------------------------------------------------------------
+def test_decisions_are_stored_with_the_checkpoint_not_in_the_seed_file(
+    led: phaselog.Ledger, root: Path
+) -> None:
     res = led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1")])
     assert res.record.decisions == (decision("d1"),)
     seed = yaml.safe_load((root / "checkpoints" / res.location).read_text("utf-8"))
@@ -201,8 +221,11 @@ def test_decision_log_shape_and_source_reference(led: phaselog.Ledger, root: Pat
     assert {k: v for k, v in d2.items() if k != "source"} == decision("d2", "b")
     src = d2["source"]
     assert src == {
-        "run_id": normalize_run_id(R1), "phase": "implement", "attempt_number": 1,
-        "content_hash": res.record.content_hash, "checkpoint_path": res.location,
+        "run_id": normalize_run_id(R1),
+        "phase": "implement",
+        "attempt_number": 1,
+        "content_hash": res.record.content_hash,
+        "checkpoint_path": res.location,
     }
     assert (root / "checkpoints" / src["checkpoint_path"]).is_file()
     json.dumps(log)  # plain JSON all the way down
@@ -211,7 +234,13 @@ def test_decision_log_shape_and_source_reference(led: phaselog.Ledger, root: Pat
 def test_decisions_merge_across_runs_first_record_wins(led: phaselog.Ledger, clock: Clock) -> None:
     led.write(T, R2, "implement", IMPLEMENT, decisions=[decision("d1"), decision("d2")])
     clock.tick()
-    led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1"), decision("d2", "b"), decision("d3")])
+    led.write(
+        T,
+        R1,
+        "implement",
+        IMPLEMENT,
+        decisions=[decision("d1"), decision("d2", "b"), decision("d3")],
+    )
     log = led.decisions(T)
     assert [d["decision_id"] for d in log["decisions"]] == ["d1", "d2", "d3"]
     by_id = {d["decision_id"]: d for d in log["decisions"]}
@@ -227,16 +256,28 @@ def test_decisions_merge_across_runs_first_record_wins(led: phaselog.Ledger, clo
     assert "first record wins" in c["message"]
 
 
-def test_decisions_from_later_attempts_and_phases_join_the_log(led: phaselog.Ledger, clock: Clock) -> None:
+def test_decisions_from_later_attempts_and_phases_join_the_log(
+    led: phaselog.Ledger, clock: Clock
+) -> None:
     led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1")])
     clock.tick()
     led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1", "b"), decision("d2")])
     clock.tick()
-    led.write(T, R1, "local_review", {"iteration_count": 1, "issue_fingerprints": [], "last_clean_sha": "a1b2c3d"},
-              decisions=[decision("d3")])
+    led.write(
+        T,
+        R1,
+        "local_review",
+        {"iteration_count": 1, "issue_fingerprints": [], "last_clean_sha": "a1b2c3d"},
+        decisions=[decision("d3")],
+    )
     log = led.decisions(T)
-    assert [(d["decision_id"], d["source"]["phase"], d["source"]["attempt_number"]) for d in log["decisions"]] == [
-        ("d1", "implement", 1), ("d2", "implement", 2), ("d3", "local_review", 1),
+    assert [
+        (d["decision_id"], d["source"]["phase"], d["source"]["attempt_number"])
+        for d in log["decisions"]
+    ] == [
+        ("d1", "implement", 1),
+        ("d2", "implement", 2),
+        ("d3", "local_review", 1),
     ]
     assert [c["decision_id"] for c in log["conflicts"]] == ["d1"]
 
@@ -263,13 +304,17 @@ def test_a_refused_write_never_changes_the_decision_log(
     assert tree(root) == files
 
 
-def test_a_prerequisite_refusal_never_changes_the_decision_log(led: phaselog.Ledger, root: Path) -> None:
+def test_a_prerequisite_refusal_never_changes_the_decision_log(
+    led: phaselog.Ledger, root: Path
+) -> None:
     led.init_ticket(T, title="v", pipeline="video-pipeline")
     led.write(T, R1, "research", RESEARCH, decisions=[decision("d1")])
     led.write(T, R1, "proposal", PROPOSAL)  # not approved
     log, files = led.decisions(T), tree(root)
     with pytest.raises(Prerequisite):
-        led.write(T, R1, "script", {"script_path": "s.md", "word_count": 3}, decisions=[decision("d2")])
+        led.write(
+            T, R1, "script", {"script_path": "s.md", "word_count": 3}, decisions=[decision("d2")]
+        )
     assert led.decisions(T) == log
     assert tree(root) == files
 
@@ -281,11 +326,17 @@ def test_failed_attempts_do_not_contribute_decisions(led: phaselog.Ledger) -> No
 
 
 def test_decision_log_of_an_unknown_ticket_is_empty(led: phaselog.Ledger) -> None:
-    assert led.decisions("NOPE-1") == {"version": "1.0", "ticket": "NOPE-1", "decisions": [], "conflicts": []}
+    assert led.decisions("NOPE-1") == {
+        "version": "1.0",
+        "ticket": "NOPE-1",
+        "decisions": [],
+        "conflicts": [],
+    }
 
 
-def test_decision_log_is_the_same_from_a_copied_store(led: phaselog.Ledger, root: Path, tmp_path: Path,
-                                                      clock: Clock) -> None:
+def test_decision_log_is_the_same_from_a_copied_store(
+    led: phaselog.Ledger, root: Path, tmp_path: Path, clock: Clock
+) -> None:
     import shutil
 
     led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1")])

@@ -1,4 +1,4 @@
-"""Progress events inside a running attempt (phaselog.progress; seed 003's mid-execution checkpoints).
+"""Progress events inside a running attempt (phaselog.progress; seed 003's checkpoints).
 
 Real files, real processes: the abandoned-by-death case uses a child process this test started and
 reaped; the pid-reuse case goes through ``judge_abandoned`` with a fake ``start_time_of`` (a real
@@ -8,6 +8,7 @@ pid cannot be made to come back on demand). Time is an injected clock, never mea
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -111,7 +112,9 @@ def test_start_with_explicit_pid_records_that_process(led: phaselog.Ledger) -> N
         child.wait()
 
 
-def test_step_events_carry_sequence_elapsed_tokens_and_output(led: phaselog.Ledger, clock: Clock) -> None:
+def test_step_events_carry_sequence_elapsed_tokens_and_output(
+    led: phaselog.Ledger, clock: Clock
+) -> None:
     led.progress(T, R, "implement", "start", provider="claude")
     clock.advance(seconds=2.5)
     text = "héllo wörld ✓"
@@ -126,17 +129,19 @@ def test_step_events_carry_sequence_elapsed_tokens_and_output(led: phaselog.Ledg
     assert ev.output_sha256 == hashlib.sha256(text.encode()).hexdigest()
     assert len(ev.output_sha256) == 64
     assert ev.output_length == len(text.encode("utf-8")) != len(text)  # bytes, not characters
-    assert ev.host is None and ev.pid is None  # only the start event names the process
+    assert ev.host is None
+    assert ev.pid is None
     clock.advance(seconds=1)
     nxt = led.progress(T, R, "implement", "step")
     assert (nxt.seq, nxt.step, nxt.tokens, nxt.elapsed_sec) == (3, 1, 120, 3.5)  # carried forward
-    assert nxt.output is None and nxt.output_sha256 is None
+    assert nxt.output is None
+    assert nxt.output_sha256 is None
 
 
 def test_events_are_hash_chained(led: phaselog.Ledger) -> None:
     evs = [led.progress(T, R, "implement", "start")]
     evs += [led.progress(T, R, "implement", "step", step=i) for i in range(1, 4)]
-    for prev, cur in zip(evs, evs[1:], strict=False):
+    for prev, cur in itertools.pairwise(evs):
         assert cur.prev_hash == prev.content_hash
     assert led.progress_events(T, R, "implement") == evs
 
@@ -151,7 +156,11 @@ def test_stored_event_round_trips_and_is_named_by_phase_attempt_seq(
     assert ProgressEvent.from_json(stored) == ev
     assert stored["output_sha256"] == hashlib.sha256(b"abc").hexdigest()
     assert stored["output_length"] == 3
-    assert event_name(1, "implement", 1, 2) < event_name(1, "implement", 1, 10) < event_name(1, "implement", 2, 1)
+    assert (
+        event_name(1, "implement", 1, 2)
+        < event_name(1, "implement", 1, 10)
+        < event_name(1, "implement", 2, 1)
+    )
 
 
 def test_same_instant_events_never_collide(led: phaselog.Ledger, root: Path) -> None:
@@ -202,7 +211,9 @@ def test_unknown_event_name_is_a_usage_error(led: phaselog.Ledger, root: Path) -
 
 
 # -- output cap ----------------------------------------------------------------------------------
-def test_output_over_default_cap_is_refused_and_nothing_written(led: phaselog.Ledger, root: Path) -> None:
+def test_output_over_default_cap_is_refused_and_nothing_written(
+    led: phaselog.Ledger, root: Path
+) -> None:
     led.progress(T, R, "implement", "start")
     before = tree(root)
     big = b"x" * (DEFAULT_MAX_OUTPUT_BYTES + 1)
@@ -226,7 +237,9 @@ def test_output_at_the_cap_is_accepted(led: phaselog.Ledger) -> None:
 def test_output_is_capped_in_bytes_not_characters(led: phaselog.Ledger) -> None:
     led.progress(T, R, "implement", "start")
     with pytest.raises(TooLarge):
-        led.progress(T, R, "implement", "step", output="é" * 9, max_output_bytes=16)  # 9 chars, 18 bytes
+        led.progress(
+            T, R, "implement", "step", output="é" * 9, max_output_bytes=16
+        )  # 9 chars, 18 bytes
 
 
 @pytest.mark.xfail(
@@ -320,7 +333,9 @@ def test_progress_latest_is_the_newest_event_of_the_attempt_in_flight(
 
 
 # -- status and resume -----------------------------------------------------------------------------
-def test_status_shows_in_progress_with_last_step_elapsed_tokens(led: phaselog.Ledger, clock: Clock) -> None:
+def test_status_shows_in_progress_with_last_step_elapsed_tokens(
+    led: phaselog.Ledger, clock: Clock
+) -> None:
     led.write(T, R, "implement", IMPLEMENT)
     led.progress(T, R, "local_review", "start")
     clock.advance(seconds=42)
@@ -364,7 +379,9 @@ def test_resume_says_which_step_to_restart_from(led: phaselog.Ledger) -> None:
 
 
 # -- abandoned -------------------------------------------------------------------------------------
-def test_abandoned_when_last_event_is_older_than_the_limit(led: phaselog.Ledger, clock: Clock) -> None:
+def test_abandoned_when_last_event_is_older_than_the_limit(
+    led: phaselog.Ledger, clock: Clock
+) -> None:
     led.progress(T, R, "implement", "start")
     led.progress(T, R, "implement", "step", step=2)
     clock.advance(seconds=DEFAULT_STALE_AFTER.total_seconds())
@@ -372,11 +389,14 @@ def test_abandoned_when_last_event_is_older_than_the_limit(led: phaselog.Ledger,
     clock.advance(seconds=1)
     ps = led.status(T, R).phase("implement")
     assert ps.state == "in_progress"
-    assert ps.in_flight is not None and ps.in_flight["abandoned"] is True
+    assert ps.in_flight is not None
+    assert ps.in_flight["abandoned"] is True
     assert "no event for 3601 s" in ps.in_flight["abandoned_reason"]
-    assert ps.reason is not None and ps.reason.startswith("abandoned")
+    assert ps.reason is not None
+    assert ps.reason.startswith("abandoned")
     blocker = led.can_skip_to(T, R, "local_review").blockers[0]
-    assert "restart it from step 2" in blocker.reason and "abandoned" in blocker.reason
+    assert "restart it from step 2" in blocker.reason
+    assert "abandoned" in blocker.reason
 
 
 def test_stale_after_comes_from_the_environment(
@@ -443,17 +463,34 @@ def test_restart_after_abandoned_opens_a_new_attempt(led: phaselog.Ledger, clock
     assert led.status(T, R).phase("implement").state == "completed"
 
 
-def _start(pid: int | None = 4242, host: str = "box", process_start: float | None = 1000.0) -> ProgressEvent:
+def _start(
+    pid: int | None = 4242, host: str = "box", process_start: float | None = 1000.0
+) -> ProgressEvent:
     return ProgressEvent(
-        ticket_id=T, run_id=RUN, phase="implement", phase_ordinal=1, attempt_number=1, seq=1,
-        event="start", timestamp=T0, host=host, pid=pid, process_start=process_start,
+        ticket_id=T,
+        run_id=RUN,
+        phase="implement",
+        phase_ordinal=1,
+        attempt_number=1,
+        seq=1,
+        event="start",
+        timestamp=T0,
+        host=host,
+        pid=pid,
+        process_start=process_start,
     )
 
 
 def _step(event: str = "step", at: datetime = T0) -> ProgressEvent:
     return ProgressEvent(
-        ticket_id=T, run_id=RUN, phase="implement", phase_ordinal=1, attempt_number=1, seq=2,
-        event=event, timestamp=at,
+        ticket_id=T,
+        run_id=RUN,
+        phase="implement",
+        phase_ordinal=1,
+        attempt_number=1,
+        seq=2,
+        event=event,
+        timestamp=at,
     )
 
 
@@ -461,7 +498,9 @@ HOUR = timedelta(hours=1)
 
 
 def test_judge_pid_gone() -> None:
-    reason = judge_abandoned(_start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=lambda _: None)
+    reason = judge_abandoned(
+        _start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=lambda _: None
+    )
     assert reason == "process 4242 on box is gone"
 
 
@@ -472,32 +511,64 @@ def test_judge_pid_reused_by_another_process() -> None:
         asked.append(pid)
         return 1000.0 + 3600  # same pid, started an hour later: another process
 
-    reason = judge_abandoned(_start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=start_time_of)
+    reason = judge_abandoned(
+        _start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=start_time_of
+    )
     assert reason == "pid 4242 on box now belongs to another process"
     assert asked == [4242]
 
 
 def test_judge_same_process_alive_and_fresh() -> None:
-    assert judge_abandoned(
-        _start(), _step(), now=T0 + timedelta(minutes=5), stale_after=HOUR, host="box",
-        start_time_of=lambda _: 1000.4,  # create_time jitter below a second is the same process
-    ) is None
+    assert (
+        judge_abandoned(
+            _start(),
+            _step(),
+            now=T0 + timedelta(minutes=5),
+            stale_after=HOUR,
+            host="box",
+            start_time_of=lambda _: 1000.4,  # create_time jitter below a second is the same process
+        )
+        is None
+    )
 
 
 def test_judge_unknown_process_start_only_checks_existence() -> None:
-    assert judge_abandoned(
-        _start(process_start=None), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=lambda _: 5.0
-    ) is None
+    assert (
+        judge_abandoned(
+            _start(process_start=None),
+            _step(),
+            now=T0,
+            stale_after=HOUR,
+            host="box",
+            start_time_of=lambda _: 5.0,
+        )
+        is None
+    )
 
 
 def test_judge_other_host_is_never_asked_about_its_pid() -> None:
     def boom(_: int) -> float:
         raise AssertionError("a pid on another host says nothing about this host")
 
-    assert judge_abandoned(_start(host="elsewhere"), _step(), now=T0, stale_after=HOUR, host="box",
-                           start_time_of=boom) is None
-    old = judge_abandoned(_start(host="elsewhere"), _step(), now=T0 + 2 * HOUR, stale_after=HOUR, host="box",
-                          start_time_of=boom)
+    assert (
+        judge_abandoned(
+            _start(host="elsewhere"),
+            _step(),
+            now=T0,
+            stale_after=HOUR,
+            host="box",
+            start_time_of=boom,
+        )
+        is None
+    )
+    old = judge_abandoned(
+        _start(host="elsewhere"),
+        _step(),
+        now=T0 + 2 * HOUR,
+        stale_after=HOUR,
+        host="box",
+        start_time_of=boom,
+    )
     assert old == "no event for 7200 s (limit 3600 s)"
 
 
@@ -521,15 +592,23 @@ def _writer(root: str, idx: int, barrier: Any, out: Any) -> None:
         barrier.wait(60)
         got = []
         for k in range(EVENTS_EACH):
-            ev = ledger.progress(T, R, "implement", "step", step=idx * 100 + k,
-                                 output=f"writer {idx} chunk {k} " * 50)
+            ev = ledger.progress(
+                T,
+                R,
+                "implement",
+                "step",
+                step=idx * 100 + k,
+                output=f"writer {idx} chunk {k} " * 50,
+            )
             got.append(ev.seq)
         out.put((idx, "ok", got))
     except BaseException:
         out.put((idx, "error", traceback.format_exc()))
 
 
-def test_concurrent_writers_get_distinct_gap_free_seqs_and_readers_see_whole_events(root: Path) -> None:
+def test_concurrent_writers_get_distinct_gap_free_seqs_and_readers_see_whole_events(
+    root: Path,
+) -> None:
     ledger = phaselog.Ledger(FilesStore(root))
     ledger.progress(T, R, "implement", "start")
     barrier = CTX.Barrier(WRITERS + 1)
@@ -564,7 +643,7 @@ def test_concurrent_writers_get_distinct_gap_free_seqs_and_readers_see_whole_eve
     assert mine == list(range(2, total + 1))  # each writer got its own seqs, none lost, none twice
     events = ledger.progress_events(T, R, "implement")
     assert [e.seq for e in events] == list(range(1, total + 1))
-    for prev, cur in zip(events, events[1:], strict=False):
+    for prev, cur in itertools.pairwise(events):
         assert cur.prev_hash == prev.content_hash
     for e in events[1:]:  # every writer's own events come in its own order
         assert e.output == f"writer {e.step // 100} chunk {e.step % 100} " * 50  # type: ignore[operator]

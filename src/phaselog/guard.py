@@ -150,9 +150,15 @@ class Holder:
 
 # -- liveness -------------------------------------------------------------------------------------
 def process_start_time(pid: int) -> float | None:
-    """Start time of ``pid`` (epoch seconds), or None when there is no such process."""
+    """Start time of ``pid`` (epoch seconds), or None when there is no such process (or it has
+    exited and is a zombie nobody reaped: it runs nothing, and must not hold the lock forever)."""
+    import psutil
+
     from phaselog.progress import process_start_time as pst
 
+    with contextlib.suppress(psutil.Error):
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return None
     return pst(pid)
 
 
@@ -240,7 +246,8 @@ class FileGuardStore:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _faults.point("guard.before_replace")
+        is_state = path == self.state_path
+        _faults.point("guard.before_replace" if is_state else "guard.before_lock_replace")
         os.replace(tmp, path)
         dfd = os.open(self.dir, _DIR_FLAGS)
         try:
@@ -451,15 +458,22 @@ class Guard:
               f"{cfg.kill_grace_s:g} s)", file=sys.stderr, flush=True)
         with contextlib.suppress(ProcessLookupError):
             self.env.kill(victim.pid, signal.SIGTERM)
+
+        def gone() -> bool:
+            now = self.env.start_time_of(victim.pid)
+            if now is None:
+                return True
+            return victim.process_start is not None and abs(now - victim.process_start) > 1.0
+
         deadline = time.monotonic() + cfg.kill_grace_s
         while time.monotonic() < deadline:
-            if self.env.start_time_of(victim.pid) != victim.process_start or self.env.start_time_of(victim.pid) is None:
+            if gone():
                 return
             self.env.sleep(0.05)
         with contextlib.suppress(ProcessLookupError):
             self.env.kill(victim.pid, signal.SIGKILL)
         for _ in range(100):
-            if self.env.start_time_of(victim.pid) is None:
+            if gone():
                 return
             self.env.sleep(0.05)
 
@@ -484,6 +498,9 @@ class Guard:
         assert me is not None
         try:
             if took_over:
+                why = took_over["reason"]
+                print(f"phaselog guard {self.name}: WARNING: took over the lock: {why}",
+                      file=sys.stderr, flush=True)
                 self.files.append_history({"kind": "takeover", "at": format_timestamp(self.env.clock()), **took_over})
             state = self.files.read_state()
             now = self.env.clock()
@@ -629,6 +646,8 @@ def _run_command(command: Sequence[str], env: dict[str, str], capture: bool) -> 
         code = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, old)
+        if proc.stdout is not None:
+            proc.stdout.close()
     return (128 - code if code < 0 else code), (tail if capture else None)
 
 
