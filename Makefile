@@ -33,6 +33,7 @@ bench: $(STAMP)  ## print benchmark figures (medians and ratios to baselines mea
 
 docs: $(STAMP)  ## regenerate docs/cli-reference.md from --help
 	$(BIN)/python docs/gen_cli_reference.py > docs/cli-reference.md
+	$(BIN)/python scripts/gen_manifest_json.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .hypothesis

@@ -43,6 +43,7 @@ POINTS = re.findall(r"""_faults\.point\(\s*["']([^"']+)["']\s*\)""", SRC)
 OUTCOME = {
     "files.after_meta_temp": "absent",
     "files.after_cp_temp": "absent",
+    "files.after_temps_fsync": "absent",
     "files.after_meta_link": "absent",
     "files.after_cp_link": "present",
     "files.after_dir_fsync": "present",

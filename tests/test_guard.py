@@ -433,28 +433,15 @@ def test_lock_taken_over_mid_run_fences_the_state_write(tmp_path: Path) -> None:
 def test_kill_stale_ends_a_hung_guard_subprocess(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
-    """A real ``phaselog guard run -- sleep 30`` holds the lock; with the clock two hours on it
+    """A real ``phaselog guard run -- sleep 300`` holds the lock; with the clock two hours on it
     looks hung; --kill-stale ends it (and its sleep) and our command runs exactly once."""
     root, out = tmp_path / "store", tmp_path / "out.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
+    cmd = [sys.executable, "-m", "phaselog", "guard", "run", "--root", str(root), "--name", NAME]
     victim = spawn(
-        procs,
-        sys.executable,
-        "-m",
-        "phaselog",
-        "guard",
-        "run",
-        "--root",
-        str(root),
-        "--name",
-        NAME,
-        "--",
-        "sleep",
-        "30",
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+        procs, *cmd, "--", "sleep", "300", env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
     reaped(victim)
     wait_for(
         lambda: (

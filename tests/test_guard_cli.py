@@ -160,7 +160,7 @@ def start_holder(root: Path, background: list[subprocess.Popen[bytes]], *extra: 
     """A real ``phaselog guard run -- sleep 30`` in the background, once it holds the lock and
     its command runs (and it forwards TERM). Reaped as soon as it exits, as cron would."""
     proc = subprocess.Popen(
-        argv("guard", "run", "--name", NAME, *extra, "--", "sleep", "30"),
+        argv("guard", "run", "--name", NAME, *extra, "--", "sleep", "300"),
         env=cli_env(root),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

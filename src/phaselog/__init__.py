@@ -11,30 +11,92 @@ from __future__ import annotations
 
 import os
 
-from phaselog.errors import (
-    AlreadyExists,
-    Conflict,
-    Corrupt,
-    InvalidIdentifier,
-    InvalidRecord,
-    NotFound,
-    NotMonotonic,
-    PhaselogError,
-    PipelineError,
-    PipelineMismatch,
-    StoreError,
-    TooLarge,
-    UnknownPhase,
-    UnsupportedVersion,
-    UsageError,
-)
-from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.ledger import Ledger, Page, Run, SkipDecision, VerifyReport, WriteResult
-from phaselog.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
-from phaselog.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
-from phaselog.state import PhaseState, RunStatus, derive_status
-from phaselog.stores import Damaged, Store, Stored, open_store
-from phaselog.validation import Issue, Report
+from typing import TYPE_CHECKING, Any
+
+# Names are imported on first use (PEP 562): `import phaselog` and the CLI start fast, and a
+# command pays only for the modules it touches.
+_LAZY = {
+    "AlreadyExists": "phaselog.errors",
+    "BasisEntry": "phaselog.records",
+    "Checkpoint": "phaselog.records",
+    "Conflict": "phaselog.errors",
+    "Corrupt": "phaselog.errors",
+    "Damaged": "phaselog.stores",
+    "InvalidIdentifier": "phaselog.errors",
+    "InvalidRecord": "phaselog.errors",
+    "Issue": "phaselog.validation",
+    "Ledger": "phaselog.ledger",
+    "NotFound": "phaselog.errors",
+    "NotMonotonic": "phaselog.errors",
+    "Page": "phaselog.ledger",
+    "Phase": "phaselog.pipelines",
+    "PhaseState": "phaselog.state",
+    "PhaselogError": "phaselog.errors",
+    "Pipeline": "phaselog.pipelines",
+    "PipelineError": "phaselog.errors",
+    "PipelineMismatch": "phaselog.errors",
+    "PipelineRef": "phaselog.records",
+    "Report": "phaselog.validation",
+    "Run": "phaselog.ledger",
+    "RunStatus": "phaselog.state",
+    "SCHEMA_VERSION": "phaselog.records",
+    "SkipDecision": "phaselog.ledger",
+    "Store": "phaselog.stores",
+    "StoreError": "phaselog.errors",
+    "Stored": "phaselog.stores",
+    "TooLarge": "phaselog.errors",
+    "UnknownPhase": "phaselog.errors",
+    "UnsupportedVersion": "phaselog.errors",
+    "UsageError": "phaselog.errors",
+    "VerifyReport": "phaselog.ledger",
+    "WriteResult": "phaselog.ledger",
+    "builtin": "phaselog.pipelines",
+    "derive_status": "phaselog.state",
+    "find_pipeline": "phaselog.pipelines",
+    "load_manifest": "phaselog.pipelines",
+    "normalize_run_id": "phaselog.ids",
+    "open_store": "phaselog.stores",
+    "pipeline_from_dict": "phaselog.pipelines",
+    "validate_ticket_id": "phaselog.ids",
+}
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from phaselog.errors import (
+        AlreadyExists,
+        Conflict,
+        Corrupt,
+        InvalidIdentifier,
+        InvalidRecord,
+        NotFound,
+        NotMonotonic,
+        PhaselogError,
+        PipelineError,
+        PipelineMismatch,
+        StoreError,
+        TooLarge,
+        UnknownPhase,
+        UnsupportedVersion,
+        UsageError,
+    )
+    from phaselog.ids import normalize_run_id, validate_ticket_id
+    from phaselog.ledger import Ledger, Page, Run, SkipDecision, VerifyReport, WriteResult
+    from phaselog.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
+    from phaselog.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
+    from phaselog.state import PhaseState, RunStatus, derive_status
+    from phaselog.stores import Damaged, Store, Stored, open_store
+    from phaselog.validation import Issue, Report
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'phaselog' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
@@ -87,6 +149,9 @@ __all__ = [
 
 def open(store: str | os.PathLike[str] | Store | None = None) -> Ledger:  # noqa: A001 - like io.open, the obvious name
     """Open a ledger over a store: a Store, a URL (``file:///…``), a path, or None (default)."""
+    from phaselog.ledger import Ledger
+    from phaselog.stores import open_store
+
     if store is None or isinstance(store, str | os.PathLike):
         return Ledger(open_store(store))
     return Ledger(store)

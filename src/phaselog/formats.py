@@ -15,6 +15,7 @@ _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
 )
 _DRIVE = re.compile(r"[A-Za-z]:")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def git_sha(value: str) -> str | None:
@@ -28,7 +29,7 @@ def relative_path(value: str) -> str | None:
     """Check an artifact path: relative, normalised, no '..', no backslashes or drive letters."""
     if not value:
         return "must not be empty"
-    if any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in value):  # C0, DEL and C1
+    if _CONTROL.search(value):  # C0, DEL and C1
         return "must not contain control characters"
     if "\\" in value:
         return f"must use '/' separators, not backslashes (got {value!r})"

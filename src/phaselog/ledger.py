@@ -412,8 +412,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         """
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        ph = self._phase(ticket_id, run_id, phase, pipeline)
-        refs = [r for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal]
+        all_refs = self.store.attempts(ticket_id, run_id)
+        ph = _phase_from_refs(all_refs, phase) if pipeline is None else None
+        if ph is None:
+            ph = self._phase(ticket_id, run_id, phase, pipeline)
+        refs = [r for r in all_refs if r.phase_ordinal == ph.ordinal]
         if attempt is not None:
             return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt)
         completed = sorted((r for r in refs if r.completed), key=lambda r: r.attempt_number)
@@ -651,6 +654,18 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         return SkipDecision(
             target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight
         )
+
+def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> Phase | None:
+    """The phase as the stored file names give it (name and ordinal), without loading the pipeline.
+
+    Reading is then one directory listing and one record; an unknown phase still goes through
+    the pipeline, whose error lists the valid phases.
+    """
+    for r in refs:
+        if r.phase == phase or (isinstance(phase, int | str) and str(r.phase_ordinal) == str(phase)):
+            return Phase(r.phase, r.phase_ordinal)
+    return None
+
 
 def _payload(ph: Phase, payload: Mapping[str, Any] | None, status: str) -> dict[str, Any] | None:
     if payload is None:

@@ -18,7 +18,6 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-from phaselog import _yaml
 from phaselog.errors import Corrupt, PipelineError, UnknownPhase
 from phaselog.records import PipelineRef
 
@@ -95,7 +94,7 @@ class Pipeline:
     order: str = "strict"
     source: str = "<python>"
 
-    @property
+    @cached_property
     def manifest_hash(self) -> str:
         """SHA-256 over the canonical JSON of the manifest's content."""
         doc = {
@@ -232,7 +231,14 @@ def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
     except OSError as exc:
         raise PipelineError(f"pipeline manifest {p}: {exc.strerror}", path=str(p)) from None
     try:
-        doc = _yaml.load(data)
+        if p.suffix == ".json" and p.parent == BUILTIN_DIR:
+            # Built-ins are read from their generated JSON twin: reading a record must not pay
+            # for importing YAML (tests/test_pipelines.py checks the twins match the YAML).
+            doc = json.loads(data)
+        else:
+            from phaselog import _yaml
+
+            doc = _yaml.load(data)
     except Corrupt as exc:
         raise PipelineError(f"pipeline manifest {p}: {exc.message}", path=str(p)) from None
     # The payload schemas are checked against the JSON Schema metaschema on first use
@@ -267,6 +273,11 @@ def find_pipeline(name: str, root: str | os.PathLike[str] | None = None) -> Pipe
 
 @cache
 def _cached_manifest(path: str, _mtime: int) -> Pipeline:
+    p = Path(path)
+    if p.parent == BUILTIN_DIR and p.suffix == ".yaml" and p.with_suffix(".json").is_file():
+        pipeline = load_manifest(p.with_suffix(".json"))
+        return Pipeline(pipeline.name, pipeline.version, pipeline.phases, pipeline.description,
+                        pipeline.order, str(p))
     return load_manifest(path)
 
 

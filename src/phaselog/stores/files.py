@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from phaselog import _faults, _yaml
+from phaselog import _faults
 from phaselog.errors import (
     AlreadyExists,
     Conflict,
@@ -241,17 +241,28 @@ class FilesStore:
 
     def _publish_completed(self, run_fd: int, record: Checkpoint, names: set[str]) -> None:
         ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
+        from phaselog import _yaml  # imported on write: reading phaselog's records needs no YAML
+
         seed = record.seed_dict()
         yaml_bytes = _yaml.dump(seed).encode("utf-8")
         meta_bytes = _meta_bytes(record, hashlib.sha256(yaml_bytes).hexdigest())
         self._check_size(len(yaml_bytes) + len(meta_bytes), record)
         final_meta, final_cp = meta_name(ordinal, phase, attempt), cp_name(ordinal, phase, attempt)
         temps: list[str] = []
+        fds: list[int] = []
         try:
-            temps.append(self._write_temp(run_fd, meta_bytes))
-            _faults.point("files.after_meta_temp")
-            temps.append(self._write_temp(run_fd, yaml_bytes))
-            _faults.point("files.after_cp_temp")
+            for data, point in ((meta_bytes, "files.after_meta_temp"), (yaml_bytes, "files.after_cp_temp")):
+                name, fd = self._create_temp(run_fd, data)
+                temps.append(name)
+                fds.append(fd)
+                _faults.point(point)
+            # Both files must reach the disk before either is linked: fsync them concurrently
+            # (the journal commits them together), then link the sidecar, then the seed file.
+            _fsync_all(fds)
+            for fd in fds:
+                os.close(fd)
+            fds.clear()
+            _faults.point("files.after_temps_fsync")
             if final_meta in names:
                 # A sidecar without its seed file is what a crash between the two links leaves
                 # behind. It was never visible as a record, and we hold the run's lock.
@@ -271,6 +282,9 @@ class FilesStore:
             os.fsync(run_fd)
             _faults.point("files.after_dir_fsync")
         finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             for t in temps:
                 with contextlib.suppress(OSError):
                     os.unlink(t, dir_fd=run_fd)
@@ -299,6 +313,20 @@ class FilesStore:
 
     @staticmethod
     def _write_temp(dir_fd: int, data: bytes) -> str:
+        name, fd = FilesStore._create_temp(dir_fd, data)
+        try:
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+        return name
+
+    @staticmethod
+    def _create_temp(dir_fd: int, data: bytes) -> tuple[str, int]:
+        """Write ``data`` to a new temp file; return its name and open descriptor (not fsynced)."""
         name = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
         fd = os.open(
             name,
@@ -311,14 +339,12 @@ class FilesStore:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=dir_fd)
             raise
-        os.close(fd)
-        return name
+        return name, fd
 
     @staticmethod
     def _clean_temps(dir_fd: int, names: list[str]) -> None:
@@ -795,6 +821,29 @@ class FilesStore:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+_POOL: tuple[int, Any] | None = None
+
+
+def _fsync_all(fds: list[int]) -> None:
+    """fsync every descriptor, the others concurrently with the first (os.fsync drops the GIL).
+
+    One worker thread per process, created on first use and re-created after a fork (a forked
+    child has no copy of the parent's threads).
+    """
+    global _POOL  # noqa: PLW0603 - a per-process cache of one worker thread
+    if len(fds) == 1:
+        os.fsync(fds[0])
+        return
+    if _POOL is None or _POOL[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=len(fds) - 1, thread_name_prefix="phaselog-fsync"))
+    futures = [_POOL[1].submit(os.fsync, fd) for fd in fds[1:]]
+    os.fsync(fds[0])
+    for f in futures:
+        f.result()
+
+
 def _parse_names(names: list[str]) -> list[AttemptRef]:
     refs: dict[tuple[int, int], AttemptRef] = {}
     for n in names:
@@ -846,6 +895,8 @@ def _parse_meta(raw: bytes, location: str) -> dict[str, Any]:
 
 
 def _yaml_or_corrupt(raw: bytes, location: str) -> Any:
+    from phaselog import _yaml
+
     try:
         return _yaml.load(raw)
     except Corrupt as exc:
