@@ -251,11 +251,14 @@ class FilesStore:
         temps: list[str] = []
         fds: list[int] = []
         try:
-            for data, point in ((meta_bytes, "files.after_meta_temp"), (yaml_bytes, "files.after_cp_temp")):
-                name, fd = self._create_temp(run_fd, data)
-                temps.append(name)
-                fds.append(fd)
-                _faults.point(point)
+            name, fd = self._create_temp(run_fd, meta_bytes)
+            temps.append(name)
+            fds.append(fd)
+            _faults.point("files.after_meta_temp")
+            name, fd = self._create_temp(run_fd, yaml_bytes)
+            temps.append(name)
+            fds.append(fd)
+            _faults.point("files.after_cp_temp")
             # Both files must reach the disk before either is linked: fsync them concurrently
             # (the journal commits them together), then link the sidecar, then the seed file.
             _fsync_all(fds)
