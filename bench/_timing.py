@@ -46,20 +46,47 @@ class Stat:
 
 @dataclass(frozen=True)
 class Ratio:
-    """Median of a subject over the median of a baseline, with an optional goal (at most)."""
+    """Median of a subject over the median of a baseline, with an optional goal (at most).
+
+    With ``at_least`` it is a throughput ratio instead: ops/s of the subject over ops/s of the
+    baseline (= median(baseline) / median(subject)), and the goal is a minimum.
+    """
 
     subject: str
     baseline: str
     value: float
     goal: float | None = None
     note: str = ""
+    at_least: bool = False
+    #: Why the ratio could not be measured (a contestant was skipped), else "".
+    skipped: str = ""
 
     @property
     def verdict(self) -> str:
-        """'met', 'MISSED' or '' when there is no goal."""
+        """'met', 'MISSED', 'skipped' or '' when there is no goal."""
+        if self.skipped:
+            return "skipped"
         if self.goal is None:
             return ""
-        return "met" if self.value <= self.goal else "MISSED"
+        ok = self.value >= self.goal if self.at_least else self.value <= self.goal
+        return "met" if ok else "MISSED"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """An absolute goal on a contestant's median (the issue sets a few; most goals are ratios)."""
+
+    key: str
+    value_ns: float
+    goal_ns: float
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """'met' or 'MISSED' ('skipped' when there are no samples)."""
+        if math.isnan(self.value_ns):
+            return "skipped"
+        return "met" if self.value_ns <= self.goal_ns else "MISSED"
 
 
 @dataclass
@@ -71,6 +98,9 @@ class Section:
     notes: list[str] = field(default_factory=list)
     stats: list[Stat] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
+    limits: list[Limit] = field(default_factory=list)
+    #: Print an ops/s column (1 / median) beside median and p90.
+    show_rate: bool = False
 
     def stat(self, key: str) -> Stat:
         """The summary of the contestant ``key``."""
@@ -93,6 +123,23 @@ class Section:
         self.ratios.append(r)
         return r
 
+    def speedup(
+        self, subject: str, baseline: str, *, goal: float | None = None, note: str = ""
+    ) -> Ratio:
+        """Add (and return) ops/s(subject) / ops/s(baseline); ``goal`` is a minimum."""
+        a, b = self.stat(subject), self.stat(baseline)
+        skipped = next((s.label for s in (a, b) if s.n == 0), "")
+        value = math.nan if skipped else b.median_ns / a.median_ns
+        r = Ratio(subject, baseline, value, goal, note, at_least=True, skipped=skipped)
+        self.ratios.append(r)
+        return r
+
+    def limit(self, key: str, goal_ns: float, *, note: str = "") -> Limit:
+        """Add (and return) an absolute goal on the median of ``key``."""
+        lim = Limit(key, self.stat(key).median_ns, goal_ns, note)
+        self.limits.append(lim)
+        return lim
+
     def to_json(self) -> dict[str, Any]:
         """Machine-readable form (``--json``)."""
         return {
@@ -101,6 +148,7 @@ class Section:
             "notes": self.notes,
             "stats": [s.__dict__ for s in self.stats],
             "ratios": [{**r.__dict__, "verdict": r.verdict} for r in self.ratios],
+            "limits": [{**lim.__dict__, "verdict": lim.verdict} for lim in self.limits],
         }
 
 
@@ -141,6 +189,11 @@ def run_interleaved(
     return [summarise(c) for c in contestants]
 
 
+def skipped_stat(key: str, label: str, role: str) -> Stat:
+    """A row for a contestant that could not run (its label says why): n = 0, times n/a."""
+    return Stat(key, label, role, 0, math.nan, math.nan)
+
+
 def summarise(c: Contestant) -> Stat:
     """Median and p90 of a contestant's samples."""
     return Stat(
@@ -169,7 +222,27 @@ def fmt_time(ns: float) -> str:
 
 def fmt_ratio(x: float) -> str:
     """A ratio like ``2.37x``."""
-    return f"{x:.2f}x"
+    return "n/a" if math.isnan(x) else f"{x:.2f}x"
+
+
+def fmt_rate(ns: float) -> str:
+    """Operations per second for a median of ``ns`` nanoseconds, like ``1,234/s``."""
+    if math.isnan(ns) or ns <= 0:
+        return "n/a"
+    rate = 1e9 / ns
+    return f"{rate:,.0f}/s" if rate >= 10 else f"{rate:.1f}/s"
+
+
+def _ratio_text(r: Ratio) -> str:
+    if r.at_least:
+        return f"ops/s {r.subject} / ops/s {r.baseline} = {fmt_ratio(r.value)}"
+    return f"{r.subject} / {r.baseline} = {fmt_ratio(r.value)}"
+
+
+def _goal_text(r: Ratio) -> str:
+    if r.goal is None:
+        return f"   {r.verdict}" if r.skipped else ""
+    return f"   goal {'>=' if r.at_least else '<='} {fmt_ratio(r.goal)}: {r.verdict}"
 
 
 LABEL_W = 58
@@ -181,28 +254,51 @@ def print_section(s: Section, out: Callable[[str], None] = print) -> None:
     out(f"== {s.title}")
     for note in s.notes:
         out(f"   {note}")
-    out(f"   {'role':<10} {'operation':<{LABEL_W}} {'median':>10} {'p90':>10} {'n':>5}")
+    rate_head = f" {'ops/s':>10}" if s.show_rate else ""
+    out(f"   {'role':<10} {'operation':<{LABEL_W}} {'median':>10} {'p90':>10} {'n':>5}{rate_head}")
     for st in s.stats:
+        rate = f" {fmt_rate(st.median_ns):>10}" if s.show_rate else ""
         out(
             f"   {st.role:<10} {st.label:<{LABEL_W}} {fmt_time(st.median_ns):>10} "
-            f"{fmt_time(st.p90_ns):>10} {st.n:>5}"
+            f"{fmt_time(st.p90_ns):>10} {st.n:>5}{rate}"
         )
     labels = {st.key: st.label for st in s.stats}
     for r in s.ratios:
-        goal = f"   goal <= {fmt_ratio(r.goal)}: {r.verdict}" if r.goal is not None else ""
         note = f"   ({r.note})" if r.note else ""
-        out(f"   ratio  {r.subject} / {r.baseline} = {fmt_ratio(r.value)}{goal}{note}")
-        if r.subject in labels and r.baseline in labels:
+        out(f"   ratio  {_ratio_text(r)}{_goal_text(r)}{note}")
+        if r.subject in labels and r.baseline in labels and not r.skipped:
             out(f"          [{labels[r.subject]}  /  {labels[r.baseline]}]")
+    for lim in s.limits:
+        note = f"   ({lim.note})" if lim.note else ""
+        out(
+            f"   limit  {lim.key} median = {fmt_time(lim.value_ns)}   goal <= "
+            f"{fmt_time(lim.goal_ns)}: {lim.verdict}{note}"
+        )
 
 
 def print_summary(sections: list[Section], out: Callable[[str], None] = print) -> None:
     """One table with every ratio of the run."""
     out("")
     out("== summary: ratio = median(subject) / median(baseline), both measured in this run")
-    out(f"   {'benchmark':<9} {'subject / baseline':<46} {'ratio':>8}  goal")
+    if any(r.at_least for s in sections for r in s.ratios):
+        out("   (ops/s a / ops/s b = median(b) / median(a): a throughput ratio, higher is better)")
+    w = max([9, *(len(s.key) for s in sections)])
+    out(f"   {'benchmark':<{w}} {'subject / baseline':<46} {'ratio':>8}  goal")
     for s in sections:
         for r in s.ratios:
-            goal = f"<= {fmt_ratio(r.goal)}  {r.verdict}" if r.goal is not None else "-"
-            pair = f"{r.subject} / {r.baseline}"
-            out(f"   {s.key:<9} {pair:<46} {fmt_ratio(r.value):>8}  {goal}")
+            if r.goal is not None:
+                goal = f"{'>=' if r.at_least else '<='} {fmt_ratio(r.goal)}  {r.verdict}"
+            else:
+                goal = r.verdict or "-"
+            pair = (
+                f"ops/s {r.subject} / ops/s {r.baseline}"
+                if r.at_least
+                else f"{r.subject} / {r.baseline}"
+            )
+            out(f"   {s.key:<{w}} {pair:<46} {fmt_ratio(r.value):>8}  {goal}")
+        for lim in s.limits:
+            pair = f"{lim.key} median (absolute)"
+            out(
+                f"   {s.key:<{w}} {pair:<46} {fmt_time(lim.value_ns):>8}  "
+                f"<= {fmt_time(lim.goal_ns)}  {lim.verdict}"
+            )

@@ -232,11 +232,14 @@ def test_decision_log_shape_and_source_reference(led: phaselog.Ledger, root: Pat
 
 
 def test_decisions_merge_across_runs_first_record_wins(led: phaselog.Ledger, clock: Clock) -> None:
-    led.write(T, R2, "implement", IMPLEMENT, decisions=[decision("d1"), decision("d2")])
+    # The run that writes first has the run id that sorts last: time, not names, decides.
+    first, second = sorted([R1, R2], key=normalize_run_id, reverse=True)
+    assert normalize_run_id(first) > normalize_run_id(second)
+    led.write(T, first, "implement", IMPLEMENT, decisions=[decision("d1"), decision("d2")])
     clock.tick()
     led.write(
         T,
-        R1,
+        second,
         "implement",
         IMPLEMENT,
         decisions=[decision("d1"), decision("d2", "b"), decision("d3")],
@@ -244,15 +247,14 @@ def test_decisions_merge_across_runs_first_record_wins(led: phaselog.Ledger, clo
     log = led.decisions(T)
     assert [d["decision_id"] for d in log["decisions"]] == ["d1", "d2", "d3"]
     by_id = {d["decision_id"]: d for d in log["decisions"]}
-    # R2 wrote first (although it sorts after R1 by name): its records win.
-    assert by_id["d1"]["source"]["run_id"] == normalize_run_id(R2)
+    assert by_id["d1"]["source"]["run_id"] == normalize_run_id(first)
     assert by_id["d2"]["selected"] == "a"
-    assert by_id["d3"]["source"]["run_id"] == normalize_run_id(R1)
+    assert by_id["d3"]["source"]["run_id"] == normalize_run_id(second)
     # an identical duplicate is not a conflict; a different one is reported
     assert [c["decision_id"] for c in log["conflicts"]] == ["d2"]
     c = log["conflicts"][0]
-    assert c["kept"]["run_id"] == normalize_run_id(R2)
-    assert c["ignored"]["run_id"] == normalize_run_id(R1)
+    assert c["kept"]["run_id"] == normalize_run_id(first)
+    assert c["ignored"]["run_id"] == normalize_run_id(second)
     assert "first record wins" in c["message"]
 
 

@@ -246,8 +246,10 @@ class FileGuardStore:
             os.fsync(fd)
         finally:
             os.close(fd)
-        is_state = path == self.state_path
-        _faults.point("guard.before_replace" if is_state else "guard.before_lock_replace")
+        if path == self.state_path:
+            _faults.point("guard.before_replace")
+        else:
+            _faults.point("guard.before_lock_replace")
         os.replace(tmp, path)
         dfd = os.open(self.dir, _DIR_FLAGS)
         try:

@@ -125,7 +125,11 @@ class SqlStore:
         self.dialect = dialect
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
-        self.migrate()
+        try:
+            self.migrate()
+        except BaseException:
+            self._reset()  # a store that cannot open must not leak its connection
+            raise
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dialect.describe()!r})"
