@@ -623,6 +623,7 @@ def test_uniqueness_is_enforced_by_constraints_not_by_the_code(
     ledger = Ledger(open_store(url))
     ledger.write(T, "r1", "implement", IMPLEMENT)
     ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["b"]})
+    ledger.progress(T, "r1", "local_review", "start")
     ledger.close()
     run = phaselog.normalize_run_id("r1")
     insert = ("INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, prev_attempt, "
@@ -635,6 +636,7 @@ def test_uniqueness_is_enforced_by_constraints_not_by_the_code(
         raw(url, "INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) SELECT kind, ticket_id, "
                  "run_id, name, body FROM phaselog_entries", ())
     assert raw(url, "SELECT COUNT(*) FROM phaselog_checkpoints") == [(2,)]
+    assert raw(url, "SELECT COUNT(*) FROM phaselog_entries") == [(1,)]
 
 
 # -- SQLite settings -----------------------------------------------------------------------------------
@@ -690,9 +692,10 @@ def test_a_holder_whose_lease_was_taken_over_can_no_longer_write_state(
         else:
             env = Environment()
         a = Guard(store, "fence", env=env)
-        out = tmp_path / "takeover.json"
+        out, script = tmp_path / "takeover.json", tmp_path / "takeover.py"
+        script.write_text(TAKEOVER)
         # A's command is B: another process that takes A's lease over and runs a pass of its own.
-        cmd = ["sh", "-c", f'"{sys.executable}" -c \'{TAKEOVER}\' "{url}" {view} > "{out}"']
+        cmd = ["sh", "-c", f'"{sys.executable}" "{script}" "{url}" {view} > "{out}"']
         with pytest.raises(Fenced) as info:
             a.run(cmd)
         assert info.value.error_code == "fenced"

@@ -188,7 +188,7 @@ def judge_holder(holder: Holder, env: Environment, stale_after: timedelta) -> tu
             return "hung", f"pid {holder.pid} has held the lock for {mins} min, longer than --stale-after: looks hung"
         return "live", f"pid {holder.pid} is running ({mins} min)"
     if age > stale_after:
-        return "remote-stale", f"held by {holder.host} for {mins} min, longer than --stale-after"
+        return "remote-stale", f"held by {holder.host or 'an unknown host'} for {mins} min, longer than --stale-after"
     return "remote-live", f"held by pid {holder.pid} on {holder.host} ({mins} min); its liveness cannot be checked"
 
 
@@ -523,22 +523,25 @@ class Guard:
                 )
             started = self.env.clock()
             env = dict(os.environ)
+            env.pop("PHASELOG_DRY_RUN", None)  # only this guard's --dry-run says it
             if cfg.dry_run:
                 env["PHASELOG_DRY_RUN"] = "1"
             code, tail = (runner or _run_command)(command, env, cfg.outcome_from_output)
             ended = self.env.clock()
             outcome = outcome_of(code, tail if cfg.outcome_from_output else None)
             failed = outcome in ("failure", "halt", "unknown")
-            new = replace(
-                state,
-                pass_count=state.pass_count + 1,
-                last_status=outcome,
-                last_run_at=ended,
-                consecutive_failures=state.consecutive_failures + 1 if failed else 0,
-                dry_run=cfg.dry_run,
-                schema_version=SCHEMA_VERSION,
-            )
             with self.files.mutex():
+                # Re-read under the mutex: a `guard reset` while the command ran must not be lost.
+                current = self.files.read_state()
+                new = replace(
+                    current,
+                    pass_count=current.pass_count + 1,
+                    last_status=outcome,
+                    last_run_at=ended,
+                    consecutive_failures=current.consecutive_failures + 1 if failed else 0,
+                    dry_run=cfg.dry_run,
+                    schema_version=SCHEMA_VERSION,
+                )
                 self.files.write_state(new, token=me.token)
             self.files.append_history({
                 "kind": "pass", "pass": new.pass_count, "started_at": format_timestamp(started),

@@ -1,0 +1,389 @@
+"""[5] SQL stores: write, read-latest, status and list on SQLite and PostgreSQL at 10k-1M records.
+
+For each scale, one database per backend holds the data set twice, in their own tables: phaselog's
+checkpoints and LangGraph's (``_sqldata``). Four groups of contestants are timed, each interleaved:
+
+* write:  ``Ledger.write`` of the next implement attempt into an existing run of 8 checkpoints,
+  against LangGraph's ``put`` of the next checkpoint of the same thread/namespace and, on SQLite,
+  a raw ``sqlite3`` INSERT + COMMIT of the same row into phaselog's table (WAL, synchronous=FULL);
+* read:   ``Ledger.read`` of the latest implement checkpoint of a run vs ``get_tuple`` of the
+  namespace without a checkpoint_id (its latest checkpoint);
+* status: ``Ledger.status`` of that run vs ``get_tuple`` + ``list`` of the namespace (LangGraph
+  has no derived status: that is the closest it comes, reading the same rows);
+* list:   ``Ledger.list`` of a ticket with 1,000 checkpoints vs ``list`` of the thread.
+
+Raw SQL (a SELECT of the same rows + ``json.loads``) is printed beside read, status and list as
+``info``: what phaselog adds over the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import _data, _sqldata
+from bench._sqldata import Built, Target, lg_config, lg_put
+from bench._timing import (
+    BASELINE,
+    INFO,
+    REFERENCE,
+    SUBJECT,
+    Contestant,
+    Section,
+    Stat,
+    run_interleaved,
+    skipped_stat,
+)
+from phaselog.ledger import Ledger
+
+GOAL_THROUGHPUT = 1.5  # ops/s of phaselog >= 1.5x LangGraph's, every operation
+GOAL_RAW_WRITE = 1.3  # SQLite Ledger.write <= 1.3x a raw sqlite3 insert of the same row
+STATUS_LIMIT_NS = 2e6  # status of one run <= 2 ms (the issue: at 1M records)
+INNER = {"write": 1, "read": 10, "status": 3, "list": 1}
+RAW_TICKET = "SQL-RAW"
+
+_COLS = "run_id, phase_ordinal, attempt, status, body FROM phaselog_checkpoints"
+RAW_READ = (
+    f"SELECT {_COLS} WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? "
+    "AND status = 'completed' ORDER BY attempt DESC LIMIT 1"
+)
+RAW_RUN = f"SELECT {_COLS} WHERE ticket_id = ? AND run_id = ? ORDER BY phase_ordinal, attempt"
+RAW_TICKET_SQL = (
+    f"SELECT {_COLS} WHERE ticket_id = ? ORDER BY run_id, phase_ordinal, attempt"
+)
+
+
+def run(
+    workdir: Path,
+    *,
+    write_rounds: int,
+    read_rounds: int,
+    status_rounds: int,
+    list_rounds: int,
+    scales: list[int],
+    pg_url: str = _sqldata.PG_URL,
+    keep: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> list[Section]:
+    """Build each scale's databases, time every backend, drop the databases; one section each."""
+    rounds = {
+        "write": write_rounds,
+        "read": read_rounds,
+        "status": status_rounds,
+        "list": list_rounds,
+    }
+    sections: list[Section] = []
+    for n in scales:
+        label = _sqldata.scale_label(n)
+        targets: list[Target] = [
+            _sqldata.SqliteTarget(workdir / f"sql-{label}.sqlite"),
+            _sqldata.PostgresTarget(pg_url, _sqldata.pg_schema(label)),
+        ]
+        try:
+            if progress:
+                progress(f"{label}: building {n:,} records per backend (phaselog + LangGraph)")
+            built = _sqldata.build(targets, n, workdir, progress)
+            if progress:
+                progress(f"{label}: built in {built.describe()}")
+            for t in targets:
+                sections.append(_time_target(t, built, rounds, progress))
+        finally:
+            for t in targets:
+                t.close() if keep else t.drop()
+    return sections
+
+
+def _time_target(
+    t: Target, built: Built, rounds: dict[str, int], progress: Callable[[str], None] | None
+) -> Section:
+    layout = built.layout
+    label = _sqldata.scale_label(layout.records)
+    section = Section(
+        f"{t.key}-{label}",
+        f"[5] sql: {t.name} store at {layout.records:,} records ({layout.runs:,} runs of "
+        f"{_sqldata.PER_RUN} in {layout.tickets:,} tickets), LangGraph {t.lg_name} on the same "
+        "database",
+        show_rate=True,
+    )
+    if t.skip_reason is not None:
+        section.notes.append(f"skipped: {t.skip_reason}")
+        return section
+    where = (
+        f"{t.url} on {_data.filesystem_of(t.path, options=False)}"  # type: ignore[attr-defined]
+        if t.key == "sqlite"
+        else t.url
+    )
+    section.notes += [
+        f"database {where}; {t.size()} after the build (phaselog + LangGraph tables)",
+        f"built in {built.describe()}",
+        *_sqldata.check(t, built),
+        f"phaselog bodies {min(built.template.body_bytes):,}-{max(built.template.body_bytes):,} "
+        "bytes (seed checkpoint + phaselog metadata, JSON); LangGraph's checkpoints carry the "
+        "same seed checkpoint in channel_values['checkpoint']",
+        "mapping: ticket = thread_id, run = checkpoint_ns; read-latest = get_tuple without "
+        "checkpoint_id; status = get_tuple + list of the namespace (LangGraph derives no status); "
+        "list of a ticket = list of the thread",
+    ]
+    if t.lg_skip:
+        section.notes.append(f"LangGraph {t.lg_name}: skipped: {t.lg_skip}")
+    store = t.open_store()
+    ledger = Ledger(store)
+    raw = t.raw_connect()
+    try:
+        if t.key == "sqlite":
+            section.notes.append(
+                f"durability: phaselog {t.synchronous(store.conn.raw)}; "  # type: ignore[attr-defined]
+                f"raw sqlite3 {t.synchronous(raw)}"  # type: ignore[attr-defined]
+            )
+        section.notes += t.notes
+        section.notes.append(
+            "rounds: "
+            + ", ".join(
+                f"{k} {r}" + (f" x {INNER[k]} calls" if INNER[k] > 1 else "")
+                for k, r in rounds.items()
+            )
+            + "; interleaved within each group, order rotated each round; ops/s = 1 / median"
+        )
+        _write_group(section, t, built, ledger, raw, rounds["write"], progress)
+        _read_groups(section, t, built, ledger, raw, rounds, progress)
+    finally:
+        store.close()
+        with contextlib.suppress(Exception):
+            raw.close()
+    _ratios(section, t)
+    return section
+
+
+def _lg_row(t: Target, key: str, label: str) -> Stat | None:
+    """The skipped row for a LangGraph contestant that cannot run (None if it can)."""
+    if t.saver is not None:
+        return None
+    return skipped_stat(key, f"{label}: skipped ({t.lg_skip})"[:58], REFERENCE)
+
+
+def _run_group(
+    section: Section,
+    contestants: list[Contestant],
+    skipped: list[Stat | None],
+    rounds: int,
+    progress: Callable[[str], None] | None,
+    name: str,
+) -> None:
+    report = (lambda m: progress(f"{section.key} {name}: {m}")) if progress else None
+    section.stats += run_interleaved(contestants, rounds, warmup=3, progress=report)
+    section.stats += [s for s in skipped if s is not None]
+
+
+def _write_group(
+    section: Section,
+    t: Target,
+    built: Built,
+    ledger: Ledger,
+    raw: Any,
+    rounds: int,
+    progress: Callable[[str], None] | None,
+) -> None:
+    runs = built.layout.write_runs()
+    lg_runs = built.layout.write_runs()
+    steps = itertools.count(10_000_000)
+    template = built.template
+
+    def prepare_write() -> tuple[str, str]:
+        ticket, run = next(runs)
+        ledger.recorded_pipeline(ticket, run)  # the process knows the run (as a pipeline does)
+        return ticket, run
+
+    def write(arg: tuple[str, str]) -> None:
+        ledger.write(arg[0], arg[1], "implement", _data.IMPLEMENT, **_data.write_kwargs())
+
+    def prepare_raw() -> Any:
+        return template.next_implement(RAW_TICKET, str(uuid.uuid4()), 3)[0]
+
+    contestants = [
+        Contestant(
+            "write",
+            "Ledger.write, next implement attempt (run of 8)",
+            SUBJECT,
+            write,
+            prepare_write,
+        ),
+        Contestant(
+            "raw_insert",
+            f"raw {'sqlite3' if t.key == 'sqlite' else 'psycopg'} INSERT + COMMIT, same row",
+            BASELINE if t.key == "sqlite" else INFO,
+            lambda row: t.raw_insert(raw, row),  # type: ignore[attr-defined]
+            prepare_raw,
+        ),
+    ]
+    if t.saver is not None:
+        saver = t.saver
+
+        def prepare_put() -> tuple[str, str, dict[str, Any], Any]:
+            ticket, run = next(lg_runs)
+            parent = saver.get_tuple(lg_config(ticket, run))
+            seed = template.next_implement(ticket, run, 3)[1].seed_dict()
+            return ticket, run, seed, parent
+
+        def put(arg: tuple[str, str, dict[str, Any], Any]) -> None:
+            lg_put(saver, *arg, next(steps))
+
+        contestants.append(
+            Contestant(
+                "lg_put",
+                f"LangGraph {t.lg_name}.put, next checkpoint of the ns",
+                REFERENCE,
+                put,
+                prepare_put,
+            )
+        )
+    skipped = [_lg_row(t, "lg_put", f"LangGraph {t.lg_name}.put")]
+    _run_group(section, contestants, skipped, rounds, progress, "write")
+
+
+def _read_groups(
+    section: Section,
+    t: Target,
+    built: Built,
+    ledger: Ledger,
+    raw: Any,
+    rounds: dict[str, int],
+    progress: Callable[[str], None] | None,
+) -> None:
+    layout = built.layout
+    ticket, run = layout.target_ticket, layout.target_run
+    saver = t.saver
+    run_cfg = lg_config(ticket, run)
+    thread_cfg = {"configurable": {"thread_id": ticket}}
+    per_ticket = _sqldata.RUNS_PER_TICKET * _sqldata.PER_RUN
+    sql = t.placeholder
+
+    def raw_rows(text: str, params: tuple[Any, ...]) -> int:
+        rows = raw.execute(sql(text), params).fetchall()
+        for r in rows:
+            json.loads(r[4])
+        return len(rows)
+
+    # -- read-latest --------------------------------------------------------------------------------
+    contestants = [
+        Contestant(
+            "read",
+            "Ledger.read, latest implement of a run of 8",
+            SUBJECT,
+            lambda _: ledger.read(ticket, run, "implement"),
+            inner=INNER["read"],
+        ),
+        Contestant(
+            "raw_read",
+            "raw SELECT of that row + json.loads",
+            INFO,
+            lambda _: raw_rows(RAW_READ, (ticket, run, 1)),
+            inner=INNER["read"],
+        ),
+    ]
+    if saver is not None:
+        contestants.append(
+            Contestant(
+                "lg_get",
+                f"{t.lg_name}.get_tuple, latest of the ns",
+                REFERENCE,
+                lambda _: saver.get_tuple(run_cfg),
+                inner=INNER["read"],
+            )
+        )
+    skipped = [_lg_row(t, "lg_get", f"{t.lg_name}.get_tuple")]
+    _run_group(section, contestants, skipped, rounds["read"], progress, "read")
+
+    # -- status of one run --------------------------------------------------------------------------
+    def lg_status(_: object) -> None:
+        saver.get_tuple(run_cfg)
+        for _tup in saver.list(run_cfg):
+            pass
+
+    contestants = [
+        Contestant(
+            "status",
+            f"Ledger.status, run of {_sqldata.PER_RUN} checkpoints",
+            SUBJECT,
+            lambda _: ledger.status(ticket, run),
+            inner=INNER["status"],
+        ),
+        Contestant(
+            "raw_status",
+            f"raw SELECT of the run's {_sqldata.PER_RUN} rows + json.loads",
+            INFO,
+            lambda _: raw_rows(RAW_RUN, (ticket, run)),
+            inner=INNER["status"],
+        ),
+    ]
+    if saver is not None:
+        contestants.append(
+            Contestant(
+                "lg_status",
+                f"{t.lg_name}.get_tuple + list of the ns ({_sqldata.PER_RUN})",
+                REFERENCE,
+                lg_status,
+                inner=INNER["status"],
+            )
+        )
+    skipped = [_lg_row(t, "lg_status", f"{t.lg_name}.get_tuple + list")]
+    _run_group(section, contestants, skipped, rounds["status"], progress, "status")
+
+    # -- list of one ticket -------------------------------------------------------------------------
+    contestants = [
+        Contestant(
+            "list",
+            f"Ledger.list, ticket of {per_ticket:,} ({_sqldata.RUNS_PER_TICKET} runs)",
+            SUBJECT,
+            lambda _: ledger.list(ticket),
+        ),
+        Contestant(
+            "raw_list",
+            f"raw SELECT of its {per_ticket:,} rows + json.loads",
+            INFO,
+            lambda _: raw_rows(RAW_TICKET_SQL, (ticket,)),
+        ),
+    ]
+    if saver is not None:
+        contestants.append(
+            Contestant(
+                "lg_list",
+                f"{t.lg_name}.list of the thread ({per_ticket:,})",
+                REFERENCE,
+                lambda _: sum(1 for _tup in saver.list(thread_cfg)),
+            )
+        )
+    skipped = [_lg_row(t, "lg_list", f"{t.lg_name}.list")]
+    _run_group(section, contestants, skipped, rounds["list"], progress, "list")
+
+
+def _ratios(section: Section, t: Target) -> None:
+    lg = f"vs LangGraph {t.lg_name}, same database"
+    section.speedup("write", "lg_put", goal=GOAL_THROUGHPUT, note=lg)
+    if t.key == "sqlite":
+        section.ratio(
+            "write", "raw_insert", goal=GOAL_RAW_WRITE, note="same durability: WAL, FULL"
+        )
+    else:
+        section.ratio("write", "raw_insert", note="info: the issue sets no goal here")
+    section.speedup("read", "lg_get", goal=GOAL_THROUGHPUT, note=lg)
+    section.ratio("read", "raw_read", note="info: over the bare SELECT")
+    section.speedup(
+        "status",
+        "lg_status",
+        goal=GOAL_THROUGHPUT,
+        note="LangGraph has no status: get_tuple + list of the same run",
+    )
+    section.ratio("status", "raw_status", note="info: over the bare SELECT")
+    section.speedup("list", "lg_list", goal=GOAL_THROUGHPUT, note=lg)
+    section.ratio("list", "raw_list", note="info: over the bare SELECT")
+    section.limit(
+        "status",
+        STATUS_LIMIT_NS,
+        note="the issue's goal at 1M records"
+        + ("" if section.key.endswith("-1m") else "; shown at every scale"),
+    )
