@@ -3,31 +3,35 @@
 python -m bench                      # everything, a few minutes on 2 cores
 python -m bench --quick              # small counts, under a minute (smoke test)
 python -m bench --only write,start   # some benchmarks
+python -m bench --only sql --scale 1m   # SQL stores vs LangGraph at 1M records (minutes to build)
 python -m bench --profile-write      # diagnostic: where a write's time goes
 python -m bench --profile-start      # diagnostic: where `phaselog read`'s start-up goes
+python -m bench --profile-sql        # diagnostic: where the SQL stores' time goes
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import _data
+from bench import _data, _sqldata
 from bench._timing import Section, print_section, print_summary
 
-NAMES = ("write", "read", "status", "list", "start")
+NAMES = ("write", "read", "status", "list", "start", "sql")
 FULL: dict[str, dict[str, int]] = {
     "write": {"rounds": 600},
     "read": {"rounds": 300},
     "status": {"rounds": 100, "attempts": 100},
     "list": {"rounds": 11, "checkpoints": 10_000},
     "start": {"rounds": 40},
+    "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
 }
 QUICK: dict[str, dict[str, int]] = {
     "write": {"rounds": 30},
@@ -35,6 +39,7 @@ QUICK: dict[str, dict[str, int]] = {
     "status": {"rounds": 8, "attempts": 100},
     "list": {"rounds": 3, "checkpoints": 1_000},
     "start": {"rounds": 5},
+    "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
 }
 
 
@@ -44,6 +49,13 @@ def _parse_only(value: str) -> list[str]:
     if bad or not names:
         raise argparse.ArgumentTypeError(f"choose from {', '.join(NAMES)} (got {value!r})")
     return names
+
+
+def _parse_scales(value: str) -> list[int]:
+    try:
+        return [_sqldata.parse_scale(v) for v in value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,6 +79,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="parent folder of the temporary stores (default: the system temp folder); "
         "its filesystem is printed",
     )
+    p.add_argument(
+        "--scale",
+        type=_parse_scales,
+        action="extend",
+        metavar="SCALES",
+        help="records per database for `sql`: comma-separated 10k, 100k, 1m (or any count like "
+        f"2k); default {','.join(_sqldata.DEFAULT_SCALES)} "
+        f"({','.join(_sqldata.QUICK_SCALES)} with --quick); 1m builds for several minutes",
+    )
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("PHASELOG_BENCH_POSTGRES")
+        or os.environ.get("PHASELOG_TEST_POSTGRES")
+        or _sqldata.PG_URL,
+        metavar="URL",
+        help="PostgreSQL server for `sql` (a schema of its own is created and dropped); "
+        "default $PHASELOG_BENCH_POSTGRES, $PHASELOG_TEST_POSTGRES or %(default)s",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary stores")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
     p.add_argument(
@@ -80,7 +110,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="diagnostic: -X importtime top offenders and the phases of `phaselog read`'s start",
     )
-    p.add_argument("--profile", action="store_true", help="both diagnostics")
+    p.add_argument(
+        "--profile-sql",
+        action="store_true",
+        help="diagnostic: statements, driver vs Python time, cProfile and query plans of the SQL "
+        "stores' write/read/status/list (at the first --scale, default 10k)",
+    )
+    p.add_argument("--profile", action="store_true", help="every diagnostic")
     return p.parse_args(argv)
 
 
@@ -91,8 +127,10 @@ def _progress(name: str) -> Callable[[str], None]:
     return report
 
 
-def _run_one(name: str, workdir: Path, cfg: dict[str, int]) -> Section:
-    from bench import bench_list, bench_read, bench_start, bench_status, bench_write
+def _run_one(
+    name: str, workdir: Path, cfg: dict[str, int], args: argparse.Namespace
+) -> Iterable[Section]:
+    from bench import bench_list, bench_read, bench_sql, bench_start, bench_status, bench_write
 
     modules: dict[str, Any] = {
         "write": bench_write,
@@ -100,8 +138,16 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int]) -> Section:
         "status": bench_status,
         "list": bench_list,
         "start": bench_start,
+        "sql": bench_sql,
     }
-    return modules[name].run(workdir, progress=_progress(name), **cfg)  # type: ignore[no-any-return]
+    extra: dict[str, Any] = {}
+    if name == "sql":
+        default = _sqldata.QUICK_SCALES if args.quick else _sqldata.DEFAULT_SCALES
+        scales = args.scale or [_sqldata.parse_scale(s) for s in default]
+        extra = {"scales": list(dict.fromkeys(scales)), "pg_url": args.pg_url, "keep": args.keep}
+    result = modules[name].run(workdir, progress=_progress(name), **cfg, **extra)
+    # One section, or (sql) an iterator of sections, printed as each scale finishes.
+    return [result] if isinstance(result, Section) else result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
     workdir = _data.make_workdir(args.dir)
-    profiling = args.profile or args.profile_write or args.profile_start
+    profiling = args.profile or args.profile_write or args.profile_start or args.profile_sql
     print(
         f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
@@ -134,14 +180,19 @@ def main(argv: list[str] | None = None) -> int:
                 from bench import profile_start
 
                 profile_start.run(workdir, quick=args.quick)
+            if args.profile or args.profile_sql:
+                from bench import profile_sql
+
+                scale = (args.scale or [_sqldata.parse_scale("10k")])[0]
+                profile_sql.run(workdir, quick=args.quick, scale=scale, pg_url=args.pg_url)
         else:
             table = QUICK if args.quick else FULL
             for name in args.only or NAMES:
                 print(f"[bench] {name} …", file=sys.stderr, flush=True)
-                section = _run_one(name, workdir, table[name])
-                sections.append(section)
-                print_section(section)
-                sys.stdout.flush()
+                for section in _run_one(name, workdir, table[name], args):
+                    sections.append(section)
+                    print_section(section)
+                    sys.stdout.flush()
             print_summary(sections)
     finally:
         if args.keep:

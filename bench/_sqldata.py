@@ -85,7 +85,7 @@ def scale_label(n: int) -> str:
     return str(n)
 
 
-# -- layout -----------------------------------------------------------------------------------------
+# -- layout ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
     """Which tickets and runs a data set of ``records`` checkpoints has, and which are timed."""
@@ -112,7 +112,7 @@ class Layout:
         """The run that is read and whose status is derived (in the middle of its ticket)."""
         return run_uuid(self.target_ticket, RUNS_PER_TICKET // 2)
 
-    def keys(self) -> Iterator[tuple[int, str, str]]:
+    def all_runs(self) -> Iterator[tuple[int, str, str]]:
         """(global run index, ticket, run id) of every run, in build order."""
         for i in range(self.runs):
             ticket = TICKET_FMT.format(i // RUNS_PER_TICKET)
@@ -122,7 +122,7 @@ class Layout:
         """(ticket, run) pairs that the write benchmark appends to: every run but the target
         ticket's, cycled."""
         while True:
-            for _, ticket, run in self.keys():
+            for _, ticket, run in self.all_runs():
                 if ticket != self.target_ticket:
                     yield ticket, run
 
@@ -132,7 +132,7 @@ def run_uuid(ticket: str, j: int) -> str:
     return _data.run_id(f"{ticket}-run-{j:05d}")
 
 
-# -- phaselog rows -----------------------------------------------------------------------------------
+# -- phaselog rows ---------------------------------------------------------------------------------
 class Template:
     """One run written through ``Ledger.write``; every row of a data set is a clone of it."""
 
@@ -213,11 +213,21 @@ class Template:
             prev_hash=base.content_hash,
         )
         body = _meta_bytes(cp, None).decode()
-        row: Row = (ticket, run, 1, cp.phase, attempt, attempt - 1, cp.status, cp.content_hash, body)
+        row: Row = (
+            ticket,
+            run,
+            1,
+            cp.phase,
+            attempt,
+            attempt - 1,
+            cp.status,
+            cp.content_hash,
+            body,
+        )
         return row, cp
 
 
-# -- LangGraph rows ----------------------------------------------------------------------------------
+# -- LangGraph rows --------------------------------------------------------------------------------
 class _Recorder:
     """A cursor that records statements instead of executing them (for batched builds)."""
 
@@ -274,7 +284,9 @@ class Parent:
         self.checkpoint = {"channel_versions": {"checkpoint": version}}
 
 
-def lg_put(saver: Any, ticket: str, run: str, seed: dict[str, Any], parent: Any, step: int) -> Parent:
+def lg_put(
+    saver: Any, ticket: str, run: str, seed: dict[str, Any], *, parent: Any, step: int
+) -> Parent:
     """``put`` the next checkpoint of (ticket, run) after ``parent`` (None for the first), as
     LangGraph's loop does: parent's checkpoint_id in the config, the channel's version bumped."""
     version = parent.checkpoint["channel_versions"]["checkpoint"] if parent else None
@@ -300,7 +312,7 @@ def recording(saver: Any) -> Iterator[_Recorder]:
             saver.__dict__.pop(name, None)
 
 
-# -- databases ---------------------------------------------------------------------------------------
+# -- databases -------------------------------------------------------------------------------------
 @dataclass
 class Target:
     """One database under test: phaselog's store and LangGraph's saver in it."""
@@ -315,13 +327,58 @@ class Target:
     lg_conn: Any = None
     notes: list[str] = field(default_factory=list)
 
-    # subclasses: open_store, raw_connect, raw_insert, insert_rows, lg_flush, finish, size, drop
     def placeholder(self, sql: str) -> str:
         """``?`` placeholders as this database spells them."""
         return sql
 
-    def open_store(self) -> Any:  # pragma: no cover - abstract
+    # What each database does its own way.
+    def open_store(self) -> Any:
+        """phaselog's store over this database (migrating it)."""
         raise NotImplementedError
+
+    def raw_connect(self) -> Any:
+        """A plain driver connection with the store's durability settings."""
+        raise NotImplementedError
+
+    def raw_insert(self, conn: Any, row: Row) -> None:
+        """INSERT + COMMIT of one phaselog row, nothing else."""
+        raise NotImplementedError
+
+    def open_saver(self) -> None:
+        """Set ``saver`` and ``lg_conn`` (or ``lg_skip``)."""
+        raise NotImplementedError
+
+    def begin_bulk(self) -> None:
+        """Open the bulk-insert connection."""
+        raise NotImplementedError
+
+    def insert_rows(self, rows: list[Row]) -> None:
+        """Insert phaselog rows in one transaction."""
+        raise NotImplementedError
+
+    def lg_flush(self, rec: _Recorder) -> None:
+        """Execute LangGraph's recorded statements in one transaction."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """After the build: statistics, WAL, close the bulk connection."""
+        raise NotImplementedError
+
+    def size(self) -> str:
+        """The data's size on disk."""
+        raise NotImplementedError
+
+    def where(self) -> str:
+        """Where the database lives, for the notes."""
+        return self.url
+
+    def durability(self, store: Any, raw: Any) -> str:
+        """Durability settings of phaselog's and the raw connection ('' if not per connection)."""
+        return ""
+
+    def drop(self) -> None:
+        """Remove the database."""
+        self.close()
 
     def close(self) -> None:
         """Close LangGraph's connection."""
@@ -356,6 +413,15 @@ class SqliteTarget(Target):
         """INSERT + COMMIT (autocommit: one statement, one transaction)."""
         conn.execute(INSERT_SQL, row)
 
+    def where(self) -> str:
+        return f"{self.url} on {_data.filesystem_of(self.path, options=False)}"
+
+    def durability(self, store: Any, raw: Any) -> str:
+        return (
+            f"durability: phaselog {self.synchronous(store.conn.raw)}; raw sqlite3 "
+            f"{self.synchronous(raw)}"
+        )
+
     def synchronous(self, conn: sqlite3.Connection) -> str:
         """PRAGMA synchronous of a connection, spelled out."""
         val = conn.execute("PRAGMA synchronous").fetchone()[0]
@@ -367,8 +433,7 @@ class SqliteTarget(Target):
         try:
             from langgraph.checkpoint.sqlite import SqliteSaver
         except ImportError as exc:
-            self.lg_skip = f"langgraph-checkpoint-sqlite not installed ({exc.name}); " \
-                "pip install -e '.[bench]'"
+            self.lg_skip = f"{exc.name} not installed; pip install -e '.[bench]'"
             return
         conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
         default = conn.execute("PRAGMA synchronous").fetchone()[0]
@@ -428,8 +493,9 @@ class PostgresTarget(Target):
 
     def __init__(self, base_url: str, schema: str) -> None:
         sep = "&" if "?" in base_url else "?"
-        super().__init__("postgres", "PostgreSQL", f"{base_url}{sep}schema={schema}",
-                         "PostgresSaver")
+        super().__init__(
+            "postgres", "PostgreSQL", f"{base_url}{sep}schema={schema}", "PostgresSaver"
+        )
         self.base_url, self.schema = base_url, schema
         self._bulk: Any = None
         try:
@@ -445,8 +511,9 @@ class PostgresTarget(Target):
                 self.server = conn.execute("SHOW server_version").fetchone()[0]
                 self.sync_commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
                 self.fsync = conn.execute("SHOW fsync").fetchone()[0]
-        except Exception as exc:  # noqa: BLE001 - any failure means: not reachable
-            self.skip_reason = f"PostgreSQL at {base_url} is not reachable: {str(exc).strip()[:200]}"
+        except Exception as exc:  # any failure means: not reachable
+            why = str(exc).strip()[:200]
+            self.skip_reason = f"PostgreSQL at {base_url} is not reachable: {why}"
 
     def placeholder(self, sql: str) -> str:
         return sql.replace("?", "%s")
@@ -457,9 +524,7 @@ class PostgresTarget(Target):
         return PostgresStore(self.url)
 
     def _connect(self, **kw: Any) -> Any:
-        return self.psycopg.connect(
-            self.base_url, options=f"-c search_path={self.schema}", **kw
-        )
+        return self.psycopg.connect(self.base_url, options=f"-c search_path={self.schema}", **kw)
 
     def raw_connect(self) -> Any:
         """A plain psycopg connection in autocommit mode (INSERT = INSERT + COMMIT)."""
@@ -475,8 +540,7 @@ class PostgresTarget(Target):
             from langgraph.checkpoint.postgres import PostgresSaver
             from psycopg.rows import dict_row
         except ImportError as exc:
-            self.lg_skip = f"langgraph-checkpoint-postgres not installed ({exc.name}); " \
-                "pip install -e '.[bench]'"
+            self.lg_skip = f"{exc.name} not installed; pip install -e '.[bench]'"
             return
         conn = self._connect(autocommit=True, prepare_threshold=0, row_factory=dict_row)
         saver = PostgresSaver(conn)
@@ -533,13 +597,14 @@ class PostgresTarget(Target):
         """Drop the schema."""
         self.close()
         if self.skip_reason is None:
-            with contextlib.suppress(Exception), self.psycopg.connect(
-                self.base_url, autocommit=True
-            ) as conn:
+            with (
+                contextlib.suppress(Exception),
+                self.psycopg.connect(self.base_url, autocommit=True) as conn,
+            ):
                 conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
-# -- building ----------------------------------------------------------------------------------------
+# -- building --------------------------------------------------------------------------------------
 @dataclass
 class Built:
     """What a build did, and how long each part took (seconds)."""
@@ -583,7 +648,7 @@ def build(
     clock = time.perf_counter
     step = 0
     next_report = clock() + 15
-    for i, ticket, run in layout.keys():
+    for i, ticket, run in layout.all_runs():
         a = clock()
         cloned = template.clone(ticket, run, RUN_SPACING * i)
         b = clock()
@@ -595,7 +660,7 @@ def build(
             with recording(t.saver) as rec:
                 for _, cp in cloned:
                     step += 1
-                    parent = lg_put(t.saver, ticket, run, cp.seed_dict(), parent, step)
+                    parent = lg_put(t.saver, ticket, run, cp.seed_dict(), parent=parent, step=step)
                 recs[t.key].calls.extend(rec.calls)
             built.add(f"LangGraph {t.lg_name}.put (recorded)", clock() - a)
         if (i + 1) % BATCH_RUNS == 0 or i + 1 == layout.runs:
@@ -625,10 +690,8 @@ def check(target: Target, built: Built) -> list[str]:
     try:
         ledger = Ledger(store)
         page = ledger.list(layout.target_ticket)
-        assert len(page.items) == RUNS_PER_TICKET * PER_RUN and not page.damaged, (
-            len(page.items),
-            page.damaged[:1],
-        )
+        assert len(page.items) == RUNS_PER_TICKET * PER_RUN, len(page.items)
+        assert not page.damaged, page.damaged[:1]
         report = ledger.verify(layout.target_ticket, layout.target_run)
         if not report.ok or report.checked != PER_RUN:
             raise AssertionError(f"a cloned run does not verify: {report}")
@@ -637,13 +700,15 @@ def check(target: Target, built: Built) -> list[str]:
     finally:
         store.close()
     facts = [
-        f"check: Ledger.list of {layout.target_ticket} = {len(page.items):,} records, none damaged; "
+        f"check: Ledger.list of {layout.target_ticket} = {len(page.items):,} records, none "
+        "damaged; "
         f"Ledger.verify of a cloned run: ok ({report.checked} records)"
     ]
     if target.saver is not None:
         tup = target.saver.get_tuple(lg_config(layout.target_ticket, layout.target_run))
         seed = tup.checkpoint["channel_values"]["checkpoint"]
-        assert seed["run_id"] == layout.target_run and seed["phase"] == RUN_SHAPE[-1], seed
+        assert seed["run_id"] == layout.target_run, seed
+        assert seed["phase"] == RUN_SHAPE[-1], seed
         n = sum(1 for _ in target.saver.list({"configurable": {"thread_id": layout.target_ticket}}))
         assert n == RUNS_PER_TICKET * PER_RUN, n
         facts.append(

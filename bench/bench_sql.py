@@ -22,7 +22,7 @@ import contextlib
 import itertools
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,7 @@ RAW_READ = (
     "AND status = 'completed' ORDER BY attempt DESC LIMIT 1"
 )
 RAW_RUN = f"SELECT {_COLS} WHERE ticket_id = ? AND run_id = ? ORDER BY phase_ordinal, attempt"
-RAW_TICKET_SQL = (
-    f"SELECT {_COLS} WHERE ticket_id = ? ORDER BY run_id, phase_ordinal, attempt"
-)
+RAW_TICKET_SQL = f"SELECT {_COLS} WHERE ticket_id = ? ORDER BY run_id, phase_ordinal, attempt"
 
 
 def run(
@@ -69,15 +67,15 @@ def run(
     pg_url: str = _sqldata.PG_URL,
     keep: bool = False,
     progress: Callable[[str], None] | None = None,
-) -> list[Section]:
-    """Build each scale's databases, time every backend, drop the databases; one section each."""
+) -> Iterator[Section]:
+    """Build each scale's databases, time every backend, drop the databases; yield a section
+    per backend and scale as soon as it is measured."""
     rounds = {
         "write": write_rounds,
         "read": read_rounds,
         "status": status_rounds,
         "list": list_rounds,
     }
-    sections: list[Section] = []
     for n in scales:
         label = _sqldata.scale_label(n)
         targets: list[Target] = [
@@ -91,11 +89,10 @@ def run(
             if progress:
                 progress(f"{label}: built in {built.describe()}")
             for t in targets:
-                sections.append(_time_target(t, built, rounds, progress))
+                yield _time_target(t, built, rounds, progress)
         finally:
             for t in targets:
                 t.close() if keep else t.drop()
-    return sections
 
 
 def _time_target(
@@ -113,13 +110,8 @@ def _time_target(
     if t.skip_reason is not None:
         section.notes.append(f"skipped: {t.skip_reason}")
         return section
-    where = (
-        f"{t.url} on {_data.filesystem_of(t.path, options=False)}"  # type: ignore[attr-defined]
-        if t.key == "sqlite"
-        else t.url
-    )
     section.notes += [
-        f"database {where}; {t.size()} after the build (phaselog + LangGraph tables)",
+        f"database {t.where()}; {t.size()} after the build (phaselog + LangGraph tables)",
         f"built in {built.describe()}",
         *_sqldata.check(t, built),
         f"phaselog bodies {min(built.template.body_bytes):,}-{max(built.template.body_bytes):,} "
@@ -135,11 +127,8 @@ def _time_target(
     ledger = Ledger(store)
     raw = t.raw_connect()
     try:
-        if t.key == "sqlite":
-            section.notes.append(
-                f"durability: phaselog {t.synchronous(store.conn.raw)}; "  # type: ignore[attr-defined]
-                f"raw sqlite3 {t.synchronous(raw)}"  # type: ignore[attr-defined]
-            )
+        if durability := t.durability(store, raw):
+            section.notes.append(durability)
         section.notes += t.notes
         section.notes.append(
             "rounds: "
@@ -149,8 +138,10 @@ def _time_target(
             )
             + "; interleaved within each group, order rotated each round; ops/s = 1 / median"
         )
-        _write_group(section, t, built, ledger, raw, rounds["write"], progress)
-        _read_groups(section, t, built, ledger, raw, rounds, progress)
+        _write_group(
+            section, t, built, ledger=ledger, raw=raw, rounds=rounds["write"], progress=progress
+        )
+        _read_groups(section, t, built, ledger=ledger, raw=raw, rounds=rounds, progress=progress)
     finally:
         store.close()
         with contextlib.suppress(Exception):
@@ -170,6 +161,7 @@ def _run_group(
     section: Section,
     contestants: list[Contestant],
     skipped: list[Stat | None],
+    *,
     rounds: int,
     progress: Callable[[str], None] | None,
     name: str,
@@ -183,6 +175,7 @@ def _write_group(
     section: Section,
     t: Target,
     built: Built,
+    *,
     ledger: Ledger,
     raw: Any,
     rounds: int,
@@ -216,7 +209,7 @@ def _write_group(
             "raw_insert",
             f"raw {'sqlite3' if t.key == 'sqlite' else 'psycopg'} INSERT + COMMIT, same row",
             BASELINE if t.key == "sqlite" else INFO,
-            lambda row: t.raw_insert(raw, row),  # type: ignore[attr-defined]
+            lambda row: t.raw_insert(raw, row),
             prepare_raw,
         ),
     ]
@@ -230,7 +223,8 @@ def _write_group(
             return ticket, run, seed, parent
 
         def put(arg: tuple[str, str, dict[str, Any], Any]) -> None:
-            lg_put(saver, *arg, next(steps))
+            ticket, run, seed, parent = arg
+            lg_put(saver, ticket, run, seed, parent=parent, step=next(steps))
 
         contestants.append(
             Contestant(
@@ -242,13 +236,14 @@ def _write_group(
             )
         )
     skipped = [_lg_row(t, "lg_put", f"LangGraph {t.lg_name}.put")]
-    _run_group(section, contestants, skipped, rounds, progress, "write")
+    _run_group(section, contestants, skipped, rounds=rounds, progress=progress, name="write")
 
 
 def _read_groups(
     section: Section,
     t: Target,
     built: Built,
+    *,
     ledger: Ledger,
     raw: Any,
     rounds: dict[str, int],
@@ -268,7 +263,7 @@ def _read_groups(
             json.loads(r[4])
         return len(rows)
 
-    # -- read-latest --------------------------------------------------------------------------------
+    # -- read-latest -------------------------------------------------------------------------------
     contestants = [
         Contestant(
             "read",
@@ -296,9 +291,9 @@ def _read_groups(
             )
         )
     skipped = [_lg_row(t, "lg_get", f"{t.lg_name}.get_tuple")]
-    _run_group(section, contestants, skipped, rounds["read"], progress, "read")
+    _run_group(section, contestants, skipped, rounds=rounds["read"], progress=progress, name="read")
 
-    # -- status of one run --------------------------------------------------------------------------
+    # -- status of one run -------------------------------------------------------------------------
     def lg_status(_: object) -> None:
         saver.get_tuple(run_cfg)
         for _tup in saver.list(run_cfg):
@@ -331,9 +326,11 @@ def _read_groups(
             )
         )
     skipped = [_lg_row(t, "lg_status", f"{t.lg_name}.get_tuple + list")]
-    _run_group(section, contestants, skipped, rounds["status"], progress, "status")
+    _run_group(
+        section, contestants, skipped, rounds=rounds["status"], progress=progress, name="status"
+    )
 
-    # -- list of one ticket -------------------------------------------------------------------------
+    # -- list of one ticket ------------------------------------------------------------------------
     contestants = [
         Contestant(
             "list",
@@ -358,16 +355,14 @@ def _read_groups(
             )
         )
     skipped = [_lg_row(t, "lg_list", f"{t.lg_name}.list")]
-    _run_group(section, contestants, skipped, rounds["list"], progress, "list")
+    _run_group(section, contestants, skipped, rounds=rounds["list"], progress=progress, name="list")
 
 
 def _ratios(section: Section, t: Target) -> None:
     lg = f"vs LangGraph {t.lg_name}, same database"
     section.speedup("write", "lg_put", goal=GOAL_THROUGHPUT, note=lg)
     if t.key == "sqlite":
-        section.ratio(
-            "write", "raw_insert", goal=GOAL_RAW_WRITE, note="same durability: WAL, FULL"
-        )
+        section.ratio("write", "raw_insert", goal=GOAL_RAW_WRITE, note="same durability: WAL, FULL")
     else:
         section.ratio("write", "raw_insert", note="info: the issue sets no goal here")
     section.speedup("read", "lg_get", goal=GOAL_THROUGHPUT, note=lg)

@@ -12,6 +12,7 @@ Tests without the ``backend`` fixture run once (they build all three stores them
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -41,7 +42,7 @@ from phaselog import (
 from phaselog.doctor import doctor
 from phaselog.errors import Prerequisite
 from phaselog.gates import GateRefused
-from phaselog.guard import Guard, GuardConfig
+from phaselog.guard import Guard
 from phaselog.ids import normalize_run_id
 from phaselog.ledger import Ledger
 from phaselog.records import Checkpoint
@@ -72,10 +73,15 @@ def impl(i: int) -> dict[str, Any]:
 def decision(did: str, selected: str = "a") -> dict[str, Any]:
     """One decision in seed 002's shape."""
     return {
-        "decision_id": did, "category": "creative_direction", "subject": f"subject of {did}",
-        "options_considered": [{"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
-                               {"option_id": "b", "label": "Calm", "score": 0.4, "reason": "safe"}],
-        "selected": selected, "reason": "fits the brand",
+        "decision_id": did,
+        "category": "creative_direction",
+        "subject": f"subject of {did}",
+        "options_considered": [
+            {"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
+            {"option_id": "b", "label": "Calm", "score": 0.4, "reason": "safe"},
+        ],
+        "selected": selected,
+        "reason": "fits the brand",
     }
 
 
@@ -134,20 +140,31 @@ def is_files(store: Store) -> bool:
     return isinstance(store, FilesStore)
 
 
-def cp_file(store: FilesStore, run: str, ordinal: int, phase: str, attempt: int, completed: bool = True) -> Path:
-    name = f"phase_{ordinal}_{phase}_a{attempt}.yaml" if completed else f".failed_{ordinal}_{phase}_a{attempt}.json"
+def cp_file(
+    store: FilesStore, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True
+) -> Path:
+    name = (
+        f"phase_{ordinal}_{phase}_a{attempt}.yaml"
+        if completed
+        else f".failed_{ordinal}_{phase}_a{attempt}.json"
+    )
     return store.root / "checkpoints" / T / normalize_run_id(run) / name
 
 
-def garble(store: Store, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True) -> None:
+def garble(
+    store: Store, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True
+) -> None:
     """Make a stored checkpoint unreadable (bytes damaged from outside)."""
     if is_files(store):
-        p = cp_file(store, run, ordinal, phase, attempt, completed)  # type: ignore[arg-type]
+        p = cp_file(store, run, ordinal, phase, attempt, completed=completed)  # type: ignore[arg-type]
         p.write_bytes(b"\x00\xff]]}}: [\n\t!!: &x *y {")
         return
-    n = raw(store, "UPDATE phaselog_checkpoints SET body = ? WHERE ticket_id = ? AND run_id = ? AND "
-                   "phase_ordinal = ? AND attempt = ?", ('{"kind": "phaselog.checkp', T, normalize_run_id(run),
-                                                        ordinal, attempt))
+    n = raw(
+        store,
+        "UPDATE phaselog_checkpoints SET body = ? WHERE ticket_id = ? AND run_id = ? AND "
+        "phase_ordinal = ? AND attempt = ?",
+        ('{"kind": "phaselog.checkp', T, normalize_run_id(run), ordinal, attempt),
+    )
     assert n == []
 
 
@@ -161,7 +178,7 @@ def edit(store: Store, run: str, ordinal: int, phase: str, attempt: int) -> None
         return
     key = (T, normalize_run_id(run), ordinal, attempt)
     where = "WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? AND attempt = ?"
-    (body,), = raw(store, f"SELECT body FROM phaselog_checkpoints {where}", key)
+    ((body,),) = raw(store, f"SELECT body FROM phaselog_checkpoints {where}", key)
     doc = json.loads(body)
     assert doc["checkpoint"]["phase_payload"]["branch_name"] == "feat/PROJ-1234"
     doc["checkpoint"]["phase_payload"]["branch_name"] = "feat/EVIL-666"
@@ -186,13 +203,21 @@ def snapshot(store: Store, ticket: str = T) -> list[tuple[Any, ...]]:
 
 
 def keys(items: list[phaselog.Stored]) -> list[tuple[str, str, int, str]]:
-    return [(s.record.run_id, s.record.phase, s.record.attempt_number, s.record.status) for s in items]
+    return [
+        (s.record.run_id, s.record.phase, s.record.attempt_number, s.record.status) for s in items
+    ]
 
 
 # -- write / read / list ---------------------------------------------------------------------------
 def test_write_then_read_round_trips_the_record(led: Ledger, store: Store) -> None:
-    res = led.write(T, R1, "implement", IMPLEMENT, repo_commit_map={"app": "a1b2c3d"},
-                    artifact_paths=["src/foo.py"])
+    res = led.write(
+        T,
+        R1,
+        "implement",
+        IMPLEMENT,
+        repo_commit_map={"app": "a1b2c3d"},
+        artifact_paths=["src/foo.py"],
+    )
     assert res.record.attempt_number == 1
     assert res.location == f"{T}/{RUN1}/phase_1_implement_a1.yaml"
     got = led.read(T, R1, "implement")
@@ -213,8 +238,9 @@ def test_write_then_read_round_trips_the_record(led: Ledger, store: Store) -> No
         led.read(T, R2, "implement")
 
 
-def test_list_is_ordered_by_run_phase_attempt_and_pages_with_a_cursor(led: Ledger, store: Store,
-                                                                       clock: Clock) -> None:
+def test_list_is_ordered_by_run_phase_attempt_and_pages_with_a_cursor(
+    led: Ledger, store: Store, clock: Clock
+) -> None:
     # Written out of order: later run first, later phase first, a failed attempt among them.
     first, second = sorted([RUN1, RUN2])
     led.write(T, second, "local_review", LOCAL_REVIEW)
@@ -229,9 +255,11 @@ def test_list_is_ordered_by_run_phase_attempt_and_pages_with_a_cursor(led: Ledge
     clock.tick()
     led.write(T, second, "implement", impl(3))
     want = [
-        (first, "implement", 1, "failed"), (first, "implement", 2, "completed"),
+        (first, "implement", 1, "failed"),
+        (first, "implement", 2, "completed"),
         (first, "create_pr", 1, "completed"),
-        (second, "implement", 1, "completed"), (second, "implement", 2, "completed"),
+        (second, "implement", 1, "completed"),
+        (second, "implement", 2, "completed"),
         (second, "local_review", 1, "completed"),
     ]
     page = led.list(T)
@@ -256,7 +284,10 @@ def test_list_is_ordered_by_run_phase_attempt_and_pages_with_a_cursor(led: Ledge
     assert keys(led.list(T, R2).items) == [k for k in want if k[0] == RUN2]
     assert store.runs(T) == [first, second]
     assert [(r.phase_ordinal, r.attempt_number, r.completed) for r in store.attempts(T, first)] == [
-        (1, 1, False), (1, 2, True), (3, 1, True)]
+        (1, 1, False),
+        (1, 2, True),
+        (3, 1, True),
+    ]
     with pytest.raises(UsageError):
         led.list(T, after="not-a-cursor")
     with pytest.raises(UsageError):
@@ -286,7 +317,10 @@ def test_a_damaged_record_is_reported_by_read_skipped_by_list_and_caught_by_veri
     led: Ledger, store: Store
 ) -> None:
     run = led.run(T, R1)
-    hashes = [run.write("implement", impl(1)).record.content_hash, run.write("implement", impl(2)).record.content_hash]
+    hashes = [
+        run.write("implement", impl(1)).record.content_hash,
+        run.write("implement", impl(2)).record.content_hash,
+    ]
     run.fail("implement", "oops")
     run.write("implement", impl(4))
     run.write("local_review", LOCAL_REVIEW)
@@ -303,12 +337,20 @@ def test_a_damaged_record_is_reported_by_read_skipped_by_list_and_caught_by_veri
 
     page = led.list(T)
     assert [(s.record.phase, s.record.attempt_number) for s in page.items] == [
-        ("implement", 1), ("implement", 2), ("implement", 3), ("local_review", 1)]
-    assert [(d.phase, d.attempt_number, d.error_code) for d in page.damaged] == [("implement", 4, "corrupt")]
+        ("implement", 1),
+        ("implement", 2),
+        ("implement", 3),
+        ("local_review", 1),
+    ]
+    assert [(d.phase, d.attempt_number, d.error_code) for d in page.damaged] == [
+        ("implement", 4, "corrupt")
+    ]
     assert page.damaged[0].location.endswith("phase_1_implement_a4.yaml")
     report = led.verify(T)
     assert not report.ok
-    assert any(p["path"].endswith("phase_1_implement_a4.yaml") and p["damaged"] for p in report.problems)
+    assert any(
+        p["path"].endswith("phase_1_implement_a4.yaml") and p["damaged"] for p in report.problems
+    )
     st = led.status(T, R1)
     assert st.phase("implement").state == "damaged"
     assert any("phase_1_implement_a4.yaml" in w for w in st.warnings)
@@ -330,6 +372,32 @@ def test_a_damaged_failed_record_is_reported_too(led: Ledger, store: Store) -> N
     assert not led.verify(T).ok
 
 
+def test_a_record_from_a_newer_phaselog_is_refused_with_a_clear_error(
+    led: Ledger, store: Store
+) -> None:
+    led.write(T, R1, "implement", impl(1))
+    led.write(T, R1, "implement", impl(2))
+    if is_files(store):
+        meta = store.root / "checkpoints" / T / RUN1 / ".meta_1_implement_a2.json"  # type: ignore[attr-defined]
+        doc = json.loads(meta.read_text("utf-8"))
+        doc["schema_version"] = "2.0.0"
+        meta.write_text(json.dumps(doc), "utf-8")
+    else:
+        key = (T, RUN1, 1, 2)
+        where = "WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? AND attempt = ?"
+        ((body,),) = raw(store, f"SELECT body FROM phaselog_checkpoints {where}", key)
+        doc = json.loads(body)
+        doc["schema_version"] = "2.0.0"
+        raw(store, f"UPDATE phaselog_checkpoints SET body = ? {where}", (json.dumps(doc), *key))
+    with pytest.raises(phaselog.UnsupportedVersion) as info:
+        led.read(T, R1, "implement", 2)
+    assert "upgrade phaselog" in info.value.message
+    page = led.list(T)
+    assert [s.record.attempt_number for s in page.items] == [1]
+    assert [(d.attempt_number, d.error_code) for d in page.damaged] == [(2, "unsupported_version")]
+    assert not led.verify(T).ok
+
+
 def test_an_edited_record_is_refused_and_verify_names_it(led: Ledger, store: Store) -> None:
     run = led.run(T, R1)
     run.write("implement", impl(1))
@@ -342,12 +410,103 @@ def test_an_edited_record_is_refused_and_verify_names_it(led: Ledger, store: Sto
     assert a2.content_hash[:12] in info.value.message
     report = led.verify(T)
     assert not report.ok
-    assert [p["path"] for p in report.problems if p["damaged"]] == [f"{T}/{RUN1}/phase_1_implement_a2.yaml"]
+    assert [p["path"] for p in report.problems if p["damaged"]] == [
+        f"{T}/{RUN1}/phase_1_implement_a2.yaml"
+    ]
     assert led.read(T, R1, "implement", 1).record.phase_payload["files_changed"] == ["src/f1.py"]
 
 
+def test_values_with_sql_metacharacters_are_stored_exactly(led: Ledger, store: Store) -> None:
+    # Every value is a bound parameter: text that looks like SQL (or like a placeholder) is data.
+    nasty = [
+        "'; DROP TABLE phaselog_checkpoints; --",
+        "%s %(x)s ? $1 :name",
+        'quote"d \\ back\\slash',
+        "nul\x00byte",
+        "emoji \U0001f600 and \u2028 separator",
+    ]
+    written = []
+    for i, text in enumerate(nasty):
+        written.append(led.write(T, R1, "implement", {**impl(i), "branch_name": text}).record)
+        led.write(T, R1, "local_review", None, status="failed", error=text)
+    led.init_ticket(T, title=nasty[0], meta={"k'ey": nasty[1]})
+    for i, rec in enumerate(written, start=1):
+        got = led.read(T, R1, "implement", i).record
+        assert got == rec
+        assert got.phase_payload["branch_name"] == nasty[i - 1]
+    assert [led.read(T, R1, "local_review", i).record.error for i in range(1, 6)] == nasty
+    assert led.marker(T).title == nasty[0]  # type: ignore[union-attr]
+    assert dict(led.marker(T).meta) == {"k'ey": nasty[1]}  # type: ignore[union-attr]
+    assert led.verify(T).ok
+    assert len(led.list(T).items) == 10
+
+
+def capped(store: Store, cap: int) -> Store:
+    """The same store, opened again with a record size cap of ``cap`` bytes."""
+    if is_files(store):
+        return FilesStore(store.root, max_record_bytes=cap)  # type: ignore[attr-defined]
+    target = store.path if hasattr(store, "path") else store.url  # type: ignore[attr-defined]
+    return type(store)(target, max_record_bytes=cap)  # type: ignore[call-arg]
+
+
+def test_the_record_size_cap_counts_bytes_not_characters(store: Store) -> None:
+    small = capped(store, 5000)
+    try:
+        led = Ledger(small)
+        ok = led.write(T, R1, "implement", None, status="failed", error="e" * 3000).record
+        # 3000 characters but 6000 bytes of UTF-8: over the cap of 5000 bytes everywhere.
+        with pytest.raises(TooLarge) as info:
+            led.write(T, R1, "implement", None, status="failed", error="\u00e9" * 3000)
+        assert info.value.context["rule"] == "max_record_bytes"
+        assert [r.attempt_number for r in small.attempts(T, RUN1)] == [ok.attempt_number]
+    finally:
+        small.close()
+
+
+def damage_entry(store: Store, kind: str, run: str | None, name: str) -> None:
+    """Garble one stored audit entry (a progress event, an approval) from outside."""
+    if is_files(store):
+        folder = store.root / "checkpoints" / T  # type: ignore[attr-defined]
+        if run is not None:
+            folder = folder / normalize_run_id(run)
+        (folder / f".{kind}" / f"{name}.json").write_bytes(b'{"kind": "phaselog.')
+        return
+    raw(
+        store,
+        "UPDATE phaselog_entries SET body = ? WHERE kind = ? AND ticket_id = ? AND name = ?",
+        ('{"kind": "phaselog.', kind, T, name),
+    )
+
+
+def test_a_damaged_audit_entry_is_reported_not_used(led: Ledger, store: Store) -> None:
+    led.init_ticket(T, title="Launch video", pipeline="video-pipeline")
+    led.progress(T, R1, "research", "start")
+    led.progress(T, R1, "research", "step", step=1)
+    led.write(T, R1, "research", VIDEO["research"])
+    led.write(T, R1, "proposal", VIDEO["proposal"])
+    led.approve(T, R1, "proposal", by="ana")
+    assert led.verify(T).ok
+    (event,) = [n for n in store.entry_names("progress", T, RUN1) if n.endswith("s000000002")]
+    damage_entry(store, "progress", R1, event)
+    report = led.verify(T)
+    assert not report.ok
+    assert any(p["path"].endswith(f".progress/{event}.json") for p in report.problems), (
+        report.problems
+    )
+    with pytest.raises(Corrupt):
+        led.progress_events(T, R1, "research", 1)
+    (approval,) = store.entry_names("approvals", T, RUN1)
+    damage_entry(store, "approvals", R1, approval)
+    with pytest.raises(Corrupt) as info:
+        led.approvals(T, R1)
+    assert info.value.message.startswith(f"{T}/{RUN1}/.approvals/{approval}.json")
+    assert any(p["path"].endswith(f".approvals/{approval}.json") for p in led.verify(T).problems)
+
+
 # -- one writer wins, attempt numbering ------------------------------------------------------------
-def test_duplicate_attempt_is_refused_and_the_stored_record_is_unchanged(led: Ledger, store: Store) -> None:
+def test_duplicate_attempt_is_refused_and_the_stored_record_is_unchanged(
+    led: Ledger, store: Store
+) -> None:
     first = led.write(T, R1, "implement", impl(1), attempt=1).record
     before = snapshot(store)
     with pytest.raises(AlreadyExists) as info:
@@ -358,8 +517,13 @@ def test_duplicate_attempt_is_refused_and_the_stored_record_is_unchanged(led: Le
         led.write(T, R1, "implement", None, attempt=1, status="failed", error="x")
     # Below the ledger, the store itself refuses a duplicate (a writer that skipped the check).
     dup = Checkpoint(
-        ticket_id=T, run_id=RUN1, phase="implement", phase_ordinal=1, attempt_number=1,
-        timestamp_utc=T0, phase_payload={"phase": "implement", **impl(7)},
+        ticket_id=T,
+        run_id=RUN1,
+        phase="implement",
+        phase_ordinal=1,
+        attempt_number=1,
+        timestamp_utc=T0,
+        phase_payload={"phase": "implement", **impl(7)},
     )
     with pytest.raises(AlreadyExists):
         store.append(dup, expected_latest=1)
@@ -379,7 +543,11 @@ def test_a_failed_attempt_is_not_overwritten_either(led: Ledger, store: Store) -
 
 
 def test_auto_attempts_count_up_and_explicit_ones_only_rise(led: Ledger, store: Store) -> None:
-    assert [led.write(T, R1, "implement", impl(i)).record.attempt_number for i in (1, 2, 3)] == [1, 2, 3]
+    assert [led.write(T, R1, "implement", impl(i)).record.attempt_number for i in (1, 2, 3)] == [
+        1,
+        2,
+        3,
+    ]
     assert led.write(T, R1, "local_review", LOCAL_REVIEW).record.attempt_number == 1  # per phase
     assert led.write(T, R2, "implement", impl(1)).record.attempt_number == 1  # per run
     assert led.write(T, R1, "implement", impl(6), attempt=6).record.attempt_number == 6
@@ -393,8 +561,15 @@ def test_auto_attempts_count_up_and_explicit_ones_only_rise(led: Ledger, store: 
         with pytest.raises(InvalidRecord):
             led.write(T, R1, "implement", impl(8), attempt=bad)  # type: ignore[arg-type]
     # The store's own compare-and-append: a stale "latest" is a Conflict, never a fork.
-    stale = Checkpoint(ticket_id=T, run_id=RUN1, phase="implement", phase_ordinal=1, attempt_number=8,
-                       timestamp_utc=T0, phase_payload={"phase": "implement", **impl(8)})
+    stale = Checkpoint(
+        ticket_id=T,
+        run_id=RUN1,
+        phase="implement",
+        phase_ordinal=1,
+        attempt_number=8,
+        timestamp_utc=T0,
+        phase_payload={"phase": "implement", **impl(8)},
+    )
     with pytest.raises(Conflict):
         store.append(stale, expected_latest=6)
     assert max(r.attempt_number for r in store.attempts(T, RUN1) if r.phase_ordinal == 1) == 7
@@ -403,7 +578,12 @@ def test_auto_attempts_count_up_and_explicit_ones_only_rise(led: Ledger, store: 
 def test_failed_attempts_use_up_their_number(led: Ledger) -> None:
     run = led.run(T, R1)
     f1 = run.fail("implement", "tests failed").record
-    assert (f1.attempt_number, f1.status, f1.error, f1.phase_payload) == (1, "failed", "tests failed", None)
+    assert (f1.attempt_number, f1.status, f1.error, f1.phase_payload) == (
+        1,
+        "failed",
+        "tests failed",
+        None,
+    )
     ok = run.write("implement", impl(2)).record
     assert ok.attempt_number == 2
     assert led.read(T, R1, "implement").record.attempt_number == 2
@@ -428,7 +608,8 @@ def test_prev_hash_chains_attempts_and_basis_names_the_latest_completed(led: Led
     assert a3.prev_hash == a2.content_hash
     assert lr.prev_hash is None
     assert {k: (v.attempt, v.hash) for k, v in (lr.basis or {}).items()} == {
-        "implement": (3, a3.content_hash)}
+        "implement": (3, a3.content_hash)
+    }
     stored = led.read(T, R1, "local_review").record
     assert stored.basis == lr.basis
     assert led.verify(T).ok
@@ -447,8 +628,13 @@ def test_every_phase_state_is_derived_the_same_way(led: Ledger, store: Store) ->
     led.progress(T, R1, "pr_release_ready", "step", step=3)
     st = run.status()
     states = {p.phase: p.state for p in st.phases}
-    assert states == {"implement": "completed", "local_review": "completed", "create_pr": "failed",
-                      "pr_release_ready": "in_progress", "ready_for_merge": "pending"}
+    assert states == {
+        "implement": "completed",
+        "local_review": "completed",
+        "create_pr": "failed",
+        "pr_release_ready": "in_progress",
+        "ready_for_merge": "pending",
+    }
     assert st.next_phase == "create_pr"
     assert st.completed_phases == ["implement", "local_review"]
     assert st.phase("pr_release_ready").in_flight["resume_from_step"] == 3
@@ -481,7 +667,10 @@ def test_can_skip_to_names_every_blocker(led: Ledger) -> None:
     run = led.run(T, R1)
     d = run.can_skip_to("create_pr")
     assert not d.allowed
-    assert [(b.phase, b.state) for b in d.blockers] == [("implement", "pending"), ("local_review", "pending")]
+    assert [(b.phase, b.state) for b in d.blockers] == [
+        ("implement", "pending"),
+        ("local_review", "pending"),
+    ]
     run.write("implement", impl(1))
     run.fail("local_review", "lint")
     d = run.can_skip_to("create_pr")
@@ -513,7 +702,9 @@ def test_verify_recomputes_the_whole_graph(led: Ledger, store: Store, clock: Clo
 
 
 # -- progress events -------------------------------------------------------------------------------
-def test_progress_events_are_numbered_chained_and_shown(led: Ledger, store: Store, clock: Clock) -> None:
+def test_progress_events_are_numbered_chained_and_shown(
+    led: Ledger, store: Store, clock: Clock
+) -> None:
     e1 = led.progress(T, R1, "implement", "start")
     clock.tick(2)
     e2 = led.progress(T, R1, "implement", "step", step=1, tokens=100, output="so far")
@@ -556,22 +747,33 @@ def test_approvals_and_prerequisites_in_a_strict_gated_pipeline(led: Ledger, sto
     before = snapshot(store)
     with pytest.raises(Prerequisite) as info:
         led.write(T, R1, "script", VIDEO["script"])
-    assert [(b["phase"], b["state"]) for b in info.value.context["blockers"]] == [("proposal", "awaiting_approval")]
+    assert [(b["phase"], b["state"]) for b in info.value.context["blockers"]] == [
+        ("proposal", "awaiting_approval")
+    ]
     assert snapshot(store) == before  # a refused write leaves no trace
     with pytest.raises(GateRefused):
         led.approve(T, R1, "research", by="ana")  # not gated
     a, warnings = led.approve(T, R1, "proposal", by="  ana ", comment="ship it")
-    assert (a.by, a.checkpoint_hash, a.seq, a.attempt_number, warnings) == ("ana", p1.content_hash, 1, 1, [])
+    assert (a.by, a.checkpoint_hash, a.seq, a.attempt_number, warnings) == (
+        "ana",
+        p1.content_hash,
+        1,
+        1,
+        [],
+    )
     led.write(T, R1, "script", VIDEO["script"])
     led.reject(T, R1, "script", by="bo")
     with pytest.raises(GateRefused):
         led.approve(T, R1, "script", by="ana")  # a rejection is final for its attempt
     assert [(x.phase, x.decision, x.seq) for x in led.approvals(T, R1)] == [
-        ("proposal", "approve", 1), ("script", "reject", 2)]
+        ("proposal", "approve", 1),
+        ("script", "reject", 2),
+    ]
     # A newer proposal supersedes the approved one: approving the old one does not count.
     led.write(T, R1, "proposal", {**VIDEO["proposal"], "title": "Launch 2"})
     _a, warnings = led.approve(T, R1, "proposal", by="ana", attempt=1)
-    assert warnings and "superseded" in warnings[0]
+    assert len(warnings) == 1
+    assert "superseded" in warnings[0]
     assert led.status(T, R1).phase("proposal").state == "awaiting_approval"
     with pytest.raises(NotFound):
         led.approve(T, R1, "proposal", by="ana", attempt=9)
@@ -580,7 +782,9 @@ def test_approvals_and_prerequisites_in_a_strict_gated_pipeline(led: Ledger, sto
 
 # -- ticket marker, decisions ----------------------------------------------------------------------
 def test_ticket_marker_revisions(led: Ledger, clock: Clock) -> None:
-    m1, changed = led.init_ticket(T, title="Launch", pipeline="video-pipeline", meta={"team": "video"})
+    m1, changed = led.init_ticket(
+        T, title="Launch", pipeline="video-pipeline", meta={"team": "video"}
+    )
     assert (m1.revision, changed) == (1, True)
     again, changed = led.init_ticket(T, title="Launch", pipeline="video-pipeline")
     assert (again, changed) == (m1, False)
@@ -598,7 +802,9 @@ def test_ticket_marker_revisions(led: Ledger, clock: Clock) -> None:
     assert led.verify(T).ok
 
 
-def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(led: Ledger, clock: Clock) -> None:
+def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(
+    led: Ledger, clock: Clock
+) -> None:
     led.write(T, R1, "implement", impl(1), decisions=[decision("d1"), decision("d2")])
     clock.tick()
     led.write(T, R2, "implement", impl(2), decisions=[decision("d1", selected="b"), decision("d3")])
@@ -609,7 +815,9 @@ def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(led: Le
     assert [d["decision_id"] for d in log["decisions"]] == ["d1", "d2", "d3"]
     assert log["decisions"][0]["selected"] == "a"
     assert log["decisions"][0]["source"]["run_id"] == RUN1
-    assert log["decisions"][0]["source"]["checkpoint_path"] == f"{T}/{RUN1}/phase_1_implement_a1.yaml"
+    assert (
+        log["decisions"][0]["source"]["checkpoint_path"] == f"{T}/{RUN1}/phase_1_implement_a1.yaml"
+    )
     assert [(c["decision_id"], c["ignored"]["run_id"]) for c in log["conflicts"]] == [("d1", RUN2)]
     assert led.decisions("NOBODY-1")["decisions"] == []
 
@@ -651,7 +859,15 @@ def test_diff_of_two_attempts_and_of_two_events(led: Ledger, clock: Clock) -> No
     led.progress(T, R1, "implement", "start")
     clock.tick(3)
     led.progress(T, R1, "implement", "step", step=1, tokens=100)
-    led.write(T, R1, "implement", None, status="failed", error="tests failed", repo_commit_map={"app": "a1b2c3d"})
+    led.write(
+        T,
+        R1,
+        "implement",
+        None,
+        status="failed",
+        error="tests failed",
+        repo_commit_map={"app": "a1b2c3d"},
+    )
     clock.tick(60)
     led.write(T, R1, "implement", impl(2), repo_commit_map={"app": "b2c3d4e"})
     d = led.diff(T, f"{R1}:implement:1", f"{R1}:implement:2")
@@ -669,17 +885,26 @@ def test_diff_of_two_attempts_and_of_two_events(led: Ledger, clock: Clock) -> No
         led.diff(T, f"{R1}:implement:9", f"{R1}:implement:1")
 
 
-def test_fork_reuses_checkpoints_records_lineage_and_carries_approvals(led: Ledger, store: Store) -> None:
+def test_fork_reuses_checkpoints_records_lineage_and_carries_approvals(
+    led: Ledger, store: Store
+) -> None:
     led.init_ticket(T, title="Launch video", pipeline="video-pipeline")
-    src = [led.write(T, R1, "research", VIDEO["research"]).record,
-           led.write(T, R1, "proposal", VIDEO["proposal"]).record]
+    src = [
+        led.write(T, R1, "research", VIDEO["research"]).record,
+        led.write(T, R1, "proposal", VIDEO["proposal"]).record,
+    ]
     led.approve(T, R1, "proposal", by="ana")
     new_run, written = led.fork(T, R1, through="proposal", new_run_id=R2)
     assert new_run == RUN2
     assert [w.record.phase for w in written] == ["research", "proposal"]
     for w, s in zip(written, src, strict=True):
-        assert w.record.forked_from == {"ticket_id": T, "run_id": RUN1, "phase": s.phase,
-                                        "attempt_number": s.attempt_number, "content_hash": s.content_hash}
+        assert w.record.forked_from == {
+            "ticket_id": T,
+            "run_id": RUN1,
+            "phase": s.phase,
+            "attempt_number": s.attempt_number,
+            "content_hash": s.content_hash,
+        }
         assert w.record.phase_payload == s.phase_payload
     st = led.status(T, R2)
     assert st.phase("proposal").state == "completed"  # the approval of the source carries over
@@ -693,7 +918,7 @@ def test_fork_reuses_checkpoints_records_lineage_and_carries_approvals(led: Ledg
     if not is_files(store):
         key = (T, RUN1, 1, 1)
         where = "WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? AND attempt = ?"
-        (body,), = raw(store, f"SELECT body FROM phaselog_checkpoints {where}", key)
+        ((body,),) = raw(store, f"SELECT body FROM phaselog_checkpoints {where}", key)
         doc = json.loads(body)
         doc["checkpoint"]["phase_payload"]["summary"] = "edited"
         raw(store, f"UPDATE phaselog_checkpoints SET body = ? {where}", (json.dumps(doc), *key))
@@ -715,7 +940,8 @@ def test_doctor_is_healthy_then_reports_damage(led: Ledger, store: Store) -> Non
     garble(store, R1, 2, "local_review", 1)
     rep = doctor(led, T)
     assert [(f["kind"], f["path"]) for f in rep.findings] == [
-        ("damaged", f"{T}/{RUN1}/phase_2_local_review_a1.yaml")]
+        ("damaged", f"{T}/{RUN1}/phase_2_local_review_a1.yaml")
+    ]
 
 
 def test_doctor_quarantine_moves_files_and_is_refused_for_sql(led: Ledger, store: Store) -> None:
@@ -735,7 +961,10 @@ def test_doctor_quarantine_moves_files_and_is_refused_for_sql(led: Ledger, store
 
 def test_doctor_reports_leftover_temp_files(led: Ledger, store: Store) -> None:
     if not is_files(store):
-        pytest.skip("temp files and orphaned sidecars exist only in the files store; a SQL write is one transaction")
+        pytest.skip(
+            "temp files and orphaned sidecars exist only in the files store; "
+            "a SQL write is one transaction"
+        )
     led.write(T, R1, "implement", impl(1))
     tmp = store.root / "checkpoints" / T / RUN1 / ".tmp-1-deadbeef"  # type: ignore[attr-defined]
     tmp.write_bytes(b"half")
@@ -752,7 +981,12 @@ def guard_target(store: Store) -> Any:
 def test_guard_run_status_reset_history(store: Store, tmp_path: Path) -> None:
     g = Guard(guard_target(store), "nightly")
     first = g.run(["true"])
-    assert (first.action, first.outcome, first.exit_code, first.state.pass_count) == ("ran", "success", 0, 1)  # type: ignore[union-attr]
+    assert (first.action, first.outcome, first.exit_code, first.state.pass_count) == (
+        "ran",
+        "success",
+        0,
+        1,
+    )  # type: ignore[union-attr]
     for i in range(3):
         r = g.run(["false"])
         assert (r.action, r.outcome, r.state.consecutive_failures) == ("ran", "failure", i + 1)  # type: ignore[union-attr]
@@ -760,8 +994,12 @@ def test_guard_run_status_reset_history(store: Store, tmp_path: Path) -> None:
     assert (halted.action, halted.exit_code) == ("halt", 1)
     assert "phaselog guard reset --name nightly" in halted.message
     st = g.status()
-    assert (st["breaker"], st["lock"], st["state"]["pass_count"], st["state"]["consecutive_failures"]) == (
-        "open", None, 4, 3)
+    assert (
+        st["breaker"],
+        st["lock"],
+        st["state"]["pass_count"],
+        st["state"]["consecutive_failures"],
+    ) == ("open", None, 4, 3)
     assert st["state"]["last_status"] == "failure"
     done = g.reset(by="ana")
     assert done["state"]["consecutive_failures"] == 0
@@ -769,8 +1007,13 @@ def test_guard_run_status_reset_history(store: Store, tmp_path: Path) -> None:
     assert g.run(["true"]).outcome == "success"
     hist = g.history()
     assert [(h["kind"], h.get("outcome")) for h in hist] == [
-        ("pass", "success"), ("pass", "failure"), ("pass", "failure"), ("pass", "failure"),
-        ("reset", None), ("pass", "success")]
+        ("pass", "success"),
+        ("pass", "failure"),
+        ("pass", "failure"),
+        ("pass", "failure"),
+        ("reset", None),
+        ("pass", "success"),
+    ]
     assert [h["seq"] for h in hist] == [1, 2, 3, 4, 5, 6]
     assert hist[4]["by"] == "ana"
     # Another guard's state is its own.
@@ -782,9 +1025,12 @@ def test_guard_skips_while_a_live_holder_runs(store: Store, tmp_path: Path) -> N
     # it must see the outer holder (this process, alive) and skip without running its command.
     marker = tmp_path / "inner-ran"
     inner = tmp_path / "inner.txt"
-    cmd = ["sh", "-c",
-           f'"{sys.executable}" -m phaselog guard run --store "{store.url}" --name nightly -- '
-           f'touch "{marker}" > "{inner}" 2>&1']
+    cmd = [
+        "sh",
+        "-c",
+        f'"{sys.executable}" -m phaselog guard run --store "{store.url}" --name nightly -- '
+        f'touch "{marker}" > "{inner}" 2>&1',
+    ]
     result = Guard(guard_target(store), "nightly").run(cmd)
     assert result.action == "ran", result.message
     assert result.exit_code == 0
@@ -797,7 +1043,7 @@ def test_guard_skips_while_a_live_holder_runs(store: Store, tmp_path: Path) -> N
 
 # -- export / import -------------------------------------------------------------------------------
 def populate(led: Ledger, clock: Clock) -> None:
-    """Every kind of record: marker revisions, checkpoints (failed too), events, approvals, a fork."""
+    """Every kind of record: markers, checkpoints (failed too), events, approvals, a fork."""
     led.init_ticket(T, title="Launch video", pipeline="video-pipeline")
     clock.tick()
     led.progress(T, R1, "research", "start", pid=1)
@@ -860,22 +1106,31 @@ def test_export_import_round_trip_within_a_backend_is_exact_and_idempotent(
     assert export_text(other_store) == export_text(store)
 
 
-def test_import_verifies_every_hash_before_writing(led: Ledger, store: Store, other_store: Store,
-                                                   clock: Clock) -> None:
+def test_import_verifies_every_hash_before_writing(
+    led: Ledger, store: Store, other_store: Store, clock: Clock
+) -> None:
     populate(led, clock)
     lines = list(export_records(store))
-    idx = next(i for i, ln in enumerate(lines)
-               if ln["type"] == "checkpoint" and ln["document"]["checkpoint"].get("phase_payload"))
+    idx = next(
+        i
+        for i, ln in enumerate(lines)
+        if ln["type"] == "checkpoint" and ln["document"]["checkpoint"].get("phase_payload")
+    )
     bad = json.loads(json.dumps(lines))
     bad[idx]["document"]["checkpoint"]["phase_payload"]["summary"] = "forged"
     with pytest.raises(InvalidRecord) as info:
         import_records(other_store, bad)
     assert "content hash mismatch" in info.value.message
     victim = bad[idx]
-    phase, ordinal = victim["document"]["checkpoint"]["phase"], victim["document"]["phaselog"]["phase_ordinal"]
+    phase, ordinal = (
+        victim["document"]["checkpoint"]["phase"],
+        victim["document"]["phaselog"]["phase_ordinal"],
+    )
     attempt = victim["document"]["checkpoint"]["attempt_number"]
-    assert not any(r.phase_ordinal == ordinal and r.attempt_number == attempt
-                   for r in other_store.attempts(T, victim["run_id"])), f"{phase} was written"
+    assert not any(
+        r.phase_ordinal == ordinal and r.attempt_number == attempt
+        for r in other_store.attempts(T, victim["run_id"])
+    ), f"{phase} was written"
     # A forged entry (approval) is refused the same way.
     eidx = next(i for i, ln in enumerate(lines) if ln.get("kind") == "approvals")
     forged = json.loads(json.dumps(lines[eidx]))
@@ -907,21 +1162,88 @@ def test_round_trip_files_sqlite_postgres_files_keeps_records_and_hashes(
     source = FilesStore(tmp_path / "a")
     populate(Ledger(source, clock=clock), clock)
     want = export_text(source)
-    chain = [source, open_store(f"sqlite://{tmp_path}/b.db"), open_store(pg_schema_url), FilesStore(tmp_path / "d")]
+    chain = [
+        source,
+        open_store(f"sqlite://{tmp_path}/b.db"),
+        open_store(pg_schema_url),
+        FilesStore(tmp_path / "d"),
+    ]
     try:
-        for a, b in zip(chain, chain[1:], strict=False):
+        for a, b in itertools.pairwise(chain):
             rep = import_records(b, export_records(a))
             assert (rep.added, rep.conflicts) == (len(want), [])
             assert export_text(b) == want
             assert Ledger(b).verify(T).ok
+
         # The final files store holds the same files the first one does (seed files byte for byte).
         def tree(root: Path) -> dict[str, bytes]:
-            return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-                    if p.is_file() and p.name != ".lock" and not p.name.startswith(".meta_")}
+            return {
+                str(p.relative_to(root)): p.read_bytes()
+                for p in sorted(root.rglob("*"))
+                if p.is_file() and p.name != ".lock" and not p.name.startswith(".meta_")
+            }
+
         assert tree(tmp_path / "d") == tree(tmp_path / "a")
     finally:
         for s in chain:
             s.close()
+
+
+def phaselog_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "phaselog", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PHASELOG_HOME": "/nonexistent-phaselog-home"},
+        check=False,
+    )
+
+
+def test_cli_copy_export_import_across_backends(tmp_path: Path, pg_schema_url: str) -> None:
+    clock = Clock()
+    source = FilesStore(tmp_path / "a")
+    populate(Ledger(source, clock=clock), clock)
+    n = len(list(export_records(source)))
+    source.close()
+    urls = {
+        "files": str(tmp_path / "a"),
+        "sqlite": f"sqlite://{tmp_path}/b.db",
+        "postgres": pg_schema_url,
+    }
+    for src, dst in (("files", "sqlite"), ("sqlite", "postgres")):
+        for added, skipped in ((n, 0), (0, n)):  # the second copy finds everything present
+            proc = phaselog_cli("copy", "--from", urls[src], "--to", urls[dst], "--no-progress")
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            out = json.loads(proc.stdout)
+            assert (out["records"], out["added"], out["skipped"], out["conflicts"]) == (
+                n,
+                added,
+                skipped,
+                [],
+            )
+    exports = {name: phaselog_cli("export", "--store", url) for name, url in urls.items()}
+    assert {p.returncode for p in exports.values()} == {0}
+    assert exports["files"].stdout == exports["sqlite"].stdout == exports["postgres"].stdout
+    assert len(exports["files"].stdout.splitlines()) == n
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(exports["postgres"].stdout)
+    target = f"sqlite://{tmp_path}/c.db"
+    first = json.loads(phaselog_cli("import", "--input", str(dump), "--store", target).stdout)
+    second = json.loads(phaselog_cli("import", "--input", str(dump), "--store", target).stdout)
+    assert (first["added"], first["skipped"], second["added"], second["skipped"]) == (n, 0, 0, n)
+    # A tampered dump is refused, naming the line.
+    lines = dump.read_text().splitlines()
+    doc = json.loads(lines[-1])
+    doc["document"]["checkpoint"]["phase_payload"]["files_changed"] = ["src/forged.py"]
+    lines[-1] = json.dumps(doc)
+    dump.write_text("\n".join(lines) + "\n")
+    proc = phaselog_cli("import", "--input", str(dump), "--store", f"sqlite://{tmp_path}/d.db")
+    assert proc.returncode == 1
+    err = json.loads(proc.stdout)
+    assert err["error_code"] == "invalid"
+    assert f"line {n}" in err["error"]
 
 
 # -- retention -------------------------------------------------------------------------------------
@@ -929,20 +1251,26 @@ def test_prune_keep_last_removes_only_unprotected_attempts(led: Ledger, store: S
     run = led.run(T, R1)
     a1 = run.write("implement", impl(1)).record
     run.write("local_review", LOCAL_REVIEW)  # its basis names implement attempt 1
-    a2 = run.fail("implement", "x").record
-    a3 = run.write("implement", impl(3)).record
+    run.fail("implement", "x")
+    run.write("implement", impl(3))
     run.fail("implement", "y")
     a5 = run.write("implement", impl(5)).record
     run.fail("implement", "z")
+
     def states() -> list[tuple[str, str, int | None, int | None]]:
-        return [(p.phase, p.state, p.latest_attempt, p.completed_attempt) for p in led.status(T, R1).phases]
+        return [
+            (p.phase, p.state, p.latest_attempt, p.completed_attempt)
+            for p in led.status(T, R1).phases
+        ]
 
     states_before = states()
     before = snapshot(store)
     dry = prune(led, T, keep_last=1, dry_run=True)
     assert snapshot(store) == before  # a dry run removes nothing
     rep = prune(led, T, keep_last=1)
-    removed = sorted((r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r)
+    removed = sorted(
+        (r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r
+    )
     assert removed == [("implement", 2), ("implement", 3), ("implement", 4)]
     assert dry.removed == rep.removed
     assert rep.bytes_freed > 0
@@ -954,7 +1282,6 @@ def test_prune_keep_last_removes_only_unprotected_attempts(led: Ledger, store: S
     assert led.read(T, R1, "implement", 1).record.content_hash == a1.content_hash
     assert led.verify(T).ok, led.verify(T).problems  # the prune note vouches for a5's prev_hash
     assert states() == states_before  # resume sees the same run
-    assert a2.content_hash and a3.content_hash
     assert prune(led, T, keep_last=1).removed == []  # nothing more to do
 
 
@@ -966,8 +1293,13 @@ def test_prune_never_removes_an_approved_attempt(led: Ledger) -> None:
     led.write(T, R1, "proposal", {**VIDEO["proposal"], "title": "v2"})
     led.write(T, R1, "proposal", {**VIDEO["proposal"], "title": "v3"})
     rep = prune(led, T, keep_last=1)
-    assert [(r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r] == [("proposal", 2)]
-    assert any(k["path"].endswith("phase_2_proposal_a1.yaml") and "approved by ana" in k["reason"] for k in rep.kept)
+    assert [(r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r] == [
+        ("proposal", 2)
+    ]
+    assert any(
+        k["path"].endswith("phase_2_proposal_a1.yaml") and "approved by ana" in k["reason"]
+        for k in rep.kept
+    )
     assert led.read(T, R1, "proposal", 1).record.content_hash == p1.content_hash
     assert led.verify(T).ok
 
@@ -976,7 +1308,9 @@ def test_prune_older_than_and_whole_runs(led: Ledger, store: Store, clock: Clock
     clock.now = T0 + timedelta(days=100)
     old, recent = T0, T0 + timedelta(days=99)
     led.write(T, R1, "implement", impl(1), timestamp=old)
-    led.write(T, R1, "implement", None, status="failed", error="x", timestamp=old + timedelta(hours=1))
+    led.write(
+        T, R1, "implement", None, status="failed", error="x", timestamp=old + timedelta(hours=1)
+    )
     led.write(T, R1, "implement", impl(3), timestamp=recent)
     led.write(T, R2, "implement", impl(1), timestamp=old)  # the whole run is old
     led.write(T, R2, "local_review", LOCAL_REVIEW, timestamp=old)
@@ -991,7 +1325,9 @@ def test_prune_older_than_and_whole_runs(led: Ledger, store: Store, clock: Clock
     assert led.verify(T).ok, led.verify(T).problems
 
 
-def test_prune_run_id_removes_the_whole_run_but_not_a_fork_source(led: Ledger, store: Store) -> None:
+def test_prune_run_id_removes_the_whole_run_but_not_a_fork_source(
+    led: Ledger, store: Store
+) -> None:
     run = led.run(T, R1)
     run.write("implement", impl(1))
     run.write("local_review", LOCAL_REVIEW)
@@ -1021,7 +1357,9 @@ def test_prune_cli_prints_what_it_removed_and_the_space_freed(led: Ledger, store
     out = cli(store, "prune", "--ticket-id", T, "--keep-last", "1")
     assert out["success"] is True
     assert [r["path"] for r in out["removed"] if "attempt_number" in r] == [
-        f"{T}/{RUN1}/phase_1_implement_a1.yaml", f"{T}/{RUN1}/phase_1_implement_a2.yaml"]
+        f"{T}/{RUN1}/phase_1_implement_a1.yaml",
+        f"{T}/{RUN1}/phase_1_implement_a2.yaml",
+    ]
     assert out["removed_count"] == len(out["removed"])
     assert out["bytes_freed"] > 0
     assert cli(store, "verify", "--ticket-id", T)["ok"] is True
@@ -1030,9 +1368,15 @@ def test_prune_cli_prints_what_it_removed_and_the_space_freed(led: Ledger, store
 # -- the same record, the same hash and the same JSON everywhere -----------------------------------
 def cli(store_or_url: Store | str, *args: str, ok: bool = True) -> dict[str, Any]:
     url = store_or_url if isinstance(store_or_url, str) else store_or_url.url
-    proc = subprocess.run([sys.executable, "-m", "phaselog", *args, "--store", url],
-                          capture_output=True, text=True, timeout=120, cwd=REPO,
-                          env={**os.environ, "PHASELOG_HOME": "/nonexistent-phaselog-home"}, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "phaselog", *args, "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PHASELOG_HOME": "/nonexistent-phaselog-home"},
+        check=False,
+    )
     assert (proc.returncode == 0) == ok, (proc.returncode, proc.stdout, proc.stderr)
     data: dict[str, Any] = json.loads(proc.stdout)
     data.pop("correlation_id", None)
@@ -1043,17 +1387,29 @@ def write_fixed(led: Ledger) -> list[str]:
     """The same records, timestamps included, into any store; returns their content hashes."""
     out = [
         led.write(T, R1, "implement", None, status="failed", error="boom", timestamp=T0),
-        led.write(T, R1, "implement", impl(2), timestamp=T0 + timedelta(minutes=1),
-                  repo_commit_map={"app": "a1b2c3d"}, decisions=[decision("d1")]),
+        led.write(
+            T,
+            R1,
+            "implement",
+            impl(2),
+            timestamp=T0 + timedelta(minutes=1),
+            repo_commit_map={"app": "a1b2c3d"},
+            decisions=[decision("d1")],
+        ),
         led.write(T, R1, "local_review", LOCAL_REVIEW, timestamp=T0 + timedelta(minutes=2)),
         led.write(T, R2, "implement", impl(3), timestamp=T0 + timedelta(minutes=3)),
     ]
     return [r.record.content_hash for r in out]
 
 
-def test_same_record_same_hash_and_same_cli_json_on_every_backend(tmp_path: Path, pg_schema_url: str) -> None:
-    stores = {"files": FilesStore(tmp_path / "files"), "sqlite": open_store(f"sqlite://{tmp_path}/x.db"),
-              "postgres": open_store(pg_schema_url)}
+def test_same_record_same_hash_and_same_cli_json_on_every_backend(
+    tmp_path: Path, pg_schema_url: str
+) -> None:
+    stores = {
+        "files": FilesStore(tmp_path / "files"),
+        "sqlite": open_store(f"sqlite://{tmp_path}/x.db"),
+        "postgres": open_store(pg_schema_url),
+    }
     try:
         hashes = {name: write_fixed(Ledger(s)) for name, s in stores.items()}
         assert hashes["files"] == hashes["sqlite"] == hashes["postgres"]
@@ -1073,13 +1429,32 @@ def test_same_record_same_hash_and_same_cli_json_on_every_backend(tmp_path: Path
             assert outs["files"] == outs["sqlite"] == outs["postgres"], args
             assert outs["files"]["success"] is True
         # Errors are the same too.
-        errs = {name: cli(s, "read", "--ticket-id", T, "--run-id", R2, "--phase", "local_review", ok=False)
-                for name, s in stores.items()}
+        errs = {
+            name: cli(
+                s, "read", "--ticket-id", T, "--run-id", R2, "--phase", "local_review", ok=False
+            )
+            for name, s in stores.items()
+        }
         assert errs["files"] == errs["sqlite"] == errs["postgres"]
         assert errs["files"]["error_code"] == "not_found"
-        dups = {name: cli(s, "write", "--ticket-id", T, "--run-id", R1, "--phase", "implement",
-                          "--attempt", "2", "--payload", json.dumps(IMPLEMENT), ok=False)
-                for name, s in stores.items()}
+        dups = {
+            name: cli(
+                s,
+                "write",
+                "--ticket-id",
+                T,
+                "--run-id",
+                R1,
+                "--phase",
+                "implement",
+                "--attempt",
+                "2",
+                "--payload",
+                json.dumps(IMPLEMENT),
+                ok=False,
+            )
+            for name, s in stores.items()
+        }
         assert dups["files"] == dups["sqlite"] == dups["postgres"]
         assert dups["files"]["error_code"] == "already_exists"
     finally:

@@ -179,11 +179,6 @@ def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: P
     assert (root / rep.moved[0]["to"]).read_bytes().endswith(b"trunc")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify stops at the first damaged progress event (or approval) of a run, so doctor "
-    "reports and quarantines them one per run per pass (reported to the lead)",
-)
 def test_every_damaged_progress_event_is_reported_at_once(
     healthy: phaselog.Ledger, root: Path
 ) -> None:
@@ -319,6 +314,23 @@ def test_approval_of_content_that_is_not_stored(healthy: phaselog.Ledger, root: 
     doc = json.loads(approval.read_text("utf-8"))
     doc["checkpoint_hash"] = "0" * 64
     approval.write_text(json.dumps(doc), "utf-8")
+    rep = doctor(healthy, "VID-1")
+    # The approval carries its own content hash: the edit is caught as damage, and the damaged
+    # approval does not count.
+    assert kinds(rep) == ["damaged"]
+    assert "content changed after it was written" in rep.findings[0]["message"]
+    assert healthy.status("VID-1", R).phase("proposal").state == "awaiting_approval"
+
+
+def test_approval_bound_to_content_that_is_not_stored(healthy: phaselog.Ledger, root: Path) -> None:
+    # The same broken link, written consistently (hash recomputed): reported as a broken link.
+    from phaselog.records import Approval, entry_bytes
+
+    approval = next((run_dir(root, "VID-1") / ".approvals").glob("*.json"))
+    doc = json.loads(approval.read_text("utf-8"))
+    doc.pop("content_hash")
+    doc["checkpoint_hash"] = "0" * 64
+    approval.write_bytes(entry_bytes(Approval.from_json(doc)))
     rep = doctor(healthy, "VID-1")
     assert kinds(rep) == ["broken_link"]
     assert "approval_link" in rep.findings[0]["message"]

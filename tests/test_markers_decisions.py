@@ -197,7 +197,10 @@ def test_verify_reports_an_edited_marker_revision(led: phaselog.Ledger, root: Pa
     doc = json.loads(path.read_text("utf-8"))
     doc["title"] = "edited"
     path.write_text(json.dumps(doc), "utf-8")
-    assert "marker_chain" in {p["rule"] for p in led.verify(T).problems}
+    # The revision carries its content hash: the edit itself is caught, not only a broken chain.
+    problems = led.verify(T).problems
+    assert any(p["rule"] == "content_hash" and p["path"].endswith("rev_000001.json") and p["damaged"]
+               for p in problems), problems
 
 
 # -- decision log ----------------------------------------------------------------------------------

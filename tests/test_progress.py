@@ -242,12 +242,6 @@ def test_output_is_capped_in_bytes_not_characters(led: phaselog.Ledger) -> None:
         )  # 9 chars, 18 bytes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TooLarge,
-    reason="output under the 8 MiB cap is refused when its JSON escaping (\\n -> 2 bytes, control "
-    "characters -> 6) pushes the entry over the store's 16 MiB record cap (reported to the lead)",
-)
 def test_output_under_the_cap_is_accepted_whatever_its_characters(led: phaselog.Ledger) -> None:
     led.progress(T, R, "implement", "start")
     ev = led.progress(T, R, "implement", "step", output="\x1b" * (3 * 1024 * 1024))

@@ -68,6 +68,8 @@ def fresh_pg_schemas() -> Iterator[list[str]]:
     """Schema names the test creates itself; every one is dropped afterwards."""
     names: list[str] = []
     yield names
+    if not names:
+        return
     import psycopg
 
     with psycopg.connect(PG_URL, autocommit=True) as conn:
@@ -84,7 +86,7 @@ def sql_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest, name: str
 def raw(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """One statement on the store's database through a connection of the test's own."""
     if url.startswith("sqlite://"):
-        con = sqlite3.connect(url[len("sqlite://"):], isolation_level=None)
+        con = sqlite3.connect(url[len("sqlite://") :], isolation_level=None)
         try:
             cur = con.execute(statement, params)
             return list(cur.fetchall())
@@ -108,7 +110,7 @@ def token_of(rec: phaselog.Checkpoint) -> str:
     return str(rec.error)
 
 
-# -- writers that report through a pipe --------------------------------------------------------------
+# -- writers that report through a pipe ------------------------------------------------------------
 def _emit(fd: int, **line: Any) -> None:
     os.write(fd, (json.dumps(line) + "\n").encode())  # < PIPE_BUF: atomic, whole or absent
 
@@ -132,33 +134,59 @@ def _write_loop(url: str, wid: int, runs: list[str], fd: int, limit: int | None)
                     ev = ledger.progress(T, run, "local_review", "step", step=i)
                 except phaselog.NotFound:
                     ev = ledger.progress(T, run, "local_review", "start")
-                _emit(fd, kind="ack", what="event", wid=wid, token=tok, run=run, attempt=ev.attempt_number,
-                      seq=ev.seq, hash=ev.content_hash)
+                _emit(
+                    fd,
+                    kind="ack",
+                    what="event",
+                    wid=wid,
+                    token=tok,
+                    run=run,
+                    attempt=ev.attempt_number,
+                    seq=ev.seq,
+                    hash=ev.content_hash,
+                )
                 continue
             if what == "failed":
                 res = ledger.write(T, run, "implement", None, status="failed", error=tok)
             elif rng.random() < 0.2:
-                res = ledger.write(T, run, "local_review", {**LOCAL_REVIEW, "last_clean_sha": "a1b2c3d"},
-                                   artifact_paths=[tok])
+                res = ledger.write(
+                    T,
+                    run,
+                    "local_review",
+                    {**LOCAL_REVIEW, "last_clean_sha": "a1b2c3d"},
+                    artifact_paths=[tok],
+                )
             else:
                 res = ledger.write(T, run, "implement", {**IMPLEMENT, "files_changed": [tok]})
             rec = res.record
-            _emit(fd, kind="ack", what="cp", wid=wid, token=tok, run=run, phase=rec.phase,
-                  ordinal=rec.phase_ordinal, attempt=rec.attempt_number, hash=rec.content_hash)
-        except Exception as exc:  # noqa: BLE001 - reported, judged by the parent
+            _emit(
+                fd,
+                kind="ack",
+                what="cp",
+                wid=wid,
+                token=tok,
+                run=run,
+                phase=rec.phase,
+                ordinal=rec.phase_ordinal,
+                attempt=rec.attempt_number,
+                hash=rec.content_hash,
+            )
+        except Exception as exc:
             _emit(fd, kind="error", wid=wid, token=tok, error=f"{type(exc).__name__}: {exc}"[:300])
     _emit(fd, kind="done", wid=wid)
     ledger.close()
 
 
-def _fork_writer(url: str, wid: int, runs: list[str], fd_w: int, fd_r: int, limit: int | None = None) -> int:
+def _fork_writer(
+    url: str, wid: int, runs: list[str], fd_w: int, fd_r: int, *, limit: int | None = None
+) -> int:
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 0
         try:
             os.close(fd_r)
             _write_loop(url, wid, runs, fd_w, limit)
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             with contextlib.suppress(Exception):
                 _emit(fd_w, kind="crash", wid=wid, error=traceback.format_exc()[-2000:])
             code = 1
@@ -198,22 +226,27 @@ def _rows_by_token(ledger: Ledger) -> tuple[Counter[str], dict[str, tuple[str, i
 
 
 def _check_acks(ledger: Ledger, acks: list[dict[str, Any]]) -> int:
-    """Every acknowledged write is stored, whole, with the hash its writer was told; returns lost."""
+    """Every acknowledged write is stored whole, with the hash its writer was told; returns
+    how many are not (lost)."""
     lost = 0
     for a in acks:
         run = phaselog.normalize_run_id(a["run"])
         try:
             if a["what"] == "cp":
-                got = ledger.store.get(T, run, a["ordinal"], a["phase"], a["attempt"]).record.content_hash
+                got = ledger.store.get(
+                    T, run, a["ordinal"], a["phase"], a["attempt"]
+                ).record.content_hash
             else:
-                got = ledger.progress_event(T, run, "local_review", a["attempt"], a["seq"]).content_hash
+                got = ledger.progress_event(
+                    T, run, "local_review", a["attempt"], a["seq"]
+                ).content_hash
         except phaselog.NotFound:
             got = None
         lost += got != a["hash"]
     return lost
 
 
-# -- SQLite: SIGKILL at random moments ----------------------------------------------------------------
+# -- SQLite: SIGKILL at random moments -------------------------------------------------------------
 WRITERS_PER_CYCLE = 4
 
 
@@ -259,7 +292,8 @@ def test_sqlite_writers_sigkilled_mid_write_lose_nothing_acknowledged(tmp_path: 
             os.kill(pid, signal.SIGKILL)
         for pid in pids:
             _, status = os.waitpid(pid, 0)
-            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            assert os.WIFSIGNALED(status)
+            assert os.WTERMSIG(status) == signal.SIGKILL
             kills += 1
         while True:
             more = _read_lines(fd_r, buf, 5)
@@ -273,8 +307,10 @@ def test_sqlite_writers_sigkilled_mid_write_lose_nothing_acknowledged(tmp_path: 
         for ln in lines:
             last[ln["wid"]] = ln["kind"]
         mid_write += sum(1 for k in last.values() if k == "begin")
-        begun_not_acked |= {ln["token"] for ln in lines if ln["kind"] == "begin"} - {a["token"] for a in acks}
-        # After every kill: the database is sound, nothing acknowledged is missing, the run verifies.
+        begun_not_acked |= {ln["token"] for ln in lines if ln["kind"] == "begin"} - {
+            a["token"] for a in acks
+        }
+        # After every kill: the database is sound, nothing acknowledged is lost, the run verifies.
         store = SqliteStore(tmp_path / "crash.db")
         ledger = Ledger(store)
         try:
@@ -293,17 +329,27 @@ def test_sqlite_writers_sigkilled_mid_write_lose_nothing_acknowledged(tmp_path: 
         lost = _check_acks(ledger, all_acks)
         seen, _where = _rows_by_token(ledger)
         duplicates = sum(n - 1 for n in seen.values() if n > 1)
-        per_key = raw(url, "SELECT COUNT(*) FROM (SELECT ticket_id, run_id, phase_ordinal, attempt, COUNT(*) AS n "
-                           "FROM phaselog_checkpoints GROUP BY ticket_id, run_id, phase_ordinal, attempt "
-                           "HAVING COUNT(*) > 1) AS d")[0][0]
+        per_key = raw(
+            url,
+            "SELECT COUNT(*) FROM (SELECT ticket_id, run_id, phase_ordinal, attempt, COUNT(*) AS n "
+            "FROM phaselog_checkpoints GROUP BY ticket_id, run_id, phase_ordinal, attempt "
+            "HAVING COUNT(*) > 1) AS d",
+        )[0][0]
         acked_tokens = {a["token"] for a in all_acks if a["what"] == "cp"}
         report = ledger.verify(T)
     finally:
         store.close()
-    FIGURES.update(sqlite_kills=kills, sqlite_kills_mid_write=mid_write, sqlite_acks=len(all_acks),
-                   sqlite_lost=lost, sqlite_duplicates=duplicates)
-    print(f"\nSQLite: {kills} SIGKILLs in {cycles} cycles ({mid_write} during a write), "
-          f"{len(all_acks)} acknowledged writes, lost={lost}, duplicates={duplicates}")
+    FIGURES.update(
+        sqlite_kills=kills,
+        sqlite_kills_mid_write=mid_write,
+        sqlite_acks=len(all_acks),
+        sqlite_lost=lost,
+        sqlite_duplicates=duplicates,
+    )
+    print(
+        f"\nSQLite: {kills} SIGKILLs in {cycles} cycles ({mid_write} during a write), "
+        f"{len(all_acks)} acknowledged writes, lost={lost}, duplicates={duplicates}"
+    )
     assert kills >= SQLITE_KILLS
     assert mid_write >= SQLITE_KILLS // 4, "too few kills landed while a write was under way"
     assert (lost, duplicates, per_key) == (0, 0, 0)
@@ -313,8 +359,10 @@ def test_sqlite_writers_sigkilled_mid_write_lose_nothing_acknowledged(tmp_path: 
     assert report.ok, report.problems
 
 
-# -- PostgreSQL: backends terminated under load ---------------------------------------------------------
-def test_postgres_writers_whose_backends_are_terminated_lose_and_double_nothing(pg_schema_url: str) -> None:
+# -- PostgreSQL: backends terminated under load ----------------------------------------------------
+def test_postgres_writers_whose_backends_are_terminated_lose_and_double_nothing(
+    pg_schema_url: str,
+) -> None:
     app = f"phaselog-crash-{uuid.uuid4().hex[:8]}"
     url = pg_url(pg_schema_url, application_name=app)
     open_store(url).close()
@@ -334,14 +382,17 @@ def test_postgres_writers_whose_backends_are_terminated_lose_and_double_nothing(
         while alive:
             lines.extend(_read_lines(fd_r, buf, rng.uniform(0.02, 0.15)))
             rows = killer.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
-                "AND pid <> pg_backend_pid()", (app,)).fetchall()
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (app,),
+            ).fetchall()
             terminated += sum(1 for (ok,) in rows if ok)
             for pid in list(alive):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     alive.discard(pid)
-                    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, lines[-5:]
+                    assert os.WIFEXITED(status), lines[-5:]
+                    assert os.WEXITSTATUS(status) == 0, lines[-5:]
     while True:
         more = _read_lines(fd_r, buf, 2)
         if not more:
@@ -365,20 +416,29 @@ def test_postgres_writers_whose_backends_are_terminated_lose_and_double_nothing(
         events_ok = all(ledger.verify(T, r).ok for r in ("pg-run-0", "pg-run-1"))
     finally:
         ledger.close()
-    FIGURES.update(pg_terminations=terminated, pg_acks=len(acks), pg_errors=len(errors), pg_lost=lost,
-                   pg_duplicates=duplicates, pg_unresolved=len(unresolved),
-                   pg_errored_but_stored=len(errored_but_stored))
-    print(f"\nPostgreSQL: {terminated} backends terminated, {len(acks)} acknowledged writes, "
-          f"{len(errors)} reported errors ({len(errored_but_stored)} of them stored anyway), lost={lost}, "
-          f"duplicates={duplicates}, unresolved={len(unresolved)}")
+    FIGURES.update(
+        pg_terminations=terminated,
+        pg_acks=len(acks),
+        pg_errors=len(errors),
+        pg_lost=lost,
+        pg_duplicates=duplicates,
+        pg_unresolved=len(unresolved),
+        pg_errored_but_stored=len(errored_but_stored),
+    )
+    print(
+        f"\nPostgreSQL: {terminated} backends terminated, {len(acks)} acknowledged writes, "
+        f"{len(errors)} reported errors ({len(errored_but_stored)} of them stored anyway), "
+        f"lost={lost}, duplicates={duplicates}, unresolved={len(unresolved)}"
+    )
     assert len(begun) == writers * per_writer
     assert terminated >= 20, "the killer hardly ever found a writer's backend"
     assert (lost, duplicates, len(unresolved)) == (0, 0, 0)
     assert len(acks) >= writers * per_writer // 2, f"too few writes got through: {errors}"
-    assert report.ok and events_ok, report.problems
+    assert report.ok, report.problems
+    assert events_ok
 
 
-# -- PostgreSQL: the commit outcome is unknown ----------------------------------------------------------
+# -- PostgreSQL: the commit outcome is unknown -----------------------------------------------------
 class CommitCutter:
     """A TCP proxy in front of PostgreSQL that, once armed, cuts the connection at the next COMMIT:
     ``after``: the COMMIT reaches the server (it commits) and the reply is dropped;
@@ -414,7 +474,12 @@ class CommitCutter:
                 self.socks += [client, server]
             state = {"commit_sent": False}
             for src, dst, up in ((client, server, True), (server, client, False)):
-                t = threading.Thread(target=self._pump, args=(src, dst, up, state, client, server), daemon=True)
+                t = threading.Thread(
+                    target=self._pump,
+                    args=(src, dst, state, (client, server)),
+                    kwargs={"up": up},
+                    daemon=True,
+                )
                 t.start()
                 self.threads.append(t)
 
@@ -425,8 +490,16 @@ class CommitCutter:
         self.cuts += 1
         self.mode = None
 
-    def _pump(self, src: socket.socket, dst: socket.socket, up: bool, state: dict[str, bool],
-              client: socket.socket, server: socket.socket) -> None:
+    def _pump(
+        self,
+        src: socket.socket,
+        dst: socket.socket,
+        state: dict[str, bool],
+        pair: tuple[socket.socket, socket.socket],
+        *,
+        up: bool,
+    ) -> None:
+        """Relay ``src`` to ``dst`` (``up``: client to server), cutting ``pair`` when armed."""
         while True:
             try:
                 data = src.recv(65536)
@@ -439,12 +512,12 @@ class CommitCutter:
             with self.lock:
                 if up and self.mode and self.COMMIT in data:
                     if self.mode == "before":
-                        self._cut(client, server)
+                        self._cut(*pair)
                         return
                     state["commit_sent"] = True
                 elif not up and state["commit_sent"] and b"COMMIT\x00" in data:
                     state["commit_sent"] = False
-                    self._cut(client, server)
+                    self._cut(*pair)
                     return
             try:
                 dst.sendall(data)
@@ -452,6 +525,8 @@ class CommitCutter:
                 return
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the accepting thread
         self.listener.close()
         with self.lock:
             for s in self.socks:
@@ -471,14 +546,18 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
 
     parts = urlsplit(pg_schema_url)
     cutter = CommitCutter(parts.hostname or "127.0.0.1", parts.port or 5432)
-    url = pg_url(pg_schema_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{cutter.port}"),
-                 sslmode="disable")
+    url = pg_url(
+        pg_schema_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{cutter.port}"),
+        sslmode="disable",
+    )
     store = open_store(url)
     ledger = Ledger(store)
     try:
         ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["first"]})
         cutter.arm(mode)
-        res = ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["unknown-outcome"]})
+        res = ledger.write(
+            T, "r1", "implement", {**IMPLEMENT, "files_changed": ["unknown-outcome"]}
+        )
         assert cutter.cuts == 1, "the connection was not cut at COMMIT"
         assert res.record.attempt_number == 2
         cutter.arm(mode)
@@ -486,14 +565,18 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
         assert cutter.cuts == 2
         assert (ev.attempt_number, ev.seq) == (1, 1)
         cutter.arm(mode)
-        approval_ticket_marker, changed = ledger.init_ticket("CUT-2", title="marker through a cut")
-        assert cutter.cuts == 3 and changed and approval_ticket_marker.revision == 1
+        marker, changed = ledger.init_ticket("CUT-2", title="marker through a cut")
+        assert cutter.cuts == 3
+        assert (marker.revision, changed) == (1, True)
     finally:
         store.close()
         cutter.close()
     run = phaselog.normalize_run_id("r1")
-    rows = raw(pg_schema_url, "SELECT attempt, content_hash FROM phaselog_checkpoints WHERE run_id = ? "
-                              "ORDER BY attempt", (run,))
+    rows = raw(
+        pg_schema_url,
+        "SELECT attempt, content_hash FROM phaselog_checkpoints WHERE run_id = ? ORDER BY attempt",
+        (run,),
+    )
     assert [r[0] for r in rows] == [1, 2]  # exactly one record for the unknown outcome
     assert rows[1][1] == res.record.content_hash
     events = raw(pg_schema_url, "SELECT name FROM phaselog_entries WHERE kind = 'progress'")
@@ -508,7 +591,7 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
         check.close()
 
 
-# -- migrations ----------------------------------------------------------------------------------------
+# -- migrations ------------------------------------------------------------------------------------
 def _migrate_child(url: str, barrier: Any, out: Any) -> None:
     try:
         barrier.wait(60)
@@ -531,7 +614,10 @@ def test_eight_concurrent_first_time_migrations_are_safe(
             fresh_pg_schemas.append(schema)
             url = pg_url(require_postgres(), schema=schema)  # the schema does not exist yet
         barrier, out = CTX.Barrier(8), CTX.Queue()
-        procs = [CTX.Process(target=_migrate_child, args=(url, barrier, out), daemon=True) for _ in range(8)]
+        procs = [
+            CTX.Process(target=_migrate_child, args=(url, barrier, out), daemon=True)
+            for _ in range(8)
+        ]
         for p in procs:
             p.start()
         results = [out.get(timeout=120) for _ in procs]
@@ -559,9 +645,12 @@ def test_a_failing_migration_leaves_nothing_behind(
     ledger.close()
     # A version-2 migration whose second statement fails: the first must be rolled back with it.
     monkeypatch.setattr(sql, "SCHEMA_VERSION", sql.SCHEMA_VERSION + 1)
-    monkeypatch.setitem(sql.MIGRATIONS, sql.SCHEMA_VERSION,
-                        ["CREATE TABLE phaselog_extra (x INTEGER)", "THIS IS NOT SQL"])
-    with pytest.raises(Exception, match="(?i)syntax"):
+    monkeypatch.setitem(
+        sql.MIGRATIONS,
+        sql.SCHEMA_VERSION,
+        ["CREATE TABLE phaselog_extra (x INTEGER)", "THIS IS NOT SQL"],
+    )
+    with pytest.raises(Exception, match=r"(?i)syntax"):
         open_store(url)
     monkeypatch.undo()
     assert raw(url, "SELECT version FROM phaselog_schema") == [(sql.SCHEMA_VERSION,)]
@@ -588,9 +677,17 @@ def test_a_schema_newer_than_the_code_is_refused_with_what_to_do(
         open_store(url)
     assert "upgrade phaselog" in info.value.message
     assert info.value.context == {"found": sql.SCHEMA_VERSION + 1, "supported": sql.SCHEMA_VERSION}
-    assert raw(url, "SELECT version FROM phaselog_schema") == [(sql.SCHEMA_VERSION + 1,)]  # untouched
-    proc = subprocess.run([sys.executable, "-m", "phaselog", "store", "migrate", "--store", url],
-                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert raw(url, "SELECT version FROM phaselog_schema") == [
+        (sql.SCHEMA_VERSION + 1,)
+    ]  # untouched
+    proc = subprocess.run(
+        [sys.executable, "-m", "phaselog", "store", "migrate", "--store", url],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     err = json.loads(proc.stdout)
     assert err["error_code"] == "unsupported_version"
@@ -602,8 +699,14 @@ def test_store_migrate_cli(kind: str, tmp_path: Path, request: pytest.FixtureReq
     url = str(tmp_path / "files-store") if kind == "files" else sql_url(kind, tmp_path, request)
     outs = []
     for _ in range(2):  # the second run finds nothing to do
-        proc = subprocess.run([sys.executable, "-m", "phaselog", "store", "migrate", "--store", url],
-                              capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "phaselog", "store", "migrate", "--store", url],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         outs.append(json.loads(proc.stdout))
     if kind == "files":
@@ -626,20 +729,27 @@ def test_uniqueness_is_enforced_by_constraints_not_by_the_code(
     ledger.progress(T, "r1", "local_review", "start")
     ledger.close()
     run = phaselog.normalize_run_id("r1")
-    insert = ("INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, prev_attempt, "
-              "status, content_hash, body) VALUES (?, ?, 1, 'implement', ?, ?, 'completed', 'x', '{}')")
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    insert = (
+        "INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, "
+        "prev_attempt, status, content_hash, body) "
+        "VALUES (?, ?, 1, 'implement', ?, ?, 'completed', 'x', '{}')"
+    )
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         raw(url, insert, (T, run, 2, 1))  # the same attempt twice
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         raw(url, insert, (T, run, 3, 1))  # a second successor of attempt 1: a fork of the chain
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
-        raw(url, "INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) SELECT kind, ticket_id, "
-                 "run_id, name, body FROM phaselog_entries", ())
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+        raw(
+            url,
+            "INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) "
+            "SELECT kind, ticket_id, run_id, name, body FROM phaselog_entries",
+            (),
+        )
     assert raw(url, "SELECT COUNT(*) FROM phaselog_checkpoints") == [(2,)]
     assert raw(url, "SELECT COUNT(*) FROM phaselog_entries") == [(1,)]
 
 
-# -- SQLite settings -----------------------------------------------------------------------------------
+# -- SQLite settings -------------------------------------------------------------------------------
 def test_sqlite_runs_with_wal_full_sync_busy_timeout_and_immediate_writes(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     try:
@@ -659,13 +769,14 @@ def test_sqlite_runs_with_wal_full_sync_busy_timeout_and_immediate_writes(tmp_pa
     for table in ("phaselog_checkpoints", "phaselog_entries"):
         at = next(i for i, s in enumerate(statements) if s.startswith(f"INSERT INTO {table}"))
         opened = [s for s in statements[:at] if s.startswith(("BEGIN", "COMMIT", "ROLLBACK"))]
-        assert opened and opened[-1] == "BEGIN IMMEDIATE", (table, opened[-3:])
-        assert statements[at + 1:].index("COMMIT") >= 0
+        assert opened, table
+        assert opened[-1] == "BEGIN IMMEDIATE", (table, opened[-3:])
+        assert "COMMIT" in statements[at + 1 :]
     # The journal mode is the database's: another connection sees WAL too.
     assert raw(f"sqlite://{tmp_path}/s.db", "PRAGMA journal_mode") == [("wal",)]
 
 
-# -- guard fencing ---------------------------------------------------------------------------------------
+# -- guard fencing ---------------------------------------------------------------------------------
 TAKEOVER = textwrap.dedent("""
     import json, sys
     from datetime import UTC, datetime
@@ -688,7 +799,9 @@ def test_a_holder_whose_lease_was_taken_over_can_no_longer_write_state(
     store = open_store(url)
     try:
         if view == "remote":  # holder A runs on another host and started two hours ago
-            env = Environment(host="far-away-host", clock=lambda: datetime.now(UTC) - timedelta(hours=2))
+            env = Environment(
+                host="far-away-host", clock=lambda: datetime.now(UTC) - timedelta(hours=2)
+            )
         else:
             env = Environment()
         a = Guard(store, "fence", env=env)
@@ -721,8 +834,12 @@ def test_sql_lease_tokens_rise_with_every_acquisition(tmp_path: Path) -> None:
         tokens = []
         for _ in range(3):
             g.run(["true"])
-            tokens.append(raw(f"sqlite://{tmp_path}/g.db",
-                              "SELECT fencing_token, holder FROM phaselog_guard_lease WHERE name = 'tokens'")[0])
+            tokens.append(
+                raw(
+                    f"sqlite://{tmp_path}/g.db",
+                    "SELECT fencing_token, holder FROM phaselog_guard_lease WHERE name = 'tokens'",
+                )[0]
+            )
         assert tokens == [(1, None), (2, None), (3, None)]
     finally:
         store.close()

@@ -69,9 +69,16 @@ def _child(url: str, idx: int, jobs: list[tuple[str, int, str]], barrier: Any, o
             out.put((kind, round_no, idx, "error", f"barrier: {exc!r}"))
             return
         try:
-            res = ledger.write(T, run, "implement", payload(idx, round_no),
-                               attempt=1 if kind == "explicit" else None)
-            out.put((kind, round_no, idx, "ok", (res.record.attempt_number, res.record.content_hash)))
+            res = ledger.write(
+                T,
+                run,
+                "implement",
+                payload(idx, round_no),
+                attempt=1 if kind == "explicit" else None,
+            )
+            out.put(
+                (kind, round_no, idx, "ok", (res.record.attempt_number, res.record.content_hash))
+            )
         except AlreadyExists as exc:
             out.put((kind, round_no, idx, "exists", exc.message))
         except BaseException:
@@ -83,7 +90,10 @@ def run_races(url: str, jobs: list[tuple[str, int, str]]) -> list[tuple[Any, ...
     """Fork WRITERS children that each take part in every job; return every reported outcome."""
     barrier = CTX.Barrier(WRITERS)
     out = CTX.Queue()
-    procs = [CTX.Process(target=_child, args=(url, i, jobs, barrier, out), daemon=True) for i in range(WRITERS)]
+    procs = [
+        CTX.Process(target=_child, args=(url, i, jobs, barrier, out), daemon=True)
+        for i in range(WRITERS)
+    ]
     for p in procs:
         p.start()
     results: list[tuple[Any, ...]] = []
@@ -122,7 +132,7 @@ def test_32_writers_race_one_attempt_and_race_auto_attempts(store_url: str) -> N
             winners = [g for g in got if g[3] == "ok"]
             assert len(winners) == 1, f"round {r}: {len(winners)} winners"
             assert Counter(g[3] for g in got) == {"ok": 1, "exists": WRITERS - 1}
-            (_k, _r, idx, _s, (attempt, digest)), = winners
+            ((_k, _r, idx, _s, (attempt, digest)),) = winners
             run = runs[("explicit", r)]
             stored = ledger.store.attempts(T, phaselog.normalize_run_id(run))
             assert [(a.phase_ordinal, a.attempt_number) for a in stored] == [(1, 1)]
@@ -146,3 +156,80 @@ def test_32_writers_race_one_attempt_and_race_auto_attempts(store_url: str) -> N
         assert len(ledger.store.runs(T)) == 2 * ROUNDS
     finally:
         ledger.close()
+
+
+# -- the guard: however many cron starts race, exactly one runs ------------------------------------
+GUARD_RACERS = 16
+GUARD_ROUNDS = 5
+
+
+def _guard_child(url: str, idx: int, tmp: str, barrier: Any, out: Any) -> None:
+    from phaselog.guard import Guard
+
+    try:
+        guard = Guard(open_store(url), "race")  # its own store, opened after the fork
+    except BaseException:
+        out.put((-1, idx, "error", traceback.format_exc()))
+        return
+    for round_no in range(GUARD_ROUNDS):
+        # The command records that it ran, then holds the lock until the parent releases it.
+        cmd = [
+            "sh",
+            "-c",
+            f'echo {idx} >> "{tmp}/ran-{round_no}"; '
+            f'while [ ! -e "{tmp}/release-{round_no}" ]; do sleep 0.01; done',
+        ]
+        try:
+            barrier.wait(BARRIER_TIMEOUT_S)
+            result = guard.run(cmd)
+            out.put((round_no, idx, result.action, result.message))
+        except BaseException:
+            out.put((round_no, idx, "error", traceback.format_exc()))
+            return
+
+
+def test_racing_guard_runs_exactly_one_runs(store_url: str, tmp_path: Path) -> None:
+    barrier, out = CTX.Barrier(GUARD_RACERS), CTX.Queue()
+    procs = [
+        CTX.Process(
+            target=_guard_child, args=(store_url, i, str(tmp_path), barrier, out), daemon=True
+        )
+        for i in range(GUARD_RACERS)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for round_no in range(GUARD_ROUNDS):
+            got = []
+            # Everyone but the winner skips while the winner's command holds the lock ...
+            while len(got) < GUARD_RACERS - 1:
+                item = out.get(timeout=RESULT_TIMEOUT_S)
+                assert item[2] != "error", item[3]
+                assert item[0] == round_no
+                got.append(item)
+            assert {g[2] for g in got} == {"skip"}, got
+            assert all("previous invocation still running" in g[3] for g in got)
+            # ... and the winner finishes once released.
+            (tmp_path / f"release-{round_no}").touch()
+            winner = out.get(timeout=RESULT_TIMEOUT_S)
+            assert (winner[0], winner[2]) == (round_no, "ran"), winner
+            ran = (tmp_path / f"ran-{round_no}").read_text().split()
+            assert ran == [str(winner[1])]
+            assert {g[1] for g in got} | {winner[1]} == set(range(GUARD_RACERS))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert [p.exitcode for p in procs] == [0] * GUARD_RACERS
+    from phaselog.guard import Guard
+
+    store = open_store(store_url)
+    try:
+        g = Guard(store, "race")
+        st = g.status()
+        assert (st["state"]["pass_count"], st["lock"]) == (GUARD_ROUNDS, None)
+        assert [h["kind"] for h in g.history()] == ["pass"] * GUARD_ROUNDS
+    finally:
+        store.close()

@@ -7,7 +7,6 @@ attempt it judges: the phase stays ``rejected`` until a new attempt is written a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Phase
-from phaselog.records import Approval
+from phaselog.records import Approval, entry_bytes, read_entries
 from phaselog.state import APPROVED, REJECTED
 
 _KIND = "approvals"
@@ -60,15 +59,12 @@ class GatesMixin:
     def approvals(self, ticket_id: str, run_id: str) -> list[Approval]:
         """Every approval and rejection of a run, in the order they were recorded."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-        out = []
-        for _name, location, data in self.store.entries(_KIND, ticket_id, run_id):
-            if isinstance(data, Corrupt):
-                raise data
-            try:
-                out.append(Approval.from_json(json.loads(data)))
-            except (ValueError, Corrupt) as exc:
-                raise Corrupt(f"{location}: damaged approval ({exc})", path=location) from None
+        out, _damaged = read_entries(self.store, _KIND, Approval, ticket_id, run_id)
         return sorted(out, key=lambda a: a.seq)
+
+    def damaged_approvals(self, ticket_id: str, run_id: str) -> list[Corrupt]:
+        """Approvals that exist but cannot be used (damaged or edited after writing): not counted."""
+        return read_entries(self.store, _KIND, Approval, validate_ticket_id(ticket_id), normalize_run_id(run_id))[1]
 
     def approve(
         self,
@@ -135,8 +131,7 @@ class GatesMixin:
             )
             name = f"{seq:06d}_{ph.ordinal:03d}_{ph.name}_a{attempt:06d}"
             try:
-                self.store.put_entry(_KIND, ticket_id, run_id, name,
-                                     (json.dumps(approval.to_json(), ensure_ascii=False) + "\n").encode())
+                self.store.put_entry(_KIND, ticket_id, run_id, name, entry_bytes(approval))
             except AlreadyExists:
                 continue  # a concurrent approval took the number: re-read, retry
             return approval, warnings

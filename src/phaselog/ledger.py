@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -715,25 +715,6 @@ class Run:
     def status(self) -> RunStatus:
         """Derive the run's state."""
         return self.ledger.status(self.ticket_id, self.run_id, pipeline=self._pipeline)
-
-    def _judgements(self, ticket_id: str, run_id: str, records: Sequence[Checkpoint]) -> dict[str, str]:
-        """Approval verdicts by checkpoint hash, including those a forked checkpoint inherits."""
-        verdicts = judge(self.approvals(ticket_id, run_id))
-        sources: dict[str, dict[str, str]] = {}
-        for cp in records:
-            src = cp.forked_from
-            if not src or cp.content_hash in verdicts:
-                continue
-            key = f"{src.get('ticket_id')}/{src.get('run_id')}"
-            if key not in sources:
-                try:
-                    sources[key] = judge(self.approvals(str(src.get("ticket_id")), str(src.get("run_id"))))
-                except (Corrupt, NotFound, UsageError):
-                    sources[key] = {}
-            inherited = sources[key].get(str(src.get("content_hash")))
-            if inherited is not None:
-                verdicts[cp.content_hash] = inherited
-        return verdicts
 
     def can_skip_to(self, phase: str | int, **kw: Any) -> SkipDecision:
         """May the run skip to ``phase``?"""

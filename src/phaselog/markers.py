@@ -6,14 +6,13 @@ a new title or new metadata is appended as a revision (nothing is overwritten).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
 from phaselog.ids import validate_ticket_id
-from phaselog.records import Marker
+from phaselog.records import Marker, entry_bytes, read_entries
 
 _KIND = "markers"
 MAX_TITLE = 500
@@ -31,15 +30,12 @@ class MarkersMixin:
     def markers(self, ticket_id: str) -> list[Marker]:
         """Every revision of a ticket's marker, oldest first (empty if never initialised)."""
         ticket_id = validate_ticket_id(ticket_id)
-        out = []
-        for _name, location, data in self.store.entries(_KIND, ticket_id, None):
-            if isinstance(data, Corrupt):
-                raise data
-            try:
-                out.append(Marker.from_json(json.loads(data)))
-            except (ValueError, Corrupt) as exc:
-                raise Corrupt(f"{location}: damaged ticket marker ({exc})", path=location) from None
+        out, _damaged = read_entries(self.store, _KIND, Marker, ticket_id, None)
         return sorted(out, key=lambda m: m.revision)
+
+    def damaged_markers(self, ticket_id: str) -> list[Corrupt]:
+        """Marker revisions that exist but cannot be used (damaged or edited after writing)."""
+        return read_entries(self.store, _KIND, Marker, validate_ticket_id(ticket_id), None)[1]
 
     def marker(self, ticket_id: str) -> Marker | None:
         """The current revision of a ticket's marker, or None."""
@@ -83,8 +79,7 @@ class MarkersMixin:
                     prev_hash=current.content_hash,
                 )
             try:
-                self.store.put_entry(_KIND, ticket_id, None, f"rev_{new.revision:06d}",
-                                     (json.dumps(new.to_json(), ensure_ascii=False) + "\n").encode())
+                self.store.put_entry(_KIND, ticket_id, None, f"rev_{new.revision:06d}", entry_bytes(new))
             except AlreadyExists:
                 continue
             return new, True

@@ -24,7 +24,6 @@ seed 003                    phaselog
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from phaselog.errors import (
 )
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Phase
-from phaselog.records import EVENTS, ProgressEvent
+from phaselog.records import EVENTS, ProgressEvent, entry_bytes, read_entries
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: An in-flight attempt whose last event is older than this is reported ``abandoned``.
@@ -190,15 +189,12 @@ class ProgressMixin:
         return [ev for ev in self._all_events(ticket_id, run_id, prefix) if ev.attempt_number == attempt]
 
     def _all_events(self, ticket_id: str, run_id: str, prefix: str = "") -> list[ProgressEvent]:
-        out = []
-        for _name, location, data in self.store.entries(_KIND, ticket_id, run_id, prefix):
-            if isinstance(data, Corrupt):
-                raise data
-            try:
-                out.append(ProgressEvent.from_json(json.loads(data)))
-            except (ValueError, Corrupt) as exc:
-                raise Corrupt(f"{location}: damaged progress event ({exc})", path=location) from None
-        return out
+        events, _damaged = read_entries(self.store, _KIND, ProgressEvent, ticket_id, run_id)
+        return [e for e in events if event_name(e.phase_ordinal, e.phase, e.attempt_number, e.seq).startswith(prefix)]
+
+    def damaged_events(self, ticket_id: str, run_id: str) -> list[Corrupt]:
+        """Progress events that exist but cannot be used (damaged or edited after writing)."""
+        return read_entries(self.store, _KIND, ProgressEvent, ticket_id, run_id)[1]
 
     def event_index(self, ticket_id: str, run_id: str) -> dict[tuple[int, int], list[ProgressEvent]]:
         """Every progress event of a run, grouped by (phase ordinal, attempt)."""
@@ -285,7 +281,7 @@ class ProgressMixin:
             )
             try:
                 self.store.put_entry(_KIND, ticket_id, run_id, event_name(ph.ordinal, ph.name, number, ev.seq),
-                                     (json.dumps(ev.to_json(), ensure_ascii=False) + "\n").encode())
+                                     entry_bytes(ev))
             except AlreadyExists:
                 continue  # another writer took this sequence number: re-read, retry
             return ev

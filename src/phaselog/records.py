@@ -598,3 +598,44 @@ class Marker:
             prev_hash=_opt(data, "prev_hash", str),
             schema_version=data["schema_version"],
         )
+
+
+def entry_bytes(record: ProgressEvent | Approval | Marker) -> bytes:
+    """The stored form of an audit entry: its JSON plus its content hash (checked on read)."""
+    doc = {**record.to_json(), "content_hash": record.content_hash}
+    return (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def parse_entry(cls: Any, data: bytes, location: str) -> Any:
+    """Parse an audit entry of ``cls``; Corrupt if it is broken or was edited after writing."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise Corrupt(f"{location}: not valid JSON ({exc})", path=location, rule="json") from None
+    recorded = doc.pop("content_hash", None) if isinstance(doc, dict) else None
+    try:
+        record = cls.from_json(doc)
+    except Corrupt as exc:
+        raise Corrupt(f"{location}: {exc.message}", path=location, rule=exc.context.get("rule")) from None
+    if recorded is not None and recorded != record.content_hash:
+        raise Corrupt(
+            f"{location}: content changed after it was written (recorded hash {str(recorded)[:12]}, "
+            f"content now hashes to {record.content_hash[:12]})",
+            path=location, rule="content_hash",
+        )
+    return record
+
+
+def read_entries(store: Any, kind: str, cls: Any, ticket_id: str, run_id: str | None) -> tuple[list[Any], list[Corrupt]]:
+    """Every intact entry of a kind, and the damaged ones apart (never used, always reported)."""
+    good: list[Any] = []
+    bad: list[Corrupt] = []
+    for _name, location, data in store.entries(kind, ticket_id, run_id):
+        if isinstance(data, Corrupt):
+            bad.append(data)
+            continue
+        try:
+            good.append(parse_entry(cls, data, location))
+        except Corrupt as exc:
+            bad.append(exc)
+    return good, bad

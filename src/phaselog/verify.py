@@ -53,6 +53,15 @@ class VerifyMixin:
     def markers(self, ticket_id: str) -> Any:  # pragma: no cover
         raise NotImplementedError
 
+    def damaged_markers(self, ticket_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def damaged_approvals(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def damaged_events(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
     def verify(self, ticket_id: str, run_id: str | None = None) -> VerifyReport:
         """Recompute every hash and link of a ticket (or one run); report what is broken.
 
@@ -102,11 +111,9 @@ class VerifyMixin:
                         rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")
             self._verify_audit(ticket_id, rid, by_key, rep)
         if run is None:
-            try:
-                revs = self.markers(ticket_id)
-            except Corrupt as exc:
-                rep.add(str(exc.context.get("path", ticket_id)), "corrupt", exc.message, damaged=True)
-                revs = []
+            for exc in self.damaged_markers(ticket_id):
+                _damaged(rep, exc, ticket_id)
+            revs = self.markers(ticket_id)
             for i, m in enumerate(revs):
                 rep.checked += 1
                 want = revs[i - 1].content_hash if i else None
@@ -133,11 +140,9 @@ class VerifyMixin:
     def _verify_audit(
         self, ticket_id: str, run_id: str, by_key: Mapping[tuple[str, int], Checkpoint], rep: VerifyReport
     ) -> None:
-        try:
-            approvals = self.approvals(ticket_id, run_id)
-        except Corrupt as exc:
-            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message, damaged=True)
-            approvals = []
+        for exc in [*self.damaged_approvals(ticket_id, run_id), *self.damaged_events(ticket_id, run_id)]:
+            _damaged(rep, exc, run_id)
+        approvals = self.approvals(ticket_id, run_id)
         for a in approvals:
             rep.checked += 1
             target = by_key.get((a.phase, a.attempt_number))
@@ -148,11 +153,7 @@ class VerifyMixin:
                     f"{a.decision} by {a.by} judges attempt {a.attempt_number} of {a.phase} with hash "
                     f"{a.checkpoint_hash[:12]}, which is not the stored checkpoint",
                 )
-        try:
-            groups = self.event_index(ticket_id, run_id)
-        except Corrupt as exc:
-            rep.add(str(exc.context.get("path", run_id)), "corrupt", exc.message, damaged=True)
-            groups = {}
+        groups = self.event_index(ticket_id, run_id)
         for (_ordinal, attempt), events in groups.items():
             prev = None
             for i, ev in enumerate(events, start=1):
@@ -164,3 +165,8 @@ class VerifyMixin:
                         f"progress events of {ev.phase} attempt {attempt} are not a contiguous hash chain at {ev.seq}",
                     )
                 prev = ev
+
+
+def _damaged(rep: VerifyReport, exc: Corrupt, where: str) -> None:
+    rep.add(str(exc.context.get("path", where)), str(exc.context.get("rule") or "corrupt"), exc.message,
+            damaged=True)

@@ -94,6 +94,9 @@ class FilesStore:
         self.root = self.root.absolute()
         self.url = f"file://{self.root}"
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
+        # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
+        # sixfold (control characters become \uXXXX): their cap leaves room for that.
+        self.max_entry_bytes = 4 * self.max_record_bytes
 
     def __repr__(self) -> str:
         return f"FilesStore({str(self.root)!r})"
@@ -444,7 +447,8 @@ class FilesStore:
             )
         return stored
 
-    def _read(self, dir_fd: int, name: str, rel_dir: str) -> bytes | None:
+    def _read(self, dir_fd: int, name: str, rel_dir: str, cap: int | None = None) -> bytes | None:
+        limit = cap or self.max_record_bytes
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -461,15 +465,15 @@ class FilesStore:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise Corrupt(f"{rel_dir}/{name} is not a regular file", path=f"{rel_dir}/{name}")
-            if st.st_size > self.max_record_bytes:
+            if st.st_size > limit:
                 raise TooLarge(
                     f"{rel_dir}/{name} is {st.st_size} bytes, over the cap of "
-                    f"{self.max_record_bytes} bytes; not parsed",
+                    f"{limit} bytes; not parsed",
                     path=f"{rel_dir}/{name}",
                     rule="max_record_bytes",
                 )
             chunks = []
-            remaining = self.max_record_bytes + 1
+            remaining = limit + 1
             while remaining > 0:
                 chunk = os.read(fd, min(remaining, 1 << 20))
                 if not chunk:
@@ -477,7 +481,7 @@ class FilesStore:
                 chunks.append(chunk)
                 remaining -= len(chunk)
             data = b"".join(chunks)
-            if len(data) > self.max_record_bytes:
+            if len(data) > limit:
                 raise TooLarge(
                     f"{rel_dir}/{name} grew over the cap while being read",
                     path=f"{rel_dir}/{name}",
@@ -565,9 +569,9 @@ class FilesStore:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
         if not _ENTRY_RE.fullmatch(name):
             raise StoreError(f"entry name {name!r} is not safe as a file name")
-        if len(body) > self.max_record_bytes:
+        if len(body) > self.max_entry_bytes:
             raise TooLarge(
-                f"entry of {len(body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+                f"entry of {len(body)} bytes exceeds the cap of {self.max_entry_bytes} bytes",
                 rule="max_record_bytes",
             )
         rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
@@ -627,7 +631,7 @@ class FilesStore:
                 if not _ENTRY_RE.fullmatch(stem):
                     continue
                 try:
-                    data = self._read(dir_fd, n, rel_dir)
+                    data = self._read(dir_fd, n, rel_dir, self.max_entry_bytes)
                 except Corrupt as exc:
                     out.append((stem, f"{rel_dir}/{n}", exc))
                     continue

@@ -54,7 +54,9 @@ class PostgresDialect(Dialect):
 
     def connect(self) -> Any:
         try:
-            conn = self.psycopg.connect(self.dsn, autocommit=False, connect_timeout=10)
+            # Autocommit: a read is one round trip (no BEGIN before it, no ROLLBACK after it);
+            # writes open their transaction explicitly (begin_write) and end it with COMMIT/ROLLBACK.
+            conn = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except self.psycopg.OperationalError as exc:
             from phaselog.errors import StoreError
 
@@ -66,7 +68,9 @@ class PostgresDialect(Dialect):
         return conn
 
     def begin_write(self, conn: Any) -> None:
-        """psycopg starts the transaction on the first statement."""
+        """Open the write transaction (the connection is in autocommit mode; psycopg's commit()
+        and rollback() end it, as they act on the server's transaction status)."""
+        conn.execute("BEGIN")
 
     def lock_for_migration(self, conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))

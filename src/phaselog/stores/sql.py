@@ -46,6 +46,12 @@ from phaselog.stores.files import (
 #: The schema version this code writes and understands.
 SCHEMA_VERSION = 1
 
+#: Content hashes remembered per store, by (phase ordinal, row body): a record's hash is a pure
+#: function of both, so a row read again (or just appended) is not re-serialised and re-hashed.
+#: A body that changed is a different key, so the tamper check still recomputes it.
+HASH_MEMO_ENTRIES = 4096
+HASH_MEMO_MAX_BODY = 64 * 1024
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE IF NOT EXISTS phaselog_checkpoints (
@@ -125,6 +131,7 @@ class SqlStore:
         self.dialect = dialect
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
+        self._hashes: dict[tuple[int, str], str] = {}
         try:
             self.migrate()
         except BaseException:
@@ -246,24 +253,26 @@ class SqlStore:
         validate_ticket_id(record.ticket_id)
         if not is_canonical_uuid(record.run_id):
             raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
-        body = _meta_bytes(record, None).decode()
-        if len(body) > self.max_record_bytes:
-            raise TooLarge(f"record of {len(body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+        raw_body = _meta_bytes(record, None)
+        body = raw_body.decode()
+        if len(raw_body) > self.max_record_bytes:  # bytes, as the files store counts, not characters
+            raise TooLarge(f"record of {len(raw_body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
                            rule="max_record_bytes")
         key = (record.ticket_id, record.run_id, record.phase_ordinal, record.attempt_number)
         location = self.location(record)
 
         def insert(conn: Any) -> None:
-            latest = conn.execute(
-                self._sql("SELECT MAX(attempt) FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
-                          "AND phase_ordinal = ?"), key[:3]).fetchone()[0] or 0
-            exists = conn.execute(
-                self._sql("SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
-                          "AND phase_ordinal = ? AND attempt = ?"), key).fetchone()
-            if exists is not None:
+            # One statement (one round trip): the phase's latest attempt, and this attempt's hash if
+            # it exists (content_hash is NOT NULL, so NULL means no such row).
+            latest, existing = conn.execute(
+                self._sql("SELECT MAX(attempt), MAX(CASE WHEN attempt = ? THEN content_hash END) FROM "
+                          "phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ?"),
+                (record.attempt_number, *key[:3])).fetchone()
+            latest = latest or 0
+            if existing is not None:
                 raise AlreadyExists(
                     f"attempt {record.attempt_number} of phase {record.phase} already exists ({location})",
-                    path=location, _same=exists[0] == record.content_hash,
+                    path=location, _same=existing == record.content_hash,
                 )
             if latest != expected_latest:
                 raise Conflict(f"phase {record.phase} changed while writing: latest attempt is {latest}, "
@@ -287,6 +296,7 @@ class SqlStore:
         for i in range(5):
             try:
                 attempt_once()
+                self._remember_hash(record.phase_ordinal, body, record.content_hash)
                 return location
             except AlreadyExists as exc:
                 if exc.context.pop("_same", False) and i > 0:
@@ -332,12 +342,23 @@ class SqlStore:
         if found != (ticket_id, run_id, ordinal, phase, attempt):
             raise Corrupt(f"{location}: content does not match its key", path=location, rule="location_mismatch")
         recorded = doc.get("content_hash")
+        known = self._hashes.get((ordinal, body))
+        if known is not None:
+            cp.__dict__["content_hash"] = known  # the cached_property's value: same input, same hash
         stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
         if stored.tampered:
             raise Corrupt(f"{location}: content changed after it was written (recorded hash "
                           f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
                           path=location, rule="content_hash")
+        if known is None and stored.recorded_hash is not None:
+            self._remember_hash(ordinal, body, cp.content_hash)
         return stored
+
+    def _remember_hash(self, ordinal: int, body: str, content_hash: str) -> None:
+        if len(body) <= HASH_MEMO_MAX_BODY:
+            if len(self._hashes) >= HASH_MEMO_ENTRIES:
+                self._hashes.clear()
+            self._hashes[(ordinal, body)] = content_hash
 
     def tickets(self) -> list[str]:
         """Every ticket with a record or an audit entry, sorted."""
@@ -390,8 +411,8 @@ class SqlStore:
         key = self._entry_key(kind, ticket_id, run_id)
         if not _ENTRY_RE.fullmatch(name):
             raise StoreError(f"entry name {name!r} is not safe")
-        if len(body) > self.max_record_bytes:
-            raise TooLarge(f"entry of {len(body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+        if len(body) > 4 * self.max_record_bytes:  # room for escaped progress output, as in the files store
+            raise TooLarge(f"entry of {len(body)} bytes exceeds the cap of {4 * self.max_record_bytes} bytes",
                            rule="max_record_bytes")
         rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
         text = body.decode("utf-8")
