@@ -1,16 +1,15 @@
 """phaselog: durable, append-only checkpoints for multi-phase pipelines.
 
-    import phaselog
-    ledger = phaselog.open()                       # files store at $PHASELOG_HOME or ~/.phaselog
-    run = ledger.run("PROJ-1234", "a1b2c3d4")      # the built-in ticket-pipeline
-    run.write("implement", {"branch_name": "feat/x", "commit_sha": "a1b2c3d", "files_changed": []})
-    run.status().next_phase                        # 'local_review'
+import phaselog
+ledger = phaselog.open()                       # files store at $PHASELOG_HOME or ~/.phaselog
+run = ledger.run("PROJ-1234", "a1b2c3d4")      # the built-in ticket-pipeline
+run.write("implement", {"branch_name": "feat/x", "commit_sha": "a1b2c3d", "files_changed": []})
+run.status().next_phase                        # 'local_review'
 """
 
 from __future__ import annotations
 
 import os
-
 from typing import TYPE_CHECKING, Any
 
 # Names are imported on first use (PEP 562): `import phaselog` and the CLI start fast, and a
@@ -48,7 +47,7 @@ _LAZY = {
     "UnknownPhase": "phaselog.errors",
     "UnsupportedVersion": "phaselog.errors",
     "UsageError": "phaselog.errors",
-    "VerifyReport": "phaselog.ledger",
+    "VerifyReport": "phaselog.verify",
     "WriteResult": "phaselog.ledger",
     "builtin": "phaselog.pipelines",
     "derive_status": "phaselog.state",
@@ -79,7 +78,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UsageError,
     )
     from phaselog.ids import normalize_run_id, validate_ticket_id
-    from phaselog.ledger import Ledger, Page, Run, SkipDecision, VerifyReport, WriteResult
+    from phaselog.ledger import Ledger, Page, Run, SkipDecision, WriteResult
+    from phaselog.verify import VerifyReport
     from phaselog.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
     from phaselog.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
     from phaselog.state import PhaseState, RunStatus, derive_status
@@ -147,7 +147,7 @@ __all__ = [
 ]
 
 
-def open(store: str | os.PathLike[str] | Store | None = None) -> Ledger:  # noqa: A001 - like io.open, the obvious name
+def open(store: str | os.PathLike[str] | Store | None = None) -> Ledger:
     """Open a ledger over a store: a Store, a URL (``file:///…``), a path, or None (default)."""
     from phaselog.ledger import Ledger
     from phaselog.stores import open_store

@@ -43,7 +43,7 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _RESOLVE_CACHE: dict[str, bool] = {}
 
 
-class _Fallback(Exception):  # noqa: N818 - internal control flow, never escapes this module
+class _Fallback(Exception):
     """The value is outside the fast path's shape."""
 
 
@@ -51,7 +51,7 @@ def _needs_quotes(s: str) -> bool:
     """Tell whether PyYAML would quote ``s`` because it would not read back as a string."""
     hit = _RESOLVE_CACHE.get(s)
     if hit is None:
-        hit = _resolver.resolve(yaml.ScalarNode, s, (True, False)) != _STR_TAG
+        hit = _resolver.resolve(yaml.ScalarNode, s, (True, False)) != _STR_TAG  # type: ignore[no-untyped-call]  # PyYAML is untyped
         if len(_RESOLVE_CACHE) < 4096:
             _RESOLVE_CACHE[s] = hit
     return hit
@@ -98,7 +98,7 @@ def _emit_sequence(items: list[Any] | tuple[Any, ...], indent: str, out: list[st
             sub: list[str] = []
             _emit_mapping(item, indent + "  ", sub)
             first = sub[0]
-            out.append(f"{indent}- {first[len(indent) + 2:]}")
+            out.append(f"{indent}- {first[len(indent) + 2 :]}")
             out.extend(sub[1:])
         elif isinstance(item, dict | list | tuple):
             raise _Fallback  # empty collections and nested sequences: rare, let PyYAML do it
@@ -189,7 +189,7 @@ def load(data: bytes | str) -> Any:
     if any(c in probe for c in (b"&", b"*", b"!", b"[[", b"{{", b"[{", b"{[")):
         _check_events(probe)
     try:
-        tree = yaml.load(probe, Loader=_Loader)  # noqa: S506 - a safe loader (CSafeLoader)
+        tree = yaml.load(probe, Loader=_Loader)
     except RecursionError as exc:
         raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth") from exc
     except yaml.YAMLError as exc:

@@ -6,6 +6,7 @@ All of it is derived from the records: a refused write can never change the deci
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Callable
@@ -43,10 +44,12 @@ class AuditMixin:
     def pipeline_for(self, ticket_id: str, run_id: str, requested: Any = None) -> Any:  # pragma: no cover
         raise NotImplementedError
 
-    def can_skip_to(self, ticket_id: str, run_id: str, phase: Any, **kw: Any) -> Any:  # pragma: no cover
+    def can_skip_to(
+        self, ticket_id: str, run_id: str, phase: Any, *, pipeline: Any = None, artifacts_root: Any = None
+    ) -> Any:  # pragma: no cover
         raise NotImplementedError
 
-    def status(self, ticket_id: str, run_id: str, **kw: Any) -> Any:  # pragma: no cover
+    def status(self, ticket_id: str, run_id: str, *, pipeline: Any = None) -> Any:  # pragma: no cover
         raise NotImplementedError
 
     def _write(self, *args: Any, **kw: Any) -> Any:  # pragma: no cover
@@ -70,8 +73,11 @@ class AuditMixin:
         conflicts: list[dict[str, Any]] = []
         for cp in sources:
             ref = {
-                "run_id": cp.run_id, "phase": cp.phase, "attempt_number": cp.attempt_number,
-                "content_hash": cp.content_hash, "checkpoint_path": self.store.location(cp),
+                "run_id": cp.run_id,
+                "phase": cp.phase,
+                "attempt_number": cp.attempt_number,
+                "content_hash": cp.content_hash,
+                "checkpoint_path": self.store.location(cp),
             }
             for d in cp.decisions:
                 body = json.loads(json.dumps(d))
@@ -82,8 +88,12 @@ class AuditMixin:
                 first = {k: v for k, v in merged[did].items() if k != "source"}
                 if first != body:
                     conflicts.append(
-                        {"decision_id": did, "kept": merged[did]["source"], "ignored": ref,
-                         "message": f"decision {did} recorded again with different content; the first record wins"}
+                        {
+                            "decision_id": did,
+                            "kept": merged[did]["source"],
+                            "ignored": ref,
+                            "message": f"decision {did} recorded again with different content; the first record wins",
+                        }
                     )
         return {
             "version": DECISION_LOG_VERSION,
@@ -93,9 +103,7 @@ class AuditMixin:
         }
 
     # -- history ------------------------------------------------------------------------------------
-    def history(
-        self, ticket_id: str, run_id: str | None = None, phase: str | None = None
-    ) -> list[dict[str, Any]]:
+    def history(self, ticket_id: str, run_id: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """Every record of a ticket (or run / phase) in time order: marker revisions, progress
         events, checkpoints (completed and failed) and approvals."""
         ticket_id = validate_ticket_id(ticket_id)
@@ -103,9 +111,19 @@ class AuditMixin:
         out: list[dict[str, Any]] = []
         if run_id is None and phase is None:
             for m in self.markers(ticket_id):
-                out.append(_entry(m.timestamp, "marker", None, None, None, None,
-                                  f"ticket marker revision {m.revision}: {m.title!r} ({m.pipeline})",
-                                  m.content_hash, m.to_json()))
+                out.append(
+                    _entry(
+                        m.timestamp,
+                        "marker",
+                        None,
+                        None,
+                        None,
+                        None,
+                        f"ticket marker revision {m.revision}: {m.title!r} ({m.pipeline})",
+                        m.content_hash,
+                        m.to_json(),
+                    )
+                )
         for rid in runs:
             phase_name = self.pipeline_for(ticket_id, rid).phase(phase).name if phase is not None else None
             items, damaged = self.run_records(ticket_id, rid)
@@ -114,33 +132,83 @@ class AuditMixin:
                 if phase_name and cp.phase != phase_name:
                     continue
                 what = "completed" if cp.completed else f"failed: {cp.error}"
-                out.append(_entry(cp.timestamp_utc, "checkpoint", rid, cp.phase, cp.attempt_number, None,
-                                  f"{cp.phase} attempt {cp.attempt_number} {what}", cp.content_hash,
-                                  {**cp.to_json(), "checkpoint_path": s.location}, ordinal=cp.phase_ordinal))
+                out.append(
+                    _entry(
+                        cp.timestamp_utc,
+                        "checkpoint",
+                        rid,
+                        cp.phase,
+                        cp.attempt_number,
+                        None,
+                        f"{cp.phase} attempt {cp.attempt_number} {what}",
+                        cp.content_hash,
+                        {**cp.to_json(), "checkpoint_path": s.location},
+                        ordinal=cp.phase_ordinal,
+                    )
+                )
             for (ordinal, attempt), events in self.event_index(ticket_id, rid).items():
                 for ev in events:
                     if phase_name and ev.phase != phase_name:
                         continue
                     detail = f" step {ev.step}" if ev.step is not None else ""
-                    out.append(_entry(ev.timestamp, "progress", rid, ev.phase, attempt, ev.seq,
-                                      f"{ev.phase} attempt {attempt} {ev.event}{detail}", ev.content_hash,
-                                      ev.to_json(), ordinal=ordinal))
+                    out.append(
+                        _entry(
+                            ev.timestamp,
+                            "progress",
+                            rid,
+                            ev.phase,
+                            attempt,
+                            ev.seq,
+                            f"{ev.phase} attempt {attempt} {ev.event}{detail}",
+                            ev.content_hash,
+                            ev.to_json(),
+                            ordinal=ordinal,
+                        )
+                    )
             for a in self.approvals(ticket_id, rid):
                 if phase_name and a.phase != phase_name:
                     continue
                 verb = "approved" if a.approved else "rejected"
                 note = f": {a.comment}" if a.comment else ""
-                out.append(_entry(a.timestamp, "approval", rid, a.phase, a.attempt_number, a.seq,
-                                  f"{a.phase} attempt {a.attempt_number} {verb} by {a.by}{note}",
-                                  a.content_hash, a.to_json(), ordinal=a.phase_ordinal))
+                out.append(
+                    _entry(
+                        a.timestamp,
+                        "approval",
+                        rid,
+                        a.phase,
+                        a.attempt_number,
+                        a.seq,
+                        f"{a.phase} attempt {a.attempt_number} {verb} by {a.by}{note}",
+                        a.content_hash,
+                        a.to_json(),
+                        ordinal=a.phase_ordinal,
+                    )
+                )
             for d in damaged:
-                out.append({"at": None, "kind": "damaged", "run_id": rid, "phase": d.phase,
-                            "attempt_number": d.attempt_number, "seq": None,
-                            "summary": f"damaged: {d.location}: {d.message}", "hash": None, "record": d.to_json()})
+                out.append(
+                    {
+                        "at": None,
+                        "kind": "damaged",
+                        "run_id": rid,
+                        "phase": d.phase,
+                        "attempt_number": d.attempt_number,
+                        "seq": None,
+                        "summary": f"damaged: {d.location}: {d.message}",
+                        "hash": None,
+                        "record": d.to_json(),
+                    }
+                )
         # Sort by the time itself: as strings, "…:00.5Z" sorts before "…:00Z" ('.' < 'Z').
-        out.sort(key=lambda e: (parse_timestamp(e["at"], field="at") if e["at"] else _NO_TIME,
-                                _KIND_ORDER.get(e["kind"], 9), e["run_id"] or "",
-                                e.pop("_ordinal", 0), e["attempt_number"] or 0, e["seq"] or 0))
+        out.sort(
+            key=lambda e: (
+                parse_timestamp(e["at"], field="at") if e["at"] else _NO_TIME,
+                _KIND_ORDER.get(e["kind"], 9),
+                e["run_id"] or "",
+                e.pop("_ordinal", 0),
+                e["attempt_number"] or 0,
+                e["seq"] or 0,
+            )
+        )
         return out
 
     # -- diff ---------------------------------------------------------------------------------------
@@ -151,8 +219,7 @@ class AuditMixin:
         ticket_id = validate_ticket_id(ticket_id)
         ra, rb = parse_ref(a, field="A"), parse_ref(b, field="B")
         if (ra.seq is None) != (rb.seq is None):
-            raise UsageError("compare two attempts or two progress events, not one of each", field="B",
-                             rule="ref_kind")
+            raise UsageError("compare two attempts or two progress events, not one of each", field="B", rule="ref_kind")
         va, vb = self._diff_view(ticket_id, ra), self._diff_view(ticket_id, rb)
         from phaselog.diff import CHECKPOINT_FIELDS, EVENT_FIELDS, diff_fields
 
@@ -164,10 +231,12 @@ class AuditMixin:
         """Diffs of every consecutive pair of attempts of one phase."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         ph = self.pipeline_for(ticket_id, run_id).phase(phase)
-        attempts = sorted(r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal)
+        attempts = sorted(
+            r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal
+        )
         return [
             self.diff(ticket_id, f"{run_id}:{ph.name}:{x}", f"{run_id}:{ph.name}:{y}")
-            for x, y in zip(attempts, attempts[1:], strict=False)
+            for x, y in itertools.pairwise(attempts)
         ]
 
     def _diff_view(self, ticket_id: str, ref: Any) -> dict[str, Any]:
@@ -188,8 +257,12 @@ class AuditMixin:
         view = {**cp.seed_dict(), "status": cp.status, "error": cp.error, "content_hash": cp.content_hash, "ref": label}
         if events:
             last = events[-1]
-            view["progress"] = {"elapsed_sec": last.elapsed_sec, "tokens": last.tokens,
-                                "output_sha256": last.output_sha256, "output_length": last.output_length}
+            view["progress"] = {
+                "elapsed_sec": last.elapsed_sec,
+                "tokens": last.tokens,
+                "output_sha256": last.output_sha256,
+                "output_length": last.output_length,
+            }
         else:
             view["progress"] = None
         return view
@@ -225,8 +298,10 @@ class AuditMixin:
         if target == run_id:
             raise UsageError("--new-run-id must differ from the source run", field="new_run_id")
         if self.store.attempts(ticket_id, target):
-            raise InvalidRecord(f"run {target} already has checkpoints; fork into a new run id",
-                                errors=[{"field": "new_run_id", "rule": "fresh_run", "message": "run exists"}])
+            raise InvalidRecord(
+                f"run {target} already has checkpoints; fork into a new run id",
+                errors=[{"field": "new_run_id", "rule": "fresh_run", "message": "run exists"}],
+            )
         st = self.status(ticket_id, run_id)
         written = []
         for ps in st.phases:
@@ -234,20 +309,50 @@ class AuditMixin:
                 break
             src = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt).record
             result = self._write(
-                ticket_id, target, src.phase, dict(src.phase_payload or {}),
-                repo_commit_map=dict(src.repo_commit_map), artifact_paths=list(src.artifact_paths),
-                timestamp=src.timestamp_utc, pipeline=pl, decisions=list(src.decisions),
-                forked_from={"ticket_id": ticket_id, "run_id": run_id, "phase": src.phase,
-                             "attempt_number": src.attempt_number, "content_hash": src.content_hash},
+                ticket_id,
+                target,
+                src.phase,
+                dict(src.phase_payload or {}),
+                repo_commit_map=dict(src.repo_commit_map),
+                artifact_paths=list(src.artifact_paths),
+                timestamp=src.timestamp_utc,
+                pipeline=pl,
+                decisions=list(src.decisions),
+                forked_from={
+                    "ticket_id": ticket_id,
+                    "run_id": run_id,
+                    "phase": src.phase,
+                    "attempt_number": src.attempt_number,
+                    "content_hash": src.content_hash,
+                },
                 check_prerequisites=False,
             )
             written.append(result)
         return target, written
 
 
-def _entry(at: datetime, kind: str, run_id: str | None, phase: str | None, attempt: int | None,
-           seq: int | None, summary: str, digest: str, record: dict[str, Any], *, ordinal: int = 0) -> dict[str, Any]:
-    return {"at": format_timestamp(at), "kind": kind, "run_id": run_id, "phase": phase,
-            "attempt_number": attempt, "seq": seq, "summary": summary, "hash": digest,
-            "record": record, "_ordinal": ordinal}
-
+def _entry(
+    at: datetime,
+    kind: str,
+    run_id: str | None,
+    phase: str | None,
+    attempt: int | None,
+    seq: int | None,
+    summary: str,
+    digest: str,
+    record: dict[str, Any],
+    *,
+    ordinal: int = 0,
+) -> dict[str, Any]:
+    return {
+        "at": format_timestamp(at),
+        "kind": kind,
+        "run_id": run_id,
+        "phase": phase,
+        "attempt_number": attempt,
+        "seq": seq,
+        "summary": summary,
+        "hash": digest,
+        "record": record,
+        "_ordinal": ordinal,
+    }

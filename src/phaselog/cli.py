@@ -87,16 +87,25 @@ def _table(rows: list[list[Any]], headers: list[str], title: str | None = None) 
 def store_options(fn: F) -> F:
     """Options every command that touches a store takes."""
     fn = click.option(
-        "--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True,
+        "--format",
+        "fmt",
+        type=click.Choice(["json", "table"]),
+        default="json",
+        show_default=True,
         help="JSON for scripts and agents, or a readable table.",
     )(fn)
     fn = click.option("--correlation-id", help="Echoed in the output; a fresh UUID when omitted.")(fn)
     fn = click.option(
-        "--store", "store_url", metavar="URL", envvar="PHASELOG_STORE",
+        "--store",
+        "store_url",
+        metavar="URL",
+        envvar="PHASELOG_STORE",
         help="Store URL (file:///path). Env: PHASELOG_STORE.",
     )(fn)
     return click.option(
-        "--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME",
+        "--root",
+        type=click.Path(file_okay=False),
+        envvar="PHASELOG_HOME",
         help="Files store root (default ~/.phaselog). Env: PHASELOG_HOME.",
     )(fn)
 
@@ -104,11 +113,14 @@ def store_options(fn: F) -> F:
 def pipeline_options(fn: F) -> F:
     """--pipeline / --pipeline-file."""
     fn = click.option(
-        "--pipeline-file", type=click.Path(dir_okay=False),
+        "--pipeline-file",
+        type=click.Path(dir_okay=False),
         help="A pipeline manifest file to use.",
     )(fn)
     return click.option(
-        "--pipeline", "pipeline_name", metavar="NAME",
+        "--pipeline",
+        "pipeline_name",
+        metavar="NAME",
         help="Pipeline name: <root>/pipelines/NAME.yaml, PHASELOG_PIPELINES, or a built-in. "
         "Default: the run's recorded pipeline, else ticket-pipeline.",
     )(fn)
@@ -163,16 +175,18 @@ def _json_opt(value: str | None, option: str, kind: type, items: type | None = N
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{option}: {source} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-            field=option, rule="utf-8",
+            field=option,
+            rule="utf-8",
         ) from None
     try:
         data = json.loads(text)
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates (\ud800) fail here
     except UnicodeEncodeError as exc:
         raise UsageError(
-            f"{option}: contains a lone surrogate escape ({exc.object[exc.start:exc.end]!r}); "
+            f"{option}: contains a lone surrogate escape ({exc.object[exc.start : exc.end]!r}); "
             "strings must be valid Unicode",
-            field=option, rule="utf-8",
+            field=option,
+            rule="utf-8",
         ) from None
     except RecursionError:
         raise UsageError(f"{option}: JSON nested too deeply", field=option, rule="json") from None
@@ -182,13 +196,14 @@ def _json_opt(value: str | None, option: str, kind: type, items: type | None = N
         want = "a JSON object" if kind is dict else "a JSON array"
         raise UsageError(f"{option}: must be {want}", field=option, rule="type")
     if items is not None:
-        values = data.values() if isinstance(data, dict) else data
+        values: Any = data.values() if isinstance(data, dict) else data
         bad = [v for v in values if not isinstance(v, items)]
         if bad:
             what = "value" if kind is dict else "item"
             raise UsageError(
                 f"{option}: every {what} must be a JSON string (got {json.dumps(bad[0])})",
-                field=option, rule="type",
+                field=option,
+                rule="type",
             )
     return data
 
@@ -233,17 +248,35 @@ def cli() -> None:
 @click.option("--timestamp", metavar="ISO", help="Completion time (ISO-8601 with timezone); default now.")
 @click.option("--status", type=click.Choice(["completed", "failed"]), default="completed", show_default=True)
 @click.option("--error", "error_text", metavar="TEXT", help="Why the attempt failed (with --status failed).")
-@click.option("--decisions", "decisions_json", metavar="JSON",
-              help="Decision log entries (JSON array, @FILE or -): decision_id, category, subject, "
-              "options_considered, selected, reason.")
+@click.option(
+    "--decisions",
+    "decisions_json",
+    metavar="JSON",
+    help="Decision log entries (JSON array, @FILE or -): decision_id, category, subject, "
+    "options_considered, selected, reason.",
+)
 @click.option("--best-effort", is_flag=True, help="A failed write prints a warning and exits 0.")
 @pipeline_options
 @store_options
 def write(
-    ticket_id: str, run_id: str, phase: str, attempt: int | None, repo_commit_map: str | None,
-    artifact_paths: str | None, payload: str | None, timestamp: str | None, status: str,
-    error_text: str | None, decisions_json: str | None, best_effort: bool, pipeline_name: str | None, pipeline_file: str | None,
-    root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    phase: str,
+    attempt: int | None,
+    repo_commit_map: str | None,
+    artifact_paths: str | None,
+    payload: str | None,
+    timestamp: str | None,
+    status: str,
+    error_text: str | None,
+    decisions_json: str | None,
+    best_effort: bool,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Record one phase attempt (append-only; an existing attempt is never replaced).
 
@@ -271,16 +304,20 @@ def write(
         if status == "completed" and error_text:
             raise UsageError("--error goes with --status failed", field="error")
         result = ledger.write(
-            ticket_id, run_id, phase,
+            ticket_id,
+            run_id,
+            phase,
             _json_opt(payload, "--payload", dict),
             repo_commit_map=_json_opt(repo_commit_map, "--repo-commit-map", dict, str),
             artifact_paths=_json_opt(artifact_paths, "--artifact-paths", list, str) or (),
-            attempt=_attempt(attempt), timestamp=ts, pipeline=pl,
-            status=status,  # type: ignore[arg-type]
+            attempt=_attempt(attempt),
+            timestamp=ts,
+            pipeline=pl,
+            status=status,
             error=error_text,
             decisions=_json_opt(decisions_json, "--decisions", list) or (),
         )
-    except Exception as exc:  # noqa: BLE001 - --best-effort promises exit 0 whatever happened
+    except Exception as exc:
         if not isinstance(exc, PhaselogError):
             if not best_effort:
                 raise
@@ -341,9 +378,16 @@ def _show_record(d: dict[str, Any]) -> None:
 @pipeline_options
 @store_options
 def read(
-    ticket_id: str, run_id: str, phase: str, attempt: int | None, pipeline_name: str | None,
-    pipeline_file: str | None, root: str | None, store_url: str | None,
-    correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    phase: str,
+    attempt: int | None,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Read the latest completed checkpoint of a phase (or one attempt).
 
@@ -355,7 +399,10 @@ def read(
     try:
         ledger = _ledger(root, store_url)
         stored = ledger.read(
-            ticket_id, run_id, phase, _attempt(attempt),
+            ticket_id,
+            run_id,
+            phase,
+            _attempt(attempt),
             pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
         )
     except PhaselogError as exc:
@@ -373,15 +420,24 @@ def read(
 @click.option("--phase", required=True, help="Phase name or ordinal.")
 @click.option("--attempt", type=int, help="A specific attempt (default: the latest completed).")
 @click.option(
-    "--artifacts-root", type=click.Path(file_okay=False),
+    "--artifacts-root",
+    type=click.Path(file_okay=False),
     help="Also check that every artifact path exists under this folder.",
 )
 @pipeline_options
 @store_options
 def validate(
-    ticket_id: str, run_id: str, phase: str, attempt: int | None, artifacts_root: str | None,
-    pipeline_name: str | None, pipeline_file: str | None, root: str | None,
-    store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    phase: str,
+    attempt: int | None,
+    artifacts_root: str | None,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Check a checkpoint: seed rules, payload schema, hash links, artifacts. Exit 1 if invalid.
 
@@ -393,7 +449,10 @@ def validate(
     try:
         ledger = _ledger(root, store_url)
         stored, report = ledger.validate(
-            ticket_id, run_id, phase, _attempt(attempt),
+            ticket_id,
+            run_id,
+            phase,
+            _attempt(attempt),
             pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
             artifacts_root=artifacts_root,
         )
@@ -428,8 +487,14 @@ def validate(
 @click.option("--after", metavar="CURSOR", help="Continue after this cursor (next_after of the last page).")
 @store_options
 def list_cmd(
-    ticket_id: str, run_id: str | None, limit: int | None, after: str | None, root: str | None,
-    store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str | None,
+    limit: int | None,
+    after: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """List checkpoints ordered by run, phase ordinal and attempt; damaged files under warnings.
 
@@ -449,23 +514,28 @@ def list_cmd(
         "success": True,
         "count": len(completed),
         "checkpoints": [s.record.seed_dict() for s in completed],
-        "failed_attempts": [
-            {**s.record.seed_dict(), "status": "failed", "error": s.record.error} for s in page.failed
-        ],
-        "warnings": [
-            {**d.to_json(), "message": f"skipped damaged file: {d.message}"} for d in page.damaged
-        ],
+        "failed_attempts": [{**s.record.seed_dict(), "status": "failed", "error": s.record.error} for s in page.failed],
+        "warnings": [{**d.to_json(), "message": f"skipped damaged file: {d.message}"} for d in page.damaged],
         "next_after": page.next_after,
         "correlation_id": out.correlation_id,
     }
 
     def table(_: dict[str, Any]) -> None:
         rows = [
-            [s.record.run_id[:8], f"{s.record.phase_ordinal} {s.record.phase}", s.record.attempt_number,
-             s.record.status, s.record.seed_dict()["timestamp_utc"], s.record.content_hash[:12]]
+            [
+                s.record.run_id[:8],
+                f"{s.record.phase_ordinal} {s.record.phase}",
+                s.record.attempt_number,
+                s.record.status,
+                s.record.seed_dict()["timestamp_utc"],
+                s.record.content_hash[:12],
+            ]
             for s in page.items
         ]
-        rows += [[d.run_id[:8], f"{d.phase_ordinal} {d.phase}", d.attempt_number, "DAMAGED", "", d.message[:60]] for d in page.damaged]
+        rows += [
+            [d.run_id[:8], f"{d.phase_ordinal} {d.phase}", d.attempt_number, "DAMAGED", "", d.message[:60]]
+            for d in page.damaged
+        ]
         rows.sort(key=lambda r: (r[0], int(str(r[1]).split()[0]), r[2]))
         _table(rows, ["run", "phase", "attempt", "status", "timestamp_utc", "hash / note"], title=f"ticket {ticket_id}")
         if page.next_after:
@@ -480,8 +550,11 @@ def _status_table(d: dict[str, Any]) -> None:
         [p["ordinal"], p["phase"], p["state"], p["latest_attempt"], p["latest_timestamp"], p["reason"] or ""]
         for p in d["phases"]
     ]
-    _table(rows, ["#", "phase", "state", "attempt", "latest_timestamp", "note"],
-           title=f"run {d['run_id']} ({d['pipeline']}) next: {d['next_phase'] or '— done'}")
+    _table(
+        rows,
+        ["#", "phase", "state", "attempt", "latest_timestamp", "note"],
+        title=f"run {d['run_id']} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
+    )
     for w in d.get("warnings", []):
         click.echo(f"warning: {w}")
 
@@ -492,8 +565,14 @@ def _status_table(d: dict[str, Any]) -> None:
 @pipeline_options
 @store_options
 def status(
-    ticket_id: str, run_id: str, pipeline_name: str | None, pipeline_file: str | None,
-    root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Derived state of every phase (pending, completed, failed, stale) and the next phase.
 
@@ -518,9 +597,16 @@ def status(
 @pipeline_options
 @store_options
 def resume(
-    ticket_id: str, run_id: str, skip_to: str, artifacts_root: str | None,
-    pipeline_name: str | None, pipeline_file: str | None, root: str | None,
-    store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    skip_to: str,
+    artifacts_root: str | None,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """May the run skip to PHASE? Exit 0 if every earlier phase is done, current and valid; else 1
     with every blocking phase and its reason.
@@ -533,7 +619,10 @@ def resume(
     try:
         ledger = _ledger(root, store_url)
         decision = ledger.can_skip_to(
-            ticket_id, run_id, skip_to, pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
+            ticket_id,
+            run_id,
+            skip_to,
+            pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
             artifacts_root=artifacts_root,
         )
     except PhaselogError as exc:
@@ -541,8 +630,11 @@ def resume(
 
     def table(d: dict[str, Any]) -> None:
         verdict = "allowed" if d["allowed"] else "NOT allowed"
-        _table([[b["phase"], b["state"], b["reason"]] for b in d["blockers"]],
-               ["blocking phase", "state", "reason"], title=f"skip to {d['skip_to']}: {verdict}")
+        _table(
+            [[b["phase"], b["state"], b["reason"]] for b in d["blockers"]],
+            ["blocking phase", "state", "reason"],
+            title=f"skip to {d['skip_to']}: {verdict}",
+        )
         flight = d.get("in_progress")
         if flight:
             note = f" ({flight['abandoned_reason']})" if flight.get("abandoned") else ""
@@ -561,8 +653,12 @@ def resume(
 @click.option("--run-id", help="Only this run.")
 @store_options
 def verify(
-    ticket_id: str, run_id: str | None, root: str | None, store_url: str | None,
-    correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Recompute content hashes and links (prev_hash, basis); report tampering. Exit 1 if any.
 
@@ -578,8 +674,11 @@ def verify(
 
     def table(d: dict[str, Any]) -> None:
         verdict = "ok" if d["ok"] else f"{len(d['problems'])} problem(s)"
-        _table([[p["path"], p["rule"], p["message"]] for p in d["problems"]],
-               ["path", "rule", "problem"], title=f"verified {d['checked']} record(s): {verdict}")
+        _table(
+            [[p["path"], p["rule"], p["message"]] for p in d["problems"]],
+            ["path", "rule", "problem"],
+            title=f"verified {d['checked']} record(s): {verdict}",
+        )
 
     out.emit({"success": True, "ok": report.ok, "checked": report.checked, "problems": report.problems}, table)
     if not report.ok:
@@ -589,7 +688,12 @@ def verify(
 # -- pipelines -----------------------------------------------------------------------------------------
 @cli.command(context_settings=CONTEXT)
 @click.argument("name", required=False)
-@click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME", help="Store root (its pipelines/ folder is searched).")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    envvar="PHASELOG_HOME",
+    help="Store root (its pipelines/ folder is searched).",
+)
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
 def pipelines(name: str | None, root: str | None, fmt: str) -> None:
     """List the pipelines found, or show one (phases, approval gates, payload schemas).
@@ -614,12 +718,20 @@ def pipelines(name: str | None, root: str | None, fmt: str) -> None:
 
     def describe(p: Any, full: bool) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "name": p.name, "version": p.version, "description": p.description, "order": p.order,
-            "manifest_hash": p.manifest_hash, "source": p.source,
+            "name": p.name,
+            "version": p.version,
+            "description": p.description,
+            "order": p.order,
+            "manifest_hash": p.manifest_hash,
+            "source": p.source,
             "phases": [
-                {"ordinal": ph.ordinal, "name": ph.name, "description": ph.description,
-                 "requires_approval": ph.requires_approval,
-                 **({"payload_schema": ph.payload_schema} if full else {})}
+                {
+                    "ordinal": ph.ordinal,
+                    "name": ph.name,
+                    "description": ph.description,
+                    "requires_approval": ph.requires_approval,
+                    **({"payload_schema": ph.payload_schema} if full else {}),
+                }
                 for ph in p.phases
             ],
         }
@@ -633,9 +745,14 @@ def pipelines(name: str | None, root: str | None, fmt: str) -> None:
 
     def table(d: dict[str, Any]) -> None:
         for p in [d["pipeline"]] if "pipeline" in d else d["pipelines"]:
-            _table([[ph["ordinal"], ph["name"], "yes" if ph["requires_approval"] else "", ph["description"]]
-                    for ph in p["phases"]], ["#", "phase", "approval", "description"],
-                   title=f"{p['name']} {p['version']} ({p['source']})")
+            _table(
+                [
+                    [ph["ordinal"], ph["name"], "yes" if ph["requires_approval"] else "", ph["description"]]
+                    for ph in p["phases"]
+                ],
+                ["#", "phase", "approval", "description"],
+                title=f"{p['name']} {p['version']} ({p['source']})",
+            )
 
     out.emit(data, table)
 
@@ -695,7 +812,7 @@ def _main(argv: list[str] | None = None) -> None:
         _fail(exc)
     except BrokenPipeError:
         os._exit(0)  # the reader went away (e.g. `| head`): not an error of ours
-    except Exception as exc:  # noqa: BLE001 - the CLI promises JSON, never a traceback
+    except Exception as exc:
         if os.environ.get("PHASELOG_DEBUG"):
             raise
         if isinstance(exc, UnicodeEncodeError):
@@ -710,4 +827,3 @@ from phaselog import cli_audit, cli_guard, cli_store  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()
-

@@ -63,36 +63,70 @@ def _read_output(output_file: str | None, output: str | None) -> bytes | None:
 @store_options
 @click.pass_context
 def progress(
-    ctx: click.Context, ticket_id: str | None, run_id: str | None, phase: str | None, attempt: int | None,
-    event: str | None, step: int | None, output_file: str | None, output: str | None, tokens: int | None,
-    provider: str | None, status_text: str | None, pid: int | None, pipeline_name: str | None,
-    pipeline_file: str | None, root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
+    ctx: click.Context,
+    ticket_id: str | None,
+    run_id: str | None,
+    phase: str | None,
+    attempt: int | None,
+    event: str | None,
+    step: int | None,
+    output_file: str | None,
+    output: str | None,
+    tokens: int | None,
+    provider: str | None,
+    status_text: str | None,
+    pid: int | None,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Append a progress event to the attempt in flight (seed 003's mid-execution checkpoint).
 
     \b
     Examples:
       phaselog progress --ticket-id T --run-id R --phase implement --event start
-      phaselog progress --ticket-id T --run-id R --phase implement --event step --step 2 --tokens 1200 --output-file out.txt
+      phaselog progress --ticket-id T --run-id R --phase implement --event step --step 2 \\
+        --tokens 1200 --output-file out.txt
       phaselog progress show --ticket-id T --run-id R --phase implement
     """
     if ctx.invoked_subcommand is not None:
         return
     out = Output(fmt, correlation_id)
     try:
-        missing = [n for n, v in (("--ticket-id", ticket_id), ("--run-id", run_id), ("--phase", phase),
-                                  ("--event", event)) if v is None]
+        missing = [
+            n
+            for n, v in (("--ticket-id", ticket_id), ("--run-id", run_id), ("--phase", phase), ("--event", event))
+            if v is None
+        ]
         if missing:
-            raise UsageError(f"Missing option(s): {', '.join(missing)}", field=missing[0].strip("-").replace("-", "_"),
-                             rule="required")
-        assert ticket_id is not None and run_id is not None and phase is not None and event is not None
+            raise UsageError(
+                f"Missing option(s): {', '.join(missing)}",
+                field=missing[0].strip("-").replace("-", "_"),
+                rule="required",
+            )
+        assert ticket_id is not None
+        assert run_id is not None
+        assert phase is not None
+        assert event is not None
         import os
 
         ledger = _ledger(root, store_url)
         ev = ledger.progress(
-            ticket_id, run_id, phase, event, attempt=_attempt(attempt), step=step,
-            output=_read_output(output_file, output), tokens=tokens, provider=provider, status=status_text,
-            pid=pid if pid is not None else os.getppid(), pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
+            ticket_id,
+            run_id,
+            phase,
+            event,
+            attempt=_attempt(attempt),
+            step=step,
+            output=_read_output(output_file, output),
+            tokens=tokens,
+            provider=provider,
+            status=status_text,
+            pid=pid if pid is not None else os.getppid(),
+            pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
         )
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
@@ -101,7 +135,7 @@ def progress(
 
 
 def _event_json(ev: Any) -> dict[str, Any]:
-    d = ev.to_json()
+    d: dict[str, Any] = ev.to_json()
     d.pop("output", None)  # the text can be 8 MiB; its hash and length identify it
     d["content_hash"] = ev.content_hash
     return d
@@ -109,8 +143,20 @@ def _event_json(ev: Any) -> dict[str, Any]:
 
 def _events_table(events: list[dict[str, Any]]) -> None:
     _table(
-        [[e["phase"], e["attempt_number"], e["seq"], e["event"], e["step"], e["tokens"], e["elapsed_sec"],
-          (e["output_sha256"] or "")[:12], e["timestamp"]] for e in events],
+        [
+            [
+                e["phase"],
+                e["attempt_number"],
+                e["seq"],
+                e["event"],
+                e["step"],
+                e["tokens"],
+                e["elapsed_sec"],
+                (e["output_sha256"] or "")[:12],
+                e["timestamp"],
+            ]
+            for e in events
+        ],
         ["phase", "attempt", "seq", "event", "step", "tokens", "elapsed s", "output", "at"],
     )
 
@@ -125,9 +171,18 @@ def _events_table(events: list[dict[str, Any]]) -> None:
 @pipeline_options
 @store_options
 def progress_show(
-    ticket_id: str, run_id: str, phase: str, attempt: int | None, show_all: bool, with_output: bool,
-    pipeline_name: str | None, pipeline_file: str | None, root: str | None, store_url: str | None,
-    correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    phase: str,
+    attempt: int | None,
+    show_all: bool,
+    with_output: bool,
+    pipeline_name: str | None,
+    pipeline_file: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Show the latest progress event of the attempt in flight (seed 003's Load), or all of them.
 
@@ -138,8 +193,9 @@ def progress_show(
     out = Output(fmt, correlation_id)
     try:
         ledger = _ledger(root, store_url)
-        events = ledger.progress_events(ticket_id, run_id, phase, _attempt(attempt),
-                                        pipeline=_pipeline(ledger, pipeline_name, pipeline_file))
+        events = ledger.progress_events(
+            ticket_id, run_id, phase, _attempt(attempt), pipeline=_pipeline(ledger, pipeline_name, pipeline_file)
+        )
         if not events:
             raise PhaselogError("no progress events")
     except PhaselogError as exc:
@@ -170,26 +226,56 @@ def _judge_command(decision: str) -> Any:
     @pipeline_options
     @store_options
     def command(
-        ticket_id: str, run_id: str, phase: str, attempt: int | None, by: str, comment: str | None,
-        pipeline_name: str | None, pipeline_file: str | None, root: str | None, store_url: str | None,
-        correlation_id: str | None, fmt: str,
+        ticket_id: str,
+        run_id: str,
+        phase: str,
+        attempt: int | None,
+        by: str,
+        comment: str | None,
+        pipeline_name: str | None,
+        pipeline_file: str | None,
+        root: str | None,
+        store_url: str | None,
+        correlation_id: str | None,
+        fmt: str,
     ) -> None:
         out = Output(fmt, correlation_id)
         try:
             ledger = _ledger(root, store_url)
             approval, warnings = ledger.approve(
-                ticket_id, run_id, phase, by=by, comment=comment, attempt=_attempt(attempt), decision=decision,
+                ticket_id,
+                run_id,
+                phase,
+                by=by,
+                comment=comment,
+                attempt=_attempt(attempt),
+                decision=decision,
                 pipeline=_pipeline(ledger, pipeline_name, pipeline_file),
             )
             state = ledger.status(ticket_id, run_id).phase(approval.phase).state
         except PhaselogError as exc:
             _fail(exc, out.correlation_id)
-        data = {"success": True, "approval": {**approval.to_json(), "content_hash": approval.content_hash},
-                "phase_state": state, "warnings": warnings}
-        out.emit(data, lambda d: _table(
-            [[d["approval"]["phase"], d["approval"]["attempt_number"], d["approval"]["decision"],
-              d["approval"]["by"], d["phase_state"]]],
-            ["phase", "attempt", "decision", "by", "phase state now"]))
+        data = {
+            "success": True,
+            "approval": {**approval.to_json(), "content_hash": approval.content_hash},
+            "phase_state": state,
+            "warnings": warnings,
+        }
+        out.emit(
+            data,
+            lambda d: _table(
+                [
+                    [
+                        d["approval"]["phase"],
+                        d["approval"]["attempt_number"],
+                        d["approval"]["decision"],
+                        d["approval"]["by"],
+                        d["phase_state"],
+                    ]
+                ],
+                ["phase", "attempt", "decision", "by", "phase state now"],
+            ),
+        )
 
     command.__doc__ = (
         f"{verb} a gated phase's checkpoint; the judgement is bound to its content hash.\n\n"
@@ -211,8 +297,14 @@ reject = _judge_command("reject")
 @click.option("--meta", multiple=True, metavar="KEY=VALUE", help="Metadata; repeatable.")
 @store_options
 def init_cmd(
-    ticket_id: str, title: str, pipeline_name: str | None, meta: tuple[str, ...], root: str | None,
-    store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    title: str,
+    pipeline_name: str | None,
+    meta: tuple[str, ...],
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Record a ticket's identity once (title, pipeline, metadata); changes become revisions.
 
@@ -228,13 +320,20 @@ def init_cmd(
             if not sep or not key:
                 raise UsageError(f"--meta: expected KEY=VALUE (got {item!r})", field="meta", rule="key_value")
             pairs[key] = value
-        marker, changed = _ledger(root, store_url).init_ticket(ticket_id, title=title, pipeline=pipeline_name,
-                                                                 meta=pairs)
+        marker, changed = _ledger(root, store_url).init_ticket(
+            ticket_id, title=title, pipeline=pipeline_name, meta=pairs
+        )
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
     data = {"success": True, "changed": changed, "marker": {**marker.to_json(), "content_hash": marker.content_hash}}
-    out.emit(data, lambda d: _table([[k, v] for k, v in d["marker"].items() if k != "kind"], ["field", "value"],
-                                    title="new revision" if d["changed"] else "unchanged"))
+    out.emit(
+        data,
+        lambda d: _table(
+            [[k, v] for k, v in d["marker"].items() if k != "kind"],
+            ["field", "value"],
+            title="new revision" if d["changed"] else "unchanged",
+        ),
+    )
 
 
 # -- decisions / history ------------------------------------------------------------------------------
@@ -253,10 +352,24 @@ def decisions(ticket_id: str, root: str | None, store_url: str | None, correlati
         log = _ledger(root, store_url).decisions(ticket_id)
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
-    out.emit({"success": True, **log}, lambda d: _table(
-        [[x["decision_id"], x.get("category"), x.get("subject"), x.get("selected"), x.get("reason"),
-          f"{x['source']['phase']} a{x['source']['attempt_number']}"] for x in d["decisions"]],
-        ["id", "category", "subject", "selected", "reason", "from"], title=f"decisions of {ticket_id}"))
+    out.emit(
+        {"success": True, **log},
+        lambda d: _table(
+            [
+                [
+                    x["decision_id"],
+                    x.get("category"),
+                    x.get("subject"),
+                    x.get("selected"),
+                    x.get("reason"),
+                    f"{x['source']['phase']} a{x['source']['attempt_number']}",
+                ]
+                for x in d["decisions"]
+            ],
+            ["id", "category", "subject", "selected", "reason", "from"],
+            title=f"decisions of {ticket_id}",
+        ),
+    )
 
 
 @cli.command(context_settings=CONTEXT)
@@ -265,8 +378,13 @@ def decisions(ticket_id: str, root: str | None, store_url: str | None, correlati
 @click.option("--phase", help="Only this phase (name or ordinal).")
 @store_options
 def history(
-    ticket_id: str, run_id: str | None, phase: str | None, root: str | None, store_url: str | None,
-    correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str | None,
+    phase: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Every record in time order: checkpoints, failed attempts, progress, approvals, marker revisions.
 
@@ -279,9 +397,14 @@ def history(
         entries = _ledger(root, store_url).history(ticket_id, run_id, phase)
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
-    out.emit({"success": True, "count": len(entries), "history": entries}, lambda d: _table(
-        [[e["at"], (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]] for e in d["history"]],
-        ["at", "run", "kind", "what", "hash"], title=f"history of {ticket_id}"))
+    out.emit(
+        {"success": True, "count": len(entries), "history": entries},
+        lambda d: _table(
+            [[e["at"], (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]] for e in d["history"]],
+            ["at", "run", "kind", "what", "hash"],
+            title=f"history of {ticket_id}",
+        ),
+    )
 
 
 # -- diff / fork ---------------------------------------------------------------------------------------
@@ -291,13 +414,25 @@ def history(
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="With --phase: diff every consecutive pair of attempts.")
 @click.option("--phase", help="With --run-id: the phase whose attempts to compare.")
-@click.option("--format", "fmt", type=click.Choice(["json", "text", "table"]), default="json", show_default=True,
-              help="json, or readable text (table is the same as text).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "text", "table"]),
+    default="json",
+    show_default=True,
+    help="json, or readable text (table is the same as text).",
+)
 @click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME", help="Files store root.")
 @click.option("--store", "store_url", metavar="URL", envvar="PHASELOG_STORE", help="Store URL.")
 def diff(
-    a: str | None, b: str | None, ticket_id: str, run_id: str | None, phase: str | None, fmt: str,
-    root: str | None, store_url: str | None,
+    a: str | None,
+    b: str | None,
+    ticket_id: str,
+    run_id: str | None,
+    phase: str | None,
+    fmt: str,
+    root: str | None,
+    store_url: str | None,
 ) -> None:
     """Field-level differences between two attempts (RUN:PHASE:ATTEMPT) or progress events
     (RUN:PHASE:ATTEMPT:SEQ), or between every consecutive attempt of a phase.
@@ -334,8 +469,14 @@ def diff(
 @click.option("--new-run-id", help="Id of the new run (default: a fresh UUID).")
 @store_options
 def fork(
-    ticket_id: str, run_id: str, through: str, new_run_id: str | None, root: str | None, store_url: str | None,
-    correlation_id: str | None, fmt: str,
+    ticket_id: str,
+    run_id: str,
+    through: str,
+    new_run_id: str | None,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Start a new run that reuses this run's checkpoints up to PHASE (validated first; lineage recorded).
 
@@ -348,11 +489,23 @@ def fork(
         new_id, written = _ledger(root, store_url).fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
-    data = {"success": True, "run_id": new_id, "forked_from": normalize_run_id(run_id),
-            "checkpoints": [{"checkpoint_path": w.location, "phase": w.record.phase,
-                             "content_hash": w.record.content_hash} for w in written]}
-    out.emit(data, lambda d: _table([[c["phase"], c["checkpoint_path"]] for c in d["checkpoints"]],
-                                    ["phase", "reused as"], title=f"new run {d['run_id']}"))
+    data = {
+        "success": True,
+        "run_id": new_id,
+        "forked_from": normalize_run_id(run_id),
+        "checkpoints": [
+            {"checkpoint_path": w.location, "phase": w.record.phase, "content_hash": w.record.content_hash}
+            for w in written
+        ],
+    }
+    out.emit(
+        data,
+        lambda d: _table(
+            [[c["phase"], c["checkpoint_path"]] for c in d["checkpoints"]],
+            ["phase", "reused as"],
+            title=f"new run {d['run_id']}",
+        ),
+    )
 
 
 # -- doctor --------------------------------------------------------------------------------------------
@@ -361,8 +514,12 @@ def fork(
 @click.option("--quarantine", is_flag=True, help="Move damaged files into <root>/quarantine/ (with a note each).")
 @store_options
 def doctor(
-    ticket_id: str | None, quarantine: bool, root: str | None, store_url: str | None,
-    correlation_id: str | None, fmt: str,
+    ticket_id: str | None,
+    quarantine: bool,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Report damaged files, leftover temp files, abandoned attempts and broken links. Exit 1 if any.
 
@@ -380,8 +537,11 @@ def doctor(
         _fail(exc, out.correlation_id)
 
     def table(d: dict[str, Any]) -> None:
-        _table([[f["kind"], f["path"], f["message"]] for f in d["findings"]], ["finding", "path", "detail"],
-               title=f"{d['tickets']} ticket(s), {d['runs']} run(s): {'healthy' if d['healthy'] else 'needs attention'}")
+        _table(
+            [[f["kind"], f["path"], f["message"]] for f in d["findings"]],
+            ["finding", "path", "detail"],
+            title=f"{d['tickets']} ticket(s), {d['runs']} run(s): {'healthy' if d['healthy'] else 'needs attention'}",
+        )
         for m in d["moved"]:
             click.echo(f"moved {m['from']} -> {m['to']}")
 

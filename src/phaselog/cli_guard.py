@@ -40,10 +40,20 @@ def _duration(value: str | None, option: str) -> Any:
 
 def root_option(fn: Any) -> Any:
     """--root / --store for every guard command."""
-    fn = click.option("--store", "store_url", metavar="URL", envvar="PHASELOG_STORE",
-                      help="Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines).")(fn)
-    return click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME",
-                        help="Files store root (default ~/.phaselog). Env: PHASELOG_HOME.")(fn)
+    fn = click.option(
+        "--store",
+        "store_url",
+        metavar="URL",
+        envvar="PHASELOG_STORE",
+        help="Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines).",
+    )(fn)
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False),
+        envvar="PHASELOG_HOME",
+        help="Files store root (default ~/.phaselog). Env: PHASELOG_HOME.",
+    )(fn)
+
 
 name_option = click.option("--name", required=True, help="The guard's name, e.g. cron-closeout.")
 
@@ -60,24 +70,46 @@ def guard() -> None:
 
 @guard.command("run", context_settings={**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False})
 @name_option
-@click.option("--stale-after", default="45m", show_default=True, metavar="DURATION",
-              help="A lock older than this is stale when its holder is on another host; a live local holder "
-              "older than this is reported as hung.")
+@click.option(
+    "--stale-after",
+    default="45m",
+    show_default=True,
+    metavar="DURATION",
+    help="A lock older than this is stale when its holder is on another host; a live local holder "
+    "older than this is reported as hung.",
+)
 @click.option("--kill-stale", is_flag=True, help="End a hung local holder (TERM, then KILL) and take over.")
-@click.option("--max-failures", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Consecutive failures that open the circuit breaker.")
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Consecutive failures that open the circuit breaker.",
+)
 @click.option("--max-passes", type=click.IntRange(min=0), help="Stop (SKIP) once this many passes have run.")
 @click.option("--cooldown", metavar="DURATION", help="After this long, an open breaker lets one probe run.")
 @click.option("--dry-run", is_flag=True, help="Run COMMAND with PHASELOG_DRY_RUN=1; recorded in the state.")
-@click.option("--outcome-from-output", is_flag=True,
-              help="The last of success|noop|failure|halt in COMMAND's output decides (none: unknown).")
+@click.option(
+    "--outcome-from-output",
+    is_flag=True,
+    help="The last of success|noop|failure|halt in COMMAND's output decides (none: unknown).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Also print a JSON summary of the invocation on stderr.")
 @root_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def guard_run(
-    name: str, stale_after: str, kill_stale: bool, max_failures: int, max_passes: int | None,
-    cooldown: str | None, dry_run: bool, outcome_from_output: bool, as_json: bool, root: str | None,
-    store_url: str | None, command: tuple[str, ...],
+    name: str,
+    stale_after: str,
+    kill_stale: bool,
+    max_failures: int,
+    max_passes: int | None,
+    cooldown: str | None,
+    dry_run: bool,
+    outcome_from_output: bool,
+    as_json: bool,
+    root: str | None,
+    store_url: str | None,
+    command: tuple[str, ...],
 ) -> None:
     """Take the lock, check the breaker, run COMMAND, record the outcome, release the lock.
 
@@ -95,17 +127,25 @@ def guard_run(
         if command and command[0] == "--":
             command = command[1:]
         if not command:
-            raise UsageError("guard run needs a command: phaselog guard run --name N -- COMMAND [ARGS…]",
-                             field="command", rule="required")
+            raise UsageError(
+                "guard run needs a command: phaselog guard run --name N -- COMMAND [ARGS…]",
+                field="command",
+                rule="required",
+            )
         if command[0].startswith("-"):
             raise UsageError(
                 f"unknown option {command[0]!r} for guard run (see --help); the command goes after --: "
                 "phaselog guard run --name N [OPTIONS] -- COMMAND [ARGS…]",
-                field=command[0].lstrip("-").replace("-", "_"), rule="unknown_option",
+                field=command[0].lstrip("-").replace("-", "_"),
+                rule="unknown_option",
             )
         cfg = GuardConfig(
-            stale_after=_duration(stale_after, "--stale-after"), kill_stale=kill_stale, max_failures=max_failures,
-            max_passes=max_passes, cooldown=_duration(cooldown, "--cooldown"), dry_run=dry_run,
+            stale_after=_duration(stale_after, "--stale-after"),
+            kill_stale=kill_stale,
+            max_failures=max_failures,
+            max_passes=max_passes,
+            cooldown=_duration(cooldown, "--cooldown"),
+            dry_run=dry_run,
             outcome_from_output=outcome_from_output,
         )
         result = Guard(_root(root, store_url), name).run(command, cfg)
@@ -127,8 +167,15 @@ def guard_run(
 @click.option("--stale-after", default="45m", show_default=True, metavar="DURATION")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json", show_default=True)
 @root_option
-def guard_status(name: str, max_failures: int | None, cooldown: str | None, stale_after: str, fmt: str,
-                 root: str | None, store_url: str | None) -> None:
+def guard_status(
+    name: str,
+    max_failures: int | None,
+    cooldown: str | None,
+    stale_after: str,
+    fmt: str,
+    root: str | None,
+    store_url: str | None,
+) -> None:
     """Loop state, circuit breaker (closed / open / half-open) and the lock holder.
 
     \b
@@ -139,7 +186,8 @@ def guard_status(name: str, max_failures: int | None, cooldown: str | None, stal
 
     try:
         data = Guard(_root(root, store_url), name).status(
-            max_failures=max_failures, cooldown=_duration(cooldown, "--cooldown"),
+            max_failures=max_failures,
+            cooldown=_duration(cooldown, "--cooldown"),
             stale_after=_duration(stale_after, "--stale-after"),
         )
     except PhaselogError as exc:
@@ -173,9 +221,14 @@ def guard_reset(name: str, by: str | None, fmt: str, root: str | None, store_url
         data = Guard(_root(root, store_url), name).reset(by=by)
     except PhaselogError as exc:
         _fail(exc)
-    Output(fmt, None).emit({"success": True, **data}, lambda d: _table(
-        [[k, v] for k, v in d["state"].items()] + [["reset by", d["reset"]["by"]], ["reset at", d["reset"]["at"]]],
-        ["field", "value"], title=f"guard {d['name']} reset"))
+    Output(fmt, None).emit(
+        {"success": True, **data},
+        lambda d: _table(
+            [[k, v] for k, v in d["state"].items()] + [["reset by", d["reset"]["by"]], ["reset at", d["reset"]["at"]]],
+            ["field", "value"],
+            title=f"guard {d['name']} reset",
+        ),
+    )
 
 
 @guard.command("history", context_settings=CONTEXT)
@@ -200,11 +253,20 @@ def guard_history(name: str, fmt: str, root: str | None, store_url: str | None) 
         rows = []
         for e in d["history"]:
             if e.get("kind") == "pass":
-                rows.append([e["seq"], "pass", e.get("started_at"), f"{e.get('outcome')} (exit {e.get('exit_code')}, "
-                             f"{e.get('duration_sec')} s{', probe' if e.get('probe') else ''}"
-                             f"{', dry run' if e.get('dry_run') else ''})"])
+                rows.append(
+                    [
+                        e["seq"],
+                        "pass",
+                        e.get("started_at"),
+                        f"{e.get('outcome')} (exit {e.get('exit_code')}, "
+                        f"{e.get('duration_sec')} s{', probe' if e.get('probe') else ''}"
+                        f"{', dry run' if e.get('dry_run') else ''})",
+                    ]
+                )
             elif e.get("kind") == "reset":
-                rows.append([e["seq"], "reset", e.get("at"), f"by {e.get('by')} (was {e.get('previous_consecutive_failures')})"])
+                rows.append(
+                    [e["seq"], "reset", e.get("at"), f"by {e.get('by')} (was {e.get('previous_consecutive_failures')})"]
+                )
             else:
                 rows.append([e.get("seq"), e.get("kind"), e.get("at"), e.get("reason") or e.get("error")])
         _table(rows, ["#", "kind", "at", "detail"], title=f"guard {name}")

@@ -38,8 +38,14 @@ def export_cmd(ticket_id: str | None, root: str | None, store_url: str | None) -
 
 
 @cli.command("import", context_settings=CONTEXT)
-@click.option("--input", "input_path", type=click.Path(dir_okay=False, allow_dash=True), default="-",
-              show_default=True, help="JSON Lines file to read ('-': standard input).")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    show_default=True,
+    help="JSON Lines file to read ('-': standard input).",
+)
 @store_options
 def import_cmd(input_path: str, root: str | None, store_url: str | None, correlation_id: str | None, fmt: str) -> None:
     """Read an export (JSON Lines), verify every hash, and add what is missing (idempotent).
@@ -62,9 +68,14 @@ def import_cmd(input_path: str, root: str | None, store_url: str | None, correla
         _fail(UsageError(f"--input: cannot read {input_path}: {exc.strerror}", field="input"))
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
-    out.emit({"success": True, **rep.to_json()}, lambda d: _table(
-        [[c["line"], c["path"], c["message"]] for c in d["conflicts"]], ["line", "path", "conflict"],
-        title=f"added {d['added']}, already present {d['skipped']}, conflicts {len(d['conflicts'])}"))
+    out.emit(
+        {"success": True, **rep.to_json()},
+        lambda d: _table(
+            [[c["line"], c["path"], c["message"]] for c in d["conflicts"]],
+            ["line", "path", "conflict"],
+            title=f"added {d['added']}, already present {d['skipped']}, conflicts {len(d['conflicts'])}",
+        ),
+    )
     if rep.conflicts:
         sys.exit(1)
 
@@ -73,8 +84,9 @@ def import_cmd(input_path: str, root: str | None, store_url: str | None, correla
 @click.option("--from", "src", required=True, metavar="URL", help="Source store URL (or path).")
 @click.option("--to", "dst", required=True, metavar="URL", help="Target store URL (or path).")
 @click.option("--ticket-id", help="Only this ticket.")
-@click.option("--progress/--no-progress", "show_progress", default=None,
-              help="Progress bar (default: when stderr is a terminal).")
+@click.option(
+    "--progress/--no-progress", "show_progress", default=None, help="Progress bar (default: when stderr is a terminal)."
+)
 def copy_cmd(src: str, dst: str, ticket_id: str | None, show_progress: bool | None) -> None:
     """Copy every record from one store to another, verifying hashes (idempotent).
 
@@ -107,14 +119,23 @@ def copy_cmd(src: str, dst: str, ticket_id: str | None, show_progress: bool | No
 
 @cli.command("prune", context_settings=CONTEXT)
 @click.option("--ticket-id", help="Only this ticket (required with --run-id).")
-@click.option("--older-than", metavar="DURATION", help="Remove attempts older than this (e.g. 30d); whole runs if all is older.")
+@click.option(
+    "--older-than", metavar="DURATION", help="Remove attempts older than this (e.g. 30d); whole runs if all is older."
+)
 @click.option("--keep-last", type=int, metavar="N", help="Per run and phase, keep the newest N attempts.")
 @click.option("--run-id", help="Remove this whole run.")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @store_options
 def prune_cmd(
-    ticket_id: str | None, older_than: str | None, keep_last: int | None, run_id: str | None, dry_run: bool,
-    root: str | None, store_url: str | None, correlation_id: str | None, fmt: str,
+    ticket_id: str | None,
+    older_than: str | None,
+    keep_last: int | None,
+    run_id: str | None,
+    dry_run: bool,
+    root: str | None,
+    store_url: str | None,
+    correlation_id: str | None,
+    fmt: str,
 ) -> None:
     """Remove old records without breaking resume or verify; print what went and the space freed.
 
@@ -132,16 +153,24 @@ def prune_cmd(
     out = Output(fmt, correlation_id)
     try:
         rep = prune(
-            _ledger(root, store_url), ticket_id,
+            _ledger(root, store_url),
+            ticket_id,
             older_than=parse_duration(older_than, field="--older-than") if older_than else None,
-            keep_last=keep_last, run_id=run_id, dry_run=dry_run,
+            keep_last=keep_last,
+            run_id=run_id,
+            dry_run=dry_run,
         )
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
     verb = "would remove" if dry_run else "removed"
-    out.emit({"success": True, **rep.to_json()}, lambda d: _table(
-        [[r["path"], r.get("kind", "checkpoint")] for r in d["removed"]], ["path", "kind"],
-        title=f"{verb} {d['removed_count']} record(s), {d['bytes_freed']} bytes; kept {len(d['kept'])} protected"))
+    out.emit(
+        {"success": True, **rep.to_json()},
+        lambda d: _table(
+            [[r["path"], r.get("kind", "checkpoint")] for r in d["removed"]],
+            ["path", "kind"],
+            title=f"{verb} {d['removed_count']} record(s), {d['bytes_freed']} bytes; kept {len(d['kept'])} protected",
+        ),
+    )
 
 
 @cli.group("store", context_settings=CONTEXT)
@@ -170,8 +199,13 @@ def store_migrate(root: str | None, store_url: str | None, correlation_id: str |
             data = {"success": True, "store": store.url, "message": "the files store has no schema to migrate"}
         else:
             before, after = store.migrate()
-            data = {"success": True, "store": store.dialect.describe(), "from_version": before, "to_version": after,
-                    "schema_version": store.schema_version()}
+            data = {
+                "success": True,
+                "store": store.dialect.describe(),
+                "from_version": before,
+                "to_version": after,
+                "schema_version": store.schema_version(),
+            }
     except PhaselogError as exc:
         _fail(exc, out.correlation_id)
     out.emit(data, lambda d: _table([[k, v] for k, v in d.items() if k != "correlation_id"], ["field", "value"]))

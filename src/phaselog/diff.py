@@ -18,8 +18,26 @@ from phaselog.ids import normalize_run_id
 _NUM = re.compile(r"[1-9][0-9]{0,8}")
 _MISSING = object()
 
-CHECKPOINT_FIELDS = ("status", "error", "timestamp_utc", "repo_commit_map", "artifact_paths", "phase_payload", "content_hash")
-EVENT_FIELDS = ("event", "status", "step", "provider", "tokens", "elapsed_sec", "output_sha256", "output_length", "timestamp")
+CHECKPOINT_FIELDS = (
+    "status",
+    "error",
+    "timestamp_utc",
+    "repo_commit_map",
+    "artifact_paths",
+    "phase_payload",
+    "content_hash",
+)
+EVENT_FIELDS = (
+    "event",
+    "status",
+    "step",
+    "provider",
+    "tokens",
+    "elapsed_sec",
+    "output_sha256",
+    "output_length",
+    "timestamp",
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +66,8 @@ def parse_ref(text: str, *, field: str = "ref") -> Ref:
         if not _NUM.fullmatch(value):
             raise UsageError(
                 f"{field}: {name} must be a whole number >= 1 written in digits only (got {value!r})",
-                field=field, rule="ref_number",
+                field=field,
+                rule="ref_number",
             )
     if not re.fullmatch(r"[a-z][a-z0-9_]*|[1-9][0-9]*", phase):
         raise UsageError(f"{field}: {phase!r} is not a phase name or ordinal", field=field, rule="ref_phase")

@@ -29,7 +29,8 @@ def parse_duration(text: str, *, field: str = "duration") -> timedelta:
     if not s or pos != len(s) or parts == 0:
         raise UsageError(
             f"{field}: {text!r} is not a duration; use e.g. 90s, 45m, 1h30m, 30d, 2w",
-            field=field, rule="duration",
+            field=field,
+            rule="duration",
         )
     return timedelta(seconds=total)
 

@@ -53,7 +53,9 @@ class GatesMixin:
     store: Any
     clock: Callable[[], datetime]
 
-    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any) -> Phase:  # pragma: no cover - provided by Ledger
+    def _phase(
+        self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any
+    ) -> Phase:  # pragma: no cover - provided by Ledger
         raise NotImplementedError
 
     def approvals(self, ticket_id: str, run_id: str) -> list[Approval]:
@@ -93,7 +95,8 @@ class GatesMixin:
         if not ph.requires_approval:
             raise GateRefused(
                 f"phase {ph.name} has no approval gate (requires_approval is false in its pipeline)",
-                phase=ph.name, rule="not_gated",
+                phase=ph.name,
+                rule="not_gated",
             )
         refs = [r for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal]
         completed = sorted(r.attempt_number for r in refs if r.completed)
@@ -125,9 +128,17 @@ class GatesMixin:
                 )
             seq = (existing[-1].seq if existing else 0) + 1
             approval = Approval(
-                ticket_id=ticket_id, run_id=run_id, phase=ph.name, phase_ordinal=ph.ordinal,
-                attempt_number=attempt, checkpoint_hash=target.content_hash, decision=decision,
-                by=by, timestamp=self.clock(), seq=seq, comment=comment,
+                ticket_id=ticket_id,
+                run_id=run_id,
+                phase=ph.name,
+                phase_ordinal=ph.ordinal,
+                attempt_number=attempt,
+                checkpoint_hash=target.content_hash,
+                decision=decision,
+                by=by,
+                timestamp=self.clock(),
+                seq=seq,
+                comment=comment,
             )
             name = f"{seq:06d}_{ph.ordinal:03d}_{ph.name}_a{attempt:06d}"
             try:

@@ -54,7 +54,8 @@ def validate_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or ".." in name:
         raise UsageError(
             f"--name: 1-64 of letters, digits, '.', '_', '-', not starting with '.' or '-' (got {name!r})",
-            field="name", rule="guard_name",
+            field="name",
+            rule="guard_name",
         )
     return name
 
@@ -110,7 +111,8 @@ class LoopState:
         except Corrupt as exc:
             raise Corrupt(
                 f"{where}: {exc.message} (fix the file, or move it aside to start a fresh state)",
-                path=where, field=exc.context.get("field"),
+                path=where,
+                field=exc.context.get("field"),
             ) from None
 
 
@@ -272,8 +274,9 @@ class FileGuardStore:
             if current is None or current.token != token:
                 from phaselog.guard_sql import Fenced
 
-                raise Fenced(f"guard {self.name}: the lock was taken over; the loop state was not written",
-                             rule="lock_token")
+                raise Fenced(
+                    f"guard {self.name}: the lock was taken over; the loop state was not written", rule="lock_token"
+                )
         self._ensure()
         self._write_replace(self.state_path, _yaml.dump(state.to_seed()))
 
@@ -429,13 +432,15 @@ class Guard:
                 except Corrupt as exc:
                     current, damaged = None, exc.message
                 else:
-                    damaged = None
+                    damaged = ""
                 took_over = None
                 if current is not None:
                     verdict, why = judge_holder(current, self.env, cfg.stale_after)
                     if verdict in ("live", "remote-live") or (verdict == "hung" and not cfg.kill_stale):
-                        msg = f"SKIP: previous invocation still running (pid {current.pid}, host {current.host}, " \
-                              f"age {_age(self.env.clock() - current.started_at)})"
+                        msg = (
+                            f"SKIP: previous invocation still running (pid {current.pid}, host {current.host}, "
+                            f"age {_age(self.env.clock() - current.started_at)})"
+                        )
                         if verdict == "hung":
                             msg += " — it looks hung; --kill-stale would end it"
                         return None, RunResult("skip", msg, 0, holder=current.to_json()), None
@@ -456,8 +461,11 @@ class Guard:
         raise StoreError(f"could not take the lock of guard {self.name}")
 
     def _terminate(self, victim: Holder, cfg: GuardConfig) -> None:
-        print(f"phaselog guard: ending hung holder pid {victim.pid} (TERM, then KILL after "
-              f"{cfg.kill_grace_s:g} s)", file=sys.stderr, flush=True)
+        print(
+            f"phaselog guard: ending hung holder pid {victim.pid} (TERM, then KILL after {cfg.kill_grace_s:g} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         with contextlib.suppress(ProcessLookupError):
             self.env.kill(victim.pid, signal.SIGTERM)
 
@@ -501,14 +509,14 @@ class Guard:
         try:
             if took_over:
                 why = took_over["reason"]
-                print(f"phaselog guard {self.name}: WARNING: took over the lock: {why}",
-                      file=sys.stderr, flush=True)
+                print(f"phaselog guard {self.name}: WARNING: took over the lock: {why}", file=sys.stderr, flush=True)
                 self.files.append_history({"kind": "takeover", "at": format_timestamp(self.env.clock()), **took_over})
             state = self.files.read_state()
             now = self.env.clock()
             if cfg.max_passes is not None and state.pass_count >= cfg.max_passes:
-                return RunResult("skip", f"SKIP: max passes reached ({state.pass_count} of {cfg.max_passes})", 0,
-                                 state=state)
+                return RunResult(
+                    "skip", f"SKIP: max passes reached ({state.pass_count} of {cfg.max_passes})", 0, state=state
+                )
             mode = breaker(state, cfg.max_failures, cfg.cooldown, now)
             if mode == "open":
                 hint = f"phaselog guard reset --name {self.name}"
@@ -519,7 +527,8 @@ class Guard:
                     "halt",
                     f"HALT: circuit breaker open after {state.consecutive_failures} consecutive failures "
                     f"(max {cfg.max_failures}); to reset: {hint}{wait}",
-                    1, state=state,
+                    1,
+                    state=state,
                 )
             started = self.env.clock()
             env = dict(os.environ)
@@ -543,31 +552,48 @@ class Guard:
                     schema_version=SCHEMA_VERSION,
                 )
                 self.files.write_state(new, token=me.token)
-            self.files.append_history({
-                "kind": "pass", "pass": new.pass_count, "started_at": format_timestamp(started),
-                "ended_at": format_timestamp(ended), "outcome": outcome, "exit_code": code,
-                "duration_sec": round((ended - started).total_seconds(), 3), "dry_run": cfg.dry_run,
-                "probe": mode == "half-open", "host": self.env.host, "pid": me.pid,
-                "max_failures": cfg.max_failures,
-                "cooldown_sec": cfg.cooldown.total_seconds() if cfg.cooldown else None,
-                "command": list(command),
-            })
+            self.files.append_history(
+                {
+                    "kind": "pass",
+                    "pass": new.pass_count,
+                    "started_at": format_timestamp(started),
+                    "ended_at": format_timestamp(ended),
+                    "outcome": outcome,
+                    "exit_code": code,
+                    "duration_sec": round((ended - started).total_seconds(), 3),
+                    "dry_run": cfg.dry_run,
+                    "probe": mode == "half-open",
+                    "host": self.env.host,
+                    "pid": me.pid,
+                    "max_failures": cfg.max_failures,
+                    "cooldown_sec": cfg.cooldown.total_seconds() if cfg.cooldown else None,
+                    "command": list(command),
+                }
+            )
             label = " (half-open probe)" if mode == "half-open" else ""
-            return RunResult("ran", f"pass {new.pass_count}: {outcome}{label}", code, outcome=outcome, state=new,
-                             took_over=took_over)
+            return RunResult(
+                "ran", f"pass {new.pass_count}: {outcome}{label}", code, outcome=outcome, state=new, took_over=took_over
+            )
         finally:
             with self.files.mutex():
                 self.files.remove_lock(me.token)
 
     # -- status / reset ---------------------------------------------------------------------------
-    def status(self, *, max_failures: int | None = None, cooldown: timedelta | None = None,
-               stale_after: timedelta = DEFAULT_STALE_AFTER) -> dict[str, Any]:
+    def status(
+        self,
+        *,
+        max_failures: int | None = None,
+        cooldown: timedelta | None = None,
+        stale_after: timedelta = DEFAULT_STALE_AFTER,
+    ) -> dict[str, Any]:
         """State, breaker and lock holder. Breaker settings default to the last pass's."""
         state = self.files.read_state()
         history = self.files.history()
         last_pass = next((h for h in reversed(history) if h.get("kind") == "pass"), None)
         if max_failures is None:
-            max_failures = int(last_pass.get("max_failures") or DEFAULT_MAX_FAILURES) if last_pass else DEFAULT_MAX_FAILURES
+            max_failures = (
+                int(last_pass.get("max_failures") or DEFAULT_MAX_FAILURES) if last_pass else DEFAULT_MAX_FAILURES
+            )
         if cooldown is None and last_pass and last_pass.get("cooldown_sec"):
             cooldown = timedelta(seconds=float(last_pass["cooldown_sec"]))
         holder = None
@@ -596,14 +622,19 @@ class Guard:
             state = self.files.read_state()
             new = replace(state, consecutive_failures=0)
             self.files.write_state(new)
-        note = {"kind": "reset", "at": format_timestamp(self.env.clock()), "by": who,
-                "previous_consecutive_failures": state.consecutive_failures}
+        note = {
+            "kind": "reset",
+            "at": format_timestamp(self.env.clock()),
+            "by": who,
+            "previous_consecutive_failures": state.consecutive_failures,
+        }
         self.files.append_history(note)
         return {"name": self.name, "state": new.to_seed(), "reset": note}
 
     def history(self) -> list[dict[str, Any]]:
         """Every pass, takeover and reset, oldest first."""
-        return self.files.history()
+        entries: list[dict[str, Any]] = self.files.history()
+        return entries
 
 
 def _age(td: timedelta) -> str:
@@ -644,7 +675,7 @@ def _run_command(command: Sequence[str], env: dict[str, str], capture: bool) -> 
         if capture:
             assert proc.stdout is not None
             out = sys.stdout.buffer
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr, attr-defined]  # a BufferedReader
                 out.write(chunk)
                 out.flush()
                 tail = (tail + chunk.decode("utf-8", "replace"))[-65536:]

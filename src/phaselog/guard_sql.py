@@ -37,7 +37,7 @@ class SqlGuardStore:
         self.lock_path = f"{where}#phaselog_guard_lease/{name}"
 
     def _sql(self, text: str) -> str:
-        return self.store._sql(text)  # noqa: SLF001 - the guard is part of the store's package contract
+        return str(self.store._sql(text))
 
     @contextlib.contextmanager
     def mutex(self) -> Iterator[None]:
@@ -45,11 +45,17 @@ class SqlGuardStore:
         conn = self.store.conn
         self.store.dialect.begin_write(conn)
         try:
-            conn.execute(self._sql("INSERT INTO phaselog_guard_lease (name, fencing_token, holder) VALUES (?, 0, NULL) "
-                                   "ON CONFLICT DO NOTHING"), (self.name,))
+            conn.execute(
+                self._sql(
+                    "INSERT INTO phaselog_guard_lease (name, fencing_token, holder) VALUES (?, 0, NULL) "
+                    "ON CONFLICT DO NOTHING"
+                ),
+                (self.name,),
+            )
             if self.store.dialect.name == "postgresql":
-                conn.execute(self._sql("SELECT fencing_token FROM phaselog_guard_lease WHERE name = ? FOR UPDATE"),
-                             (self.name,))
+                conn.execute(
+                    self._sql("SELECT fencing_token FROM phaselog_guard_lease WHERE name = ? FOR UPDATE"), (self.name,)
+                )
             self._tx = True
             yield
             conn.commit()
@@ -63,7 +69,7 @@ class SqlGuardStore:
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
         if self._tx:
             return self.store.conn.execute(self._sql(sql), params).fetchone()
-        rows = self.store._query(sql, params)  # noqa: SLF001
+        rows = self.store._query(sql, params)
         return rows[0] if rows else None
 
     # -- lease --------------------------------------------------------------------------------------
@@ -82,15 +88,21 @@ class SqlGuardStore:
         row = self._one("SELECT fencing_token FROM phaselog_guard_lease WHERE name = ?", (self.name,))
         token = int(row[0]) + 1
         mine = Holder(holder.pid, holder.host, holder.process_start, holder.started_at, str(token))
-        self.store.conn.execute(self._sql("UPDATE phaselog_guard_lease SET fencing_token = ?, holder = ? WHERE name = ?"),
-                                (token, json.dumps(mine.to_json()), self.name))
+        self.store.conn.execute(
+            self._sql("UPDATE phaselog_guard_lease SET fencing_token = ?, holder = ? WHERE name = ?"),
+            (token, json.dumps(mine.to_json()), self.name),
+        )
         return mine
 
     def remove_lock(self, token: str) -> bool:
         """Release the lease if ``token`` still holds it (inside the mutex)."""
         cur = self.store.conn.execute(
-            self._sql("UPDATE phaselog_guard_lease SET holder = NULL WHERE name = ? AND fencing_token = ? "
-                      "AND holder IS NOT NULL"), (self.name, int(token)))
+            self._sql(
+                "UPDATE phaselog_guard_lease SET holder = NULL WHERE name = ? AND fencing_token = ? "
+                "AND holder IS NOT NULL"
+            ),
+            (self.name, int(token)),
+        )
         return bool(cur.rowcount)
 
     # -- state --------------------------------------------------------------------------------------
@@ -111,22 +123,30 @@ class SqlGuardStore:
                 )
         body = _yaml.dump(state.to_seed())
         self.store.conn.execute(
-            self._sql("INSERT INTO phaselog_guard_state (name, body) VALUES (?, ?) "
-                      "ON CONFLICT (name) DO UPDATE SET body = excluded.body"), (self.name, body))
+            self._sql(
+                "INSERT INTO phaselog_guard_state (name, body) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET body = excluded.body"
+            ),
+            (self.name, body),
+        )
 
     # -- history ------------------------------------------------------------------------------------
     def append_history(self, entry: dict[str, Any]) -> None:
         """Append one history entry."""
+
         def run(conn: Any) -> None:
-            row = conn.execute(self._sql("SELECT COALESCE(MAX(seq), 0) FROM phaselog_guard_history WHERE name = ?"),
-                               (self.name,)).fetchone()
+            row = conn.execute(
+                self._sql("SELECT COALESCE(MAX(seq), 0) FROM phaselog_guard_history WHERE name = ?"), (self.name,)
+            ).fetchone()
             seq = int(row[0]) + 1
-            conn.execute(self._sql("INSERT INTO phaselog_guard_history (name, seq, body) VALUES (?, ?, ?)"),
-                         (self.name, seq, json.dumps({**entry, "seq": seq}, ensure_ascii=False)))
+            conn.execute(
+                self._sql("INSERT INTO phaselog_guard_history (name, seq, body) VALUES (?, ?, ?)"),
+                (self.name, seq, json.dumps({**entry, "seq": seq}, ensure_ascii=False)),
+            )
 
         for _ in range(50):
             try:
-                self.store._write(run)  # noqa: SLF001
+                self.store._write(run)
                 return
             except Exception as exc:
                 if not self.store.dialect.is_unique_violation(exc):
@@ -134,6 +154,8 @@ class SqlGuardStore:
 
     def history(self) -> list[dict[str, Any]]:
         """Every history entry, oldest first."""
-        rows = self.store._query("SELECT body FROM phaselog_guard_history WHERE name = ? ORDER BY seq",  # noqa: SLF001
-                                 (self.name,))
+        rows = self.store._query(
+            "SELECT body FROM phaselog_guard_history WHERE name = ? ORDER BY seq",
+            (self.name,),
+        )
         return [json.loads(r[0]) for r in rows]

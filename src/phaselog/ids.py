@@ -43,14 +43,11 @@ def validate_ticket_id(ticket_id: object, *, field: str = "ticket_id") -> str:
             rule="leading_char",
         )
     if ".." in ticket_id:
-        raise InvalidIdentifier(
-            f"{field}: must not contain '..' (got {ticket_id!r})", field=field, rule="traversal"
-        )
+        raise InvalidIdentifier(f"{field}: must not contain '..' (got {ticket_id!r})", field=field, rule="traversal")
     if not _TICKET_RE.fullmatch(ticket_id):
         bad = next((c for c in ticket_id if not (c.isascii() and (c.isalnum() or c in "._-"))), "")
         raise InvalidIdentifier(
-            f"{field}: only letters, digits, '.', '_' and '-' are allowed "
-            f"(found {bad!r} in {ticket_id!r})",
+            f"{field}: only letters, digits, '.', '_' and '-' are allowed (found {bad!r} in {ticket_id!r})",
             field=field,
             rule="charset",
         )
@@ -72,13 +69,9 @@ def normalize_run_id(run_id: object, *, field: str = "run_id") -> str:
     if not run_id.strip():
         raise InvalidIdentifier(f"{field}: must not be empty", field=field, rule="non_empty")
     if len(run_id) > RUN_ID_MAX:
-        raise InvalidIdentifier(
-            f"{field}: at most {RUN_ID_MAX} characters", field=field, rule="max_length"
-        )
+        raise InvalidIdentifier(f"{field}: at most {RUN_ID_MAX} characters", field=field, rule="max_length")
     if any(ord(c) < 32 or c == "\x7f" for c in run_id):
-        raise InvalidIdentifier(
-            f"{field}: control characters are not allowed", field=field, rule="charset"
-        )
+        raise InvalidIdentifier(f"{field}: control characters are not allowed", field=field, rule="charset")
     try:
         return str(uuid.UUID(run_id))
     except ValueError:

@@ -15,6 +15,7 @@ hashing, attempt numbering and its retry, basis and prev_hash. A store only appe
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,15 +36,15 @@ from phaselog.errors import (
     UsageError,
 )
 from phaselog.gates import GatesMixin, judge
-from phaselog.markers import MarkersMixin
-from phaselog.progress import ProgressMixin
-from phaselog.verify import VerifyMixin, VerifyReport
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.markers import MarkersMixin
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
+from phaselog.progress import ProgressMixin
 from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
 from phaselog.state import COMPLETED, RunStatus, derive_status
 from phaselog.stores import Damaged, Store, Stored, open_store
 from phaselog.validation import Report, check_artifacts, check_links, check_record
+from phaselog.verify import VerifyMixin, VerifyReport
 
 PipelineArg = Pipeline | str | None
 MAX_APPEND_RETRIES = 1000
@@ -129,8 +130,7 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     parts = after.split(":")
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
         raise UsageError(
-            f"--after must be a cursor RUN_UUID:PHASE_ORDINAL:ATTEMPT as printed in next_after "
-            f"(got {after!r})",
+            f"--after must be a cursor RUN_UUID:PHASE_ORDINAL:ATTEMPT as printed in next_after (got {after!r})",
             field="after",
         )
     return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
@@ -246,9 +246,18 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         pipeline with ``order: strict``.
         """
         return self._write(
-            ticket_id, run_id, phase, payload, repo_commit_map=repo_commit_map,
-            artifact_paths=artifact_paths, attempt=attempt, timestamp=timestamp, pipeline=pipeline,
-            status=status, error=error, decisions=decisions,
+            ticket_id,
+            run_id,
+            phase,
+            payload,
+            repo_commit_map=repo_commit_map,
+            artifact_paths=artifact_paths,
+            attempt=attempt,
+            timestamp=timestamp,
+            pipeline=pipeline,
+            status=status,
+            error=error,
+            decisions=decisions,
         )
 
     def _write(
@@ -287,7 +296,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         if check_prerequisites and status == "completed" and pl.order == "strict":
             self._check_prerequisites(ticket_id, run_id, pl, ph)
         for _ in range(MAX_APPEND_RETRIES):
-            refs = [r for r in self.store.attempts(ticket_id, run_id)]
+            refs = list(self.store.attempts(ticket_id, run_id))
             mine = sorted(r.attempt_number for r in refs if r.phase_ordinal == ph.ordinal)
             latest = mine[-1] if mine else 0
             number = attempt if attempt is not None else latest + 1
@@ -322,8 +331,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             if attempt is not None:
                 if number in mine:
                     raise AlreadyExists(
-                        f"attempt {number} of phase {ph.name} already exists; "
-                        f"the next free attempt is {latest + 1}",
+                        f"attempt {number} of phase {ph.name} already exists; the next free attempt is {latest + 1}",
                         path=self.store.location(cp),
                         next_attempt=latest + 1,
                     )
@@ -467,8 +475,8 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         cursor = parse_cursor(after)
         if limit is not None and limit < 1:
             raise UsageError("--limit must be >= 1", field="limit")
-        items: list[Stored] = []
-        damaged: list[Damaged] = []
+        items: builtins.list[Stored] = []
+        damaged: builtins.list[Damaged] = []
         next_after = None
         for entry in self.store.iter_records(ticket_id, run):
             if isinstance(entry, Damaged):
@@ -481,7 +489,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             if limit is not None and len(items) + len(damaged) >= limit:
                 last = items[-1].record if items else None
                 next_after = f"{last.run_id}:{last.phase_ordinal}:{last.attempt_number}" if last else None
-                if damaged and (last is None or (damaged[-1].run_id, damaged[-1].phase_ordinal, damaged[-1].attempt_number) > (last.run_id, last.phase_ordinal, last.attempt_number)):
+                if damaged and (
+                    last is None
+                    or (damaged[-1].run_id, damaged[-1].phase_ordinal, damaged[-1].attempt_number)
+                    > (last.run_id, last.phase_ordinal, last.attempt_number)
+                ):
                     d = damaged[-1]
                     next_after = f"{d.run_id}:{d.phase_ordinal}:{d.attempt_number}"
                 break
@@ -491,10 +503,10 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 items.append(entry)
         return Page(items, damaged, next_after)
 
-    def run_records(self, ticket_id: str, run_id: str) -> tuple[list[Stored], list[Damaged]]:
+    def run_records(self, ticket_id: str, run_id: str) -> tuple[builtins.list[Stored], builtins.list[Damaged]]:
         """Every record of one run, and what is damaged."""
-        items: list[Stored] = []
-        damaged: list[Damaged] = []
+        items: builtins.list[Stored] = []
+        damaged: builtins.list[Damaged] = []
         for entry in self.store.iter_records(ticket_id, run_id):
             (damaged if isinstance(entry, Damaged) else items).append(entry)  # type: ignore[arg-type]
         return items, damaged
@@ -517,9 +529,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         stored = self.read(ticket_id, run_id, phase, attempt, pipeline=pl)
         return stored, self._full_report(stored, pl, artifacts_root)
 
-    def _full_report(
-        self, stored: Stored, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None
-    ) -> Report:
+    def _full_report(self, stored: Stored, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None) -> Report:
         cp = stored.record
         report = check_record(cp, pl, now=self.clock())
         for w in stored.warnings:
@@ -622,7 +632,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         pl = self.pipeline_for(ticket_id, run_id, pipeline)
         target = pl.phase(phase)
         st = self.status(ticket_id, run_id, pipeline=pl)
-        blockers: list[Blocker] = []
+        blockers: builtins.list[Blocker] = []
         for ps in st.phases:
             if ps.ordinal >= target.ordinal:
                 break
@@ -648,12 +658,9 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             stored = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0)
             report = self._full_report(stored, pl, artifacts_root)
             if not report.is_valid:
-                blockers.append(
-                    Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
-                )
-        return SkipDecision(
-            target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight
-        )
+                blockers.append(Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors)))
+        return SkipDecision(target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight)
+
 
 def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> Phase | None:
     """The phase as the stored file names give it (name and ordinal), without loading the pipeline.
@@ -704,8 +711,14 @@ class Run:
     def fail(self, phase: str | int, error: str, **kw: Any) -> WriteResult:
         """Record a failed attempt of ``phase``; the next try gets the next attempt number."""
         return self.ledger.write(
-            self.ticket_id, self.run_id, phase, kw.pop("payload", None), pipeline=self._pipeline,
-            status="failed", error=error, **kw,
+            self.ticket_id,
+            self.run_id,
+            phase,
+            kw.pop("payload", None),
+            pipeline=self._pipeline,
+            status="failed",
+            error=error,
+            **kw,
         )
 
     def read(self, phase: str | int, attempt: int | None = None) -> Stored:

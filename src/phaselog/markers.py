@@ -69,13 +69,19 @@ class MarkersMixin:
                         raise PipelineMismatch(
                             f"ticket {ticket_id} follows pipeline {current.pipeline!r}, not {wanted!r}; "
                             "a ticket's pipeline is part of its identity",
-                            recorded=current.pipeline, requested=wanted,
+                            recorded=current.pipeline,
+                            requested=wanted,
                         )
                 merged = {**current.meta, **(meta or {})}
                 if title == current.title and merged == dict(current.meta):
                     return current, False
                 new = Marker(
-                    ticket_id, current.revision + 1, title, current.pipeline, merged, self.clock(),
+                    ticket_id,
+                    current.revision + 1,
+                    title,
+                    current.pipeline,
+                    merged,
+                    self.clock(),
                     prev_hash=current.content_hash,
                 )
             try:

@@ -127,9 +127,7 @@ class Pipeline:
 
     def phase(self, name_or_ordinal: str | int) -> Phase:
         """Return a phase by name or 1-based ordinal; UnknownPhase lists the valid ones."""
-        if isinstance(name_or_ordinal, int) or (
-            isinstance(name_or_ordinal, str) and name_or_ordinal.isdigit()
-        ):
+        if isinstance(name_or_ordinal, int) or (isinstance(name_or_ordinal, str) and name_or_ordinal.isdigit()):
             n = int(name_or_ordinal)
             for p in self.phases:
                 if p.ordinal == n:
@@ -165,9 +163,7 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
         raise PipelineError(f"{where}: must be a mapping", field="manifest", rule="type")
     name = doc.get("name")
     if not isinstance(name, str) or not _PIPELINE_NAME_RE.fullmatch(name):
-        raise PipelineError(
-            f"{where}: name must be 1-64 of [A-Za-z0-9._-] (got {name!r})", field="name"
-        )
+        raise PipelineError(f"{where}: name must be 1-64 of [A-Za-z0-9._-] (got {name!r})", field="name")
     version = doc.get("version")
     if isinstance(version, int | float) and not isinstance(version, bool):
         version = str(version)
@@ -209,9 +205,7 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
         desc = raw.get("description", "") or ""
         unknown = set(raw) - {"name", "description", "payload_schema", "requires_approval"}
         if unknown:
-            raise PipelineError(
-                f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))}", field=at
-            )
+            raise PipelineError(f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))}", field=at)
         phases.append(Phase(pname, i, str(desc), dict(schema), approval))
     unknown_top = set(doc) - {"name", "version", "description", "order", "phases"}
     if unknown_top:
@@ -266,9 +260,7 @@ def find_pipeline(name: str, root: str | os.PathLike[str] | None = None) -> Pipe
         if candidate.is_file():
             return _cached_manifest(str(candidate), candidate.stat().st_mtime_ns)
     where = ", ".join(str(d) for d in search_dirs(root))
-    raise PipelineError(
-        f"pipeline {name!r} not found (looked for {name}.yaml in: {where})", pipeline=name
-    )
+    raise PipelineError(f"pipeline {name!r} not found (looked for {name}.yaml in: {where})", pipeline=name)
 
 
 @cache
@@ -276,8 +268,7 @@ def _cached_manifest(path: str, _mtime: int) -> Pipeline:
     p = Path(path)
     if p.parent == BUILTIN_DIR and p.suffix == ".yaml" and p.with_suffix(".json").is_file():
         pipeline = load_manifest(p.with_suffix(".json"))
-        return Pipeline(pipeline.name, pipeline.version, pipeline.phases, pipeline.description,
-                        pipeline.order, str(p))
+        return Pipeline(pipeline.name, pipeline.version, pipeline.phases, pipeline.description, pipeline.order, str(p))
     return load_manifest(path)
 
 
@@ -338,11 +329,32 @@ def _validator(schema_json: str, ordinal: int) -> Any:
 
 # Keywords whose meaning is the same in Draft 7 (fastjsonschema) and Draft 2020-12 (jsonschema).
 # A schema using only these is checked by fastjsonschema first; anything else goes to jsonschema.
-_FAST_KEYWORDS = frozenset({
-    "type", "properties", "required", "additionalProperties", "enum", "const", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
-    "uniqueItems", "format", "description", "title", "default", "examples", "items",
-})
+_FAST_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "format",
+        "description",
+        "title",
+        "default",
+        "examples",
+        "items",
+    }
+)
 
 
 def _fast_safe(schema: Any) -> bool:
@@ -371,7 +383,7 @@ def _fast_validator(schema_json: str) -> Any:
         from phaselog.formats import CHECKERS
 
         return fastjsonschema.compile(schema, formats={k: _as_bool(f) for k, f in CHECKERS.items()})
-    except Exception:  # noqa: BLE001 - any compile problem: jsonschema alone decides
+    except Exception:
         return None
 
 
@@ -379,11 +391,9 @@ def check_schemas(pipeline: Pipeline) -> None:
     """Check every payload schema of ``pipeline`` against the JSON Schema metaschema."""
     for phase in pipeline.phases:
         try:
-            _validator(phase._schema_key, phase.ordinal)  # noqa: SLF001 - same module
+            _validator(phase._schema_key, phase.ordinal)
         except PipelineError as exc:
-            raise PipelineError(
-                f"pipeline manifest {pipeline.source}: {exc.message}", **exc.context
-            ) from None
+            raise PipelineError(f"pipeline manifest {pipeline.source}: {exc.message}", **exc.context) from None
 
 
 def _message(err: Any) -> str:

@@ -135,13 +135,20 @@ class ProgressMixin:
     store: Any
     clock: Callable[[], datetime]
 
-    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any) -> Phase:  # pragma: no cover - provided by Ledger
+    def _phase(
+        self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any
+    ) -> Phase:  # pragma: no cover - provided by Ledger
         raise NotImplementedError
 
     # -- reading ------------------------------------------------------------------------------
     def progress_events(
-        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None,
-        *, pipeline: Any = None,
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None = None,
+        *,
+        pipeline: Any = None,
     ) -> list[ProgressEvent]:
         """Every event of an attempt (default: the attempt in flight), oldest first."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
@@ -179,7 +186,7 @@ class ProgressMixin:
         found = set()
         for name in self.store.entry_names(_KIND, ticket_id, run_id):
             if name.startswith(prefix):
-                head = name[len(prefix):].split("_s", 1)[0]
+                head = name[len(prefix) :].split("_s", 1)[0]
                 if head.isdigit():
                     found.add(int(head))
         return sorted(found)
@@ -205,9 +212,7 @@ class ProgressMixin:
             lst.sort(key=lambda e: e.seq)
         return groups
 
-    def in_flight(
-        self, ticket_id: str, run_id: str, *, stale_after: timedelta | None = None
-    ) -> dict[str, Flight]:
+    def in_flight(self, ticket_id: str, run_id: str, *, stale_after: timedelta | None = None) -> dict[str, Flight]:
         """Per phase, the newest attempt that has events but no checkpoint (if any)."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         finished = {(r.phase_ordinal, r.attempt_number) for r in self.store.attempts(ticket_id, run_id)}
@@ -223,8 +228,12 @@ class ProgressMixin:
             start = next((e for e in events if e.event == "start"), None)
             last = events[-1]
             reason = judge_abandoned(
-                start, last, now=now, stale_after=stale_after or _stale_after_default(),
-                host=host, start_time_of=process_start_time,
+                start,
+                last,
+                now=now,
+                stale_after=stale_after or _stale_after_default(),
+                host=host,
+                start_time_of=process_start_time,
             )
             flights[last.phase] = Flight(
                 last.phase, ordinal, attempt, len(events), last, start, reason is not None, reason
@@ -265,7 +274,9 @@ class ProgressMixin:
             if len(raw) > max_output_bytes:
                 raise TooLarge(
                     f"output: {len(raw)} bytes exceeds the cap of {max_output_bytes} bytes; nothing was written",
-                    field="output", rule="max_output_bytes", limit=max_output_bytes,
+                    field="output",
+                    rule="max_output_bytes",
+                    limit=max_output_bytes,
                 )
             try:
                 text = raw.decode("utf-8")
@@ -280,8 +291,9 @@ class ProgressMixin:
                 ticket_id, run_id, ph, number, history, event, step, text, tokens, provider, status, pid
             )
             try:
-                self.store.put_entry(_KIND, ticket_id, run_id, event_name(ph.ordinal, ph.name, number, ev.seq),
-                                     entry_bytes(ev))
+                self.store.put_entry(
+                    _KIND, ticket_id, run_id, event_name(ph.ordinal, ph.name, number, ev.seq), entry_bytes(ev)
+                )
             except AlreadyExists:
                 continue  # another writer took this sequence number: re-read, retry
             return ev
@@ -290,7 +302,9 @@ class ProgressMixin:
     def _target_attempt(
         self, ticket_id: str, run_id: str, ph: Phase, event: str, attempt: int | None
     ) -> tuple[int, list[ProgressEvent]]:
-        checkpoints = {r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal}
+        checkpoints = {
+            r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal
+        }
         groups = {a: evs for (o, a), evs in self.event_index(ticket_id, run_id).items() if o == ph.ordinal}
         top = max([*checkpoints, *groups.keys()], default=0)
         if attempt is None:
@@ -300,14 +314,16 @@ class ProgressMixin:
             if not open_attempts:
                 raise NotFound(
                     f"no attempt of phase {ph.name} is in flight; send --event start first",
-                    phase=ph.name, rule="no_attempt_in_flight",
+                    phase=ph.name,
+                    rule="no_attempt_in_flight",
                 )
             attempt = max(open_attempts)
         if attempt in checkpoints:
             raise Conflict(
                 f"attempt {attempt} of phase {ph.name} already has its checkpoint; progress goes to a new attempt "
                 "(--event start)",
-                attempt_number=attempt, rule="attempt_finished",
+                attempt_number=attempt,
+                rule="attempt_finished",
             )
         history = groups.get(attempt, [])
         if event == "start":
@@ -332,8 +348,18 @@ class ProgressMixin:
         return attempt, history
 
     def _build_event(
-        self, ticket_id: str, run_id: str, ph: Phase, attempt: int, history: list[ProgressEvent], event: str,
-        step: int | None, text: str | None, tokens: int | None, provider: str | None, status: str | None,
+        self,
+        ticket_id: str,
+        run_id: str,
+        ph: Phase,
+        attempt: int,
+        history: list[ProgressEvent],
+        event: str,
+        step: int | None,
+        text: str | None,
+        tokens: int | None,
+        provider: str | None,
+        status: str | None,
         pid: int | None,
     ) -> ProgressEvent:
         now = self.clock()
@@ -351,16 +377,25 @@ class ProgressMixin:
             started = process_start_time(pid_)
         elapsed = round(max((now - start.timestamp).total_seconds(), 0.0), 6) if start else 0.0
         return ProgressEvent(
-            ticket_id=ticket_id, run_id=run_id, phase=ph.name, phase_ordinal=ph.ordinal,
-            attempt_number=attempt, seq=len(history) + 1, event=event, timestamp=now,
+            ticket_id=ticket_id,
+            run_id=run_id,
+            phase=ph.name,
+            phase_ordinal=ph.ordinal,
+            attempt_number=attempt,
+            seq=len(history) + 1,
+            event=event,
+            timestamp=now,
             step=step if step is not None else (last.step if last else None),
-            status=status, provider=provider if provider is not None else (last.provider if last else None),
+            status=status,
+            provider=provider if provider is not None else (last.provider if last else None),
             tokens=tokens if tokens is not None else (last.tokens if last else None),
             elapsed_sec=elapsed,
             output=text,
             output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if text is not None else None,
             output_length=len(text.encode("utf-8")) if text is not None else None,
-            host=host, pid=pid_, process_start=started,
+            host=host,
+            pid=pid_,
+            process_start=started,
             prev_hash=last.content_hash if last else None,
         )
 
@@ -372,4 +407,3 @@ def _stale_after_default() -> timedelta:
 
         return parse_duration(raw, field="PHASELOG_PROGRESS_STALE_AFTER")
     return DEFAULT_STALE_AFTER
-

@@ -59,9 +59,7 @@ def parse_timestamp(value: Any, *, field: str = "timestamp_utc") -> datetime:
         try:
             ts = datetime.fromisoformat(value)
         except ValueError:
-            raise Corrupt(
-                f"{field}: not an ISO-8601 timestamp ({value!r})", field=field, rule="datetime"
-            ) from None
+            raise Corrupt(f"{field}: not an ISO-8601 timestamp ({value!r})", field=field, rule="datetime") from None
     else:
         raise Corrupt(f"{field}: must be an ISO-8601 string", field=field, rule="datetime")
     if ts.tzinfo is None or ts.utcoffset() is None:
@@ -80,9 +78,7 @@ def check_schema_version(version: Any, *, field: str = "schema_version") -> list
     try:
         major = int(version.split(".", 1)[0])
     except ValueError:
-        raise Corrupt(
-            f"{field}: not a version number ({version!r})", field=field, rule="semver"
-        ) from None
+        raise Corrupt(f"{field}: not a version number ({version!r})", field=field, rule="semver") from None
     if major > SUPPORTED_MAJOR:
         raise UnsupportedVersion(
             f"{field} {version} is newer than this phaselog reads "
@@ -179,11 +175,7 @@ class Checkpoint:
             "error": self.error,
             "phase_ordinal": self.phase_ordinal,
             "pipeline": self.pipeline.to_json() if self.pipeline else None,
-            "basis": (
-                {k: v.to_json() for k, v in sorted(self.basis.items())}
-                if self.basis is not None
-                else None
-            ),
+            "basis": ({k: v.to_json() for k, v in sorted(self.basis.items())} if self.basis is not None else None),
             "prev_hash": self.prev_hash,
             "decisions": [_jsonable(d) for d in self.decisions],
             "forked_from": _jsonable(self.forked_from) if self.forked_from else None,
@@ -224,9 +216,7 @@ def canonical_bytes(cp: Checkpoint) -> bytes:
     phaselog part hash with the defaults (completed, no pipeline, no basis, no prev_hash).
     """
     doc = {"checkpoint": cp.seed_dict(), "phaselog": cp.meta_dict()}
-    return json.dumps(
-        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def _jsonable(value: Any) -> Any:
@@ -264,7 +254,8 @@ def checkpoint_from_seed(
         raise Corrupt(
             f"{missing[0]}: missing required field of the checkpoint contract"
             + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""),
-            field=missing[0], rule="required",
+            field=missing[0],
+            rule="required",
         )
     warnings = check_schema_version(data.get("schema_version"))
     ticket_id = _req(data, "ticket_id", str, "a string")
@@ -275,9 +266,7 @@ def checkpoint_from_seed(
     rcm = data.get("repo_commit_map", {})
     if rcm is None:
         rcm = {}
-    if not isinstance(rcm, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in rcm.items()
-    ):
+    if not isinstance(rcm, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in rcm.items()):
         raise Corrupt(
             "repo_commit_map: must map repo names to commit SHA strings",
             field="repo_commit_map",
@@ -287,9 +276,7 @@ def checkpoint_from_seed(
     if paths is None:
         paths = []
     if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
-        raise Corrupt(
-            "artifact_paths: must be a list of strings", field="artifact_paths", rule="type"
-        )
+        raise Corrupt("artifact_paths: must be a list of strings", field="artifact_paths", rule="type")
     payload = data.get("phase_payload")
     if payload is not None and not isinstance(payload, Mapping):
         raise Corrupt("phase_payload: must be a mapping", field="phase_payload", rule="type")
@@ -584,9 +571,7 @@ class Marker:
             raise Corrupt("not a phaselog ticket marker", rule="kind")
         check_schema_version(data.get("schema_version"))
         meta = data.get("meta") or {}
-        if not isinstance(meta, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
-        ):
+        if not isinstance(meta, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise Corrupt("meta: must map strings to strings", field="meta", rule="type")
         return cls(
             ticket_id=_req(data, "ticket_id", str, "a string"),
@@ -621,12 +606,15 @@ def parse_entry(cls: Any, data: bytes, location: str) -> Any:
         raise Corrupt(
             f"{location}: content changed after it was written (recorded hash {str(recorded)[:12]}, "
             f"content now hashes to {record.content_hash[:12]})",
-            path=location, rule="content_hash",
+            path=location,
+            rule="content_hash",
         )
     return record
 
 
-def read_entries(store: Any, kind: str, cls: Any, ticket_id: str, run_id: str | None) -> tuple[list[Any], list[Corrupt]]:
+def read_entries(
+    store: Any, kind: str, cls: Any, ticket_id: str, run_id: str | None
+) -> tuple[list[Any], list[Corrupt]]:
     """Every intact entry of a kind, and the damaged ones apart (never used, always reported)."""
     good: list[Any] = []
     bad: list[Corrupt] = []

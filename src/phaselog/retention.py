@@ -46,8 +46,13 @@ class PruneReport:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
-        return {"dry_run": self.dry_run, "removed": self.removed, "removed_count": len(self.removed),
-                "kept": self.kept, "bytes_freed": self.bytes_freed}
+        return {
+            "dry_run": self.dry_run,
+            "removed": self.removed,
+            "removed_count": len(self.removed),
+            "kept": self.kept,
+            "bytes_freed": self.bytes_freed,
+        }
 
 
 def pruned_hashes(ledger: Any, ticket_id: str, run_id: str) -> dict[tuple[str, int], str]:
@@ -91,8 +96,7 @@ def prune(
     for tid in tickets:
         for rid in store.runs(tid):
             items, _damaged = ledger.run_records(tid, rid)
-            fork_sources.update(str(s.record.forked_from.get("content_hash"))
-                                for s in items if s.record.forked_from)
+            fork_sources.update(str(s.record.forked_from.get("content_hash")) for s in items if s.record.forked_from)
     for tid in tickets:
         runs = [normalize_run_id(run_id)] if run_id is not None else store.runs(tid)
         for rid in runs:
@@ -100,8 +104,17 @@ def prune(
     return rep
 
 
-def _prune_run(ledger: Any, tid: str, rid: str, now: datetime, older_than: timedelta | None,
-               keep_last: int | None, whole: bool, fork_sources: set[str], rep: PruneReport) -> None:
+def _prune_run(
+    ledger: Any,
+    tid: str,
+    rid: str,
+    now: datetime,
+    older_than: timedelta | None,
+    keep_last: int | None,
+    whole: bool,
+    fork_sources: set[str],
+    rep: PruneReport,
+) -> None:
     store = ledger.store
     items, _damaged = ledger.run_records(tid, rid)
     records = [s.record for s in items]
@@ -109,8 +122,11 @@ def _prune_run(ledger: Any, tid: str, rid: str, now: datetime, older_than: timed
     approvals = ledger.approvals(tid, rid)
     if older_than is not None and not whole:
         cutoff = now - older_than
-        stamps = [r.timestamp_utc for r in records] + [e.timestamp for evs in events.values() for e in evs] \
+        stamps = (
+            [r.timestamp_utc for r in records]
+            + [e.timestamp for evs in events.values() for e in evs]
             + [a.timestamp for a in approvals]
+        )
         whole = bool(stamps) and max(stamps) < cutoff
     if whole:
         if any(r.content_hash in fork_sources for r in records):
@@ -135,8 +151,9 @@ def _prune_run(ledger: Any, tid: str, rid: str, now: datetime, older_than: timed
                 protected.setdefault(b.hash, f"in the basis of {r.phase} attempt {r.attempt_number}")
         for h in fork_sources:
             protected.setdefault(h, "another run was forked from it")
-        in_flight = {(o, a) for (o, a) in events if not any(r.phase_ordinal == o and r.attempt_number == a
-                                                            for r in records)}
+        in_flight = {
+            (o, a) for (o, a) in events if not any(r.phase_ordinal == o and r.attempt_number == a for r in records)
+        }
         candidates = []
         for lst in by_phase.values():
             if keep_last is not None:
@@ -169,11 +186,18 @@ def _prune_run(ledger: Any, tid: str, rid: str, now: datetime, older_than: timed
     doomed_hashes = {c.content_hash for c in doomed}
     for a in approvals:
         if whole or a.checkpoint_hash in doomed_hashes:
-            entries.append(("approvals", tid, rid,
-                            f"{a.seq:06d}_{a.phase_ordinal:03d}_{a.phase}_a{a.attempt_number:06d}"))
+            entries.append(
+                ("approvals", tid, rid, f"{a.seq:06d}_{a.phase_ordinal:03d}_{a.phase}_a{a.attempt_number:06d}")
+            )
     for c in doomed:
-        rep.removed.append({"path": store.location(c), "phase": c.phase, "attempt_number": c.attempt_number,
-                            "content_hash": c.content_hash})
+        rep.removed.append(
+            {
+                "path": store.location(c),
+                "phase": c.phase,
+                "attempt_number": c.attempt_number,
+                "content_hash": c.content_hash,
+            }
+        )
     for kind, _t, _r, name in entries:
         rep.removed.append({"path": f"{tid}/{rid}/.{kind}/{name}.json", "kind": kind})
     if whole:
@@ -182,12 +206,23 @@ def _prune_run(ledger: Any, tid: str, rid: str, now: datetime, older_than: timed
         rep.bytes_freed += sum(len(json.dumps(c.seed_dict())) for c in doomed)
         return
     if not whole:
-        note = {"kind": "phaselog.pruned", "at": format_timestamp(ledger.clock()),
-                "removed": [{"phase": c.phase, "attempt_number": c.attempt_number,
-                             "content_hash": c.content_hash, "status": c.status} for c in doomed]}
+        note = {
+            "kind": "phaselog.pruned",
+            "at": format_timestamp(ledger.clock()),
+            "removed": [
+                {
+                    "phase": c.phase,
+                    "attempt_number": c.attempt_number,
+                    "content_hash": c.content_hash,
+                    "status": c.status,
+                }
+                for c in doomed
+            ],
+        }
         seq = len(store.entry_names("pruned", tid, rid)) + 1
         store.put_entry("pruned", tid, rid, f"{seq:06d}", (json.dumps(note, ensure_ascii=False) + "\n").encode())
     rep.bytes_freed += store.delete_records(
-        [(tid, rid, c.phase_ordinal, c.phase, c.attempt_number, c.completed) for c in doomed], entries,
+        [(tid, rid, c.phase_ordinal, c.phase, c.attempt_number, c.completed) for c in doomed],
+        entries,
         whole_run=(tid, rid) if whole else None,
     )

@@ -62,9 +62,7 @@ class PhaseState:
             "ordinal": self.ordinal,
             "state": self.state,
             "latest_attempt": self.latest_attempt,
-            "latest_timestamp": (
-                format_timestamp(self.latest_timestamp) if self.latest_timestamp else None
-            ),
+            "latest_timestamp": (format_timestamp(self.latest_timestamp) if self.latest_timestamp else None),
             "completed_attempt": self.completed_attempt,
             "attempts": self.attempts,
             "reason": self.reason,
@@ -146,8 +144,7 @@ def derive_status(
     for cp in records:
         if cp.phase not in known:
             warnings.append(
-                f"attempt {cp.attempt_number} of phase {cp.phase!r} is not in pipeline "
-                f"{pipeline.name}; ignored"
+                f"attempt {cp.attempt_number} of phase {cp.phase!r} is not in pipeline {pipeline.name}; ignored"
             )
             continue
         by_phase.setdefault(cp.phase, []).append(cp)
@@ -165,8 +162,13 @@ def derive_status(
 
     states = [
         _phase_state(
-            p, by_phase.get(p.name, []), pipeline, latest_completed, bad.get(p.name, []),
-            judgements or {}, (flights or {}).get(p.name),
+            p,
+            by_phase.get(p.name, []),
+            pipeline,
+            latest_completed,
+            bad.get(p.name, []),
+            judgements or {},
+            (flights or {}).get(p.name),
         )
         for p in pipeline.phases
     ]
@@ -208,7 +210,8 @@ def _phase_state(
             completed_attempt=lc.attempt_number if lc else None,
             attempts=len(attempts),
             reason=(
-                f"abandoned: {flight.get('abandoned_reason')}" if flight.get("abandoned")
+                f"abandoned: {flight.get('abandoned_reason')}"
+                if flight.get("abandoned")
                 else f"step {flight.get('last_step')} after {flight.get('elapsed_sec')} s"
             ),
             in_flight=dict(flight),
@@ -248,9 +251,7 @@ def _phase_state(
     )
 
 
-def stale_reason(
-    cp: Checkpoint, earlier: Sequence[Phase], latest_completed: dict[str, Checkpoint]
-) -> str | None:
+def stale_reason(cp: Checkpoint, earlier: Sequence[Phase], latest_completed: dict[str, Checkpoint]) -> str | None:
     """Why ``cp`` is stale with respect to earlier phases, or None if it is current."""
     for e in earlier:
         now = latest_completed.get(e.name)
@@ -259,20 +260,14 @@ def stale_reason(
         if cp.basis is not None:
             b = cp.basis.get(e.name)
             if b is None:
-                return (
-                    f"{e.name} completed attempt {now.attempt_number} after this checkpoint "
-                    "was written"
-                )
+                return f"{e.name} completed attempt {now.attempt_number} after this checkpoint was written"
             if b.attempt < now.attempt_number:
                 return (
                     f"built on {e.name} attempt {b.attempt}, but {e.name} has a newer "
                     f"completed attempt {now.attempt_number}"
                 )
             if b.attempt > now.attempt_number:
-                return (
-                    f"built on {e.name} attempt {b.attempt}, which is no longer a stored "
-                    "completed attempt"
-                )
+                return f"built on {e.name} attempt {b.attempt}, which is no longer a stored completed attempt"
             if b.attempt == now.attempt_number and b.hash != now.content_hash:
                 return f"built on {e.name} attempt {b.attempt}, whose content has changed since"
         elif now.timestamp_utc > cp.timestamp_utc:

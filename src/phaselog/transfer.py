@@ -51,11 +51,17 @@ def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[
         for rid in store.runs(tid):
             for item in store.iter_records(tid, rid):
                 if isinstance(item, Damaged):
-                    raise Corrupt(f"cannot export {item.location}: {item.message} (run `phaselog doctor`)",
-                                  path=item.location)
+                    raise Corrupt(
+                        f"cannot export {item.location}: {item.message} (run `phaselog doctor`)", path=item.location
+                    )
                 rec = item.record
-                yield {"type": "checkpoint", "ticket_id": tid, "run_id": rid, "content_hash": rec.content_hash,
-                       "document": _checkpoint_document(store, rec)}
+                yield {
+                    "type": "checkpoint",
+                    "ticket_id": tid,
+                    "run_id": rid,
+                    "content_hash": rec.content_hash,
+                    "document": _checkpoint_document(store, rec),
+                }
             for kind in ("progress", "approvals", "pruned"):
                 yield from _entry_lines(store, kind, tid, rid)
 
@@ -72,8 +78,15 @@ def _entry_lines(store: Store, kind: str, ticket_id: str, run_id: str | None) ->
             doc = json.loads(data)
         except ValueError as exc:
             raise Corrupt(f"cannot export {location}: not JSON ({exc})", path=location) from None
-        yield {"type": "entry", "kind": kind, "ticket_id": ticket_id, "run_id": run_id, "name": name,
-               "content_hash": entry_hash(kind, doc), "document": doc}
+        yield {
+            "type": "entry",
+            "kind": kind,
+            "ticket_id": ticket_id,
+            "run_id": run_id,
+            "name": name,
+            "content_hash": entry_hash(kind, doc),
+            "document": doc,
+        }
 
 
 @dataclass
@@ -97,8 +110,11 @@ def import_records(
     for n, line in enumerate(lines, start=1):
         where = f"line {n}"
         if not isinstance(line, dict) or line.get("type") not in ("checkpoint", "entry"):
-            raise InvalidRecord(f"{where}: not a phaselog export record (needs type checkpoint or entry)",
-                                line=n, errors=[{"field": "type", "rule": "enum", "message": "unknown type"}])
+            raise InvalidRecord(
+                f"{where}: not a phaselog export record (needs type checkpoint or entry)",
+                line=n,
+                errors=[{"field": "type", "rule": "enum", "message": "unknown type"}],
+            )
         if line["type"] == "checkpoint":
             _import_checkpoint(store, line, where, rep)
         else:
@@ -122,8 +138,9 @@ def _import_checkpoint(store: Store, line: dict[str, Any], where: str, rep: Impo
     if not isinstance(doc, dict) or not isinstance(doc.get("phaselog"), dict):
         raise InvalidRecord(f"{where}: checkpoint document missing", errors=[])
     try:
-        cp, _ = checkpoint_from_seed(doc.get("checkpoint"), phase_ordinal=int(doc["phaselog"].get("phase_ordinal", 0)),
-                                     meta=doc["phaselog"])
+        cp, _ = checkpoint_from_seed(
+            doc.get("checkpoint"), phase_ordinal=int(doc["phaselog"].get("phase_ordinal", 0)), meta=doc["phaselog"]
+        )
     except (Corrupt, ValueError, TypeError) as exc:
         raise InvalidRecord(f"{where}: {exc}", errors=[]) from None
     _verify(where, line.get("content_hash"), cp.content_hash)
@@ -134,13 +151,23 @@ def _import_checkpoint(store: Store, line: dict[str, Any], where: str, rep: Impo
         if existing.content_hash == cp.content_hash:
             rep.skipped += 1
         else:
-            rep.conflicts.append({"line": where, "path": store.location(cp),
-                                  "message": "a different record already has this attempt; left as it is"})
+            rep.conflicts.append(
+                {
+                    "line": where,
+                    "path": store.location(cp),
+                    "message": "a different record already has this attempt; left as it is",
+                }
+            )
         return
     latest = max((r.attempt_number for r in refs), default=0)
     if cp.attempt_number < latest:
-        rep.conflicts.append({"line": where, "path": store.location(cp),
-                              "message": f"attempt {cp.attempt_number} is below the stored latest {latest}"})
+        rep.conflicts.append(
+            {
+                "line": where,
+                "path": store.location(cp),
+                "message": f"attempt {cp.attempt_number} is below the stored latest {latest}",
+            }
+        )
         return
     try:
         store.append(cp, expected_latest=latest)
@@ -172,8 +199,13 @@ def _import_entry(store: Store, line: dict[str, Any], where: str, rep: ImportRep
         if existing is not None and entry_hash(str(kind), existing) == actual:
             rep.skipped += 1
         else:
-            rep.conflicts.append({"line": where, "path": f"{ticket_id}/{run_id or ''}/.{kind}/{name}",
-                                  "message": "a different entry already has this name; left as it is"})
+            rep.conflicts.append(
+                {
+                    "line": where,
+                    "path": f"{ticket_id}/{run_id or ''}/.{kind}/{name}",
+                    "message": "a different entry already has this name; left as it is",
+                }
+            )
         return
     rep.added += 1
 
@@ -187,5 +219,8 @@ def read_lines(stream: Iterable[str]) -> Iterator[dict[str, Any]]:
         try:
             yield json.loads(text)
         except ValueError as exc:
-            raise InvalidRecord(f"line {n}: not valid JSON ({exc})", line=n,
-                                errors=[{"field": f"line {n}", "rule": "json", "message": str(exc)}]) from None
+            raise InvalidRecord(
+                f"line {n}: not valid JSON ({exc})",
+                line=n,
+                errors=[{"field": f"line {n}", "rule": "json", "message": str(exc)}],
+            ) from None

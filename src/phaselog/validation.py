@@ -124,8 +124,7 @@ def check_record(cp: Checkpoint, pipeline: Pipeline, *, now: datetime | None = N
         rep.error(
             "phase",
             "phase_ordinal",
-            f"{cp.phase} is phase {phase.ordinal} of {pipeline.name}, "
-            f"but the record says {cp.phase_ordinal}",
+            f"{cp.phase} is phase {phase.ordinal} of {pipeline.name}, but the record says {cp.phase_ordinal}",
         )
     if cp.attempt_number < 1:
         rep.error("attempt_number", "attempt_number", f"must be >= 1 (got {cp.attempt_number})")

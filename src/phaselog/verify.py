@@ -23,7 +23,7 @@ class VerifyReport:
     """Result of recomputing a ticket's (or run's) hash links."""
 
     checked: int = 0
-    problems: list[dict[str, str]] = field(default_factory=list)
+    problems: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -101,8 +101,11 @@ class VerifyMixin:
                 lst.sort(key=lambda c: c.attempt_number)
                 for i, cp in enumerate(lst):
                     prev = lst[i - 1] if i else None
-                    gone = [a for (ph, a) in pruned if ph == cp.phase and a < cp.attempt_number
-                            and (prev is None or a > prev.attempt_number)]
+                    gone = [
+                        a
+                        for (ph, a) in pruned
+                        if ph == cp.phase and a < cp.attempt_number and (prev is None or a > prev.attempt_number)
+                    ]
                     if gone and cp.prev_hash == pruned[(cp.phase, max(gone))]:
                         continue  # its predecessor was pruned; the prune note vouches for the link
                     links = check_links(cp, previous=prev, lookup=by_key)
@@ -118,8 +121,11 @@ class VerifyMixin:
                 rep.checked += 1
                 want = revs[i - 1].content_hash if i else None
                 if m.revision != i + 1 or m.prev_hash != want:
-                    rep.add(f"{ticket_id}/.markers/rev_{m.revision:06d}.json", "marker_chain",
-                            "ticket marker revisions are not a contiguous hash chain")
+                    rep.add(
+                        f"{ticket_id}/.markers/rev_{m.revision:06d}.json",
+                        "marker_chain",
+                        "ticket marker revisions are not a contiguous hash chain",
+                    )
         return rep
 
     def _verify_lineage(self, s: Stored, rep: VerifyReport) -> None:
@@ -128,7 +134,10 @@ class VerifyMixin:
             return
         try:
             origin = self.store.get(
-                str(src["ticket_id"]), str(src["run_id"]), s.record.phase_ordinal, str(src["phase"]),
+                str(src["ticket_id"]),
+                str(src["run_id"]),
+                s.record.phase_ordinal,
+                str(src["phase"]),
                 int(src["attempt_number"]),
             ).record
         except (KeyError, TypeError, ValueError, NotFound, Corrupt, UnsupportedVersion):
@@ -168,5 +177,4 @@ class VerifyMixin:
 
 
 def _damaged(rep: VerifyReport, exc: Corrupt, where: str) -> None:
-    rep.add(str(exc.context.get("path", where)), str(exc.context.get("rule") or "corrupt"), exc.message,
-            damaged=True)
+    rep.add(str(exc.context.get("path", where)), str(exc.context.get("rule") or "corrupt"), exc.message, damaged=True)

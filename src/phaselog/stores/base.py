@@ -104,9 +104,7 @@ class Store(Protocol):
         """Every run id of a ticket, sorted."""
         ...
 
-    def iter_records(
-        self, ticket_id: str, run_id: str | None = None
-    ) -> Iterator[Stored | Damaged]:
+    def iter_records(self, ticket_id: str, run_id: str | None = None) -> Iterator[Stored | Damaged]:
         """Yield a ticket's (or one run's) records in (run, phase ordinal, attempt) order."""
         ...
 

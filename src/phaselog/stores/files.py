@@ -87,13 +87,12 @@ def failed_name(ordinal: int, phase: str, attempt: int) -> str:
 class FilesStore:
     """Append-only checkpoint store on a local filesystem."""
 
-    def __init__(
-        self, root: str | os.PathLike[str] | None = None, *, max_record_bytes: int | None = None
-    ) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, max_record_bytes: int | None = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.root = self.root.absolute()
         self.url = f"file://{self.root}"
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
+        self._root_fd: int | None = None
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
         self.max_entry_bytes = 4 * self.max_record_bytes
@@ -112,7 +111,7 @@ class FilesStore:
             except OSError:
                 self._root_fd = None
         fd = self._open_root_path(create=create)
-        self._root_fd: int | None = os.dup(fd)
+        self._root_fd = os.dup(fd)
         return fd
 
     def _open_root_path(self, *, create: bool) -> int:
@@ -157,8 +156,7 @@ class FilesStore:
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                         raise StoreError(
-                            f"refusing to follow a symlink or non-directory at "
-                            f"{'/'.join(segments)} under {self.root}",
+                            f"refusing to follow a symlink or non-directory at {'/'.join(segments)} under {self.root}",
                             path="/".join(segments),
                             rule="no_symlinks",
                         ) from None
@@ -179,9 +177,7 @@ class FilesStore:
             fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise StoreError(
-                    f"refusing to follow a symlink at {name}", rule="no_symlinks"
-                ) from None
+                raise StoreError(f"refusing to follow a symlink at {name}", rule="no_symlinks") from None
             raise StoreError(f"cannot open {name}: {exc.strerror}") from None
         st = os.fstat(fd)
         if stat.S_IMODE(st.st_mode) != 0o700 and st.st_uid == os.getuid():
@@ -214,8 +210,7 @@ class FilesStore:
                 latest = max((r.attempt_number for r in mine), default=0)
                 if latest != expected_latest:
                     raise Conflict(
-                        f"phase {phase} changed while writing: latest attempt is {latest}, "
-                        f"expected {expected_latest}",
+                        f"phase {phase} changed while writing: latest attempt is {latest}, expected {expected_latest}",
                         latest_attempt=latest,
                     )
                 if record.completed:
@@ -344,7 +339,7 @@ class FilesStore:
             os.fchmod(fd, 0o600)  # whatever the umask
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -377,25 +372,19 @@ class FilesStore:
         finally:
             os.close(run_fd)
 
-    def get(
-        self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int
-    ) -> Stored:
+    def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
         """Read one record (see Store.get)."""
         validate_ticket_id(ticket_id)
         try:
             run_fd = self._open_dir("checkpoints", ticket_id, run_id)
         except NotFound:
-            raise NotFound(
-                f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id
-            ) from None
+            raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id) from None
         try:
             return self._get_in(run_fd, ticket_id, run_id, phase_ordinal, phase, attempt)
         finally:
             os.close(run_fd)
 
-    def _get_in(
-        self, run_fd: int, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int
-    ) -> Stored:
+    def _get_in(self, run_fd: int, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int) -> Stored:
         rel_dir = f"{ticket_id}/{run_id}"
         cp_file = cp_name(ordinal, phase, attempt)
         cp_bytes = self._read(run_fd, cp_file, rel_dir)
@@ -422,14 +411,10 @@ class FilesStore:
         _check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
         return stored
 
-    def _from_meta(
-        self, doc: dict[str, Any], cp_bytes: bytes | None, ordinal: int, location: str
-    ) -> Stored:
+    def _from_meta(self, doc: dict[str, Any], cp_bytes: bytes | None, ordinal: int, location: str) -> Stored:
         warns: list[str] = []
         seed = doc.get("checkpoint")
-        if cp_bytes is not None and doc.get("checkpoint_file_sha256") != hashlib.sha256(
-            cp_bytes
-        ).hexdigest():
+        if cp_bytes is not None and doc.get("checkpoint_file_sha256") != hashlib.sha256(cp_bytes).hexdigest():
             # The seed file changed after it was written: trust the file, flag the difference.
             seed = _yaml_or_corrupt(cp_bytes, location)
             warns.append(f"{location}: file changed since phaselog wrote it")
@@ -443,7 +428,8 @@ class FilesStore:
             raise Corrupt(
                 f"{location}: content changed after it was written (recorded hash "
                 f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
-                path=location, rule="content_hash",
+                path=location,
+                rule="content_hash",
             )
         return stored
 
@@ -467,8 +453,7 @@ class FilesStore:
                 raise Corrupt(f"{rel_dir}/{name} is not a regular file", path=f"{rel_dir}/{name}")
             if st.st_size > limit:
                 raise TooLarge(
-                    f"{rel_dir}/{name} is {st.st_size} bytes, over the cap of "
-                    f"{limit} bytes; not parsed",
+                    f"{rel_dir}/{name} is {st.st_size} bytes, over the cap of {limit} bytes; not parsed",
                     path=f"{rel_dir}/{name}",
                     rule="max_record_bytes",
                 )
@@ -520,9 +505,7 @@ class FilesStore:
         finally:
             os.close(fd)
 
-    def iter_records(
-        self, ticket_id: str, run_id: str | None = None
-    ) -> Iterator[Stored | Damaged]:
+    def iter_records(self, ticket_id: str, run_id: str | None = None) -> Iterator[Stored | Damaged]:
         """Yield records in (run, phase ordinal, attempt) order; damaged ones as Damaged."""
         run_ids = [run_id] if run_id is not None else self.runs(ticket_id)
         for rid in run_ids:
@@ -533,9 +516,7 @@ class FilesStore:
             try:
                 for ref in sorted(_parse_names(os.listdir(run_fd))):
                     try:
-                        yield self._get_in(
-                            run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number
-                        )
+                        yield self._get_in(run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number)
                     except (Corrupt, UnsupportedVersion) as exc:
                         yield Damaged(
                             location=exc.context.get("path")
@@ -673,8 +654,11 @@ class FilesStore:
             return freed
         by_dir: dict[tuple[str, ...], list[str]] = {}
         for tid, rid, ordinal, phase, attempt, completed in checkpoints:
-            names = [cp_name(ordinal, phase, attempt), meta_name(ordinal, phase, attempt)] if completed \
+            names = (
+                [cp_name(ordinal, phase, attempt), meta_name(ordinal, phase, attempt)]
+                if completed
                 else [failed_name(ordinal, phase, attempt)]
+            )
             by_dir.setdefault((tid, rid), []).extend(names)
         for kind, tid, rid, name in entries:
             by_dir.setdefault((tid, rid, f".{kind}"), []).append(f"{name}.json")
@@ -720,16 +704,27 @@ class FilesStore:
                         except OSError:
                             continue
                         if age > TEMP_MAX_AGE_S:
-                            found.append({"kind": "leftover_temp", "path": rel, "age_sec": int(age),
-                                          "message": "temp file left by an interrupted write; the next "
-                                          "writer in this folder removes it"})
+                            found.append(
+                                {
+                                    "kind": "leftover_temp",
+                                    "path": rel,
+                                    "age_sec": int(age),
+                                    "message": "temp file left by an interrupted write; the next "
+                                    "writer in this folder removes it",
+                                }
+                            )
                     elif n.startswith(".meta_") and n.endswith(".json"):
-                        seed = "phase_" + n[len(".meta_"):-len(".json")] + ".yaml"
+                        seed = "phase_" + n[len(".meta_") : -len(".json")] + ".yaml"
                         if seed not in names:
-                            found.append({"kind": "orphan_sidecar", "path": rel,
-                                          "message": "sidecar without its seed file (a write interrupted "
-                                          "between its two links); invisible, replaced by the next write "
-                                          "of that attempt"})
+                            found.append(
+                                {
+                                    "kind": "orphan_sidecar",
+                                    "path": rel,
+                                    "message": "sidecar without its seed file (a write interrupted "
+                                    "between its two links); invisible, replaced by the next write "
+                                    "of that attempt",
+                                }
+                            )
             finally:
                 os.close(fd)
         return found
@@ -750,7 +745,7 @@ class FilesStore:
         if m:
             names.append(meta_name(int(m.group(1)), m.group(2), int(m.group(3))))
         elif name.startswith(".meta_") and name.endswith(".json"):
-            names.append("phase_" + name[len(".meta_"):-len(".json")] + ".yaml")
+            names.append("phase_" + name[len(".meta_") : -len(".json")] + ".yaml")
         src_fd = self._open_dir("checkpoints", *segs[:-1])
         q_fd = self._open_dir("quarantine", create=True)
         moved: list[dict[str, Any]] = []
@@ -788,8 +783,14 @@ class FilesStore:
                 os.fsync(q_fd)
                 os.unlink(n, dir_fd=src_fd)
                 os.fsync(src_fd)
-                moved.append({"from": f"checkpoints/{rel}", "to": f"quarantine/{dest}",
-                              "note": f"quarantine/{dest}.note.json", "reason": reason})
+                moved.append(
+                    {
+                        "from": f"checkpoints/{rel}",
+                        "to": f"quarantine/{dest}",
+                        "note": f"quarantine/{dest}.note.json",
+                        "reason": reason,
+                    }
+                )
         except FileExistsError:
             raise StoreError(f"quarantine already holds {location} from this second; run doctor again") from None
         except OSError as exc:
@@ -921,9 +922,7 @@ def _seed_or_corrupt(
         raise
 
 
-def _check_identity(
-    stored: Stored, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int
-) -> None:
+def _check_identity(stored: Stored, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int) -> None:
     cp = stored.record
     found = (cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, cp.attempt_number)
     expected = (ticket_id, run_id, ordinal, phase, attempt)
