@@ -76,8 +76,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--dir",
         metavar="PATH",
-        help="parent folder of the temporary stores (default: the system temp folder); "
-        "its filesystem is printed",
+        help="parent folder of the temporary stores (default: the system temp folder); its filesystem is printed",
     )
     p.add_argument(
         "--scale",
@@ -127,9 +126,7 @@ def _progress(name: str) -> Callable[[str], None]:
     return report
 
 
-def _run_one(
-    name: str, workdir: Path, cfg: dict[str, int], args: argparse.Namespace
-) -> Iterable[Section]:
+def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Namespace) -> Iterable[Section]:
     from bench import bench_list, bench_read, bench_sql, bench_start, bench_status, bench_write
 
     modules: dict[str, Any] = {
@@ -157,16 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     workdir = _data.make_workdir(args.dir)
     profiling = args.profile or args.profile_write or args.profile_start or args.profile_sql
-    print(
-        f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), "
-        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
-    )
+    print(f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     for line in _data.environment():
         print(f"  {line}")
     print(f"  work folder {workdir} on {_data.filesystem_of(workdir)}")
     print(
-        "  figures: median and p90 per operation; ratio = median(subject) / median(baseline), "
-        "both measured in this run"
+        "  figures: median and p90 per operation; ratio = median(subject) / median(baseline), both measured in this run"
     )
     sys.stdout.flush()
     sections: list[Section] = []

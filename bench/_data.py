@@ -186,9 +186,7 @@ def filesystem_of(path: Path, *, options: bool = True) -> str:
 
 def _git(*args: str) -> str:
     try:
-        res = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
-        )
+        res = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return ""
     return res.stdout.strip() if res.returncode == 0 else ""

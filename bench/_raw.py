@@ -143,9 +143,7 @@ class SqliteInsert:
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS cp (name TEXT PRIMARY KEY, body BLOB NOT NULL)"
-        )
+        self.conn.execute("CREATE TABLE IF NOT EXISTS cp (name TEXT PRIMARY KEY, body BLOB NOT NULL)")
         self.synchronous = self.conn.execute("PRAGMA synchronous").fetchone()[0]
 
     def insert(self, name: str, body: bytes) -> None:

@@ -284,9 +284,7 @@ class Parent:
         self.checkpoint = {"channel_versions": {"checkpoint": version}}
 
 
-def lg_put(
-    saver: Any, ticket: str, run: str, seed: dict[str, Any], *, parent: Any, step: int
-) -> Parent:
+def lg_put(saver: Any, ticket: str, run: str, seed: dict[str, Any], *, parent: Any, step: int) -> Parent:
     """``put`` the next checkpoint of (ticket, run) after ``parent`` (None for the first), as
     LangGraph's loop does: parent's checkpoint_id in the config, the channel's version bumped."""
     version = parent.checkpoint["channel_versions"]["checkpoint"] if parent else None
@@ -417,10 +415,7 @@ class SqliteTarget(Target):
         return f"{self.url} on {_data.filesystem_of(self.path, options=False)}"
 
     def durability(self, store: Any, raw: Any) -> str:
-        return (
-            f"durability: phaselog {self.synchronous(store.conn.raw)}; raw sqlite3 "
-            f"{self.synchronous(raw)}"
-        )
+        return f"durability: phaselog {self.synchronous(store.conn.raw)}; raw sqlite3 {self.synchronous(raw)}"
 
     def synchronous(self, conn: sqlite3.Connection) -> str:
         """PRAGMA synchronous of a connection, spelled out."""
@@ -493,9 +488,7 @@ class PostgresTarget(Target):
 
     def __init__(self, base_url: str, schema: str) -> None:
         sep = "&" if "?" in base_url else "?"
-        super().__init__(
-            "postgres", "PostgreSQL", f"{base_url}{sep}schema={schema}", "PostgresSaver"
-        )
+        super().__init__("postgres", "PostgreSQL", f"{base_url}{sep}schema={schema}", "PostgresSaver")
         self.base_url, self.schema = base_url, schema
         self._bulk: Any = None
         try:
@@ -512,7 +505,7 @@ class PostgresTarget(Target):
                 self.sync_commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
                 self.fsync = conn.execute("SHOW fsync").fetchone()[0]
         except Exception as exc:  # any failure means: not reachable
-            why = str(exc).strip()[:200]
+            why = " ".join(str(exc).split())[:200]
             self.skip_reason = f"PostgreSQL at {base_url} is not reachable: {why}"
 
     def placeholder(self, sql: str) -> str:

@@ -109,9 +109,7 @@ class Section:
                 return s
         raise KeyError(key)
 
-    def ratio(
-        self, subject: str, baseline: str, *, goal: float | None = None, note: str = ""
-    ) -> Ratio:
+    def ratio(self, subject: str, baseline: str, *, goal: float | None = None, note: str = "") -> Ratio:
         """Add (and return) the ratio of two contestants' medians."""
         r = Ratio(
             subject,
@@ -123,9 +121,7 @@ class Section:
         self.ratios.append(r)
         return r
 
-    def speedup(
-        self, subject: str, baseline: str, *, goal: float | None = None, note: str = ""
-    ) -> Ratio:
+    def speedup(self, subject: str, baseline: str, *, goal: float | None = None, note: str = "") -> Ratio:
         """Add (and return) ops/s(subject) / ops/s(baseline); ``goal`` is a minimum."""
         a, b = self.stat(subject), self.stat(baseline)
         skipped = next((s.label for s in (a, b) if s.n == 0), "")
@@ -290,15 +286,8 @@ def print_summary(sections: list[Section], out: Callable[[str], None] = print) -
                 goal = f"{'>=' if r.at_least else '<='} {fmt_ratio(r.goal)}  {r.verdict}"
             else:
                 goal = r.verdict or "-"
-            pair = (
-                f"ops/s {r.subject} / ops/s {r.baseline}"
-                if r.at_least
-                else f"{r.subject} / {r.baseline}"
-            )
+            pair = f"ops/s {r.subject} / ops/s {r.baseline}" if r.at_least else f"{r.subject} / {r.baseline}"
             out(f"   {s.key:<{w}} {pair:<46} {fmt_ratio(r.value):>8}  {goal}")
         for lim in s.limits:
             pair = f"{lim.key} median (absolute)"
-            out(
-                f"   {s.key:<{w}} {pair:<46} {fmt_time(lim.value_ns):>8}  "
-                f"<= {fmt_time(lim.goal_ns)}  {lim.verdict}"
-            )
+            out(f"   {s.key:<{w}} {pair:<46} {fmt_time(lim.value_ns):>8}  <= {fmt_time(lim.goal_ns)}  {lim.verdict}")

@@ -45,9 +45,7 @@ def _check(cmd: list[str], env: dict[str, str]) -> None:
 
 def _runner(cmd: list[str], env: dict[str, str]) -> Any:
     def run_once(_: object) -> None:
-        subprocess.run(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
-        )
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
 
     return run_once
 
@@ -63,14 +61,10 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         ("module_read", "python -m phaselog read …", SUBJECT, [py, "-m", "phaselog", *args]),
     ]
     if script is not None:
-        commands.insert(
-            2, ("cli_read", "phaselog read … (console script)", SUBJECT, [script, *args])
-        )
+        commands.insert(2, ("cli_read", "phaselog read … (console script)", SUBJECT, [script, *args]))
     for _, _, _, cmd in commands:
         _check(cmd, env)
-    contestants = [
-        Contestant(k, label, role, _runner(cmd, env)) for k, label, role, cmd in commands
-    ]
+    contestants = [Contestant(k, label, role, _runner(cmd, env)) for k, label, role, cmd in commands]
     subject = "cli_read" if script is not None else "module_read"
     section = Section(
         "start",
@@ -87,12 +81,8 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
     if script is not None:
         section.ratio("module_read", "import_yaml")
     floor = section.stat("py_pass").median_ns
-    net = (section.stat(subject).median_ns - floor) / (
-        section.stat("import_yaml").median_ns - floor
-    )
+    net = (section.stat(subject).median_ns - floor) / (section.stat("import_yaml").median_ns - floor)
     section.ratios.append(
-        Ratio(
-            f"{subject} - py_pass", "import_yaml - py_pass", net, note="above the bare interpreter"
-        )
+        Ratio(f"{subject} - py_pass", "import_yaml - py_pass", net, note="above the bare interpreter")
     )
     return section

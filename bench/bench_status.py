@@ -45,13 +45,11 @@ def run(workdir: Path, *, rounds: int, attempts: int = 100, progress: Any = None
     ]
     section = Section(
         "status",
-        f"[3] status: Ledger.status of a run with {attempts} attempts over the 5 phases "
-        f"({attempts // 5} each)",
+        f"[3] status: Ledger.status of a run with {attempts} attempts over the 5 phases ({attempts // 5} each)",
         [
             f"store {root} on {_data.filesystem_of(root, options=False)} (warm page cache)",
             f"{rounds} rounds, interleaved; record files = seed YAML + JSON sidecar per attempt",
-            f"next phase: {st.next_phase}; states: "
-            + ", ".join(f"{p.phase}={p.state}" for p in st.phases),
+            f"next phase: {st.next_phase}; states: " + ", ".join(f"{p.phase}={p.state}" for p in st.phases),
         ],
     )
     section.stats = run_interleaved(contestants, rounds, warmup=2, progress=progress)

@@ -14,9 +14,7 @@ TICKET = "BENCH-1"
 GOAL = 1.5
 
 
-def _langgraph(
-    workdir: Path, seed: dict[str, Any]
-) -> tuple[Contestant | None, str, sqlite3.Connection | None]:
+def _langgraph(workdir: Path, seed: dict[str, Any]) -> tuple[Contestant | None, str, sqlite3.Connection | None]:
     """LangGraph's SqliteSaver.put of a checkpoint carrying the same record, when installed."""
     try:
         from langgraph.checkpoint.base import empty_checkpoint
@@ -120,19 +118,15 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
         f"(+ {len(meta_bytes)}-byte JSON sidecar), auto attempt, files store",
         [
             f"store {root} on {_data.filesystem_of(root, options=False)}",
-            f"{rounds} rounds after 3 warm-up rounds; contestants interleaved, order rotated "
-            "each round",
-            "fsyncs per write: phaselog 2 files + 1 folder (so does the raw pair); "
-            "raw baseline 1 file + 1 folder",
+            f"{rounds} rounds after 3 warm-up rounds; contestants interleaved, order rotated each round",
+            "fsyncs per write: phaselog 2 files + 1 folder (so does the raw pair); raw baseline 1 file + 1 folder",
             f"sqlite3 reference: PRAGMA synchronous={sql.synchronous}, journal_mode=WAL; {lg_note}",
         ],
     )
     section.stats = run_interleaved(contestants, rounds, warmup=3, progress=progress)
     section.ratio("write_next", "raw_write", goal=GOAL)
     section.ratio("write_first", "raw_write", note="also creates and fsyncs the run folder")
-    section.ratio(
-        "write_next", "raw_write_pair", note="phaselog's own I/O, done raw: Python overhead"
-    )
+    section.ratio("write_next", "raw_write_pair", note="phaselog's own I/O, done raw: Python overhead")
     section.ratio("raw_write_pair", "raw_write", note="floor of the two-file protocol")
     section.ratio("write_next", "sqlite_insert")
     if lg is not None:

@@ -125,9 +125,7 @@ def run(workdir: Path, *, quick: bool, scale: int, pg_url: str) -> None:
     try:
         built = _sqldata.build(targets, scale, workdir)
         for t in targets:
-            print(
-                f"\n== profile: {t.name} store at {scale:,} records (built in {built.describe()})"
-            )
+            print(f"\n== profile: {t.name} store at {scale:,} records (built in {built.describe()})")
             if t.skip_reason is not None:
                 print(f"   skipped: {t.skip_reason}")
                 continue
@@ -184,10 +182,7 @@ def _profile(t: Target, built: _sqldata.Built, calls: dict[str, int]) -> None:
                 ops[name]()
         print("   1. one operation, medians: total; statements; time inside the driver (of it")
         print("      COMMIT); the rest is Python (phaselog + driver wrappers)")
-        print(
-            f"   {'operation':<10} {'total':>10} {'stmts':>6} {'driver':>10} {'COMMIT':>10} "
-            f"{'Python':>10} {'n':>5}"
-        )
+        print(f"   {'operation':<10} {'total':>10} {'stmts':>6} {'driver':>10} {'COMMIT':>10} {'Python':>10} {'n':>5}")
         for name in OPS:
             totals, drivers, commits, counts = [], [], [], []
             for _ in range(calls[name]):
@@ -233,9 +228,7 @@ def _cprofile(name: str, fn: Callable[[], object], n: int, top: int = 14) -> Non
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)  # type: ignore[attr-defined]
     for (path, line, func), (_cc, nc, tt, ct, _callers) in itertools.islice(rows, top):
         where = _short(path)
-        print(
-            f"      {tt / n * 1e3:8.3f} {ct / n * 1e3:8.3f} {nc / n:7.1f}  {func} ({where}:{line})"
-        )
+        print(f"      {tt / n * 1e3:8.3f} {ct / n * 1e3:8.3f} {nc / n:7.1f}  {func} ({where}:{line})")
 
 
 def _short(path: str) -> str:
@@ -254,8 +247,7 @@ PLANNED = {
     "phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ?",
     "list": "SELECT run_id, phase_ordinal, phase, attempt, status, body FROM phaselog_checkpoints "
     "WHERE ticket_id = ? ORDER BY run_id, phase_ordinal, attempt",
-    "entries": "SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND "
-    "run_id = ? ORDER BY name",
+    "entries": "SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? ORDER BY name",
 }
 
 

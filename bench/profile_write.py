@@ -237,14 +237,8 @@ def breakdown(led: ledger.Ledger, n: int) -> None:
     totals = [sum(w.values()) for w in bd.per_write]
     total = statistics.median(totals)
     print("")
-    print(
-        f"== write breakdown: exclusive time per category, median of {n} writes "
-        "(attempt 2 of implement)"
-    )
-    print(
-        f"   median Ledger.write under the timers: {total / 1e3:.0f} µs "
-        "(the timers add ~1 µs per wrapped call)"
-    )
+    print(f"== write breakdown: exclusive time per category, median of {n} writes (attempt 2 of implement)")
+    print(f"   median Ledger.write under the timers: {total / 1e3:.0f} µs (the timers add ~1 µs per wrapped call)")
     _, missing = available_targets()
     if missing:
         print(f"   not in the code under test, so not timed: {', '.join(missing)}")
@@ -283,9 +277,7 @@ def profile(led: ledger.Ledger, n: int) -> None:
                 print(f"   {line}")
 
 
-def _phaselog_syscalls(
-    root: Path, segments: list[str], name: str, data: bytes, side: bytes
-) -> None:
+def _phaselog_syscalls(root: Path, segments: list[str], name: str, data: bytes, side: bytes) -> None:
     """The two-file protocol plus phaselog's other syscalls: walk, lock, listdir."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     for seg in segments:
@@ -364,19 +356,14 @@ def variants(workdir: Path, led: ledger.Ledger, rounds: int) -> None:
             "two_files_syscalls",
             "raw: 2 files + phaselog's walk, lock, listdir",
             INFO,
-            lambda n: _phaselog_syscalls(
-                workdir / "pw-raw", ["checkpoints", "T", "run"], n, yaml_bytes, meta_bytes
-            ),
+            lambda n: _phaselog_syscalls(workdir / "pw-raw", ["checkpoints", "T", "run"], n, yaml_bytes, meta_bytes),
             lambda: next(names),
         ),
     ]
     section = Section(
         "protocol",
         "write protocol variants (raw Python) vs Ledger.write, interleaved",
-        [
-            f"{rounds} rounds; the same YAML ({len(yaml_bytes)} B) "
-            f"and sidecar ({len(meta_bytes)} B) bytes"
-        ],
+        [f"{rounds} rounds; the same YAML ({len(yaml_bytes)} B) and sidecar ({len(meta_bytes)} B) bytes"],
     )
     section.stats = run_interleaved(contestants, rounds, warmup=3)
     for key in (

@@ -26,3 +26,35 @@ def test_bench_quick_write_prints_a_ratio_line(tmp_path: Path) -> None:
     assert ratio_line.search(res.stdout), res.stdout
     assert "summary" in res.stdout
     assert list(tmp_path.iterdir()) == [], "the temporary stores are removed afterwards"
+
+
+def test_bench_quick_sql_prints_its_ratio_lines(tmp_path: Path) -> None:
+    """The SQL-store benchmark at its smallest scale: SQLite always; PostgreSQL and LangGraph's
+    savers print as skipped (with the reason) where they are not available."""
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            "sql",
+            "--scale",
+            "2k",
+            "--dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    # e.g. "   ratio  write / raw_insert = 1.84x   goal <= 1.30x: MISSED   (same durability …)"
+    assert re.search(r"^\s*ratio\s+write / raw_insert = \d+\.\d+x", res.stdout, re.M), res.stdout
+    assert re.search(r"^\s*ratio\s+ops/s status / ops/s lg_status = ", res.stdout, re.M), res.stdout
+    assert re.search(r"^\s*limit\s+status median = ", res.stdout, re.M), res.stdout
+    assert "sqlite-2k" in res.stdout
+    assert "postgres-2k" in res.stdout
+    assert list(tmp_path.iterdir()) == [], "the temporary stores are removed afterwards"

@@ -140,20 +140,12 @@ def is_files(store: Store) -> bool:
     return isinstance(store, FilesStore)
 
 
-def cp_file(
-    store: FilesStore, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True
-) -> Path:
-    name = (
-        f"phase_{ordinal}_{phase}_a{attempt}.yaml"
-        if completed
-        else f".failed_{ordinal}_{phase}_a{attempt}.json"
-    )
+def cp_file(store: FilesStore, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True) -> Path:
+    name = f"phase_{ordinal}_{phase}_a{attempt}.yaml" if completed else f".failed_{ordinal}_{phase}_a{attempt}.json"
     return store.root / "checkpoints" / T / normalize_run_id(run) / name
 
 
-def garble(
-    store: Store, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True
-) -> None:
+def garble(store: Store, run: str, ordinal: int, phase: str, attempt: int, *, completed: bool = True) -> None:
     """Make a stored checkpoint unreadable (bytes damaged from outside)."""
     if is_files(store):
         p = cp_file(store, run, ordinal, phase, attempt, completed=completed)  # type: ignore[arg-type]
@@ -203,9 +195,7 @@ def snapshot(store: Store, ticket: str = T) -> list[tuple[Any, ...]]:
 
 
 def keys(items: list[phaselog.Stored]) -> list[tuple[str, str, int, str]]:
-    return [
-        (s.record.run_id, s.record.phase, s.record.attempt_number, s.record.status) for s in items
-    ]
+    return [(s.record.run_id, s.record.phase, s.record.attempt_number, s.record.status) for s in items]
 
 
 # -- write / read / list ---------------------------------------------------------------------------
@@ -238,9 +228,7 @@ def test_write_then_read_round_trips_the_record(led: Ledger, store: Store) -> No
         led.read(T, R2, "implement")
 
 
-def test_list_is_ordered_by_run_phase_attempt_and_pages_with_a_cursor(
-    led: Ledger, store: Store, clock: Clock
-) -> None:
+def test_list_is_ordered_by_run_phase_attempt_and_pages_with_a_cursor(led: Ledger, store: Store, clock: Clock) -> None:
     # Written out of order: later run first, later phase first, a failed attempt among them.
     first, second = sorted([RUN1, RUN2])
     led.write(T, second, "local_review", LOCAL_REVIEW)
@@ -313,9 +301,7 @@ def test_tickets_and_runs_count_audit_only_tickets_and_runs(led: Ledger, store: 
     assert store.entry_names("markers", "ONLY-1", None) == ["rev_000001"]
 
 
-def test_a_damaged_record_is_reported_by_read_skipped_by_list_and_caught_by_verify(
-    led: Ledger, store: Store
-) -> None:
+def test_a_damaged_record_is_reported_by_read_skipped_by_list_and_caught_by_verify(led: Ledger, store: Store) -> None:
     run = led.run(T, R1)
     hashes = [
         run.write("implement", impl(1)).record.content_hash,
@@ -342,15 +328,11 @@ def test_a_damaged_record_is_reported_by_read_skipped_by_list_and_caught_by_veri
         ("implement", 3),
         ("local_review", 1),
     ]
-    assert [(d.phase, d.attempt_number, d.error_code) for d in page.damaged] == [
-        ("implement", 4, "corrupt")
-    ]
+    assert [(d.phase, d.attempt_number, d.error_code) for d in page.damaged] == [("implement", 4, "corrupt")]
     assert page.damaged[0].location.endswith("phase_1_implement_a4.yaml")
     report = led.verify(T)
     assert not report.ok
-    assert any(
-        p["path"].endswith("phase_1_implement_a4.yaml") and p["damaged"] for p in report.problems
-    )
+    assert any(p["path"].endswith("phase_1_implement_a4.yaml") and p["damaged"] for p in report.problems)
     st = led.status(T, R1)
     assert st.phase("implement").state == "damaged"
     assert any("phase_1_implement_a4.yaml" in w for w in st.warnings)
@@ -372,9 +354,7 @@ def test_a_damaged_failed_record_is_reported_too(led: Ledger, store: Store) -> N
     assert not led.verify(T).ok
 
 
-def test_a_record_from_a_newer_phaselog_is_refused_with_a_clear_error(
-    led: Ledger, store: Store
-) -> None:
+def test_a_record_from_a_newer_phaselog_is_refused_with_a_clear_error(led: Ledger, store: Store) -> None:
     led.write(T, R1, "implement", impl(1))
     led.write(T, R1, "implement", impl(2))
     if is_files(store):
@@ -410,9 +390,7 @@ def test_an_edited_record_is_refused_and_verify_names_it(led: Ledger, store: Sto
     assert a2.content_hash[:12] in info.value.message
     report = led.verify(T)
     assert not report.ok
-    assert [p["path"] for p in report.problems if p["damaged"]] == [
-        f"{T}/{RUN1}/phase_1_implement_a2.yaml"
-    ]
+    assert [p["path"] for p in report.problems if p["damaged"]] == [f"{T}/{RUN1}/phase_1_implement_a2.yaml"]
     assert led.read(T, R1, "implement", 1).record.phase_payload["files_changed"] == ["src/f1.py"]
 
 
@@ -463,50 +441,60 @@ def test_the_record_size_cap_counts_bytes_not_characters(store: Store) -> None:
         small.close()
 
 
-def damage_entry(store: Store, kind: str, run: str | None, name: str) -> None:
-    """Garble one stored audit entry (a progress event, an approval) from outside."""
+def entry_path(store: FilesStore, kind: str, run: str | None, name: str) -> Path:
+    folder = store.root / "checkpoints" / T
+    if run is not None:
+        folder = folder / normalize_run_id(run)
+    return folder / f".{kind}" / f"{name}.json"
+
+
+def damage_entry(store: Store, kind: str, run: str | None, name: str, *, edit: dict[str, Any] | None = None) -> None:
+    """Garble one stored audit entry from outside or, with ``edit``, change fields of its JSON."""
+
+    def change(body: str) -> str:
+        if edit is None:
+            return '{"kind": "phaselog.'
+        doc = json.loads(body)
+        doc.update(edit)
+        return json.dumps(doc)
+
     if is_files(store):
-        folder = store.root / "checkpoints" / T  # type: ignore[attr-defined]
-        if run is not None:
-            folder = folder / normalize_run_id(run)
-        (folder / f".{kind}" / f"{name}.json").write_bytes(b'{"kind": "phaselog.')
+        p = entry_path(store, kind, run, name)  # type: ignore[arg-type]
+        p.write_text(change(p.read_text("utf-8")), "utf-8")
         return
-    raw(
-        store,
-        "UPDATE phaselog_entries SET body = ? WHERE kind = ? AND ticket_id = ? AND name = ?",
-        ('{"kind": "phaselog.', kind, T, name),
-    )
+    where = "WHERE kind = ? AND ticket_id = ? AND name = ?"
+    ((body,),) = raw(store, f"SELECT body FROM phaselog_entries {where}", (kind, T, name))
+    raw(store, f"UPDATE phaselog_entries SET body = ? {where}", (change(body), kind, T, name))
 
 
-def test_a_damaged_audit_entry_is_reported_not_used(led: Ledger, store: Store) -> None:
+def test_a_damaged_audit_entry_is_reported_and_never_used(led: Ledger, store: Store) -> None:
     led.init_ticket(T, title="Launch video", pipeline="video-pipeline")
     led.progress(T, R1, "research", "start")
     led.progress(T, R1, "research", "step", step=1)
+    led.progress(T, R1, "research", "step", step=2)
     led.write(T, R1, "research", VIDEO["research"])
     led.write(T, R1, "proposal", VIDEO["proposal"])
     led.approve(T, R1, "proposal", by="ana")
     assert led.verify(T).ok
-    (event,) = [n for n in store.entry_names("progress", T, RUN1) if n.endswith("s000000002")]
-    damage_entry(store, "progress", R1, event)
-    report = led.verify(T)
-    assert not report.ok
-    assert any(p["path"].endswith(f".progress/{event}.json") for p in report.problems), (
-        report.problems
-    )
-    with pytest.raises(Corrupt):
-        led.progress_events(T, R1, "research", 1)
+    assert led.status(T, R1).phase("proposal").state == "completed"
+    (event,) = [n for n in store.entry_names("progress", T, RUN1) if n.endswith("s000000003")]
+    damage_entry(store, "progress", R1, event)  # the latest event: no later link would catch it
     (approval,) = store.entry_names("approvals", T, RUN1)
-    damage_entry(store, "approvals", R1, approval)
-    with pytest.raises(Corrupt) as info:
-        led.approvals(T, R1)
-    assert info.value.message.startswith(f"{T}/{RUN1}/.approvals/{approval}.json")
-    assert any(p["path"].endswith(f".approvals/{approval}.json") for p in led.verify(T).problems)
+    damage_entry(store, "approvals", R1, approval, edit={"by": "mallory"})  # parseable, but edited
+    # Neither is used: the event is skipped, the approval does not count ...
+    assert [e.seq for e in led.progress_events(T, R1, "research", 1)] == [1, 2]
+    assert led.approvals(T, R1) == []
+    assert led.status(T, R1).phase("proposal").state == "awaiting_approval"
+    assert [e.context["path"] for e in led.damaged_events(T, RUN1)] == [f"{T}/{RUN1}/.progress/{event}.json"]
+    (bad,) = led.damaged_approvals(T, RUN1)
+    assert bad.context["rule"] == "content_hash"
+    # ... and verify reports both, at once.
+    paths = {p["path"] for p in led.verify(T).problems}
+    assert {f"{T}/{RUN1}/.progress/{event}.json", f"{T}/{RUN1}/.approvals/{approval}.json"} <= paths
 
 
 # -- one writer wins, attempt numbering ------------------------------------------------------------
-def test_duplicate_attempt_is_refused_and_the_stored_record_is_unchanged(
-    led: Ledger, store: Store
-) -> None:
+def test_duplicate_attempt_is_refused_and_the_stored_record_is_unchanged(led: Ledger, store: Store) -> None:
     first = led.write(T, R1, "implement", impl(1), attempt=1).record
     before = snapshot(store)
     with pytest.raises(AlreadyExists) as info:
@@ -607,9 +595,7 @@ def test_prev_hash_chains_attempts_and_basis_names_the_latest_completed(led: Led
     assert a2.prev_hash == a1.content_hash
     assert a3.prev_hash == a2.content_hash
     assert lr.prev_hash is None
-    assert {k: (v.attempt, v.hash) for k, v in (lr.basis or {}).items()} == {
-        "implement": (3, a3.content_hash)
-    }
+    assert {k: (v.attempt, v.hash) for k, v in (lr.basis or {}).items()} == {"implement": (3, a3.content_hash)}
     stored = led.read(T, R1, "local_review").record
     assert stored.basis == lr.basis
     assert led.verify(T).ok
@@ -702,9 +688,7 @@ def test_verify_recomputes_the_whole_graph(led: Ledger, store: Store, clock: Clo
 
 
 # -- progress events -------------------------------------------------------------------------------
-def test_progress_events_are_numbered_chained_and_shown(
-    led: Ledger, store: Store, clock: Clock
-) -> None:
+def test_progress_events_are_numbered_chained_and_shown(led: Ledger, store: Store, clock: Clock) -> None:
     e1 = led.progress(T, R1, "implement", "start")
     clock.tick(2)
     e2 = led.progress(T, R1, "implement", "step", step=1, tokens=100, output="so far")
@@ -747,9 +731,7 @@ def test_approvals_and_prerequisites_in_a_strict_gated_pipeline(led: Ledger, sto
     before = snapshot(store)
     with pytest.raises(Prerequisite) as info:
         led.write(T, R1, "script", VIDEO["script"])
-    assert [(b["phase"], b["state"]) for b in info.value.context["blockers"]] == [
-        ("proposal", "awaiting_approval")
-    ]
+    assert [(b["phase"], b["state"]) for b in info.value.context["blockers"]] == [("proposal", "awaiting_approval")]
     assert snapshot(store) == before  # a refused write leaves no trace
     with pytest.raises(GateRefused):
         led.approve(T, R1, "research", by="ana")  # not gated
@@ -782,9 +764,7 @@ def test_approvals_and_prerequisites_in_a_strict_gated_pipeline(led: Ledger, sto
 
 # -- ticket marker, decisions ----------------------------------------------------------------------
 def test_ticket_marker_revisions(led: Ledger, clock: Clock) -> None:
-    m1, changed = led.init_ticket(
-        T, title="Launch", pipeline="video-pipeline", meta={"team": "video"}
-    )
+    m1, changed = led.init_ticket(T, title="Launch", pipeline="video-pipeline", meta={"team": "video"})
     assert (m1.revision, changed) == (1, True)
     again, changed = led.init_ticket(T, title="Launch", pipeline="video-pipeline")
     assert (again, changed) == (m1, False)
@@ -802,9 +782,7 @@ def test_ticket_marker_revisions(led: Ledger, clock: Clock) -> None:
     assert led.verify(T).ok
 
 
-def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(
-    led: Ledger, clock: Clock
-) -> None:
+def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(led: Ledger, clock: Clock) -> None:
     led.write(T, R1, "implement", impl(1), decisions=[decision("d1"), decision("d2")])
     clock.tick()
     led.write(T, R2, "implement", impl(2), decisions=[decision("d1", selected="b"), decision("d3")])
@@ -815,9 +793,7 @@ def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(
     assert [d["decision_id"] for d in log["decisions"]] == ["d1", "d2", "d3"]
     assert log["decisions"][0]["selected"] == "a"
     assert log["decisions"][0]["source"]["run_id"] == RUN1
-    assert (
-        log["decisions"][0]["source"]["checkpoint_path"] == f"{T}/{RUN1}/phase_1_implement_a1.yaml"
-    )
+    assert log["decisions"][0]["source"]["checkpoint_path"] == f"{T}/{RUN1}/phase_1_implement_a1.yaml"
     assert [(c["decision_id"], c["ignored"]["run_id"]) for c in log["conflicts"]] == [("d1", RUN2)]
     assert led.decisions("NOBODY-1")["decisions"] == []
 
@@ -885,9 +861,7 @@ def test_diff_of_two_attempts_and_of_two_events(led: Ledger, clock: Clock) -> No
         led.diff(T, f"{R1}:implement:9", f"{R1}:implement:1")
 
 
-def test_fork_reuses_checkpoints_records_lineage_and_carries_approvals(
-    led: Ledger, store: Store
-) -> None:
+def test_fork_reuses_checkpoints_records_lineage_and_carries_approvals(led: Ledger, store: Store) -> None:
     led.init_ticket(T, title="Launch video", pipeline="video-pipeline")
     src = [
         led.write(T, R1, "research", VIDEO["research"]).record,
@@ -939,9 +913,7 @@ def test_doctor_is_healthy_then_reports_damage(led: Ledger, store: Store) -> Non
     assert (rep.tickets, rep.runs) == (1, 1)
     garble(store, R1, 2, "local_review", 1)
     rep = doctor(led, T)
-    assert [(f["kind"], f["path"]) for f in rep.findings] == [
-        ("damaged", f"{T}/{RUN1}/phase_2_local_review_a1.yaml")
-    ]
+    assert [(f["kind"], f["path"]) for f in rep.findings] == [("damaged", f"{T}/{RUN1}/phase_2_local_review_a1.yaml")]
 
 
 def test_doctor_quarantine_moves_files_and_is_refused_for_sql(led: Ledger, store: Store) -> None:
@@ -961,10 +933,7 @@ def test_doctor_quarantine_moves_files_and_is_refused_for_sql(led: Ledger, store
 
 def test_doctor_reports_leftover_temp_files(led: Ledger, store: Store) -> None:
     if not is_files(store):
-        pytest.skip(
-            "temp files and orphaned sidecars exist only in the files store; "
-            "a SQL write is one transaction"
-        )
+        pytest.skip("temp files and orphaned sidecars exist only in the files store; a SQL write is one transaction")
     led.write(T, R1, "implement", impl(1))
     tmp = store.root / "checkpoints" / T / RUN1 / ".tmp-1-deadbeef"  # type: ignore[attr-defined]
     tmp.write_bytes(b"half")
@@ -1106,9 +1075,7 @@ def test_export_import_round_trip_within_a_backend_is_exact_and_idempotent(
     assert export_text(other_store) == export_text(store)
 
 
-def test_import_verifies_every_hash_before_writing(
-    led: Ledger, store: Store, other_store: Store, clock: Clock
-) -> None:
+def test_import_verifies_every_hash_before_writing(led: Ledger, store: Store, other_store: Store, clock: Clock) -> None:
     populate(led, clock)
     lines = list(export_records(store))
     idx = next(
@@ -1128,8 +1095,7 @@ def test_import_verifies_every_hash_before_writing(
     )
     attempt = victim["document"]["checkpoint"]["attempt_number"]
     assert not any(
-        r.phase_ordinal == ordinal and r.attempt_number == attempt
-        for r in other_store.attempts(T, victim["run_id"])
+        r.phase_ordinal == ordinal and r.attempt_number == attempt for r in other_store.attempts(T, victim["run_id"])
     ), f"{phase} was written"
     # A forged entry (approval) is refused the same way.
     eidx = next(i for i, ln in enumerate(lines) if ln.get("kind") == "approvals")
@@ -1155,9 +1121,7 @@ def test_import_reports_a_different_record_at_the_same_attempt_as_a_conflict(
     assert other_store.get(T, RUN1, 1, "implement", 1).record.content_hash == theirs.content_hash
 
 
-def test_round_trip_files_sqlite_postgres_files_keeps_records_and_hashes(
-    tmp_path: Path, pg_schema_url: str
-) -> None:
+def test_round_trip_files_sqlite_postgres_files_keeps_records_and_hashes(tmp_path: Path, pg_schema_url: str) -> None:
     clock = Clock()
     source = FilesStore(tmp_path / "a")
     populate(Ledger(source, clock=clock), clock)
@@ -1258,19 +1222,14 @@ def test_prune_keep_last_removes_only_unprotected_attempts(led: Ledger, store: S
     run.fail("implement", "z")
 
     def states() -> list[tuple[str, str, int | None, int | None]]:
-        return [
-            (p.phase, p.state, p.latest_attempt, p.completed_attempt)
-            for p in led.status(T, R1).phases
-        ]
+        return [(p.phase, p.state, p.latest_attempt, p.completed_attempt) for p in led.status(T, R1).phases]
 
     states_before = states()
     before = snapshot(store)
     dry = prune(led, T, keep_last=1, dry_run=True)
     assert snapshot(store) == before  # a dry run removes nothing
     rep = prune(led, T, keep_last=1)
-    removed = sorted(
-        (r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r
-    )
+    removed = sorted((r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r)
     assert removed == [("implement", 2), ("implement", 3), ("implement", 4)]
     assert dry.removed == rep.removed
     assert rep.bytes_freed > 0
@@ -1293,13 +1252,8 @@ def test_prune_never_removes_an_approved_attempt(led: Ledger) -> None:
     led.write(T, R1, "proposal", {**VIDEO["proposal"], "title": "v2"})
     led.write(T, R1, "proposal", {**VIDEO["proposal"], "title": "v3"})
     rep = prune(led, T, keep_last=1)
-    assert [(r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r] == [
-        ("proposal", 2)
-    ]
-    assert any(
-        k["path"].endswith("phase_2_proposal_a1.yaml") and "approved by ana" in k["reason"]
-        for k in rep.kept
-    )
+    assert [(r["phase"], r["attempt_number"]) for r in rep.removed if "attempt_number" in r] == [("proposal", 2)]
+    assert any(k["path"].endswith("phase_2_proposal_a1.yaml") and "approved by ana" in k["reason"] for k in rep.kept)
     assert led.read(T, R1, "proposal", 1).record.content_hash == p1.content_hash
     assert led.verify(T).ok
 
@@ -1308,9 +1262,7 @@ def test_prune_older_than_and_whole_runs(led: Ledger, store: Store, clock: Clock
     clock.now = T0 + timedelta(days=100)
     old, recent = T0, T0 + timedelta(days=99)
     led.write(T, R1, "implement", impl(1), timestamp=old)
-    led.write(
-        T, R1, "implement", None, status="failed", error="x", timestamp=old + timedelta(hours=1)
-    )
+    led.write(T, R1, "implement", None, status="failed", error="x", timestamp=old + timedelta(hours=1))
     led.write(T, R1, "implement", impl(3), timestamp=recent)
     led.write(T, R2, "implement", impl(1), timestamp=old)  # the whole run is old
     led.write(T, R2, "local_review", LOCAL_REVIEW, timestamp=old)
@@ -1325,9 +1277,7 @@ def test_prune_older_than_and_whole_runs(led: Ledger, store: Store, clock: Clock
     assert led.verify(T).ok, led.verify(T).problems
 
 
-def test_prune_run_id_removes_the_whole_run_but_not_a_fork_source(
-    led: Ledger, store: Store
-) -> None:
+def test_prune_run_id_removes_the_whole_run_but_not_a_fork_source(led: Ledger, store: Store) -> None:
     run = led.run(T, R1)
     run.write("implement", impl(1))
     run.write("local_review", LOCAL_REVIEW)
@@ -1402,9 +1352,7 @@ def write_fixed(led: Ledger) -> list[str]:
     return [r.record.content_hash for r in out]
 
 
-def test_same_record_same_hash_and_same_cli_json_on_every_backend(
-    tmp_path: Path, pg_schema_url: str
-) -> None:
+def test_same_record_same_hash_and_same_cli_json_on_every_backend(tmp_path: Path, pg_schema_url: str) -> None:
     stores = {
         "files": FilesStore(tmp_path / "files"),
         "sqlite": open_store(f"sqlite://{tmp_path}/x.db"),
@@ -1430,9 +1378,7 @@ def test_same_record_same_hash_and_same_cli_json_on_every_backend(
             assert outs["files"]["success"] is True
         # Errors are the same too.
         errs = {
-            name: cli(
-                s, "read", "--ticket-id", T, "--run-id", R2, "--phase", "local_review", ok=False
-            )
+            name: cli(s, "read", "--ticket-id", T, "--run-id", R2, "--phase", "local_review", ok=False)
             for name, s in stores.items()
         }
         assert errs["files"] == errs["sqlite"] == errs["postgres"]

@@ -110,6 +110,20 @@ def token_of(rec: phaselog.Checkpoint) -> str:
     return str(rec.error)
 
 
+_FORKED: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_writer_outlives_its_test() -> Iterator[None]:
+    """A failing test must not leave forked writers behind: kill and reap what is left."""
+    yield
+    while _FORKED:
+        pid = _FORKED.pop()
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
 # -- writers that report through a pipe ------------------------------------------------------------
 def _emit(fd: int, **line: Any) -> None:
     os.write(fd, (json.dumps(line) + "\n").encode())  # < PIPE_BUF: atomic, whole or absent
@@ -177,10 +191,10 @@ def _write_loop(url: str, wid: int, runs: list[str], fd: int, limit: int | None)
     ledger.close()
 
 
-def _fork_writer(
-    url: str, wid: int, runs: list[str], fd_w: int, fd_r: int, *, limit: int | None = None
-) -> int:
+def _fork_writer(url: str, wid: int, runs: list[str], fd_w: int, fd_r: int, *, limit: int | None = None) -> int:
     pid = os.fork()
+    if pid:
+        _FORKED.append(pid)
     if pid == 0:  # the child: never returns into pytest
         code = 0
         try:
@@ -233,13 +247,9 @@ def _check_acks(ledger: Ledger, acks: list[dict[str, Any]]) -> int:
         run = phaselog.normalize_run_id(a["run"])
         try:
             if a["what"] == "cp":
-                got = ledger.store.get(
-                    T, run, a["ordinal"], a["phase"], a["attempt"]
-                ).record.content_hash
+                got = ledger.store.get(T, run, a["ordinal"], a["phase"], a["attempt"]).record.content_hash
             else:
-                got = ledger.progress_event(
-                    T, run, "local_review", a["attempt"], a["seq"]
-                ).content_hash
+                got = ledger.progress_event(T, run, "local_review", a["attempt"], a["seq"]).content_hash
         except phaselog.NotFound:
             got = None
         lost += got != a["hash"]
@@ -307,9 +317,7 @@ def test_sqlite_writers_sigkilled_mid_write_lose_nothing_acknowledged(tmp_path: 
         for ln in lines:
             last[ln["wid"]] = ln["kind"]
         mid_write += sum(1 for k in last.values() if k == "begin")
-        begun_not_acked |= {ln["token"] for ln in lines if ln["kind"] == "begin"} - {
-            a["token"] for a in acks
-        }
+        begun_not_acked |= {ln["token"] for ln in lines if ln["kind"] == "begin"} - {a["token"] for a in acks}
         # After every kill: the database is sound, nothing acknowledged is lost, the run verifies.
         store = SqliteStore(tmp_path / "crash.db")
         ledger = Ledger(store)
@@ -452,6 +460,8 @@ class CommitCutter:
         self.port = self.listener.getsockname()[1]
         self.mode: str | None = None
         self.cuts = 0
+        self.refuse = 0  # how many of the next connections to close at once
+        self.pending_refuse = 0  # becomes ``refuse`` when the cut happens
         self.lock = threading.Lock()
         self.socks: list[socket.socket] = []
         self.threads: list[threading.Thread] = []
@@ -459,9 +469,11 @@ class CommitCutter:
         t.start()
         self.threads.append(t)
 
-    def arm(self, mode: str) -> None:
+    def arm(self, mode: str, *, refuse: int = 0) -> None:
+        """Cut at the next COMMIT; then close the next ``refuse`` new connections at once."""
         with self.lock:
             self.mode = mode
+            self.pending_refuse = refuse
 
     def _accept(self) -> None:
         while True:
@@ -469,6 +481,11 @@ class CommitCutter:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            with self.lock:
+                refuse, self.refuse = self.refuse > 0, max(self.refuse - 1, 0)
+            if refuse:  # the database is "restarting": this connection is closed at once
+                client.close()
+                continue
             server = socket.create_connection(self.target)
             with self.lock:
                 self.socks += [client, server]
@@ -489,6 +506,7 @@ class CommitCutter:
                 s.shutdown(socket.SHUT_RDWR)
         self.cuts += 1
         self.mode = None
+        self.refuse, self.pending_refuse = self.pending_refuse, 0
 
     def _pump(
         self,
@@ -538,10 +556,13 @@ class CommitCutter:
             s.close()
 
 
+@pytest.mark.parametrize("refused", [0, 2], ids=["reconnects", "reconnect-refused-twice"])
 @pytest.mark.parametrize("mode", ["after", "before"])
 def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_record(
-    pg_schema_url: str, mode: str
+    pg_schema_url: str, mode: str, refused: int
 ) -> None:
+    # ``refused``: the first reconnections fail too, as while the server restarts; the write must
+    # back off and retry, not give up (and, for ``after``, not report an error for a stored record).
     from urllib.parse import urlsplit
 
     parts = urlsplit(pg_schema_url)
@@ -554,19 +575,20 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
     ledger = Ledger(store)
     try:
         ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["first"]})
-        cutter.arm(mode)
-        res = ledger.write(
-            T, "r1", "implement", {**IMPLEMENT, "files_changed": ["unknown-outcome"]}
-        )
+        cutter.arm(mode, refuse=refused)
+        res = ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["unknown-outcome"]})
         assert cutter.cuts == 1, "the connection was not cut at COMMIT"
+        assert cutter.refuse == 0  # every refusal was met by a retry
         assert res.record.attempt_number == 2
-        cutter.arm(mode)
+        cutter.arm(mode, refuse=refused)
         ev = ledger.progress(T, "r1", "local_review", "start")
         assert cutter.cuts == 2
+        assert cutter.refuse == 0  # every refusal was met by a retry
         assert (ev.attempt_number, ev.seq) == (1, 1)
-        cutter.arm(mode)
+        cutter.arm(mode, refuse=refused)
         marker, changed = ledger.init_ticket("CUT-2", title="marker through a cut")
         assert cutter.cuts == 3
+        assert cutter.refuse == 0  # every refusal was met by a retry
         assert (marker.revision, changed) == (1, True)
     finally:
         store.close()
@@ -589,6 +611,16 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
         assert check.read(T, "r1", "implement").record.content_hash == res.record.content_hash
     finally:
         check.close()
+
+
+def test_an_unreachable_postgres_is_reported_clearly_after_its_retries() -> None:
+    pytest.importorskip("psycopg")
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    with pytest.raises(phaselog.StoreError) as info:
+        open_store(f"postgresql://postgres@127.0.0.1:{port}/test?schema=nowhere")
+    assert info.value.error_code == "io_error"
+    assert f"cannot connect to PostgreSQL at postgresql://127.0.0.1:{port}/test?schema=nowhere" in info.value.message
 
 
 # -- migrations ------------------------------------------------------------------------------------
@@ -614,15 +646,18 @@ def test_eight_concurrent_first_time_migrations_are_safe(
             fresh_pg_schemas.append(schema)
             url = pg_url(require_postgres(), schema=schema)  # the schema does not exist yet
         barrier, out = CTX.Barrier(8), CTX.Queue()
-        procs = [
-            CTX.Process(target=_migrate_child, args=(url, barrier, out), daemon=True)
-            for _ in range(8)
-        ]
+        procs = [CTX.Process(target=_migrate_child, args=(url, barrier, out), daemon=True) for _ in range(8)]
         for p in procs:
             p.start()
-        results = [out.get(timeout=120) for _ in procs]
-        for p in procs:
-            p.join(timeout=30)
+        try:
+            results = [out.get(timeout=120) for _ in procs]
+        finally:
+            barrier.abort()  # harmless once everyone passed; frees the waiters if not
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
         assert [r[0] for r in results] == ["ok"] * 8, [r[1] for r in results if r[0] != "ok"]
         assert {r[1] for r in results} == {sql.SCHEMA_VERSION}
         assert {tuple(r[2]) for r in results} == {(sql.SCHEMA_VERSION, sql.SCHEMA_VERSION)}
@@ -677,9 +712,7 @@ def test_a_schema_newer_than_the_code_is_refused_with_what_to_do(
         open_store(url)
     assert "upgrade phaselog" in info.value.message
     assert info.value.context == {"found": sql.SCHEMA_VERSION + 1, "supported": sql.SCHEMA_VERSION}
-    assert raw(url, "SELECT version FROM phaselog_schema") == [
-        (sql.SCHEMA_VERSION + 1,)
-    ]  # untouched
+    assert raw(url, "SELECT version FROM phaselog_schema") == [(sql.SCHEMA_VERSION + 1,)]  # untouched
     proc = subprocess.run(
         [sys.executable, "-m", "phaselog", "store", "migrate", "--store", url],
         capture_output=True,
@@ -799,9 +832,7 @@ def test_a_holder_whose_lease_was_taken_over_can_no_longer_write_state(
     store = open_store(url)
     try:
         if view == "remote":  # holder A runs on another host and started two hours ago
-            env = Environment(
-                host="far-away-host", clock=lambda: datetime.now(UTC) - timedelta(hours=2)
-            )
+            env = Environment(host="far-away-host", clock=lambda: datetime.now(UTC) - timedelta(hours=2))
         else:
             env = Environment()
         a = Guard(store, "fence", env=env)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import time
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -76,9 +77,7 @@ def _child(url: str, idx: int, jobs: list[tuple[str, int, str]], barrier: Any, o
                 payload(idx, round_no),
                 attempt=1 if kind == "explicit" else None,
             )
-            out.put(
-                (kind, round_no, idx, "ok", (res.record.attempt_number, res.record.content_hash))
-            )
+            out.put((kind, round_no, idx, "ok", (res.record.attempt_number, res.record.content_hash)))
         except AlreadyExists as exc:
             out.put((kind, round_no, idx, "exists", exc.message))
         except BaseException:
@@ -86,14 +85,22 @@ def _child(url: str, idx: int, jobs: list[tuple[str, int, str]], barrier: Any, o
     ledger.close()
 
 
+def reap(procs: list[Any]) -> None:
+    """Join the children (30 s in all), then kill whatever is left: a failure must not hang."""
+    deadline = time.monotonic() + 30
+    for p in procs:
+        p.join(timeout=max(0.1, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def run_races(url: str, jobs: list[tuple[str, int, str]]) -> list[tuple[Any, ...]]:
     """Fork WRITERS children that each take part in every job; return every reported outcome."""
     barrier = CTX.Barrier(WRITERS)
     out = CTX.Queue()
-    procs = [
-        CTX.Process(target=_child, args=(url, i, jobs, barrier, out), daemon=True)
-        for i in range(WRITERS)
-    ]
+    procs = [CTX.Process(target=_child, args=(url, i, jobs, barrier, out), daemon=True) for i in range(WRITERS)]
     for p in procs:
         p.start()
     results: list[tuple[Any, ...]] = []
@@ -106,12 +113,11 @@ def run_races(url: str, jobs: list[tuple[str, int, str]]) -> list[tuple[Any, ...
             results.append(item)
             if item[3] == "error":
                 pytest.fail(f"writer {item[2]} failed in {item[0]} round {item[1]}:\n{item[4]}")
+    except BaseException:
+        barrier.abort()  # release the children waiting for a round that will not come
+        raise
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        reap(procs)
     assert [p.exitcode for p in procs] == [0] * WRITERS
     return results
 
@@ -176,8 +182,7 @@ def _guard_child(url: str, idx: int, tmp: str, barrier: Any, out: Any) -> None:
         cmd = [
             "sh",
             "-c",
-            f'echo {idx} >> "{tmp}/ran-{round_no}"; '
-            f'while [ ! -e "{tmp}/release-{round_no}" ]; do sleep 0.01; done',
+            f'echo {idx} >> "{tmp}/ran-{round_no}"; while [ ! -e "{tmp}/release-{round_no}" ]; do sleep 0.01; done',
         ]
         try:
             barrier.wait(BARRIER_TIMEOUT_S)
@@ -191,37 +196,42 @@ def _guard_child(url: str, idx: int, tmp: str, barrier: Any, out: Any) -> None:
 def test_racing_guard_runs_exactly_one_runs(store_url: str, tmp_path: Path) -> None:
     barrier, out = CTX.Barrier(GUARD_RACERS), CTX.Queue()
     procs = [
-        CTX.Process(
-            target=_guard_child, args=(store_url, i, str(tmp_path), barrier, out), daemon=True
-        )
+        CTX.Process(target=_guard_child, args=(store_url, i, str(tmp_path), barrier, out), daemon=True)
         for i in range(GUARD_RACERS)
     ]
     for p in procs:
         p.start()
+    # Messages of different children may arrive out of order (each has its own feeder thread):
+    # keep them by round.
+    stash: dict[int, list[tuple[Any, ...]]] = {r: [] for r in range(-1, GUARD_ROUNDS)}
+
+    def take(round_no: int) -> tuple[Any, ...]:
+        while not stash[round_no]:
+            item = out.get(timeout=RESULT_TIMEOUT_S)
+            assert item[2] != "error", item[3]
+            stash[item[0]].append(item)
+        return stash[round_no].pop(0)
+
     try:
         for round_no in range(GUARD_ROUNDS):
-            got = []
             # Everyone but the winner skips while the winner's command holds the lock ...
-            while len(got) < GUARD_RACERS - 1:
-                item = out.get(timeout=RESULT_TIMEOUT_S)
-                assert item[2] != "error", item[3]
-                assert item[0] == round_no
-                got.append(item)
+            got = [take(round_no) for _ in range(GUARD_RACERS - 1)]
             assert {g[2] for g in got} == {"skip"}, got
             assert all("previous invocation still running" in g[3] for g in got)
             # ... and the winner finishes once released.
             (tmp_path / f"release-{round_no}").touch()
-            winner = out.get(timeout=RESULT_TIMEOUT_S)
+            winner = take(round_no)
             assert (winner[0], winner[2]) == (round_no, "ran"), winner
             ran = (tmp_path / f"ran-{round_no}").read_text().split()
             assert ran == [str(winner[1])]
             assert {g[1] for g in got} | {winner[1]} == set(range(GUARD_RACERS))
+    except BaseException:
+        barrier.abort()
+        for round_no in range(GUARD_ROUNDS):
+            (tmp_path / f"release-{round_no}").touch()
+        raise
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        reap(procs)
     assert [p.exitcode for p in procs] == [0] * GUARD_RACERS
     from phaselog.guard import Guard
 

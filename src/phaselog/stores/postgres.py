@@ -60,7 +60,9 @@ class PostgresDialect(Dialect):
         except self.psycopg.OperationalError as exc:
             from phaselog.errors import StoreError
 
-            raise StoreError(f"cannot connect to PostgreSQL at {self.describe()}: {str(exc).strip()}") from None
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {self.describe()}: {str(exc).strip()}", rule="connect"
+            ) from None
         if self.schema:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')  # validated identifier
             conn.execute(f'SET search_path TO "{self.schema}"')
@@ -79,6 +81,10 @@ class PostgresDialect(Dialect):
         return isinstance(exc, self.psycopg.errors.UniqueViolation)
 
     def is_transient(self, exc: BaseException) -> bool:
+        from phaselog.errors import StoreError
+
+        if isinstance(exc, StoreError) and exc.context.get("rule") == "connect":
+            return True  # a (re)connection refused while the server restarts: retried with backoff
         errors = self.psycopg.errors
         return isinstance(exc, self.psycopg.OperationalError | errors.SerializationFailure
                           | errors.DeadlockDetected | errors.AdminShutdown) and not isinstance(
