@@ -47,6 +47,7 @@ class PostgresDialect(Dialect):
 
     name = "postgresql"
     placeholder = "%s"
+    collate = ' COLLATE "C"'
 
     def __init__(self, url: str) -> None:
         self.dsn, self.schema = split_url(url)

@@ -99,6 +99,9 @@ class Dialect:
 
     name = "sql"
     placeholder = "?"
+    #: Appended to ORDER BY on text columns, so that every store orders by code point (as the
+    #: files store's sorted() does) whatever the database's collation.
+    collate = ""
 
     def connect(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -382,7 +385,7 @@ class SqlStore:
         if run_id is not None:
             sql += " AND run_id = ?"
             params.append(run_id)
-        rows = self._query(sql + " ORDER BY run_id, phase_ordinal, attempt", params)
+        rows = self._query(sql + f" ORDER BY run_id{self.dialect.collate}, phase_ordinal, attempt", params)
         for rid, ordinal, phase, attempt, status, body in rows:
             try:
                 yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body)
@@ -441,14 +444,14 @@ class SqlStore:
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         """Names of a kind's entries, sorted."""
         rows = self._query("SELECT name FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? "
-                           "ORDER BY name", self._entry_key(kind, ticket_id, run_id))
+                           f"ORDER BY name{self.dialect.collate}", self._entry_key(kind, ticket_id, run_id))
         return [r[0] for r in rows]
 
     def entries(self, kind: str, ticket_id: str, run_id: str | None, prefix: str = "") -> list[tuple[str, str, bytes | Corrupt]]:
         """Every entry of a kind as (name, location, bytes), sorted by name."""
         key = self._entry_key(kind, ticket_id, run_id)
         rows = self._query("SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? "
-                           "ORDER BY name", key)
+                           f"ORDER BY name{self.dialect.collate}", key)
         rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
 
