@@ -79,12 +79,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from phaselog.ids import normalize_run_id, validate_ticket_id
     from phaselog.ledger import Ledger, Page, Run, SkipDecision, WriteResult
-    from phaselog.verify import VerifyReport
     from phaselog.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
     from phaselog.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
     from phaselog.state import PhaseState, RunStatus, derive_status
     from phaselog.stores import Damaged, Store, Stored, open_store
     from phaselog.validation import Issue, Report
+    from phaselog.verify import VerifyReport
 
 
 def __getattr__(name: str) -> Any:

@@ -370,8 +370,20 @@ def _opt(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> A
     return value
 
 
+class _AuditRecord:
+    """What the audit-trail records share: a content hash over their canonical JSON form."""
+
+    def to_json(self) -> dict[str, Any]:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the canonical JSON form."""
+        return _hash_doc(self.to_json())
+
+
 @dataclass(frozen=True)
-class ProgressEvent:
+class ProgressEvent(_AuditRecord):
     """An immutable record inside a running attempt (seed 003's mid-execution checkpoint)."""
 
     ticket_id: str
@@ -423,11 +435,6 @@ class ProgressEvent:
             "prev_hash": self.prev_hash,
         }
 
-    @cached_property
-    def content_hash(self) -> str:
-        """SHA-256 of the canonical JSON form."""
-        return _hash_doc(self.to_json())
-
     @classmethod
     def from_json(cls, data: Any) -> ProgressEvent:
         """Parse the stored form; Corrupt on a broken one."""
@@ -463,7 +470,7 @@ class ProgressEvent:
 
 
 @dataclass(frozen=True)
-class Approval:
+class Approval(_AuditRecord):
     """An immutable judgement of one checkpoint (bound to its content hash) by a person."""
 
     ticket_id: str
@@ -497,11 +504,6 @@ class Approval:
             "seq": self.seq,
         }
 
-    @cached_property
-    def content_hash(self) -> str:
-        """SHA-256 of the canonical JSON form."""
-        return _hash_doc(self.to_json())
-
     @property
     def approved(self) -> bool:
         """True for an approval, False for a rejection."""
@@ -533,7 +535,7 @@ class Approval:
 
 
 @dataclass(frozen=True)
-class Marker:
+class Marker(_AuditRecord):
     """One revision of a ticket's identity marker (seed 002's project.json, append-only)."""
 
     ticket_id: str
@@ -558,11 +560,6 @@ class Marker:
             "timestamp": format_timestamp(self.timestamp),
             "prev_hash": self.prev_hash,
         }
-
-    @cached_property
-    def content_hash(self) -> str:
-        """SHA-256 of the canonical JSON form."""
-        return _hash_doc(self.to_json())
 
     @classmethod
     def from_json(cls, data: Any) -> Marker:

@@ -26,7 +26,8 @@ def _psycopg() -> Any:
     except ImportError:
         raise UsageError(
             "the PostgreSQL store needs psycopg 3: pip install 'phaselog[postgres]' (or psycopg[binary])",
-            field="store", rule="missing_dependency",
+            field="store",
+            rule="missing_dependency",
         ) from None
     return psycopg
 
@@ -87,9 +88,13 @@ class PostgresDialect(Dialect):
         if isinstance(exc, StoreError) and exc.context.get("rule") == "connect":
             return True  # a (re)connection refused while the server restarts: retried with backoff
         errors = self.psycopg.errors
-        return isinstance(exc, self.psycopg.OperationalError | errors.SerializationFailure
-                          | errors.DeadlockDetected | errors.AdminShutdown) and not isinstance(
-            exc, errors.UndefinedTable)
+        return isinstance(
+            exc,
+            self.psycopg.OperationalError
+            | errors.SerializationFailure
+            | errors.DeadlockDetected
+            | errors.AdminShutdown,
+        ) and not isinstance(exc, errors.UndefinedTable)
 
     def describe(self) -> str:
         parts = urlsplit(self.dsn)

@@ -15,6 +15,7 @@ Append-only and "one writer wins" come from constraints, not from reads:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,9 +34,9 @@ from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores.base import AttemptRef, Damaged, Stored
 from phaselog.stores.files import (
+    _ENTRY_RE,
     DEFAULT_MAX_RECORD_BYTES,
     ENTRY_KINDS,
-    _ENTRY_RE,
     _meta_bytes,
     _parse_meta,
     _seed_or_corrupt,
@@ -154,10 +155,8 @@ class SqlStore:
 
     def _reset(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a broken connection may fail; it is gone anyway
                 self._conn.close()
-            except Exception:  # noqa: BLE001, S110 - closing a broken connection may fail; it is gone either way
-                pass
         self._conn = None
 
     def _sql(self, text: str) -> str:
@@ -170,7 +169,8 @@ class SqlStore:
             self._end_read()
             return list(rows)
 
-        return self._retry(go)
+        result: list[tuple[Any, ...]] = self._retry(go)
+        return result
 
     def _end_read(self) -> None:
         # psycopg opens a transaction implicitly even for SELECT; end it so nothing stays idle in one.
@@ -199,10 +199,8 @@ class SqlStore:
         try:
             result = fn(conn)
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the original error matters, not the rollback's
                 conn.rollback()
-            except Exception:  # noqa: BLE001, S110 - the original error matters, not the rollback's
-                pass
             raise
         conn.commit()
         return result
@@ -228,7 +226,8 @@ class SqlStore:
                     f"the database at {self.dialect.describe()} has schema version {current}, newer than this "
                     f"phaselog understands ({SCHEMA_VERSION}); upgrade phaselog (pip install -U phaselog) "
                     "before using this store",
-                    found=current, supported=SCHEMA_VERSION,
+                    found=current,
+                    supported=SCHEMA_VERSION,
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[version]:
@@ -259,8 +258,10 @@ class SqlStore:
         raw_body = _meta_bytes(record, None)
         body = raw_body.decode()
         if len(raw_body) > self.max_record_bytes:  # bytes, as the files store counts, not characters
-            raise TooLarge(f"record of {len(raw_body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
-                           rule="max_record_bytes")
+            raise TooLarge(
+                f"record of {len(raw_body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
+                rule="max_record_bytes",
+            )
         key = (record.ticket_id, record.run_id, record.phase_ordinal, record.attempt_number)
         location = self.location(record)
 
@@ -268,23 +269,39 @@ class SqlStore:
             # One statement (one round trip): the phase's latest attempt, and this attempt's hash if
             # it exists (content_hash is NOT NULL, so NULL means no such row).
             latest, existing = conn.execute(
-                self._sql("SELECT MAX(attempt), MAX(CASE WHEN attempt = ? THEN content_hash END) FROM "
-                          "phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ?"),
-                (record.attempt_number, *key[:3])).fetchone()
+                self._sql(
+                    "SELECT MAX(attempt), MAX(CASE WHEN attempt = ? THEN content_hash END) FROM "
+                    "phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ?"
+                ),
+                (record.attempt_number, *key[:3]),
+            ).fetchone()
             latest = latest or 0
             if existing is not None:
                 raise AlreadyExists(
                     f"attempt {record.attempt_number} of phase {record.phase} already exists ({location})",
-                    path=location, _same=existing == record.content_hash,
+                    path=location,
+                    _same=existing == record.content_hash,
                 )
             if latest != expected_latest:
-                raise Conflict(f"phase {record.phase} changed while writing: latest attempt is {latest}, "
-                               f"expected {expected_latest}", latest_attempt=latest)
+                raise Conflict(
+                    f"phase {record.phase} changed while writing: latest attempt is {latest}, "
+                    f"expected {expected_latest}",
+                    latest_attempt=latest,
+                )
             conn.execute(
-                self._sql("INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, "
-                          "prev_attempt, status, content_hash, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                (*key[:3], record.phase, record.attempt_number, expected_latest, record.status,
-                 record.content_hash, body),
+                self._sql(
+                    "INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, "
+                    "prev_attempt, status, content_hash, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (
+                    *key[:3],
+                    record.phase,
+                    record.attempt_number,
+                    expected_latest,
+                    record.status,
+                    record.content_hash,
+                    body,
+                ),
             )
 
         def attempt_once() -> None:
@@ -321,7 +338,9 @@ class SqlStore:
         validate_ticket_id(ticket_id)
         rows = self._query(
             "SELECT phase_ordinal, attempt, phase, status FROM phaselog_checkpoints WHERE ticket_id = ? "
-            "AND run_id = ? ORDER BY phase_ordinal, attempt", (ticket_id, run_id))
+            "AND run_id = ? ORDER BY phase_ordinal, attempt",
+            (ticket_id, run_id),
+        )
         return [AttemptRef(r[0], r[1], r[2], r[3] == "completed") for r in rows]
 
     def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
@@ -329,14 +348,19 @@ class SqlStore:
         validate_ticket_id(ticket_id)
         rows = self._query(
             "SELECT phase, status, body FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
-            "AND phase_ordinal = ? AND attempt = ?", (ticket_id, run_id, phase_ordinal, attempt))
+            "AND phase_ordinal = ? AND attempt = ?",
+            (ticket_id, run_id, phase_ordinal, attempt),
+        )
         if not rows or rows[0][0] != phase:
-            raise NotFound(f"no attempt {attempt} of phase {phase} in run {run_id}",
-                           path=f"{ticket_id}/{run_id}/{cp_name(phase_ordinal, phase, attempt)}")
+            raise NotFound(
+                f"no attempt {attempt} of phase {phase} in run {run_id}",
+                path=f"{ticket_id}/{run_id}/{cp_name(phase_ordinal, phase, attempt)}",
+            )
         return self._stored(ticket_id, run_id, phase_ordinal, phase, attempt, rows[0][1], rows[0][2])
 
-    def _stored(self, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int, status: str,
-                body: str) -> Stored:
+    def _stored(
+        self, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int, status: str, body: str
+    ) -> Stored:
         name = cp_name(ordinal, phase, attempt) if status == "completed" else failed_name(ordinal, phase, attempt)
         location = f"{ticket_id}/{run_id}/{name}"
         doc = _parse_meta(body.encode("utf-8"), location)
@@ -350,9 +374,12 @@ class SqlStore:
             cp.__dict__["content_hash"] = known  # the cached_property's value: same input, same hash
         stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
         if stored.tampered:
-            raise Corrupt(f"{location}: content changed after it was written (recorded hash "
-                          f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
-                          path=location, rule="content_hash")
+            raise Corrupt(
+                f"{location}: content changed after it was written (recorded hash "
+                f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
+                path=location,
+                rule="content_hash",
+            )
         if known is None and stored.recorded_hash is not None:
             self._remember_hash(ordinal, body, cp.content_hash)
         return stored
@@ -373,14 +400,15 @@ class SqlStore:
         validate_ticket_id(ticket_id)
         rows = self._query(
             "SELECT run_id FROM phaselog_checkpoints WHERE ticket_id = ? UNION "
-            "SELECT run_id FROM phaselog_entries WHERE ticket_id = ? AND run_id <> ''", (ticket_id, ticket_id))
+            "SELECT run_id FROM phaselog_entries WHERE ticket_id = ? AND run_id <> ''",
+            (ticket_id, ticket_id),
+        )
         return sorted(r[0] for r in rows)
 
     def iter_records(self, ticket_id: str, run_id: str | None = None) -> Iterator[Stored | Damaged]:
         """Yield records in (run, phase ordinal, attempt) order; damaged ones as Damaged."""
         validate_ticket_id(ticket_id)
-        sql = ("SELECT run_id, phase_ordinal, phase, attempt, status, body FROM phaselog_checkpoints "
-               "WHERE ticket_id = ?")
+        sql = "SELECT run_id, phase_ordinal, phase, attempt, status, body FROM phaselog_checkpoints WHERE ticket_id = ?"
         params: list[Any] = [ticket_id]
         if run_id is not None:
             sql += " AND run_id = ?"
@@ -390,13 +418,25 @@ class SqlStore:
             try:
                 yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body)
             except (Corrupt, UnsupportedVersion) as exc:
-                yield Damaged(str(exc.context.get("path", f"{ticket_id}/{rid}")), ticket_id, rid, phase, ordinal,
-                              attempt, exc.error_code, exc.message, exc.context.get("rule"))
+                yield Damaged(
+                    str(exc.context.get("path", f"{ticket_id}/{rid}")),
+                    ticket_id,
+                    rid,
+                    phase,
+                    ordinal,
+                    attempt,
+                    exc.error_code,
+                    exc.message,
+                    exc.context.get("rule"),
+                )
 
     def location(self, record: Checkpoint) -> str:
         """The record's logical path (the same string the files store uses)."""
-        name = (cp_name(record.phase_ordinal, record.phase, record.attempt_number) if record.completed
-                else failed_name(record.phase_ordinal, record.phase, record.attempt_number))
+        name = (
+            cp_name(record.phase_ordinal, record.phase, record.attempt_number)
+            if record.completed
+            else failed_name(record.phase_ordinal, record.phase, record.attempt_number)
+        )
         return f"{record.ticket_id}/{record.run_id}/{name}"
 
     # -- audit entries ----------------------------------------------------------------------------
@@ -415,14 +455,18 @@ class SqlStore:
         if not _ENTRY_RE.fullmatch(name):
             raise StoreError(f"entry name {name!r} is not safe")
         if len(body) > 4 * self.max_record_bytes:  # room for escaped progress output, as in the files store
-            raise TooLarge(f"entry of {len(body)} bytes exceeds the cap of {4 * self.max_record_bytes} bytes",
-                           rule="max_record_bytes")
+            raise TooLarge(
+                f"entry of {len(body)} bytes exceeds the cap of {4 * self.max_record_bytes} bytes",
+                rule="max_record_bytes",
+            )
         rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
         text = body.decode("utf-8")
 
         def insert(conn: Any) -> None:
-            conn.execute(self._sql("INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) "
-                                   "VALUES (?, ?, ?, ?, ?)"), (*key, name, text))
+            conn.execute(
+                self._sql("INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) VALUES (?, ?, ?, ?, ?)"),
+                (*key, name, text),
+            )
 
         for i in range(5):
             try:
@@ -430,8 +474,11 @@ class SqlStore:
                 return rel
             except Exception as exc:
                 if self.dialect.is_unique_violation(exc):
-                    rows = self._query("SELECT body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? "
-                                       "AND run_id = ? AND name = ?", (*key, name))
+                    rows = self._query(
+                        "SELECT body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? "
+                        "AND run_id = ? AND name = ?",
+                        (*key, name),
+                    )
                     if i > 0 and rows and rows[0][0] == text:
                         return rel  # our own insert whose commit we did not hear about
                     raise AlreadyExists(f"{rel} already exists", path=rel) from None
@@ -443,15 +490,22 @@ class SqlStore:
 
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         """Names of a kind's entries, sorted."""
-        rows = self._query("SELECT name FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? "
-                           f"ORDER BY name{self.dialect.collate}", self._entry_key(kind, ticket_id, run_id))
+        order = f"ORDER BY name{self.dialect.collate}"  # a fixed collation clause; values are bound
+        rows = self._query(
+            "SELECT name FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? " + order,
+            self._entry_key(kind, ticket_id, run_id),
+        )
         return [r[0] for r in rows]
 
-    def entries(self, kind: str, ticket_id: str, run_id: str | None, prefix: str = "") -> list[tuple[str, str, bytes | Corrupt]]:
+    def entries(
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+    ) -> list[tuple[str, str, bytes | Corrupt]]:
         """Every entry of a kind as (name, location, bytes), sorted by name."""
         key = self._entry_key(kind, ticket_id, run_id)
-        rows = self._query("SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? "
-                           f"ORDER BY name{self.dialect.collate}", key)
+        order = f"ORDER BY name{self.dialect.collate}"  # a fixed collation clause; values are bound
+        rows = self._query(
+            "SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? " + order, key
+        )
         rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
 
@@ -464,31 +518,56 @@ class SqlStore:
         whole_run: tuple[str, str] | None = None,
     ) -> int:
         """Delete rows (``prune`` only), in one transaction; returns the bytes freed."""
+
         def run(conn: Any) -> int:
             freed = 0
             if whole_run is not None:
                 tid, rid = whole_run
                 for table in ("phaselog_checkpoints", "phaselog_entries"):
-                    row = conn.execute(self._sql(f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} "  # noqa: S608 - fixed table names
-                                                 "WHERE ticket_id = ? AND run_id = ?"), (tid, rid)).fetchone()
+                    row = conn.execute(
+                        self._sql(
+                            f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} "
+                            "WHERE ticket_id = ? AND run_id = ?"
+                        ),
+                        (tid, rid),
+                    ).fetchone()
                     freed += int(row[0])
-                    conn.execute(self._sql(f"DELETE FROM {table} WHERE ticket_id = ? AND run_id = ?"), (tid, rid))  # noqa: S608
+                    conn.execute(self._sql(f"DELETE FROM {table} WHERE ticket_id = ? AND run_id = ?"), (tid, rid))
                 return freed
             for tid, rid, ordinal, _phase, attempt, _completed in checkpoints:
                 k = (tid, rid, ordinal, attempt)
-                row = conn.execute(self._sql("SELECT LENGTH(body) FROM phaselog_checkpoints WHERE ticket_id = ? AND "
-                                             "run_id = ? AND phase_ordinal = ? AND attempt = ?"), k).fetchone()
+                row = conn.execute(
+                    self._sql(
+                        "SELECT LENGTH(body) FROM phaselog_checkpoints WHERE ticket_id = ? AND "
+                        "run_id = ? AND phase_ordinal = ? AND attempt = ?"
+                    ),
+                    k,
+                ).fetchone()
                 if row:
                     freed += int(row[0])
-                conn.execute(self._sql("DELETE FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND "
-                                       "phase_ordinal = ? AND attempt = ?"), k)
+                conn.execute(
+                    self._sql(
+                        "DELETE FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND "
+                        "phase_ordinal = ? AND attempt = ?"
+                    ),
+                    k,
+                )
             for e in entries:
-                row = conn.execute(self._sql("SELECT LENGTH(body) FROM phaselog_entries WHERE kind = ? AND "
-                                             "ticket_id = ? AND run_id = ? AND name = ?"), e).fetchone()
+                row = conn.execute(
+                    self._sql(
+                        "SELECT LENGTH(body) FROM phaselog_entries WHERE kind = ? AND "
+                        "ticket_id = ? AND run_id = ? AND name = ?"
+                    ),
+                    e,
+                ).fetchone()
                 if row:
                     freed += int(row[0])
-                conn.execute(self._sql("DELETE FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND "
-                                       "run_id = ? AND name = ?"), e)
+                conn.execute(
+                    self._sql(
+                        "DELETE FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? AND name = ?"
+                    ),
+                    e,
+                )
             return freed
 
         result: int = self._write(run)

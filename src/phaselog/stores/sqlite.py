@@ -16,8 +16,21 @@ from typing import Any
 from phaselog.stores.sql import Dialect, SqlStore
 
 BUSY_TIMEOUT_MS = 30_000
-_NETWORK_FS = ("nfs", "nfs4", "cifs", "smb", "smb2", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs",
-               "lustre", "gpfs")
+_NETWORK_FS = (
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb",
+    "smb2",
+    "smbfs",
+    "fuse.sshfs",
+    "9p",
+    "afs",
+    "ceph",
+    "glusterfs",
+    "lustre",
+    "gpfs",
+)
 
 
 def filesystem_type(path: Path) -> str | None:
@@ -30,8 +43,11 @@ def filesystem_type(path: Path) -> str | None:
     best, kind = "", None
     for line in mounts:
         parts = line.split()
-        if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")) \
-                and len(parts[1]) >= len(best):
+        if (
+            len(parts) >= 3
+            and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/"))
+            and len(parts[1]) >= len(best)
+        ):
             best, kind = parts[1], parts[2]
     return kind
 
@@ -47,8 +63,7 @@ class SqliteDialect(Dialect):
     def connect(self) -> Any:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists()
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                               check_same_thread=False)
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         if fresh:
             os.chmod(self.path, 0o600)
         conn.execute("PRAGMA journal_mode=WAL")
