@@ -46,9 +46,21 @@ def quiet(*args: str) -> None:
 
 def worker() -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(HERE / "ticket_worker.py"), "--ticket-id", TICKET, "--run-id", RUN,
-         "--workdir", str(ROOT / "work"), "--seconds", "1.0"],
-        env=ENV, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            str(HERE / "ticket_worker.py"),
+            "--ticket-id",
+            TICKET,
+            "--run-id",
+            RUN,
+            "--workdir",
+            str(ROOT / "work"),
+            "--seconds",
+            "1.0",
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -90,26 +102,84 @@ def main() -> int:
 
     banner("5. a gated phase: the video pipeline waits for a person's approval")
     vid, vrun = "VID-1", "launch-video"
-    phaselog("init", "--ticket-id", vid, "--title", "Launch video", "--pipeline", "video-pipeline",
-             "--format", "table")
-    quiet("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "research",
-          "--payload", '{"summary": "devs want speed", "sources": ["https://example.org/survey"]}')
-    quiet("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal",
-          "--payload", '{"title": "phaselog in 90 s", "concept": "a long tour of every command"}')
+    phaselog("init", "--ticket-id", vid, "--title", "Launch video", "--pipeline", "video-pipeline", "--format", "table")
+    quiet(
+        "write",
+        "--ticket-id",
+        vid,
+        "--run-id",
+        vrun,
+        "--phase",
+        "research",
+        "--payload",
+        '{"summary": "devs want speed", "sources": ["https://example.org/survey"]}',
+    )
+    quiet(
+        "write",
+        "--ticket-id",
+        vid,
+        "--run-id",
+        vrun,
+        "--phase",
+        "proposal",
+        "--payload",
+        '{"title": "phaselog in 90 s", "concept": "a long tour of every command"}',
+    )
     phaselog("status", "--ticket-id", vid, "--run-id", vrun, "--format", "table")
     print("# the script cannot be recorded before the proposal is approved:")
-    phaselog("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "script",
-             "--payload", '{"script_path": "script.md", "word_count": 180}')
-    phaselog("reject", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal", "--by", "ana",
-             "--comment", "too long: one idea only", "--format", "table")
-    quiet("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal",
-          "--payload", '{"title": "phaselog in 90 s", "concept": "kill a pipeline, resume it"}')
-    phaselog("approve", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal", "--by", "ana",
-             "--format", "table")
+    phaselog(
+        "write",
+        "--ticket-id",
+        vid,
+        "--run-id",
+        vrun,
+        "--phase",
+        "script",
+        "--payload",
+        '{"script_path": "script.md", "word_count": 180}',
+    )
+    phaselog(
+        "reject",
+        "--ticket-id",
+        vid,
+        "--run-id",
+        vrun,
+        "--phase",
+        "proposal",
+        "--by",
+        "ana",
+        "--comment",
+        "too long: one idea only",
+        "--format",
+        "table",
+    )
+    quiet(
+        "write",
+        "--ticket-id",
+        vid,
+        "--run-id",
+        vrun,
+        "--phase",
+        "proposal",
+        "--payload",
+        '{"title": "phaselog in 90 s", "concept": "kill a pipeline, resume it"}',
+    )
+    phaselog("approve", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal", "--by", "ana", "--format", "table")
     print("# what changed between the rejected and the approved proposal:")
     phaselog("diff", "--ticket-id", vid, f"{vrun}:proposal:1", f"{vrun}:proposal:2", "--format", "text")
-    phaselog("write", "--ticket-id", vid, "--run-id", vrun, "--phase", "script",
-             "--payload", '{"script_path": "script.md", "word_count": 180}', "--format", "table")
+    phaselog(
+        "write",
+        "--ticket-id",
+        vid,
+        "--run-id",
+        vrun,
+        "--phase",
+        "script",
+        "--payload",
+        '{"script_path": "script.md", "word_count": 180}',
+        "--format",
+        "table",
+    )
     phaselog("history", "--ticket-id", vid, "--format", "table")
     files = sorted(p.name for p in (ROOT / "store" / "checkpoints" / TICKET).rglob("phase_*.yaml"))
     print(f"\nseed-format files on disk ({ROOT / 'store'}): {', '.join(files)}")

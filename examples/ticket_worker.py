@@ -28,8 +28,9 @@ def work(run: phaselog.Run, phase: str, seconds: float, what: str, first_step: i
     tokens = 0
     for i in range(first_step, steps + 1):
         tokens += 250
-        run.ledger.progress(run.ticket_id, run.run_id, phase, "step", step=i, tokens=tokens,
-                            output=f"{what}: step {i} of {steps}\n")
+        run.ledger.progress(
+            run.ticket_id, run.run_id, phase, "step", step=i, tokens=tokens, output=f"{what}: step {i} of {steps}\n"
+        )
         time.sleep(seconds / steps)
         print(f"    … {what} ({i}/{steps})", flush=True)
 
@@ -88,9 +89,7 @@ def main() -> int:
             "pr_release_ready": {"last_review_sha": head, "issue_fingerprints": []},
             "ready_for_merge": {"label_applied_at": datetime.now(UTC).isoformat().replace("+00:00", "Z")},
         }[phase.name]
-        result = run.write(
-            phase.name, payload, repo_commit_map={"app": head}, artifact_paths=[artifact]
-        )
+        result = run.write(phase.name, payload, repo_commit_map={"app": head}, artifact_paths=[artifact])
         print(
             f"  ✔ checkpoint {result.location} (attempt {result.record.attempt_number}, "
             f"hash {result.record.content_hash[:12]})",

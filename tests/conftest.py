@@ -18,7 +18,10 @@ from phaselog.stores.files import FilesStore
 
 # Hypothesis: deterministic in CI, a little more searching locally.
 settings.register_profile(
-    "ci", max_examples=100, deadline=None, derandomize=True,
+    "ci",
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,9 +49,7 @@ PG_URL = os.environ.get("PHASELOG_TEST_POSTGRES", "postgresql://postgres@127.0.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "all_stores: run this test once per store backend (files, sqlite, postgres)"
-    )
+    config.addinivalue_line("markers", "all_stores: run this test once per store backend (files, sqlite, postgres)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -67,7 +68,7 @@ def postgres_available() -> str | None:
     try:
         with psycopg.connect(PG_URL, connect_timeout=5) as conn:
             conn.execute("SELECT 1")
-    except Exception as exc:  # noqa: BLE001 - any failure means: not reachable
+    except Exception as exc:
         return f"PostgreSQL at {PG_URL} is not reachable: {str(exc).strip()[:200]}"
     return None
 

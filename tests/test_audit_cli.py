@@ -110,9 +110,7 @@ def tree(root: Path) -> dict[str, str]:
     }
 
 
-def prog(
-    root: Path, event: str, *extra: str, ticket: str = T, phase: str = "implement", **kw: Any
-) -> dict[str, Any]:
+def prog(root: Path, event: str, *extra: str, ticket: str = T, phase: str = "implement", **kw: Any) -> dict[str, Any]:
     return ok(
         root,
         "progress",
@@ -215,9 +213,7 @@ def test_progress_output_from_stdin(root: Path) -> None:
     assert ev["output_sha256"] == hashlib.sha256(b"from a pipe\n").hexdigest()
 
 
-def test_progress_output_over_the_cap_is_refused_and_nothing_written(
-    root: Path, tmp_path: Path
-) -> None:
+def test_progress_output_over_the_cap_is_refused_and_nothing_written(root: Path, tmp_path: Path) -> None:
     prog(root, "start")
     big = tmp_path / "big.txt"
     big.write_bytes(b"x" * (DEFAULT_MAX_OUTPUT_BYTES + 1))
@@ -384,12 +380,7 @@ def test_abandoned_when_the_recorded_process_is_gone(root: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         prog(root, "start", "--pid", str(child.pid))
-        assert (
-            ok(root, "status", "--ticket-id", T, "--run-id", R)["phases"][0]["in_flight"][
-                "abandoned"
-            ]
-            is False
-        )
+        assert ok(root, "status", "--ticket-id", T, "--run-id", R)["phases"][0]["in_flight"]["abandoned"] is False
     finally:
         child.kill()
         child.wait()
@@ -491,9 +482,7 @@ def test_reject_until_a_new_attempt_is_approved(video: Path) -> None:
     )
     assert data["phase_state"] == "rejected"
     assert data["approval"]["decision"] == "reject"
-    again = cli(
-        video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana"
-    )
+    again = cli(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
     assert fails(again, 1, "gate")["rule"] == "rejected"
     blocked = cli(
         video,
@@ -509,9 +498,7 @@ def test_reject_until_a_new_attempt_is_approved(video: Path) -> None:
     )
     assert fails(blocked, 1, "prerequisite")["blockers"][0]["state"] == "rejected"
     write(video, "proposal", PROPOSAL, ticket=V)
-    data = ok(
-        video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana"
-    )
+    data = ok(video, "approve", "--ticket-id", V, "--run-id", R, "--phase", "proposal", "--by", "ana")
     assert data["approval"]["attempt_number"] == 2
     assert data["phase_state"] == "completed"
 
@@ -635,14 +622,10 @@ def test_init_is_idempotent_and_revisions_append(root: Path) -> None:
     assert rev["changed"] is True
     assert rev["marker"]["revision"] == 2
     assert rev["marker"]["prev_hash"] == m["content_hash"]
-    clash = cli(
-        root, "init", "--ticket-id", V, "--title", "Launch film", "--pipeline", "ticket-pipeline"
-    )
+    clash = cli(root, "init", "--ticket-id", V, "--title", "Launch film", "--pipeline", "ticket-pipeline")
     assert fails(clash, 1, "pipeline_mismatch")["recorded"] == "video-pipeline"
     # a run of the ticket defaults to its pipeline
-    assert (
-        ok(root, "status", "--ticket-id", V, "--run-id", "any-run")["pipeline"] == "video-pipeline"
-    )
+    assert ok(root, "status", "--ticket-id", V, "--run-id", "any-run")["pipeline"] == "video-pipeline"
 
 
 @pytest.mark.parametrize(
@@ -759,9 +742,7 @@ def test_diff_commands(root: Path) -> None:
     assert "phase_payload.commit_sha" in fields
     every = ok(root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement")
     assert every["diffs"] == one["diffs"]
-    text = cli(
-        root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--format", "text"
-    )
+    text = cli(root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--format", "text")
     assert text.rc == 0
     assert f"--- {RUN}:implement:1" in text.out
     assert "~ phase_payload.commit_sha: 'a1b2c3d' → 'bbbbbbb'" in text.out
@@ -824,16 +805,14 @@ def test_fork_command(video: Path) -> None:
     assert data["run_id"] == normalize_run_id("run-2")
     assert data["forked_from"] == RUN
     assert [c["phase"] for c in data["checkpoints"]] == ["research", "proposal"]
-    assert all(
-        (video / "checkpoints" / c["checkpoint_path"]).is_file() for c in data["checkpoints"]
-    )
+    assert all((video / "checkpoints" / c["checkpoint_path"]).is_file() for c in data["checkpoints"])
     st = ok(video, "status", "--ticket-id", V, "--run-id", "run-2")
     assert st["next_phase"] == "script"
     assert st["completed_phases"] == ["research", "proposal"]
     assert (
-        ok(video, "read", "--ticket-id", V, "--run-id", "run-2", "--phase", "proposal")["metadata"][
-            "forked_from"
-        ]["run_id"]
+        ok(video, "read", "--ticket-id", V, "--run-id", "run-2", "--phase", "proposal")["metadata"]["forked_from"][
+            "run_id"
+        ]
         == RUN
     )
     ok(video, "verify", "--ticket-id", V)
@@ -865,9 +844,7 @@ def test_doctor_exit_codes_and_quarantine(root: Path) -> None:
     before = tree(root)
     res = cli(root, "doctor", "--ticket-id", T)
     assert res.rc == 1
-    assert [(f["kind"], f["path"]) for f in res.json["findings"]] == [
-        ("damaged", f"{T}/{RUN}/{seed.name}")
-    ]
+    assert [(f["kind"], f["path"]) for f in res.json["findings"]] == [("damaged", f"{T}/{RUN}/{seed.name}")]
     assert tree(root) == before
     q = cli(root, "doctor", "--quarantine")
     assert q.rc == 0, q.out

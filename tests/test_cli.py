@@ -78,7 +78,7 @@ python ${CLAUDE_PLUGIN_ROOT}/hooks/lib/checkpoint_manager.py write \\
   --repo-commit-map '{"omniclaude": "a1b2c3d"}' \\
   --artifact-paths '["src/foo.py", "tests/test_foo.py"]' \\
   --payload '{"branch_name": "feat/{ticket_id}", "commit_sha": "a1b2c3d", "files_changed": ["src/foo.py"]}'
-"""  # noqa: E501 - verbatim
+"""
 SEED_READ = """\
 python ${CLAUDE_PLUGIN_ROOT}/hooks/lib/checkpoint_manager.py read \\
   --ticket-id {ticket_id} \\
@@ -171,9 +171,7 @@ def call(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
     return Result(rc, cap.out, cap.err)
 
 
-def write(
-    root: Path, phase: str, *extra: str, run_id: str = RUN, ticket: str = TICKET
-) -> dict[str, Any]:
+def write(root: Path, phase: str, *extra: str, run_id: str = RUN, ticket: str = TICKET) -> dict[str, Any]:
     """A write that must succeed; returns its JSON."""
     payload = json.dumps(PAYLOADS[phase]) if phase in PAYLOADS else None
     args = ["write", "--ticket-id", ticket, "--run-id", run_id, "--phase", phase, *extra]
@@ -295,9 +293,7 @@ def test_correlation_id_is_echoed(seeded: Path) -> None:
 def test_short_run_id_maps_like_the_seed_tool(root: Path) -> None:
     data = write(root, "implement", run_id=SHORT_RUN)
     assert data["checkpoint_path"] == f"{TICKET}/{SHORT_RUN_UUID}/phase_1_implement_a1.yaml"
-    res = run(
-        root, "read", "--ticket-id", TICKET, "--run-id", SHORT_RUN_UUID.upper(), "--phase", "1"
-    )
+    res = run(root, "read", "--ticket-id", TICKET, "--run-id", SHORT_RUN_UUID.upper(), "--phase", "1")
     assert res.rc == 0
     assert res.json["checkpoint"]["run_id"] == SHORT_RUN_UUID
 
@@ -313,9 +309,7 @@ def test_reads_the_seed_tools_own_files(seed_root: Path) -> None:
         ("create_pr", 1),
         ("ready_for_merge", 1),
     ]
-    read = run(
-        seed_root, "read", "--ticket-id", "OMN-2143", "--run-id", SHORT_RUN, "--phase", "implement"
-    )
+    read = run(seed_root, "read", "--ticket-id", "OMN-2143", "--run-id", SHORT_RUN, "--phase", "implement")
     assert read.rc == 0
     assert read.json["checkpoint"]["attempt_number"] == 2
 
@@ -325,9 +319,7 @@ def test_already_exists_exit_1_and_original_untouched(seeded: Path) -> None:
     path = seeded / "checkpoints" / RUN_DIR / "phase_1_implement_a1.yaml"
     before = path.read_bytes()
     args = seed_args(SEED_WRITE)
-    args[args.index("--payload") + 1] = json.dumps(
-        {**PAYLOADS["implement"], "branch_name": "other"}
-    )
+    args[args.index("--payload") + 1] = json.dumps({**PAYLOADS["implement"], "branch_name": "other"})
     data = assert_error(run(seeded, *args), 1, "already_exists")
     assert data["next_attempt"] == 2
     assert path.read_bytes() == before
@@ -442,9 +434,7 @@ def test_json_of_the_wrong_shape_exit_2(root: Path, option: str, value: str) -> 
 
 
 def test_missing_option_exit_2(root: Path) -> None:
-    data = assert_error(
-        run(root, "write", "--ticket-id", TICKET, "--phase", "implement"), 2, "usage"
-    )
+    data = assert_error(run(root, "write", "--ticket-id", TICKET, "--phase", "implement"), 2, "usage")
     assert "--run-id" in data["error"]
     assert data["field"] == "run_id"
     assert data["rule"] == "required"
@@ -493,9 +483,7 @@ def test_not_found_exit_1(seeded: Path) -> None:
     base = ["--ticket-id", TICKET, "--run-id", RUN]
     data = assert_error(run(seeded, "read", *base, "--phase", "create_pr"), 1, "not_found")
     assert "create_pr" in data["error"]
-    assert_error(
-        run(seeded, "read", *base, "--phase", "implement", "--attempt", "99"), 1, "not_found"
-    )
+    assert_error(run(seeded, "read", *base, "--phase", "implement", "--attempt", "99"), 1, "not_found")
     assert_error(run(seeded, "validate", *base, "--phase", "local_review"), 1, "not_found")
     assert_error(
         run(seeded, "read", "--ticket-id", "NOPE-1", "--run-id", RUN, "--phase", "1"),
@@ -544,9 +532,7 @@ def test_corrupt_file_exit_1(seeded: Path) -> None:
         (["--store", "file:///nowhere"], 2, "usage", "store"),  # with --root below: not both
     ],
 )
-def test_write_refusals(
-    root: Path, extra: list[str], rc: int, code: str, field: str | None
-) -> None:
+def test_write_refusals(root: Path, extra: list[str], rc: int, code: str, field: str | None) -> None:
     args = ["write", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement"]
     if "--payload" not in extra:
         args += ["--payload", json.dumps(PAYLOADS["implement"])]
@@ -574,14 +560,9 @@ def test_input_that_is_not_utf8_is_a_usage_error(root: Path, tmp_path: Path) -> 
     bad = tmp_path / "payload.bin"
     bad.write_bytes(b"\xff\xfe{}")
     assert assert_error(run(root, *base, "--payload", f"@{bad}"), 2, "usage")["rule"] == "utf-8"
-    assert (
-        assert_error(run(root, *base, "--payload", "-", stdin=b"\xff{}"), 2, "usage")["rule"]
-        == "utf-8"
-    )
+    assert assert_error(run(root, *base, "--payload", "-", stdin=b"\xff{}"), 2, "usage")["rule"] == "utf-8"
     surrogate = '{"branch_name": "\\ud800", "commit_sha": "a1b2c3d", "files_changed": []}'
-    assert (
-        assert_error(run(root, *base, "--payload", surrogate), 2, "usage")["field"] == "--payload"
-    )
+    assert assert_error(run(root, *base, "--payload", surrogate), 2, "usage")["field"] == "--payload"
     failed = [
         "write",
         "--ticket-id",
@@ -595,10 +576,7 @@ def test_input_that_is_not_utf8_is_a_usage_error(root: Path, tmp_path: Path) -> 
     ]
     assert_error(run(root, *failed, "--error", b"bad \xff byte"), 2, "usage")
     deep = '{"a":' * 100_000 + "1" + "}" * 100_000
-    assert (
-        assert_error(run(root, *base, "--payload", "-", stdin=deep), 2, "usage")["field"]
-        == "--payload"
-    )
+    assert assert_error(run(root, *base, "--payload", "-", stdin=deep), 2, "usage")["field"] == "--payload"
     assert not [p for p in tree(root) if "phase_" in p or ".failed_" in p or ".meta_" in p]
 
 
@@ -808,9 +786,7 @@ def _table_commands() -> list[tuple[str, list[str], int]]:
     ]
 
 
-@pytest.mark.parametrize(
-    ("name", "args", "rc"), _table_commands(), ids=[c[0] for c in _table_commands()]
-)
+@pytest.mark.parametrize(("name", "args", "rc"), _table_commands(), ids=[c[0] for c in _table_commands()])
 def test_format_table(seeded: Path, name: str, args: list[str], rc: int) -> None:
     res = run(seeded, *args, "--format", "table")
     assert res.rc == rc, res.out
@@ -909,9 +885,7 @@ def test_format_table_diff(seeded: Path) -> None:
 
 def test_format_table_guard(root: Path) -> None:
     """guard status / history print tables; guard run passes COMMAND's own output through."""
-    assert (
-        run(root, "guard", "run", "--name", "nightly", "--", sys.executable, "-c", "pass").rc == 0
-    )
+    assert run(root, "guard", "run", "--name", "nightly", "--", sys.executable, "-c", "pass").rc == 0
     for sub, expected in (("status", "pass_count"), ("history", "success")):
         res = run(root, "guard", sub, "--name", "nightly", "--format", "table")
         assert res.rc == 0, res.out
@@ -1088,14 +1062,9 @@ def test_verify_ok_then_tampered(seeded: Path) -> None:
     assert bad.json["ok"] is False
     problems = bad.json["problems"]
     assert {"path", "rule", "message"} <= problems[0].keys()
-    assert any(
-        p["rule"] == "content_hash" and p["path"].endswith("phase_1_implement_a1.yaml")
-        for p in problems
-    )
+    assert any(p["rule"] == "content_hash" and p["path"].endswith("phase_1_implement_a1.yaml") for p in problems)
     assert any(p["rule"] == "basis" for p in problems)  # local_review was built on it
-    invalid = run(
-        seeded, "validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement"
-    )
+    invalid = run(seeded, "validate", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement")
     # An edited record is damaged from outside: never used, reported as corrupt with the rule.
     assert invalid.rc == 1
     assert invalid.json["success"] is False
@@ -1129,9 +1098,7 @@ def busy(root: Path, ledger: Ledger) -> list[tuple[str, int, int]]:
         r = ledger.write(TICKET, run_id, "local_review", PAYLOADS["local_review"]).record
         keys.append((r.run_id, 2, r.attempt_number))
     damaged = normalize_run_id("run-c")
-    (root / "checkpoints" / TICKET / damaged / "phase_1_implement_a2.yaml").write_bytes(
-        b"\x00garbled"
-    )
+    (root / "checkpoints" / TICKET / damaged / "phase_1_implement_a2.yaml").write_bytes(b"\x00garbled")
     return sorted(keys)
 
 
@@ -1143,9 +1110,7 @@ def test_list_is_ordered_and_complete(root: Path, busy: list[tuple[str, int, int
     assert data["count"] == len(completed) == len(busy) - 3 - 1  # 3 failed, 1 damaged
     run_a = normalize_run_id("run-a")
     implement_a = [
-        c["attempt_number"]
-        for c in data["checkpoints"]
-        if c["run_id"] == run_a and c["phase"] == "implement"
+        c["attempt_number"] for c in data["checkpoints"] if c["run_id"] == run_a and c["phase"] == "implement"
     ]
     assert implement_a == list(range(1, 13))  # numeric: a10 after a9, not after a1
     assert len(data["failed_attempts"]) == 3
@@ -1183,9 +1148,7 @@ def test_pagination_walks_every_record_once(
 def test_pagination_in_a_subprocess(root: Path, busy: list[tuple[str, int, int]]) -> None:
     first = run(root, "list", "--ticket-id", TICKET, "--limit", "3").json
     assert first["next_after"]
-    second = run(
-        root, "list", "--ticket-id", TICKET, "--limit", "100", "--after", first["next_after"]
-    ).json
+    second = run(root, "list", "--ticket-id", TICKET, "--limit", "100", "--after", first["next_after"]).json
     assert second["next_after"] is None
     assert _page_keys(first) + _page_keys(second) == busy
 
@@ -1193,9 +1156,7 @@ def test_pagination_in_a_subprocess(root: Path, busy: list[tuple[str, int, int]]
 def test_list_run_scoped_pagination(root: Path, busy: list[tuple[str, int, int]]) -> None:
     run_a = normalize_run_id("run-a")
     first = run(root, "list", "--ticket-id", TICKET, "--run-id", "run-a", "--limit", "10").json
-    rest = run(
-        root, "list", "--ticket-id", TICKET, "--run-id", "run-a", "--after", first["next_after"]
-    ).json
+    rest = run(root, "list", "--ticket-id", TICKET, "--run-id", "run-a", "--after", first["next_after"]).json
     assert _page_keys(first) + _page_keys(rest) == [k for k in busy if k[0] == run_a]
 
 
@@ -1256,9 +1217,7 @@ def test_pipelines_lists_and_shows(root: Path) -> None:
 
 def test_video_pipeline_run(root: Path) -> None:
     research = json.dumps({"summary": "why cats purr", "sources": ["https://example.org/purr"]})
-    data = write(
-        root, "research", "--pipeline", "video-pipeline", "--payload", research, run_id="vid-1"
-    )
+    data = write(root, "research", "--pipeline", "video-pipeline", "--payload", research, run_id="vid-1")
     assert data["checkpoint_path"].endswith("/phase_1_research_a1.yaml")
     # the run remembers its pipeline: no --pipeline needed afterwards
     status = run(root, "status", "--ticket-id", TICKET, "--run-id", "vid-1").json
@@ -1293,16 +1252,12 @@ def test_a_different_pipeline_is_refused(seeded: Path, tmp_path: Path) -> None:
     manifest.write_text(CUSTOM)
     assert_error(run(seeded, *base, "--pipeline-file", str(manifest)), 1, "pipeline_mismatch")
     assert_error(
-        run(
-            seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "video-pipeline"
-        ),
+        run(seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "video-pipeline"),
         1,
         "pipeline_mismatch",
     )
     assert tree(seeded) == before
-    same = run(
-        seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "ticket-pipeline"
-    )
+    same = run(seeded, "status", "--ticket-id", TICKET, "--run-id", RUN, "--pipeline", "ticket-pipeline")
     assert same.rc == 0
 
 
@@ -1465,9 +1420,7 @@ def test_output_is_utf8_json_with_non_ascii(root: Path) -> None:
     res = run(root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement")
     assert res.json["checkpoint"]["phase_payload"]["branch_name"] == "feat/crème-brûlée-☕"
     ascii_env = cli_env(root, PYTHONIOENCODING="ascii")
-    res = run(
-        root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement", env=ascii_env
-    )
+    res = run(root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "implement", env=ascii_env)
     assert res.rc == 0
     assert res.json["checkpoint"]["phase_payload"]["branch_name"] == "feat/crème-brûlée-☕"
 
@@ -1477,7 +1430,8 @@ def test_format_table_store_commands(seeded: Path, tmp_path: Path) -> None:
     exported = run(seeded, "export", "--ticket-id", TICKET)
     assert exported.rc == 0
     lines = [json.loads(x) for x in exported.out.splitlines()]
-    assert lines and all("content_hash" in x for x in lines)
+    assert lines
+    assert all("content_hash" in x for x in lines)
     dump = tmp_path / "dump.jsonl"
     dump.write_text(exported.out)
     target = tmp_path / "other"

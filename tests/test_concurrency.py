@@ -45,9 +45,7 @@ def _worker(job: dict[str, Any], barrier: Any, out: Any) -> None:
     for _ in range(job["writes"]):
         try:
             if job["failed"]:
-                res = ledger.write(
-                    T, run, "implement", None, attempt=attempt, status="failed", error=f"w{idx}"
-                )
+                res = ledger.write(T, run, "implement", None, attempt=attempt, status="failed", error=f"w{idx}")
             else:
                 res = ledger.write(T, run, "implement", payload(idx), attempt=attempt)
             r = res.record

@@ -123,9 +123,7 @@ def test_an_unarmed_writer_completes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("history", [False, True], ids=["first_write", "after_history"])
 @pytest.mark.parametrize("point", sorted(OUTCOME))
-def test_crash_at_fault_point_leaves_whole_or_absent(
-    tmp_path: Path, point: str, history: bool
-) -> None:
+def test_crash_at_fault_point_leaves_whole_or_absent(tmp_path: Path, point: str, history: bool) -> None:
     root = tmp_path / "store"
     ledger = phaselog.Ledger(FilesStore(root))
     before: dict[int, str] = {}
@@ -212,9 +210,7 @@ def _run_entry_writer(root: Path, name: str, fault: str | None) -> subprocess.Co
 
 
 @pytest.mark.parametrize("point", sorted(ENTRY_OUTCOME))
-def test_crash_while_publishing_an_audit_entry_leaves_whole_or_absent(
-    tmp_path: Path, point: str
-) -> None:
+def test_crash_while_publishing_an_audit_entry_leaves_whole_or_absent(tmp_path: Path, point: str) -> None:
     root = tmp_path / "store"
     ledger = phaselog.Ledger(FilesStore(root))
     ledger.write(T, RUN, "implement", IMPLEMENT)
@@ -233,9 +229,7 @@ def test_crash_while_publishing_an_audit_entry_leaves_whole_or_absent(
         assert isinstance(body, bytes)
         assert len(body) == len(b'{"seq": 1, "output": ""}\n') + ENTRY_SIZE  # whole, never a prefix
     _assert_store_sound(ledger, root / "checkpoints" / T / RUN_UUID, RUN)
-    leftovers = sorted(
-        p.name for p in (root / "checkpoints" / T / ENTRY_RUN / ".progress").iterdir()
-    )
+    leftovers = sorted(p.name for p in (root / "checkpoints" / T / ENTRY_RUN / ".progress").iterdir())
     assert [n for n in leftovers if not n.startswith(".tmp-")] == [f"{n}.json" for n in expected]
 
     again = _run_entry_writer(root, "e_000002", None)
@@ -326,9 +320,7 @@ def _ordinal(phase: str) -> int:
 
 @pytest.mark.usefixtures("warm")
 @pytest.mark.parametrize(("index", "writers"), list(enumerate(ROOTS)))
-def test_random_sigkill_never_loses_an_acknowledged_write(
-    tmp_path: Path, index: int, writers: int
-) -> None:
+def test_random_sigkill_never_loses_an_acknowledged_write(tmp_path: Path, index: int, writers: int) -> None:
     rng = random.Random(f"sigkill-{index}")
     root = tmp_path / "store"
     ledger = phaselog.Ledger(FilesStore(root))

@@ -101,9 +101,7 @@ def test_an_empty_store(ledger: phaselog.Ledger) -> None:
 
 
 # -- damaged files --------------------------------------------------------------------------------
-def test_damaged_checkpoint_is_reported_and_nothing_moves(
-    healthy: phaselog.Ledger, root: Path
-) -> None:
+def test_damaged_checkpoint_is_reported_and_nothing_moves(healthy: phaselog.Ledger, root: Path) -> None:
     target = run_dir(root) / "phase_2_local_review_a1.yaml"
     target.write_bytes(b"\x00\x01 not yaml {{{")
     before = tree(root)
@@ -140,16 +138,12 @@ def test_quarantine_moves_a_damaged_checkpoint_with_its_sidecar_and_a_note(
     assert not seed.exists()
     assert not meta.exists()
     after = tree(root)
-    assert {
-        k: v for k, v in after.items() if not k.startswith("quarantine/")
-    } == untouched  # nothing else moved
+    assert {k: v for k, v in after.items() if not k.startswith("quarantine/")} == untouched  # nothing else moved
     assert doctor(healthy).healthy
     assert healthy.status(T, R).phase("local_review").state == "pending"
 
 
-def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(
-    healthy: phaselog.Ledger, root: Path
-) -> None:
+def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(healthy: phaselog.Ledger, root: Path) -> None:
     seed = run_dir(root) / "phase_1_implement_a1.yaml"
     seed.write_text(seed.read_text("utf-8").replace("feat/PROJ-1234", "feat/edited"), "utf-8")
     rep = doctor(healthy, T)
@@ -160,10 +154,7 @@ def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(
         "phase_1_implement_a1.yaml",
         ".meta_1_implement_a1.json",
     }
-    assert (
-        b"feat/edited"
-        in (root / next(m["to"] for m in moved if m["to"].endswith(".yaml"))).read_bytes()
-    )
+    assert b"feat/edited" in (root / next(m["to"] for m in moved if m["to"].endswith(".yaml"))).read_bytes()
 
 
 def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: Path) -> None:
@@ -179,24 +170,16 @@ def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: P
     assert (root / rep.moved[0]["to"]).read_bytes().endswith(b"trunc")
 
 
-def test_every_damaged_progress_event_is_reported_at_once(
-    healthy: phaselog.Ledger, root: Path
-) -> None:
+def test_every_damaged_progress_event_is_reported_at_once(healthy: phaselog.Ledger, root: Path) -> None:
     for seq in (1, 2):
-        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(
-            b"{"
-        )
+        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(b"{")
     rep = doctor(healthy, T)
     assert len([f for f in rep.findings if f["kind"] == "damaged"]) == 2
 
 
-def test_damaged_progress_events_are_all_quarantined_by_repeated_passes(
-    healthy: phaselog.Ledger, root: Path
-) -> None:
+def test_damaged_progress_events_are_all_quarantined_by_repeated_passes(healthy: phaselog.Ledger, root: Path) -> None:
     for seq in (1, 2):
-        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(
-            b"{"
-        )
+        (run_dir(root) / ".progress" / f"001_implement_a000001_s00000000{seq}.json").write_bytes(b"{")
     moved = []
     for _ in range(3):
         moved += doctor(healthy, T, quarantine=True).moved
@@ -215,9 +198,7 @@ def test_damaged_approval_and_marker_are_found(healthy: phaselog.Ledger, root: P
     marker.write_bytes(b'{"kind": "phaselog.marker"}')
     rep = doctor(healthy, "VID-1")
     damaged = sorted(f["path"] for f in rep.findings if f["kind"] == "damaged")
-    assert damaged == sorted(
-        [f"VID-1/{RUN}/.approvals/{approval.name}", "VID-1/.markers/rev_000001.json"]
-    )
+    assert damaged == sorted([f"VID-1/{RUN}/.approvals/{approval.name}", "VID-1/.markers/rev_000001.json"])
     moved = doctor(healthy, "VID-1", quarantine=True).moved
     assert sorted(m["from"] for m in moved) == sorted(f"checkpoints/{d}" for d in damaged)
 
@@ -256,9 +237,7 @@ def test_orphaned_sidecar_is_reported(healthy: phaselog.Ledger, root: Path) -> N
     orphan.write_bytes(src.read_bytes())
     before = tree(root)
     rep = doctor(healthy, T, quarantine=True)
-    assert [(f["kind"], f["path"]) for f in rep.findings] == [
-        ("orphan_sidecar", f"{T}/{RUN}/{orphan.name}")
-    ]
+    assert [(f["kind"], f["path"]) for f in rep.findings] == [("orphan_sidecar", f"{T}/{RUN}/{orphan.name}")]
     assert tree(root) == before
 
 
@@ -272,9 +251,7 @@ def test_abandoned_attempt_of_a_dead_process(ledger: phaselog.Ledger) -> None:
         child.kill()
         child.wait()
     rep = doctor(ledger)
-    assert [(f["kind"], f["phase"], f["attempt_number"]) for f in rep.findings] == [
-        ("abandoned", "implement", 1)
-    ]
+    assert [(f["kind"], f["phase"], f["attempt_number"]) for f in rep.findings] == [("abandoned", "implement", 1)]
     assert str(child.pid) in rep.findings[0]["message"]
 
 
@@ -369,9 +346,7 @@ def test_quarantine_refuses_locations_outside_the_store(
     assert (tmp_path / "outside.yaml").read_bytes() == b"keep me"
 
 
-def test_quarantine_of_a_file_that_is_not_there_moves_nothing(
-    healthy: phaselog.Ledger, root: Path
-) -> None:
+def test_quarantine_of_a_file_that_is_not_there_moves_nothing(healthy: phaselog.Ledger, root: Path) -> None:
     before = tree(root)
     assert healthy.store.quarantine(f"{T}/{RUN}/phase_9_nothing_a1.yaml", "test") == []  # type: ignore[attr-defined]
     assert {k: v for k, v in tree(root).items() if not k.startswith("quarantine")} == before

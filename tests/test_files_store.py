@@ -63,9 +63,7 @@ def umask() -> Iterator[None]:
 
 
 # -- append-only ------------------------------------------------------------------------------
-def test_duplicate_attempt_is_refused_and_the_stored_files_are_untouched(
-    root: Path, ledger: Ledger
-) -> None:
+def test_duplicate_attempt_is_refused_and_the_stored_files_are_untouched(root: Path, ledger: Ledger) -> None:
     first = ledger.write(T, RUN, "implement", impl(1), attempt=1)
     d = run_dir(root)
     cp, meta = d / "phase_1_implement_a1.yaml", d / ".meta_1_implement_a1.json"
@@ -84,9 +82,7 @@ def test_duplicate_attempt_is_refused_and_the_stored_files_are_untouched(
     assert not list(d.glob(".tmp-*"))
 
 
-def test_store_append_refuses_a_duplicate_below_the_ledger(
-    root: Path, ledger: Ledger, store: FilesStore
-) -> None:
+def test_store_append_refuses_a_duplicate_below_the_ledger(root: Path, ledger: Ledger, store: FilesStore) -> None:
     # The store's own check (under the run lock) is what holds across processes; the ledger's
     # pre-check is only a fast path. Bypass it.
     first = ledger.write(T, RUN, "implement", impl(1)).record
@@ -145,9 +141,7 @@ def test_attempt_must_be_a_positive_integer(root: Path, ledger: Ledger, bad: obj
     assert not root.exists() or not list(root.rglob("phase_*"))
 
 
-def test_failed_attempt_uses_up_its_number_and_writes_no_seed_file(
-    root: Path, ledger: Ledger
-) -> None:
+def test_failed_attempt_uses_up_its_number_and_writes_no_seed_file(root: Path, ledger: Ledger) -> None:
     run = ledger.run(T, RUN)
     failed = run.fail("implement", "compile error")
     assert failed.record.attempt_number == 1
@@ -170,9 +164,7 @@ def test_failed_attempt_uses_up_its_number_and_writes_no_seed_file(
 
 
 # -- hash links -------------------------------------------------------------------------------
-def test_prev_hash_chains_attempts_and_basis_names_latest_completed(
-    root: Path, ledger: Ledger
-) -> None:
+def test_prev_hash_chains_attempts_and_basis_names_latest_completed(root: Path, ledger: Ledger) -> None:
     run = ledger.run(T, RUN)
     a1 = run.write("implement", impl(1)).record
     a2 = run.fail("implement", "flaky").record
@@ -193,12 +185,8 @@ def test_prev_hash_chains_attempts_and_basis_names_latest_completed(
     assert got[("local_review", 2)].prev_hash == lr1.content_hash
 
     assert dict(got[("implement", 1)].basis or {}) == {}
-    assert dict(got[("local_review", 1)].basis or {}) == {
-        "implement": BasisEntry(3, a3.content_hash)
-    }
-    assert dict(got[("local_review", 2)].basis or {}) == {
-        "implement": BasisEntry(3, a3.content_hash)
-    }
+    assert dict(got[("local_review", 1)].basis or {}) == {"implement": BasisEntry(3, a3.content_hash)}
+    assert dict(got[("local_review", 2)].basis or {}) == {"implement": BasisEntry(3, a3.content_hash)}
     assert dict(got[("create_pr", 1)].basis or {}) == {
         "implement": BasisEntry(3, a3.content_hash),
         "local_review": BasisEntry(2, lr2.content_hash),
@@ -231,24 +219,14 @@ def test_dirs_are_0700_and_files_0600_whatever_the_umask(tmp_path: Path, mask: i
         ".lock",
     }
     assert len(dirs) == 6  # root, checkpoints, 2 tickets, 2 runs
-    bad = {
-        str(p): oct(stat.S_IMODE(p.lstat().st_mode))
-        for p in dirs
-        if stat.S_IMODE(p.lstat().st_mode) != 0o700
-    }
-    bad |= {
-        str(p): oct(stat.S_IMODE(p.lstat().st_mode))
-        for p in files
-        if stat.S_IMODE(p.lstat().st_mode) != 0o600
-    }
+    bad = {str(p): oct(stat.S_IMODE(p.lstat().st_mode)) for p in dirs if stat.S_IMODE(p.lstat().st_mode) != 0o700}
+    bad |= {str(p): oct(stat.S_IMODE(p.lstat().st_mode)) for p in files if stat.S_IMODE(p.lstat().st_mode) != 0o600}
     assert bad == {}
     assert all(stat.S_ISREG(p.lstat().st_mode) for p in files)
 
 
 # -- temp files -------------------------------------------------------------------------------
-def test_old_temp_files_are_removed_by_the_next_writer_and_never_listed(
-    root: Path, ledger: Ledger
-) -> None:
+def test_old_temp_files_are_removed_by_the_next_writer_and_never_listed(root: Path, ledger: Ledger) -> None:
     first = ledger.write(T, RUN, "implement", impl(1))
     d = run_dir(root)
     body = (d / "phase_1_implement_a1.yaml").read_bytes()  # looks exactly like a checkpoint
@@ -317,9 +295,7 @@ def _three_attempts(ledger: Ledger) -> list[phaselog.Checkpoint]:
 
 @pytest.mark.parametrize("damage", DAMAGE)
 @pytest.mark.parametrize("which", ["phase_1_implement_a4.yaml", ".meta_1_implement_a4.json"])
-def test_damaged_latest_attempt_is_reported_not_used(
-    root: Path, ledger: Ledger, damage: str, which: str
-) -> None:
+def test_damaged_latest_attempt_is_reported_not_used(root: Path, ledger: Ledger, damage: str, which: str) -> None:
     records = _three_attempts(ledger)
     target = run_dir(root) / which
     DAMAGE[damage](target)
@@ -427,9 +403,7 @@ def test_every_truncation_of_a_checkpoint_is_caught(root: Path, ledger: Ledger) 
     assert ledger.verify(T).ok
 
 
-def test_a_hand_edited_checkpoint_is_reported_by_verify_and_validate(
-    root: Path, ledger: Ledger
-) -> None:
+def test_a_hand_edited_checkpoint_is_reported_by_verify_and_validate(root: Path, ledger: Ledger) -> None:
     run = ledger.run(T, RUN)
     run.write("implement", impl(1))
     run.write("implement", impl(2))
@@ -544,18 +518,14 @@ def _entries(page: phaselog.Page) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("scoped", [False, True])
-def test_pagination_walks_every_record_once_in_order(
-    root: Path, ledger: Ledger, scoped: bool
-) -> None:
+def test_pagination_walks_every_record_once_in_order(root: Path, ledger: Ledger, scoped: bool) -> None:
     _populate(root, ledger)
     run_id = "r-two" if scoped else None
     full = ledger.list(T, run_id)
     everything = _entries(full)
     assert len(everything) == (5 if scoped else 15)
     assert len(full.damaged) == 1
-    item_order = [
-        (s.record.run_id, s.record.phase_ordinal, s.record.attempt_number) for s in full.items
-    ]
+    item_order = [(s.record.run_id, s.record.phase_ordinal, s.record.attempt_number) for s in full.items]
     assert item_order == sorted(item_order)
 
     for limit in range(1, len(everything) + 2):

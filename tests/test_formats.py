@@ -24,9 +24,7 @@ def test_checkers_cover_the_four_formats() -> None:
 
 
 # -- git-sha ----------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "sha", ["a1b2c3d", "4801973", "0" * 7, "f" * 40, "4801973d2b6ce1a07f35e2c91b4d8a6f0e3c7b25"]
-)
+@pytest.mark.parametrize("sha", ["a1b2c3d", "4801973", "0" * 7, "f" * 40, "4801973d2b6ce1a07f35e2c91b4d8a6f0e3c7b25"])
 def test_git_sha_accepts_7_to_40_lowercase_hex(sha: str) -> None:
     assert git_sha(sha) is None
 
@@ -245,9 +243,7 @@ def test_date_time_refuses_without_timezone_or_impossible(value: str, words: str
     st.datetimes(
         min_value=datetime(1000, 1, 1),
         max_value=datetime(9999, 12, 30),
-        timezones=st.sampled_from(
-            [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
-        ),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]),
     )
 )
 def test_date_time_accepts_every_aware_isoformat(ts: datetime) -> None:

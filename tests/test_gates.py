@@ -120,9 +120,7 @@ def test_ungated_phase_is_completed_without_approval(vid: phaselog.Ledger) -> No
     assert vid.status(T, R).phase("research").state == "completed"
 
 
-def test_reject_until_a_new_attempt_is_written_and_approved(
-    vid: phaselog.Ledger, root: Path
-) -> None:
+def test_reject_until_a_new_attempt_is_written_and_approved(vid: phaselog.Ledger, root: Path) -> None:
     done(vid, "research")
     w(vid, "proposal")
     rej, _ = vid.reject(T, R, "proposal", by="bo", comment="too long")
@@ -175,9 +173,7 @@ def test_judge_any_rejection_wins_in_any_order() -> None:
     def a(seq: int, decision: str, h: str = "h1") -> Approval:
         from datetime import UTC, datetime
 
-        return Approval(
-            T, RUN, "proposal", 2, 1, h, decision, "ana", datetime(2026, 1, 1, tzinfo=UTC), seq
-        )
+        return Approval(T, RUN, "proposal", 2, 1, h, decision, "ana", datetime(2026, 1, 1, tzinfo=UTC), seq)
 
     assert judge([a(1, "approve")]) == {"h1": "approved"}
     assert judge([a(1, "reject"), a(2, "approve")]) == {"h1": "rejected"}
@@ -230,17 +226,13 @@ def test_approval_names_are_trimmed_and_recorded(vid: phaselog.Ledger) -> None:
 
 
 # -- prerequisites (seed 002's scenarios) ----------------------------------------------------------
-def test_gated_stage_completed_without_approval_blocks_the_next(
-    vid: phaselog.Ledger, root: Path
-) -> None:
+def test_gated_stage_completed_without_approval_blocks_the_next(vid: phaselog.Ledger, root: Path) -> None:
     done(vid, "research")
     w(vid, "proposal")  # completed, never approved
     before = tree(root)
     with pytest.raises(Prerequisite) as err:
         w(vid, "script")
-    assert blockers(err) == {
-        "proposal": ("awaiting_approval", "unapproved: attempt 1 awaits approval")
-    }
+    assert blockers(err) == {"proposal": ("awaiting_approval", "unapproved: attempt 1 awaits approval")}
     assert "strict" in err.value.message
     assert tree(root) == before  # refused: nothing written
     vid.approve(T, R, "proposal", by="ana")
@@ -339,9 +331,7 @@ def test_custom_manifest_order_is_honoured(root: Path) -> None:
     }
     (root / "pipelines").mkdir(parents=True)
     (root / "pipelines" / "mini.yaml").write_text(yaml.safe_dump({**base, "order": "strict"}))
-    (root / "pipelines" / "loose.yaml").write_text(
-        yaml.safe_dump({**base, "name": "loose", "order": "free"})
-    )
+    (root / "pipelines" / "loose.yaml").write_text(yaml.safe_dump({**base, "name": "loose", "order": "free"}))
     led = phaselog.Ledger(FilesStore(root))
     with pytest.raises(Prerequisite):
         led.write("M-1", R, "ship", {}, pipeline="mini")
@@ -359,9 +349,7 @@ def test_explicit_attempt_does_not_bypass_the_check(vid: phaselog.Ledger) -> Non
         w(vid, "proposal", attempt=1)
 
 
-def test_an_invalid_payload_is_refused_before_anything_else(
-    vid: phaselog.Ledger, root: Path
-) -> None:
+def test_an_invalid_payload_is_refused_before_anything_else(vid: phaselog.Ledger, root: Path) -> None:
     done(vid, "research")
     before = tree(root)
     with pytest.raises(InvalidRecord):
@@ -372,9 +360,7 @@ def test_an_invalid_payload_is_refused_before_anything_else(
 # -- hand-edited predecessor -----------------------------------------------------------------------
 # A checkpoint edited after it was written no longer hashes to what was recorded: it is damaged,
 # never used as a record, so everything built on it is blocked until a new attempt is written.
-def test_hand_edited_predecessor_refuses_the_successor_write(
-    vid: phaselog.Ledger, root: Path
-) -> None:
+def test_hand_edited_predecessor_refuses_the_successor_write(vid: phaselog.Ledger, root: Path) -> None:
     res = done(vid, "research")
     edit_yaml(root, res.location, summary="rewritten by hand")
     assert states(vid)["research"] == "damaged"
@@ -393,9 +379,7 @@ def test_hand_edited_predecessor_refuses_the_successor_write(
         w(vid, "research")  # nothing is built past damage, not even the next attempt (see doctor)
 
 
-def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(
-    vid: phaselog.Ledger, root: Path
-) -> None:
+def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(vid: phaselog.Ledger, root: Path) -> None:
     done(vid, "research")
     res = done(vid, "proposal")
     assert states(vid)["proposal"] == "completed"
@@ -415,9 +399,7 @@ def test_hand_edited_approved_predecessor_blocks_and_loses_its_approval(
     assert tree(root) == before
 
 
-def test_hand_edited_predecessor_under_an_existing_successor(
-    vid: phaselog.Ledger, root: Path
-) -> None:
+def test_hand_edited_predecessor_under_an_existing_successor(vid: phaselog.Ledger, root: Path) -> None:
     res = done(vid, "research")
     done(vid, "proposal")
     edit_yaml(root, res.location, summary="rewritten by hand")

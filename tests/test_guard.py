@@ -75,9 +75,7 @@ class Runner:
         self.code, self.tail = code, tail
         self.calls: list[tuple[list[str], str | None, bool]] = []
 
-    def __call__(
-        self, command: Sequence[str], env: dict[str, str], capture: bool
-    ) -> tuple[int, str | None]:
+    def __call__(self, command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
         self.calls.append((list(command), env.get("PHASELOG_DRY_RUN"), capture))
         return self.code, (self.tail if capture else None)
 
@@ -139,9 +137,7 @@ def catches_term(pid: int) -> bool:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    mask = next(
-        (int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0
-    )
+    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
     return bool(mask & (1 << (signal.SIGTERM - 1)))
 
 
@@ -190,9 +186,7 @@ def dead_process() -> tuple[int, float]:
     return p.pid, started
 
 
-def guard(
-    root: Path, clock: Callable[[], datetime] | None = None, name: str = NAME, **env: Any
-) -> Guard:
+def guard(root: Path, clock: Callable[[], datetime] | None = None, name: str = NAME, **env: Any) -> Guard:
     return Guard(root, name, Environment(clock=clock or Clock(), **env))
 
 
@@ -260,9 +254,7 @@ def test_state_file_follows_seed_schema_and_field_order(tmp_path: Path) -> None:
 
 
 # -- the lock --------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "age", [timedelta(0), timedelta(minutes=44), timedelta(hours=2), timedelta(days=3650)]
-)
+@pytest.mark.parametrize("age", [timedelta(0), timedelta(minutes=44), timedelta(hours=2), timedelta(days=3650)])
 def test_live_local_holder_is_never_displaced_without_kill_stale(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]], age: timedelta
 ) -> None:
@@ -286,9 +278,7 @@ def test_live_local_holder_is_never_displaced_without_kill_stale(
     assert running(holder.pid)
 
 
-def test_live_holder_skip_with_real_command(
-    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
-) -> None:
+def test_live_holder_skip_with_real_command(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
     holder = spawn(procs, "sleep", "60")
     plant_lock(root, pid=holder.pid, process_start=process_start_time(holder.pid), started_at=T0)
@@ -399,9 +389,7 @@ def test_lock_file_is_readable_while_running(tmp_path: Path) -> None:
     root = tmp_path / "store"
     seen: dict[str, Any] = {}
 
-    def runner(
-        command: Sequence[str], env: dict[str, str], capture: bool
-    ) -> tuple[int, str | None]:
+    def runner(command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
         seen.update(yaml.safe_load(lock_path(root).read_text("utf-8")))
         return 0, None
 
@@ -420,9 +408,7 @@ def test_lock_taken_over_mid_run_fences_the_state_write(tmp_path: Path) -> None:
     g.run(["job"], runner=Runner(0))
     before = state_path(root).read_bytes()
 
-    def runner(
-        command: Sequence[str], env: dict[str, str], capture: bool
-    ) -> tuple[int, str | None]:
+    def runner(command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
         plant_lock(root, pid=1, host="build-02", process_start=None, started_at=T0, token="theirs")
         return 1, None
 
@@ -433,9 +419,7 @@ def test_lock_taken_over_mid_run_fences_the_state_write(tmp_path: Path) -> None:
 
 
 # -- --kill-stale ----------------------------------------------------------------------------------
-def test_kill_stale_ends_a_hung_guard_subprocess(
-    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
-) -> None:
+def test_kill_stale_ends_a_hung_guard_subprocess(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     """A real ``phaselog guard run -- sleep 300`` holds the lock; with the clock two hours on it
     looks hung; --kill-stale ends it (and its sleep) and our command runs exactly once."""
     root, out = tmp_path / "store", tmp_path / "out.txt"
@@ -447,22 +431,14 @@ def test_kill_stale_ends_a_hung_guard_subprocess(
     )  # fmt: skip
     reaped(victim)
     wait_for(
-        lambda: (
-            lock_path(root).exists()
-            and yaml.safe_load(lock_path(root).read_text()).get("pid") == victim.pid
-        ),
+        lambda: lock_path(root).exists() and yaml.safe_load(lock_path(root).read_text()).get("pid") == victim.pid,
         "the victim to take the lock",
     )
     sleeper = wait_for(
-        lambda: (
-            catches_term(victim.pid)
-            and [c for c in psutil.Process(victim.pid).children() if c.name() == "sleep"]
-        ),
+        lambda: catches_term(victim.pid) and [c for c in psutil.Process(victim.pid).children() if c.name() == "sleep"],
         "the victim's sleep",
     )[0]
-    res = guard(root, lambda: datetime.now(UTC) + timedelta(hours=2)).run(
-        append_cmd(out), GuardConfig(kill_stale=True)
-    )
+    res = guard(root, lambda: datetime.now(UTC) + timedelta(hours=2)).run(append_cmd(out), GuardConfig(kill_stale=True))
     assert (res.action, res.exit_code) == ("ran", 0), res.message
     assert lines(out) == ["ran"]
     wait_for(lambda: victim.poll() is not None, "the victim to exit")
@@ -501,15 +477,11 @@ def test_kill_stale_sends_kill_when_term_is_ignored(
     assert holder.returncode == -signal.SIGKILL
 
 
-def test_kill_stale_leaves_a_young_live_holder_alone(
-    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
-) -> None:
+def test_kill_stale_leaves_a_young_live_holder_alone(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
     holder = spawn(procs, "sleep", "60")
     plant_lock(root, pid=holder.pid, process_start=process_start_time(holder.pid), started_at=T0)
-    res = guard(root, Clock(T0 + timedelta(minutes=44))).run(
-        append_cmd(out), GuardConfig(kill_stale=True)
-    )
+    res = guard(root, Clock(T0 + timedelta(minutes=44))).run(append_cmd(out), GuardConfig(kill_stale=True))
     assert res.action == "skip"
     assert running(holder.pid)
     assert not out.exists()
@@ -529,10 +501,7 @@ def _race_worker(root: str, out: str, go: str, barrier: Any, conn: Any) -> None:
             barrier.wait(timeout=120)
         except threading.BrokenBarrierError:
             break
-        script = (
-            'echo "$1" >> "$0"; n=0; '
-            'while [ ! -e "$2" ] && [ $n -lt 15000 ]; do sleep 0.002; n=$((n+1)); done'
-        )
+        script = 'echo "$1" >> "$0"; n=0; while [ ! -e "$2" ] && [ $n -lt 15000 ]; do sleep 0.002; n=$((n+1)); done'
         try:
             res = Guard(root, "race").run(["sh", "-c", script, out, str(r), f"{go}/{r}"])
             conn.send((r, res.action))
@@ -555,10 +524,7 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
     barrier = ctx.Barrier(RACERS + 1)
     pipes = [ctx.Pipe(duplex=False) for _ in range(RACERS)]
     workers = [
-        ctx.Process(
-            target=_race_worker, args=(str(root), str(out), str(go), barrier, w), daemon=True
-        )
-        for _, w in pipes
+        ctx.Process(target=_race_worker, args=(str(root), str(out), str(go), barrier, w), daemon=True) for _, w in pipes
     ]
     for p in workers:
         p.start()
@@ -611,9 +577,7 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
             assert not pending, f"round {r}: {len(pending)} racers did not report ({dict(actions)})"
             rounds.append(actions)
             assert actions == Counter({"ran": 1, "skip": RACERS - 1}), f"round {r}: {dict(actions)}"
-            assert not lock_path(root, "race").exists(), (
-                f"round {r}: the winner did not release the lock"
-            )
+            assert not lock_path(root, "race").exists(), f"round {r}: the winner did not release the lock"
     finally:
         barrier.abort()
         for p in workers:
@@ -692,9 +656,7 @@ def test_success_and_noop_zero_the_failure_count(tmp_path: Path) -> None:
     assert counts == [1, 2, 0, 1, 2, 0, 1]
 
 
-def test_reset_closes_the_breaker_and_records_who_and_when(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_reset_closes_the_breaker_and_records_who_and_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "store"
     clock = Clock()
     g = guard(root, clock)
@@ -753,9 +715,7 @@ def test_cooldown_lets_exactly_one_probe_through_and_a_failed_probe_reopens(tmp_
     assert "half-open probe" in first.message
     assert first.state is not None
     assert first.state.consecutive_failures == 3
-    assert (second.action, second.exit_code) == ("halt", 1), (
-        "last_run_at moved: the breaker is open again"
-    )
+    assert (second.action, second.exit_code) == ("halt", 1), "last_run_at moved: the breaker is open again"
     assert len(runner.calls) == 1
     assert history(root)[-1]["probe"] is True
     # The next probe is one cooldown after the failed probe.
@@ -822,9 +782,7 @@ def test_max_passes_zero_never_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_dry_run_env_and_state(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool
-) -> None:
+def test_dry_run_env_and_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool) -> None:
     root, seen = tmp_path / "store", tmp_path / "seen.txt"
     monkeypatch.delenv("PHASELOG_DRY_RUN", raising=False)
     cmd = ["sh", "-c", 'printf %s "${PHASELOG_DRY_RUN-unset}" > "$0"', str(seen)]
@@ -908,9 +866,7 @@ def test_empty_command_and_bad_max_failures_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "store").exists()
 
 
-def test_status_reports_state_breaker_and_holder(
-    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
-) -> None:
+def test_status_reports_state_breaker_and_holder(tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     root = tmp_path / "store"
     g = guard(root)
     fresh = g.status()

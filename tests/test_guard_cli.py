@@ -117,9 +117,7 @@ def catches_term(pid: int) -> bool:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    mask = next(
-        (int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0
-    )
+    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
     return bool(mask & (1 << (signal.SIGTERM - 1)))
 
 
@@ -436,13 +434,9 @@ def test_crash_before_the_state_rename_keeps_the_old_state(root: Path, tmp_path:
     out = tmp_path / "out.txt"
     assert guard_run(root, "--", *append(out)).rc == 0
     before = state_path(root).read_bytes()
-    crashed = guard_run(
-        root, "--", *append(out), env=cli_env(root, PHASELOG_FAULT="guard.before_replace")
-    )
+    crashed = guard_run(root, "--", *append(out), env=cli_env(root, PHASELOG_FAULT="guard.before_replace"))
     assert crashed.rc == 137
-    assert lines(out) == ["ran", "ran"], (
-        "the guard must die at the state write, after the command ran"
-    )
+    assert lines(out) == ["ran", "ran"], "the guard must die at the state write, after the command ran"
     assert state_path(root).read_bytes() == before
     assert yaml.safe_load(before)["pass_count"] == 1
     st = run(root, "guard", "status", "--name", NAME)
@@ -498,14 +492,8 @@ def test_status_json_and_table(root: Path) -> None:
     st = run(root, "guard", "status", "--name", NAME).json
     assert (st["breaker"], st["max_failures"], st["cooldown_sec"]) == ("open", 2, 3600.0)
     assert st["state"]["consecutive_failures"] == 2
-    assert (
-        run(root, "guard", "status", "--name", NAME, "--cooldown", "0s").json["breaker"]
-        == "half-open"
-    )
-    assert (
-        run(root, "guard", "status", "--name", NAME, "--max-failures", "5").json["breaker"]
-        == "closed"
-    )
+    assert run(root, "guard", "status", "--name", NAME, "--cooldown", "0s").json["breaker"] == "half-open"
+    assert run(root, "guard", "status", "--name", NAME, "--max-failures", "5").json["breaker"] == "closed"
     table = run(root, "guard", "status", "--name", NAME, "--format", "table")
     assert table.rc == 0
     for word in ("breaker", "open", "consecutive_failures", "lock", "free"):

@@ -170,9 +170,7 @@ def test_history_filters_by_run_and_phase(led: phaselog.Ledger, clock: Clock) ->
         (RUN1, "local_review"),
         (RUN2, "local_review"),
     }
-    assert led.history(T, R1, "2") == [
-        e for e in one_phase if e["run_id"] == RUN1
-    ]  # ordinal works too
+    assert led.history(T, R1, "2") == [e for e in one_phase if e["run_id"] == RUN1]  # ordinal works too
     with pytest.raises(UnknownPhase):
         led.history(T, R1, "no_such_phase")
     assert led.history("EMPTY-1") == []
@@ -341,9 +339,7 @@ def test_diff_across_runs_shows_what_a_fork_changed(led: phaselog.Ledger) -> Non
         ("r1:0:1", "ref_phase"),
     ],
 )
-def test_bad_references_are_rejected_clearly(
-    led: phaselog.Ledger, root: Path, ref: str, rule: str
-) -> None:
+def test_bad_references_are_rejected_clearly(led: phaselog.Ledger, root: Path, ref: str, rule: str) -> None:
     led.write(T, R1, "implement", IMPLEMENT)
     before = tree(root)
     with pytest.raises(UsageError) as err:
@@ -356,9 +352,7 @@ def test_bad_references_are_rejected_clearly(
     assert tree(root) == before
 
 
-def test_run_part_of_a_reference_never_names_a_path(
-    led: phaselog.Ledger, root: Path, tmp_path: Path
-) -> None:
+def test_run_part_of_a_reference_never_names_a_path(led: phaselog.Ledger, root: Path, tmp_path: Path) -> None:
     led.write(T, R1, "implement", IMPLEMENT)
     ref = parse_ref("../../etc:implement:1")
     assert ref.run_id == normalize_run_id("../../etc")  # a UUID v5, like any other short id
@@ -384,9 +378,7 @@ def test_diff_mixing_an_attempt_and_an_event_is_refused(led: phaselog.Ledger) ->
         (f"{R1}:9:1", UnknownPhase),
     ],
 )
-def test_diff_of_records_that_do_not_exist(
-    led: phaselog.Ledger, a: str, exc: type[Exception]
-) -> None:
+def test_diff_of_records_that_do_not_exist(led: phaselog.Ledger, a: str, exc: type[Exception]) -> None:
     led.write(T, R1, "implement", IMPLEMENT)
     with pytest.raises(exc):
         led.diff(T, a, f"{R1}:implement:1")
@@ -402,9 +394,7 @@ def test_render_text_marks_added_removed_and_changed() -> None:
     result = {
         "a": "A",
         "b": "B",
-        "changes": diff_values(
-            {"x": 1, "gone": "old", "tags": ["a", "b"]}, {"x": 2, "new": True, "tags": ["b", "c"]}
-        ),
+        "changes": diff_values({"x": 1, "gone": "old", "tags": ["a", "b"]}, {"x": 2, "new": True, "tags": ["b", "c"]}),
     }
     text = render_text(result)
     assert text.splitlines()[:2] == ["--- A", "+++ B"]
@@ -416,13 +406,9 @@ def test_render_text_marks_added_removed_and_changed() -> None:
 
 
 def test_diff_values_distinguishes_types_and_nesting() -> None:
-    assert diff_values({"a": 1}, {"a": 1.0}) == [
-        {"field": "a", "change": "changed", "a": 1, "b": 1.0}
-    ]
+    assert diff_values({"a": 1}, {"a": 1.0}) == [{"field": "a", "change": "changed", "a": 1, "b": 1.0}]
     assert diff_values({"a": True}, {"a": 1})[0]["change"] == "changed"
-    assert diff_values([{"k": 1}], [{"k": 1}, {"k": 2}]) == [
-        {"field": "[1]", "change": "added", "b": {"k": 2}}
-    ]
+    assert diff_values([{"k": 1}], [{"k": 1}, {"k": 2}]) == [{"field": "[1]", "change": "added", "b": {"k": 2}}]
     assert diff_values({"m": {"n": [1, {"o": 2}]}}, {"m": {"n": [1, {"o": 3}]}}) == [
         {"field": "m.n[1].o", "change": "changed", "a": 2, "b": 3}
     ]
@@ -460,13 +446,8 @@ def test_fork_reuses_checkpoints_and_records_lineage(vid: phaselog.Ledger, root:
         "pending",
     ]  # approval carried over
     assert st.next_phase == "script"
-    assert {
-        k: v for k, v in tree(root).items() if RUN1 in k
-    } == source_run  # the source is untouched
-    assert (
-        vid.write(T, R2, "script", VIDEO["script"]).record.basis["proposal"].hash
-        == forked.content_hash
-    )
+    assert {k: v for k, v in tree(root).items() if RUN1 in k} == source_run  # the source is untouched
+    assert vid.write(T, R2, "script", VIDEO["script"]).record.basis["proposal"].hash == forked.content_hash
     assert vid.verify(T).ok
 
 
@@ -485,15 +466,11 @@ def test_fork_through_an_unapproved_phase_is_refused(vid: phaselog.Ledger, root:
     with pytest.raises(Prerequisite) as err:
         vid.fork(T, R1, through="proposal", new_run_id=R2)
     assert err.value.error_code == "prerequisite"
-    assert [(b["phase"], b["state"]) for b in err.value.context["blockers"]] == [
-        ("proposal", "awaiting_approval")
-    ]
+    assert [(b["phase"], b["state"]) for b in err.value.context["blockers"]] == [("proposal", "awaiting_approval")]
     assert tree(root) == before  # validated first: nothing written
 
 
-def test_fork_through_a_missing_or_failed_phase_is_refused(
-    led: phaselog.Ledger, root: Path
-) -> None:
+def test_fork_through_a_missing_or_failed_phase_is_refused(led: phaselog.Ledger, root: Path) -> None:
     led.write(T, R1, "local_review", PAYLOADS["local_review"])  # free order: phase 1 never written
     led.write(T, R1, "create_pr", None, status="failed", error="CI red")
     before = tree(root)
@@ -504,9 +481,7 @@ def test_fork_through_a_missing_or_failed_phase_is_refused(
     assert tree(root) == before
 
 
-def test_fork_through_a_stale_or_edited_phase_is_refused(
-    led: phaselog.Ledger, root: Path, clock: Clock
-) -> None:
+def test_fork_through_a_stale_or_edited_phase_is_refused(led: phaselog.Ledger, root: Path, clock: Clock) -> None:
     first = led.write(T, R1, "implement", IMPLEMENT)
     clock.tick()
     led.write(T, R1, "local_review", PAYLOADS["local_review"])
@@ -530,12 +505,8 @@ def test_fork_through_a_stale_phase_is_refused(led: phaselog.Ledger, clock: Cloc
     led.write(T, R1, "implement", IMPLEMENT)  # newer implement: local_review is stale
     with pytest.raises(Prerequisite) as err:
         led.fork(T, R1, through="local_review", new_run_id=R2)
-    assert [(b["phase"], b["state"]) for b in err.value.context["blockers"]] == [
-        ("local_review", "stale")
-    ]
-    _, written = led.fork(
-        T, R1, through="implement", new_run_id=R2
-    )  # up to the current phase is fine
+    assert [(b["phase"], b["state"]) for b in err.value.context["blockers"]] == [("local_review", "stale")]
+    _, written = led.fork(T, R1, through="implement", new_run_id=R2)  # up to the current phase is fine
     assert [w.record.attempt_number for w in written] == [1]
     assert written[0].record.forked_from["attempt_number"] == 2  # type: ignore[index]
 
@@ -589,9 +560,7 @@ def test_verify_checks_fork_lineage(led: phaselog.Ledger, root: Path) -> None:
     assert any(p["path"].endswith(f"{RUN1}/phase_1_implement_a1.yaml") for p in problems)
 
 
-def test_verify_reports_a_fork_whose_source_is_gone(
-    led: phaselog.Ledger, root: Path, tmp_path: Path
-) -> None:
+def test_verify_reports_a_fork_whose_source_is_gone(led: phaselog.Ledger, root: Path, tmp_path: Path) -> None:
     src = led.write(T, R1, "implement", IMPLEMENT)
     led.fork(T, R1, through="implement", new_run_id=R2)
     # A person moved the source run away (phaselog itself never does).
@@ -642,13 +611,9 @@ _ARGS: dict[str, Any] = {
     "tick": st.tuples(st.sampled_from(PURE_TICKS)),
     "init": st.tuples(st.sampled_from(["Launch", "Launch v2"])),
     "start": st.tuples(run_s, phase_s),
-    "step": st.tuples(
-        run_s, phase_s, st.integers(0, 5), st.sampled_from([None, "out", "more out"])
-    ),
+    "step": st.tuples(run_s, phase_s, st.integers(0, 5), st.sampled_from([None, "out", "more out"])),
     "end": st.tuples(run_s, phase_s),
-    "write": st.tuples(
-        run_s, phase_s, st.sampled_from([None, "d1", "d2"]), st.sampled_from(["a", "b"])
-    ),
+    "write": st.tuples(run_s, phase_s, st.sampled_from([None, "d1", "d2"]), st.sampled_from(["a", "b"])),
     "fail": st.tuples(run_s, phase_s),
     "approve": st.tuples(run_s, phase_s),
     "reject": st.tuples(run_s, phase_s),
@@ -747,9 +712,7 @@ def test_derived_views_are_pure_functions_of_the_records(
     copied = base / "copy"
     shutil.copytree(root, copied)
     assert derive(phaselog.Ledger(FilesStore(copied), clock=clock)) == first  # from a copy
-    assert (
-        derive(phaselog.Ledger(ShuffledStore(root, seed), clock=clock)) == first
-    )  # any listing order
+    assert derive(phaselog.Ledger(ShuffledStore(root, seed), clock=clock)) == first  # any listing order
     hist = first["history"]
     assert times(hist) == sorted(times(hist))  # time order, whatever the sub-second digits
     for run in PURE_RUNS:

@@ -230,9 +230,7 @@ def test_is_canonical_uuid() -> None:
 
 def _spellings(u: uuid.UUID) -> st.SearchStrategy[str]:
     s = str(u)
-    return st.sampled_from(
-        [s, s.upper(), "{" + s + "}", "urn:uuid:" + s, u.hex, u.hex.upper(), "{" + u.hex + "}"]
-    )
+    return st.sampled_from([s, s.upper(), "{" + s + "}", "urn:uuid:" + s, u.hex, u.hex.upper(), "{" + u.hex + "}"])
 
 
 @given(st.uuids().flatmap(lambda u: st.tuples(st.just(u), _spellings(u))))

@@ -15,7 +15,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gen_manifest_json
 
 def _render() -> object:
     spec = importlib.util.spec_from_file_location("gen_manifest_json", SCRIPT)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.render

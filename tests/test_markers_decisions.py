@@ -80,9 +80,7 @@ def decision(did: str, selected: str = "a", **extra: Any) -> dict[str, Any]:
 
 # -- ticket marker ---------------------------------------------------------------------------------
 def test_init_records_the_ticket_identity(led: phaselog.Ledger, root: Path) -> None:
-    marker, changed = led.init_ticket(
-        T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"}
-    )
+    marker, changed = led.init_ticket(T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"})
     assert changed is True
     assert (marker.revision, marker.title, marker.pipeline, dict(marker.meta)) == (
         1,
@@ -97,9 +95,7 @@ def test_init_records_the_ticket_identity(led: phaselog.Ledger, root: Path) -> N
 
 
 def test_init_with_the_same_identity_is_a_no_op(led: phaselog.Ledger, root: Path) -> None:
-    first, _ = led.init_ticket(
-        T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"}
-    )
+    first, _ = led.init_ticket(T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"})
     before = tree(root)
     for kw in ({"pipeline": "video-pipeline", "meta": {"owner": "ana"}}, {}, {"meta": {}}):
         again, changed = led.init_ticket(T, title="Launch video", **kw)  # type: ignore[arg-type]
@@ -117,12 +113,8 @@ def test_init_with_another_pipeline_is_refused(led: phaselog.Ledger, root: Path)
     assert tree(root) == before
 
 
-def test_title_and_metadata_changes_are_appended_as_revisions(
-    led: phaselog.Ledger, root: Path, clock: Clock
-) -> None:
-    r1, _ = led.init_ticket(
-        T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"}
-    )
+def test_title_and_metadata_changes_are_appended_as_revisions(led: phaselog.Ledger, root: Path, clock: Clock) -> None:
+    r1, _ = led.init_ticket(T, title="Launch video", pipeline="video-pipeline", meta={"owner": "ana"})
     rev1_bytes = (root / "checkpoints" / T / ".markers" / "rev_000001.json").read_bytes()
     clock.tick()
     r2, changed = led.init_ticket(T, title="Launch film")
@@ -138,9 +130,7 @@ def test_title_and_metadata_changes_are_appended_as_revisions(
     assert dict(r3.meta) == {"owner": "bo", "team": "growth"}
     assert r3.pipeline == "video-pipeline"
     assert [m.revision for m in led.markers(T)] == [1, 2, 3]
-    assert (
-        root / "checkpoints" / T / ".markers" / "rev_000001.json"
-    ).read_bytes() == rev1_bytes  # never overwritten
+    assert (root / "checkpoints" / T / ".markers" / "rev_000001.json").read_bytes() == rev1_bytes  # never overwritten
     assert led.verify(T).ok
 
 
@@ -199,14 +189,13 @@ def test_verify_reports_an_edited_marker_revision(led: phaselog.Ledger, root: Pa
     path.write_text(json.dumps(doc), "utf-8")
     # The revision carries its content hash: the edit itself is caught, not only a broken chain.
     problems = led.verify(T).problems
-    assert any(p["rule"] == "content_hash" and p["path"].endswith("rev_000001.json") and p["damaged"]
-               for p in problems), problems
+    assert any(
+        p["rule"] == "content_hash" and p["path"].endswith("rev_000001.json") and p["damaged"] for p in problems
+    ), problems
 
 
 # -- decision log ----------------------------------------------------------------------------------
-def test_decisions_are_stored_with_the_checkpoint_not_in_the_seed_file(
-    led: phaselog.Ledger, root: Path
-) -> None:
+def test_decisions_are_stored_with_the_checkpoint_not_in_the_seed_file(led: phaselog.Ledger, root: Path) -> None:
     res = led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1")])
     assert res.record.decisions == (decision("d1"),)
     seed = yaml.safe_load((root / "checkpoints" / res.location).read_text("utf-8"))
@@ -261,9 +250,7 @@ def test_decisions_merge_across_runs_first_record_wins(led: phaselog.Ledger, clo
     assert "first record wins" in c["message"]
 
 
-def test_decisions_from_later_attempts_and_phases_join_the_log(
-    led: phaselog.Ledger, clock: Clock
-) -> None:
+def test_decisions_from_later_attempts_and_phases_join_the_log(led: phaselog.Ledger, clock: Clock) -> None:
     led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1")])
     clock.tick()
     led.write(T, R1, "implement", IMPLEMENT, decisions=[decision("d1", "b"), decision("d2")])
@@ -276,10 +263,7 @@ def test_decisions_from_later_attempts_and_phases_join_the_log(
         decisions=[decision("d3")],
     )
     log = led.decisions(T)
-    assert [
-        (d["decision_id"], d["source"]["phase"], d["source"]["attempt_number"])
-        for d in log["decisions"]
-    ] == [
+    assert [(d["decision_id"], d["source"]["phase"], d["source"]["attempt_number"]) for d in log["decisions"]] == [
         ("d1", "implement", 1),
         ("d2", "implement", 2),
         ("d3", "local_review", 1),
@@ -309,17 +293,13 @@ def test_a_refused_write_never_changes_the_decision_log(
     assert tree(root) == files
 
 
-def test_a_prerequisite_refusal_never_changes_the_decision_log(
-    led: phaselog.Ledger, root: Path
-) -> None:
+def test_a_prerequisite_refusal_never_changes_the_decision_log(led: phaselog.Ledger, root: Path) -> None:
     led.init_ticket(T, title="v", pipeline="video-pipeline")
     led.write(T, R1, "research", RESEARCH, decisions=[decision("d1")])
     led.write(T, R1, "proposal", PROPOSAL)  # not approved
     log, files = led.decisions(T), tree(root)
     with pytest.raises(Prerequisite):
-        led.write(
-            T, R1, "script", {"script_path": "s.md", "word_count": 3}, decisions=[decision("d2")]
-        )
+        led.write(T, R1, "script", {"script_path": "s.md", "word_count": 3}, decisions=[decision("d2")])
     assert led.decisions(T) == log
     assert tree(root) == files
 

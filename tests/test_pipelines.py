@@ -435,9 +435,7 @@ def test_a_good_payload_has_no_problems() -> None:
         ("implement", {"branch_name": ""}, ("phase_payload.branch_name", "minLength")),
     ],
 )
-def test_payload_schema_is_enforced(
-    phase: str, change: dict[str, Any], expected: tuple[str, str]
-) -> None:
+def test_payload_schema_is_enforced(phase: str, change: dict[str, Any], expected: tuple[str, str]) -> None:
     base = {
         "implement": GOOD_IMPLEMENT,
         "local_review": {
@@ -476,12 +474,10 @@ def test_video_payload_formats() -> None:
         "published_at": "2026-03-01T10:00:00Z",
     }
     assert _problems("publish", good, "video-pipeline") == []
-    assert _problems("publish", {**good, "url": "v/1"}, "video-pipeline") == [
-        ("phase_payload.url", "format:uri")
+    assert _problems("publish", {**good, "url": "v/1"}, "video-pipeline") == [("phase_payload.url", "format:uri")]
+    assert _problems("script", {"phase": "script", "script_path": "C:/x.md", "word_count": 5}, "video-pipeline") == [
+        ("phase_payload.script_path", "format:relative-path")
     ]
-    assert _problems(
-        "script", {"phase": "script", "script_path": "C:/x.md", "word_count": 5}, "video-pipeline"
-    ) == [("phase_payload.script_path", "format:relative-path")]
 
 
 def test_a_phase_without_schema_accepts_anything() -> None:

@@ -112,9 +112,7 @@ def test_start_with_explicit_pid_records_that_process(led: phaselog.Ledger) -> N
         child.wait()
 
 
-def test_step_events_carry_sequence_elapsed_tokens_and_output(
-    led: phaselog.Ledger, clock: Clock
-) -> None:
+def test_step_events_carry_sequence_elapsed_tokens_and_output(led: phaselog.Ledger, clock: Clock) -> None:
     led.progress(T, R, "implement", "start", provider="claude")
     clock.advance(seconds=2.5)
     text = "héllo wörld ✓"
@@ -146,9 +144,7 @@ def test_events_are_hash_chained(led: phaselog.Ledger) -> None:
     assert led.progress_events(T, R, "implement") == evs
 
 
-def test_stored_event_round_trips_and_is_named_by_phase_attempt_seq(
-    led: phaselog.Ledger, root: Path
-) -> None:
+def test_stored_event_round_trips_and_is_named_by_phase_attempt_seq(led: phaselog.Ledger, root: Path) -> None:
     led.progress(T, R, "implement", "start")
     ev = led.progress(T, R, "implement", "step", step=4, output="abc", tokens=9)
     path = progress_dir(root) / f"{event_name(1, 'implement', 1, 2)}.json"
@@ -156,11 +152,7 @@ def test_stored_event_round_trips_and_is_named_by_phase_attempt_seq(
     assert ProgressEvent.from_json(stored) == ev
     assert stored["output_sha256"] == hashlib.sha256(b"abc").hexdigest()
     assert stored["output_length"] == 3
-    assert (
-        event_name(1, "implement", 1, 2)
-        < event_name(1, "implement", 1, 10)
-        < event_name(1, "implement", 2, 1)
-    )
+    assert event_name(1, "implement", 1, 2) < event_name(1, "implement", 1, 10) < event_name(1, "implement", 2, 1)
 
 
 def test_same_instant_events_never_collide(led: phaselog.Ledger, root: Path) -> None:
@@ -211,9 +203,7 @@ def test_unknown_event_name_is_a_usage_error(led: phaselog.Ledger, root: Path) -
 
 
 # -- output cap ----------------------------------------------------------------------------------
-def test_output_over_default_cap_is_refused_and_nothing_written(
-    led: phaselog.Ledger, root: Path
-) -> None:
+def test_output_over_default_cap_is_refused_and_nothing_written(led: phaselog.Ledger, root: Path) -> None:
     led.progress(T, R, "implement", "start")
     before = tree(root)
     big = b"x" * (DEFAULT_MAX_OUTPUT_BYTES + 1)
@@ -237,9 +227,7 @@ def test_output_at_the_cap_is_accepted(led: phaselog.Ledger) -> None:
 def test_output_is_capped_in_bytes_not_characters(led: phaselog.Ledger) -> None:
     led.progress(T, R, "implement", "start")
     with pytest.raises(TooLarge):
-        led.progress(
-            T, R, "implement", "step", output="é" * 9, max_output_bytes=16
-        )  # 9 chars, 18 bytes
+        led.progress(T, R, "implement", "step", output="é" * 9, max_output_bytes=16)  # 9 chars, 18 bytes
 
 
 def test_output_under_the_cap_is_accepted_whatever_its_characters(led: phaselog.Ledger) -> None:
@@ -313,9 +301,7 @@ def test_events_of_other_phases_and_attempts_are_kept_apart(led: phaselog.Ledger
         led.progress_event(T, R, "implement", 1, 3)
 
 
-def test_progress_latest_is_the_newest_event_of_the_attempt_in_flight(
-    led: phaselog.Ledger, clock: Clock
-) -> None:
+def test_progress_latest_is_the_newest_event_of_the_attempt_in_flight(led: phaselog.Ledger, clock: Clock) -> None:
     led.progress(T, R, "implement", "start")
     led.write(T, R, "implement", None, status="failed", error="crashed")
     led.progress(T, R, "implement", "start")
@@ -327,9 +313,7 @@ def test_progress_latest_is_the_newest_event_of_the_attempt_in_flight(
 
 
 # -- status and resume -----------------------------------------------------------------------------
-def test_status_shows_in_progress_with_last_step_elapsed_tokens(
-    led: phaselog.Ledger, clock: Clock
-) -> None:
+def test_status_shows_in_progress_with_last_step_elapsed_tokens(led: phaselog.Ledger, clock: Clock) -> None:
     led.write(T, R, "implement", IMPLEMENT)
     led.progress(T, R, "local_review", "start")
     clock.advance(seconds=42)
@@ -373,9 +357,7 @@ def test_resume_says_which_step_to_restart_from(led: phaselog.Ledger) -> None:
 
 
 # -- abandoned -------------------------------------------------------------------------------------
-def test_abandoned_when_last_event_is_older_than_the_limit(
-    led: phaselog.Ledger, clock: Clock
-) -> None:
+def test_abandoned_when_last_event_is_older_than_the_limit(led: phaselog.Ledger, clock: Clock) -> None:
     led.progress(T, R, "implement", "start")
     led.progress(T, R, "implement", "step", step=2)
     clock.advance(seconds=DEFAULT_STALE_AFTER.total_seconds())
@@ -417,9 +399,7 @@ def test_bad_stale_after_in_the_environment_is_a_clear_usage_error(
         led.status(T, R)
 
 
-def test_ended_attempt_waiting_for_its_checkpoint_is_not_abandoned_by_age(
-    led: phaselog.Ledger, clock: Clock
-) -> None:
+def test_ended_attempt_waiting_for_its_checkpoint_is_not_abandoned_by_age(led: phaselog.Ledger, clock: Clock) -> None:
     led.progress(T, R, "implement", "start")
     led.progress(T, R, "implement", "complete", step=9)
     clock.advance(hours=5)
@@ -457,9 +437,7 @@ def test_restart_after_abandoned_opens_a_new_attempt(led: phaselog.Ledger, clock
     assert led.status(T, R).phase("implement").state == "completed"
 
 
-def _start(
-    pid: int | None = 4242, host: str = "box", process_start: float | None = 1000.0
-) -> ProgressEvent:
+def _start(pid: int | None = 4242, host: str = "box", process_start: float | None = 1000.0) -> ProgressEvent:
     return ProgressEvent(
         ticket_id=T,
         run_id=RUN,
@@ -492,9 +470,7 @@ HOUR = timedelta(hours=1)
 
 
 def test_judge_pid_gone() -> None:
-    reason = judge_abandoned(
-        _start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=lambda _: None
-    )
+    reason = judge_abandoned(_start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=lambda _: None)
     assert reason == "process 4242 on box is gone"
 
 
@@ -505,9 +481,7 @@ def test_judge_pid_reused_by_another_process() -> None:
         asked.append(pid)
         return 1000.0 + 3600  # same pid, started an hour later: another process
 
-    reason = judge_abandoned(
-        _start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=start_time_of
-    )
+    reason = judge_abandoned(_start(), _step(), now=T0, stale_after=HOUR, host="box", start_time_of=start_time_of)
     assert reason == "pid 4242 on box now belongs to another process"
     assert asked == [4242]
 

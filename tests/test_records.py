@@ -164,9 +164,7 @@ def test_parse_timestamp_converts_to_utc() -> None:
     assert ts == datetime(2026, 2, 9, 15, 4, 27, tzinfo=UTC)
 
 
-aware = st.datetimes(
-    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
-)
+aware = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC))
 
 
 @given(aware)
@@ -234,9 +232,7 @@ json_leaf = st.one_of(
 )
 json_value = st.recursive(
     json_leaf,
-    lambda c: st.one_of(
-        st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)
-    ),
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)),
     max_leaves=8,
 )
 hexes = st.text(alphabet="0123456789abcdef", min_size=7, max_size=64)
@@ -255,13 +251,9 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "error": st.none() | st.text(max_size=20),
     "pipeline": st.none() | st.builds(PipelineRef, st.text(max_size=8), st.text(max_size=5), hexes),
     "basis": st.none()
-    | st.dictionaries(
-        st.text(max_size=8), st.builds(BasisEntry, st.integers(1, 9), hexes), max_size=3
-    ),
+    | st.dictionaries(st.text(max_size=8), st.builds(BasisEntry, st.integers(1, 9), hexes), max_size=3),
     "prev_hash": st.none() | hexes,
-    "decisions": st.lists(
-        st.dictionaries(st.text(max_size=5), json_value, max_size=3), max_size=2
-    ).map(tuple),
+    "decisions": st.lists(st.dictionaries(st.text(max_size=5), json_value, max_size=3), max_size=2).map(tuple),
 }
 checkpoints = st.builds(
     Checkpoint,

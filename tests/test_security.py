@@ -112,9 +112,7 @@ def test_hostile_ticket_ids_are_refused_before_any_path_exists(
 
 
 @pytest.mark.parametrize("ticket", ["..", "../x", "a/b"], ids=repr)
-def test_hostile_ticket_ids_leave_an_existing_store_alone(
-    tmp_path: Path, ledger: Ledger, ticket: str
-) -> None:
+def test_hostile_ticket_ids_leave_an_existing_store_alone(tmp_path: Path, ledger: Ledger, ticket: str) -> None:
     ledger.write(T, RUN, "implement", IMPLEMENT)
     before = tree(tmp_path)
     with pytest.raises(InvalidIdentifier):
@@ -122,9 +120,7 @@ def test_hostile_ticket_ids_leave_an_existing_store_alone(
     assert tree(tmp_path) == before
 
 
-def test_a_hostile_run_id_becomes_a_uuid_inside_the_root(
-    tmp_path: Path, root: Path, ledger: Ledger
-) -> None:
+def test_a_hostile_run_id_becomes_a_uuid_inside_the_root(tmp_path: Path, root: Path, ledger: Ledger) -> None:
     # Run ids are not validated but normalised: any string maps to a UUID v5 directory name.
     result = ledger.write(T, "../../../escape", "implement", IMPLEMENT)
     uuid_dir = phaselog.normalize_run_id("../../../escape")
@@ -134,9 +130,7 @@ def test_a_hostile_run_id_becomes_a_uuid_inside_the_root(
     assert (root / "checkpoints" / T / uuid_dir / "phase_1_implement_a1.yaml").is_file()
 
 
-@pytest.mark.parametrize(
-    "run_id", ["../../..", "../OTHER", "..", ".", "", "a/b", "x\x00y"], ids=repr
-)
+@pytest.mark.parametrize("run_id", ["../../..", "../OTHER", "..", ".", "", "a/b", "x\x00y"], ids=repr)
 def test_the_store_refuses_run_ids_that_are_not_one_segment(
     tmp_path: Path, root: Path, ledger: Ledger, store: FilesStore, run_id: str
 ) -> None:
@@ -214,9 +208,7 @@ def test_payload_file_paths_outside_the_tree_are_refused(root: Path, ledger: Led
 
 # -- symlinks ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("level", ["checkpoints", "ticket", "run"])
-def test_a_symlinked_directory_is_not_followed(
-    tmp_path: Path, root: Path, ledger: Ledger, level: str
-) -> None:
+def test_a_symlinked_directory_is_not_followed(tmp_path: Path, root: Path, ledger: Ledger, level: str) -> None:
     ledger.write(T, RUN, "implement", IMPLEMENT)
     link = {
         "checkpoints": root / "checkpoints",
@@ -246,9 +238,7 @@ def test_a_symlinked_directory_is_not_followed(
     assert link.is_symlink()
 
 
-def test_a_symlinked_checkpoint_file_is_not_read_through(
-    tmp_path: Path, root: Path, ledger: Ledger
-) -> None:
+def test_a_symlinked_checkpoint_file_is_not_read_through(tmp_path: Path, root: Path, ledger: Ledger) -> None:
     run = ledger.run(T, RUN)
     run.write("implement", IMPLEMENT)
     run.write("implement", {**IMPLEMENT, "commit_sha": "b2c3d4e"})
@@ -270,9 +260,7 @@ def test_a_symlinked_checkpoint_file_is_not_read_through(
     assert target.is_symlink()  # reported, not removed
 
 
-def test_a_symlinked_sidecar_is_not_read_through(
-    tmp_path: Path, root: Path, ledger: Ledger
-) -> None:
+def test_a_symlinked_sidecar_is_not_read_through(tmp_path: Path, root: Path, ledger: Ledger) -> None:
     ledger.write(T, RUN, "implement", IMPLEMENT)
     meta = run_dir(root) / ".meta_1_implement_a1.json"
     outside = tmp_path / "meta.json"
@@ -304,9 +292,7 @@ def _canary_payloads(canary: Path) -> dict[str, str]:
     return {
         "python_apply": f'  branch_name: !!python/object/apply:os.system ["{cmd}"]\n',
         "python_name": "  branch_name: !!python/name:os.system\n",
-        "python_new": (
-            f'  branch_name: !!python/object/new:subprocess.Popen [["sh", "-c", "{cmd}"]]\n'
-        ),
+        "python_new": (f'  branch_name: !!python/object/new:subprocess.Popen [["sh", "-c", "{cmd}"]]\n'),
         "local_tag": "  branch_name: !custom value\n",
         "explicit_str": "  branch_name: !!str feat/x\n",
         "anchor_alias": "  branch_name: &b feat/x\n  commit_sha: *b\n",

@@ -52,10 +52,7 @@ def _key(stored: phaselog.Stored) -> tuple[str, str, int, str, int]:
 
 def _snapshot(root: Path) -> dict[str, bytes | None]:
     """Every path under ``root`` with its bytes (None for directories)."""
-    return {
-        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
-        for p in sorted(root.rglob("*"))
-    }
+    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
 
 
 @pytest.fixture
@@ -91,14 +88,10 @@ def test_list_gives_every_fixture_in_run_ordinal_attempt_order(
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
-def test_each_fixture_reads_back_field_for_field(
-    seed_root: Path, seed_ledger: Ledger, path: Path
-) -> None:
+def test_each_fixture_reads_back_field_for_field(seed_root: Path, seed_ledger: Ledger, path: Path) -> None:
     on_disk = yaml.safe_load(path.read_bytes())
     run = SHORT_RUN if on_disk["ticket_id"] == "OMN-2143" else on_disk["run_id"]
-    stored = seed_ledger.read(
-        on_disk["ticket_id"], run, on_disk["phase"], on_disk["attempt_number"]
-    )
+    stored = seed_ledger.read(on_disk["ticket_id"], run, on_disk["phase"], on_disk["attempt_number"])
     assert stored.record.seed_dict() == on_disk
     assert list(stored.record.seed_dict()) == list(on_disk)  # field order too
     assert stored.location == str(path.relative_to(FIXTURES))
@@ -184,9 +177,7 @@ def _write_like(ledger: Ledger, fixture: Path) -> phaselog.WriteResult:
 
 
 @pytest.mark.parametrize("fixture", FIXTURE_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
-def test_a_file_phaselog_writes_is_byte_identical_to_the_fixture(
-    tmp_path: Path, fixture: Path
-) -> None:
+def test_a_file_phaselog_writes_is_byte_identical_to_the_fixture(tmp_path: Path, fixture: Path) -> None:
     root = tmp_path / "fresh"
     result = _write_like(phaselog.Ledger(FilesStore(root)), fixture)
     written = root / "checkpoints" / result.location
@@ -232,9 +223,7 @@ def test_only_checkpoint_files_match_the_seed_glob(tmp_path: Path) -> None:
             "files_changed": [],
         },
     )
-    completed = {
-        s.location for t in ("OMN-2143", "OMN-2144", "OMN-2145") for s in ledger.list(t).completed
-    }
+    completed = {s.location for t in ("OMN-2143", "OMN-2144", "OMN-2145") for s in ledger.list(t).completed}
     assert len(completed) == 12
     seen = _seed_view(root / "checkpoints")
     assert {str(p.relative_to(root / "checkpoints")) for p in seen} == completed
@@ -286,9 +275,7 @@ def test_an_extra_payload_key_is_a_validation_error(seed_root: Path, seed_ledger
     _add_line(path, "  pr_number:", "  reviewer: alice\n")
     _stored, report = seed_ledger.validate("OMN-2144", RUN_2144, "create_pr", 1)
     assert not report.is_valid
-    assert any(
-        i.rule.startswith("payload_schema") and "reviewer" in i.text() for i in report.errors
-    )
+    assert any(i.rule.startswith("payload_schema") and "reviewer" in i.text() for i in report.errors)
 
 
 def test_fixture_hashes_are_stable(seed_ledger: Ledger) -> None:

@@ -59,9 +59,7 @@ def _seed_run(ticket: str) -> list[Checkpoint]:
     (run_dir,) = (FIXTURES / ticket).iterdir()
     out = []
     for path in sorted(run_dir.glob("phase_*.yaml")):
-        cp, _ = checkpoint_from_seed(
-            _yaml.load(path.read_bytes()), phase_ordinal=int(path.name.split("_")[1])
-        )
+        cp, _ = checkpoint_from_seed(_yaml.load(path.read_bytes()), phase_ordinal=int(path.name.split("_")[1]))
         out.append(cp)
     return out
 
@@ -294,9 +292,7 @@ def runs(draw: st.DrawFn) -> list[Checkpoint]:
                 st.one_of(
                     st.none(),
                     st.just(_basis(*done)),
-                    st.lists(st.sampled_from(done), unique_by=lambda r: r.phase).map(
-                        lambda rs: _basis(*rs)
-                    )
+                    st.lists(st.sampled_from(done), unique_by=lambda r: r.phase).map(lambda rs: _basis(*rs))
                     if done
                     else st.just({}),
                 )
@@ -326,9 +322,7 @@ def test_status_does_not_depend_on_record_order(records: list[Checkpoint], rnd: 
 
 
 @given(runs(), st.integers(1, 5), st.sampled_from(["deploy", "rollback", "Implement"]))
-def test_an_unknown_phase_record_only_adds_a_warning(
-    records: list[Checkpoint], attempt: int, name: str
-) -> None:
+def test_an_unknown_phase_record_only_adds_a_warning(records: list[Checkpoint], attempt: int, name: str) -> None:
     base = derive_status(TICKET, records)
     extra = _cp(name, attempt, 1000)
     for at in (0, len(records)):

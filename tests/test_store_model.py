@@ -183,9 +183,7 @@ class LedgerMachine(RuleBasedStateMachine):
                     self.ledger.progress(self.tickets[kind], run, phase, "step", step=1)
                 return
             attempt = max(open_)
-        ev = self.ledger.progress(
-            self.tickets[kind], run, phase, "start" if start else "step", step=len(events)
-        )
+        ev = self.ledger.progress(self.tickets[kind], run, phase, "start" if start else "step", step=len(events))
         events[attempt] = events.get(attempt, 0) + 1
         assert (ev.attempt_number, ev.seq) == (attempt, events[attempt])
 
@@ -227,15 +225,8 @@ class LedgerMachine(RuleBasedStateMachine):
                 if k != kind:
                     continue
                 rid = normalize_run_id(run)
-                want = sorted(
-                    (pl.phase(p).ordinal, a.number, a.completed)
-                    for p, lst in m.cps.items()
-                    for a in lst
-                )
-                got = [
-                    (r.phase_ordinal, r.attempt_number, r.completed)
-                    for r in store.attempts(ticket, rid)
-                ]
+                want = sorted((pl.phase(p).ordinal, a.number, a.completed) for p, lst in m.cps.items() for a in lst)
+                got = [(r.phase_ordinal, r.attempt_number, r.completed) for r in store.attempts(ticket, rid)]
                 assert got == want
                 expect_list += [(rid, o, n) for o, n, _c in want]
                 status = self.ledger.status(ticket, run)
@@ -258,8 +249,7 @@ class LedgerMachine(RuleBasedStateMachine):
             page = self.ledger.list(ticket)
             assert page.damaged == []
             assert [
-                (s.record.run_id, s.record.phase_ordinal, s.record.attempt_number)
-                for s in page.items
+                (s.record.run_id, s.record.phase_ordinal, s.record.attempt_number) for s in page.items
             ] == expect_list
             report = self.ledger.verify(ticket)
             assert report.ok, report.problems

@@ -197,9 +197,7 @@ def test_phase_payload_without_phase_key() -> None:
         ),
     ],
 )
-def test_payload_schema_errors(
-    phase: str, change: dict[str, Any], expected: tuple[str, str]
-) -> None:
+def test_payload_schema_errors(phase: str, change: dict[str, Any], expected: tuple[str, str]) -> None:
     cp = _cp(phase, phase_payload={**PAYLOADS[phase], **change})
     assert _check(cp) == [("error", *expected)]
 
@@ -290,9 +288,7 @@ def test_prev_hash_not_matching_the_previous_attempt() -> None:
     assert _issues(rep) == [("error", "prev_hash", "prev_hash")]
     assert a1.content_hash[:12] in rep.issues[0].message
     missing = _a2(a1, prev_hash=None)
-    assert _issues(check_links(missing, previous=a1, lookup={})) == [
-        ("error", "prev_hash", "prev_hash")
-    ]
+    assert _issues(check_links(missing, previous=a1, lookup={})) == [("error", "prev_hash", "prev_hash")]
 
 
 def test_basis_naming_a_record_that_is_not_stored() -> None:
@@ -300,9 +296,7 @@ def test_basis_naming_a_record_that_is_not_stored() -> None:
     assert _issues(check_links(cp, previous=None, lookup={("implement", 2): None})) == [
         ("error", "basis.implement", "basis")
     ]
-    assert _issues(check_links(cp, previous=None, lookup={})) == [
-        ("error", "basis.implement", "basis")
-    ]
+    assert _issues(check_links(cp, previous=None, lookup={})) == [("error", "basis.implement", "basis")]
 
 
 def test_basis_whose_record_changed() -> None:
@@ -323,9 +317,7 @@ def test_basis_whose_record_changed() -> None:
 def test_timestamp_order_is_a_warning() -> None:
     a1 = _cp()
     a2 = _a2(a1, timestamp_utc=a1.timestamp_utc - timedelta(seconds=1))
-    assert _issues(check_links(a2, previous=a1, lookup={})) == [
-        ("warning", "timestamp_utc", "timestamp_order")
-    ]
+    assert _issues(check_links(a2, previous=a1, lookup={})) == [("warning", "timestamp_utc", "timestamp_order")]
     same = _a2(a1, timestamp_utc=a1.timestamp_utc)
     assert _issues(check_links(same, previous=a1, lookup={})) == []
 
@@ -333,9 +325,7 @@ def test_timestamp_order_is_a_warning() -> None:
 def test_seed_checkpoints_carry_no_links_but_timestamps_are_still_checked() -> None:
     a1 = _cp(has_metadata=False)
     a2 = _cp(has_metadata=False, attempt_number=2, timestamp_utc=T0 - timedelta(hours=1))
-    assert _issues(check_links(a2, previous=a1, lookup={})) == [
-        ("warning", "timestamp_utc", "timestamp_order")
-    ]
+    assert _issues(check_links(a2, previous=a1, lookup={})) == [("warning", "timestamp_utc", "timestamp_order")]
     later = a2.evolve(timestamp_utc=T0 + timedelta(hours=1))
     assert _issues(check_links(later, previous=a1, lookup={})) == []
 
@@ -367,9 +357,7 @@ def test_artifacts_leaving_the_root_through_a_symlink(tmp_path: Path) -> None:
     (outside / "secret.txt").write_text("s", encoding="utf-8")
     os.symlink(outside, root / "link")
     cp = _cp(artifact_paths=("link/secret.txt",))
-    assert _issues(check_artifacts(cp, root)) == [
-        ("error", "artifact_paths[0]", "artifact_outside_root")
-    ]
+    assert _issues(check_artifacts(cp, root)) == [("error", "artifact_paths[0]", "artifact_outside_root")]
 
 
 def test_invalid_artifact_paths_are_left_to_check_record(tmp_path: Path) -> None:

@@ -34,9 +34,7 @@ TRAPS = [
 
 # Text the fast emitter may take (so the fast path, not only the PyYAML fallback, is exercised):
 # the plain-scalar alphabet with a few hazards mixed in.
-FAST_ALPHABET = (
-    "abcxyzABCXYZ0189_./+@=~-:éßЖ日ア한" + "\u00c0\u02ff\u0370\u1fff\u2c00\ud7ff\uf900\ufefe"
-)
+FAST_ALPHABET = "abcxyzABCXYZ0189_./+@=~-:éßЖ日ア한" + "\u00c0\u02ff\u0370\u1fff\u2c00\ud7ff\uf900\ufefe"
 fast_text = st.one_of(
     st.text(alphabet=FAST_ALPHABET, min_size=1, max_size=20),
     st.text(alphabet="0123456789abcdef", min_size=1, max_size=12),
@@ -99,9 +97,7 @@ def _lists(data: Any) -> Any:
 
 def _seed_dump(data: dict[str, Any]) -> str:
     """The seed tool's call, verbatim (pure PyYAML, tuples as lists)."""
-    return yaml.safe_dump(
-        _lists(data), sort_keys=False, allow_unicode=True, default_flow_style=False
-    )
+    return yaml.safe_dump(_lists(data), sort_keys=False, allow_unicode=True, default_flow_style=False)
 
 
 # -- (1) the fast emitter equals PyYAML byte for byte ------------------------------------------
@@ -129,9 +125,7 @@ def test_dump_of_an_empty_mapping() -> None:
 
 
 def test_dump_quotes_what_yaml_would_read_as_another_type() -> None:
-    out = _yaml.dump(
-        {"sha": "4801973", "flag": "no", "ts": "2026-02-09T15:04:27Z", "none": "~", "ok": "abc"}
-    )
+    out = _yaml.dump({"sha": "4801973", "flag": "no", "ts": "2026-02-09T15:04:27Z", "none": "~", "ok": "abc"})
     assert out == "sha: '4801973'\nflag: 'no'\nts: '2026-02-09T15:04:27Z'\nnone: '~'\nok: abc\n"
 
 

@@ -526,8 +526,7 @@ class SqlStore:
                 for table in ("phaselog_checkpoints", "phaselog_entries"):
                     row = conn.execute(
                         self._sql(
-                            f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} "
-                            "WHERE ticket_id = ? AND run_id = ?"
+                            f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} WHERE ticket_id = ? AND run_id = ?"
                         ),
                         (tid, rid),
                     ).fetchone()
