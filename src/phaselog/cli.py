@@ -66,12 +66,12 @@ def _fail(err: PhaselogError, correlation_id: str | None = None) -> NoReturn:
     sys.exit(err.exit_code)
 
 
-def _table(rows: list[list[Any]], headers: list[str], title: str | None = None) -> None:
+def _table(rows: list[list[Any]], headers: list[str], title: str | None = None, empty: str = "nothing to show") -> None:
     from rich.console import Console
     from rich.table import Table
 
     if not rows:
-        click.echo(f"{title}: nothing to show" if title else "nothing to show")
+        click.echo(": ".join(x for x in (title, empty) if x) or "nothing to show")
         return
     t = Table(title=title, show_lines=False, header_style="bold")
     for i, h in enumerate(headers):
@@ -634,6 +634,7 @@ def resume(
             [[b["phase"], b["state"], b["reason"]] for b in d["blockers"]],
             ["blocking phase", "state", "reason"],
             title=f"skip to {d['skip_to']}: {verdict}",
+            empty="",
         )
         flight = d.get("in_progress")
         if flight:
@@ -678,6 +679,7 @@ def verify(
             [[p["path"], p["rule"], p["message"]] for p in d["problems"]],
             ["path", "rule", "problem"],
             title=f"verified {d['checked']} record(s): {verdict}",
+            empty="",
         )
 
     out.emit({"success": True, "ok": report.ok, "checked": report.checked, "problems": report.problems}, table)
