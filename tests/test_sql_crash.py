@@ -613,6 +613,35 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
         check.close()
 
 
+@pytest.mark.parametrize(("mode", "stored"), [("after", True), ("before", False)])
+def test_a_commit_whose_outcome_stays_unknown_is_reported_as_such(pg_schema_url: str, mode: str, stored: bool) -> None:
+    # The connection is cut at COMMIT and every reconnection is refused until the retries run out:
+    # the writer cannot know whether the record is stored, and must say so (not a plain io_error).
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(pg_schema_url)
+    cutter = CommitCutter(parts.hostname or "127.0.0.1", parts.port or 5432)
+    url = pg_url(
+        pg_schema_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{cutter.port}"),
+        sslmode="disable",
+    )
+    store = open_store(url)
+    ledger = Ledger(store)
+    try:
+        ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["first"]})
+        cutter.arm(mode, refuse=1000)
+        with pytest.raises(phaselog.OutcomeUnknown) as info:
+            ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["unknown-outcome"]})
+        assert info.value.error_code == "outcome_unknown"
+        assert "read it back" in info.value.message
+    finally:
+        store.close()
+        cutter.close()
+    run = phaselog.normalize_run_id("r1")
+    rows = raw(pg_schema_url, "SELECT attempt FROM phaselog_checkpoints WHERE run_id = ? ORDER BY attempt", (run,))
+    assert [r[0] for r in rows] == ([1, 2] if stored else [1])
+
+
 def test_an_unreachable_postgres_is_reported_clearly_after_its_retries() -> None:
     pytest.importorskip("psycopg")
     with socket.create_server(("127.0.0.1", 0)) as sock:

@@ -126,3 +126,13 @@ class Prerequisite(PhaselogError, ValueError):
     """Earlier phases block this write (missing, failed, stale, rejected, unapproved)."""
 
     error_code = "prerequisite"
+
+
+class OutcomeUnknown(StoreError):
+    """The database stopped answering around a commit: the write may or may not be stored.
+
+    Read it back (``phaselog read``/``list``) before writing again: a retry without ``--attempt``
+    could otherwise record the same work twice.
+    """
+
+    error_code = "outcome_unknown"

@@ -26,6 +26,7 @@ from phaselog.errors import (
     Conflict,
     Corrupt,
     NotFound,
+    OutcomeUnknown,
     StoreError,
     TooLarge,
     UnsupportedVersion,
@@ -330,7 +331,11 @@ class SqlStore:
                 # next round's read resolve it by the record's content hash (its idempotency key).
                 self._reset()
                 time.sleep(0.05 * (2**i))
-        raise StoreError(f"{self.dialect.name}: could not append {location} (database unreachable)")
+        raise OutcomeUnknown(
+            f"{self.dialect.name}: the database stopped answering while {location} was being written; it may or "
+            "may not be stored — read it back before writing again",
+            path=location,
+        )
 
     # -- reading ----------------------------------------------------------------------------------
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
