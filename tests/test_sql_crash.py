@@ -556,13 +556,8 @@ class CommitCutter:
             s.close()
 
 
-@pytest.mark.parametrize("refused", [0, 2], ids=["reconnects", "reconnect-refused-twice"])
-@pytest.mark.parametrize("mode", ["after", "before"])
-def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_record(
-    pg_schema_url: str, mode: str, refused: int
-) -> None:
-    # ``refused``: the first reconnections fail too, as while the server restarts; the write must
-    # back off and retry, not give up (and, for ``after``, not report an error for a stored record).
+def through_cutter(pg_schema_url: str) -> tuple[CommitCutter, Any]:
+    """A CommitCutter in front of the test database, and a store that connects through it."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(pg_schema_url)
@@ -571,7 +566,17 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
         pg_schema_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{cutter.port}"),
         sslmode="disable",
     )
-    store = open_store(url)
+    return cutter, open_store(url)
+
+
+@pytest.mark.parametrize("refused", [0, 2], ids=["reconnects", "reconnect-refused-twice"])
+@pytest.mark.parametrize("mode", ["after", "before"])
+def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_record(
+    pg_schema_url: str, mode: str, refused: int
+) -> None:
+    # ``refused``: the first reconnections fail too, as while the server restarts; the write must
+    # back off and retry, not give up (and, for ``after``, not report an error for a stored record).
+    cutter, store = through_cutter(pg_schema_url)
     ledger = Ledger(store)
     try:
         ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["first"]})
@@ -617,15 +622,7 @@ def test_postgres_write_whose_commit_outcome_is_unknown_resolves_to_exactly_one_
 def test_a_commit_whose_outcome_stays_unknown_is_reported_as_such(pg_schema_url: str, mode: str, stored: bool) -> None:
     # The connection is cut at COMMIT and every reconnection is refused until the retries run out:
     # the writer cannot know whether the record is stored, and must say so (not a plain io_error).
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(pg_schema_url)
-    cutter = CommitCutter(parts.hostname or "127.0.0.1", parts.port or 5432)
-    url = pg_url(
-        pg_schema_url.replace(f"{parts.hostname}:{parts.port or 5432}", f"127.0.0.1:{cutter.port}"),
-        sslmode="disable",
-    )
-    store = open_store(url)
+    cutter, store = through_cutter(pg_schema_url)
     ledger = Ledger(store)
     try:
         ledger.write(T, "r1", "implement", {**IMPLEMENT, "files_changed": ["first"]})
