@@ -25,20 +25,22 @@ def banner(text: str) -> None:
     print(f"\n\033[1m== {text}\033[0m", flush=True)
 
 
+def command(args: tuple[str, ...]) -> list[str]:
+    """The phaselog CLI of this venv (or the module, if the script is missing) with ``args``."""
+    exe = BIN / "phaselog"
+    return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
+
+
 def phaselog(*args: str) -> int:
     """Run the phaselog CLI as a user would, showing the command."""
     print(f"$ phaselog {shlex.join(args)}", flush=True)
-    exe = BIN / "phaselog"
-    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
-    return subprocess.run(cmd, env=ENV, check=False).returncode
+    return subprocess.run(command(args), env=ENV, check=False).returncode
 
 
 def quiet(*args: str) -> None:
     """Run a phaselog command, showing only the command (its JSON is not the point here)."""
     print(f"$ phaselog {shlex.join(args)}   # (output omitted)", flush=True)
-    exe = BIN / "phaselog"
-    cmd = [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
-    proc = subprocess.run(cmd, env=ENV, check=False, capture_output=True, text=True)
+    proc = subprocess.run(command(args), env=ENV, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout, proc.stderr, file=sys.stderr)
         raise SystemExit(f"demo step failed: phaselog {' '.join(args)}")

@@ -370,6 +370,13 @@ def _opt(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> A
     return value
 
 
+def _check_header(data: Any, kind: str, what: str) -> None:
+    """Refuse a document that is not an audit record of ``kind``, or of a newer major version."""
+    if not isinstance(data, Mapping) or data.get("kind") != kind:
+        raise Corrupt(f"not a phaselog {what}", rule="kind")
+    check_schema_version(data.get("schema_version"))
+
+
 class _AuditRecord:
     """What the audit-trail records share: a content hash over their canonical JSON form."""
 
@@ -438,9 +445,7 @@ class ProgressEvent(_AuditRecord):
     @classmethod
     def from_json(cls, data: Any) -> ProgressEvent:
         """Parse the stored form; Corrupt on a broken one."""
-        if not isinstance(data, Mapping) or data.get("kind") != "phaselog.progress":
-            raise Corrupt("not a phaselog progress event", rule="kind")
-        check_schema_version(data.get("schema_version"))
+        _check_header(data, "phaselog.progress", "progress event")
         event = data.get("event")
         if event not in EVENTS:
             raise Corrupt(f"event: must be one of {', '.join(EVENTS)}", field="event", rule="enum")
@@ -512,9 +517,7 @@ class Approval(_AuditRecord):
     @classmethod
     def from_json(cls, data: Any) -> Approval:
         """Parse the stored form; Corrupt on a broken one."""
-        if not isinstance(data, Mapping) or data.get("kind") != "phaselog.approval":
-            raise Corrupt("not a phaselog approval", rule="kind")
-        check_schema_version(data.get("schema_version"))
+        _check_header(data, "phaselog.approval", "approval")
         decision = data.get("decision")
         if decision not in DECISIONS:
             raise Corrupt("decision: must be approve or reject", field="decision", rule="enum")
@@ -564,9 +567,7 @@ class Marker(_AuditRecord):
     @classmethod
     def from_json(cls, data: Any) -> Marker:
         """Parse the stored form; Corrupt on a broken one."""
-        if not isinstance(data, Mapping) or data.get("kind") != "phaselog.marker":
-            raise Corrupt("not a phaselog ticket marker", rule="kind")
-        check_schema_version(data.get("schema_version"))
+        _check_header(data, "phaselog.marker", "ticket marker")
         meta = data.get("meta") or {}
         if not isinstance(meta, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise Corrupt("meta: must map strings to strings", field="meta", rule="type")
