@@ -16,6 +16,7 @@ from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Phase
 from phaselog.records import Approval, entry_bytes, read_entries
 from phaselog.state import APPROVED, REJECTED
+from phaselog.stores.names import approval_name
 
 _KIND = "approvals"
 MAX_BY = 200
@@ -140,7 +141,7 @@ class GatesMixin:
                 seq=seq,
                 comment=comment,
             )
-            name = f"{seq:06d}_{ph.ordinal:03d}_{ph.name}_a{attempt:06d}"
+            name = approval_name(seq, ph.ordinal, ph.name, attempt)
             try:
                 self.store.put_entry(_KIND, ticket_id, run_id, name, entry_bytes(approval))
             except AlreadyExists:

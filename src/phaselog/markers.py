@@ -13,6 +13,7 @@ from typing import Any
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
 from phaselog.ids import validate_ticket_id
 from phaselog.records import Marker, entry_bytes, read_entries
+from phaselog.stores.names import marker_name
 
 _KIND = "markers"
 MAX_TITLE = 500
@@ -85,7 +86,7 @@ class MarkersMixin:
                     prev_hash=current.content_hash,
                 )
             try:
-                self.store.put_entry(_KIND, ticket_id, None, f"rev_{new.revision:06d}", entry_bytes(new))
+                self.store.put_entry(_KIND, ticket_id, None, marker_name(new.revision), entry_bytes(new))
             except AlreadyExists:
                 continue
             return new, True

@@ -43,17 +43,13 @@ from phaselog.errors import (
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Phase
 from phaselog.records import EVENTS, ProgressEvent, entry_bytes, read_entries
+from phaselog.stores.names import event_name, event_prefix, parse_event_name
 
 DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: An in-flight attempt whose last event is older than this is reported ``abandoned``.
 DEFAULT_STALE_AFTER = timedelta(hours=1)
 TERMINAL_EVENTS = ("complete", "fail", "skip")
 _KIND = "progress"
-
-
-def event_name(ordinal: int, phase: str, attempt: int, seq: int) -> str:
-    """The entry name of an event: sorts by phase, attempt, then sequence number."""
-    return f"{ordinal:03d}_{phase}_a{attempt:06d}_s{seq:09d}"
 
 
 def process_start_time(pid: int) -> float | None:
@@ -182,17 +178,15 @@ class ProgressMixin:
 
     def _started_attempts(self, ticket_id: str, run_id: str, ph: Phase) -> list[int]:
         """Attempts of ``ph`` that have progress events, from entry names alone (sorted)."""
-        prefix = f"{ph.ordinal:03d}_{ph.name}_a"
         found = set()
         for name in self.store.entry_names(_KIND, ticket_id, run_id):
-            if name.startswith(prefix):
-                head = name[len(prefix) :].split("_s", 1)[0]
-                if head.isdigit():
-                    found.add(int(head))
+            parsed = parse_event_name(name)
+            if parsed is not None and (parsed.ordinal, parsed.phase) == (ph.ordinal, ph.name):
+                found.add(parsed.attempt)
         return sorted(found)
 
     def _events(self, ticket_id: str, run_id: str, ph: Phase, attempt: int) -> list[ProgressEvent]:
-        prefix = f"{ph.ordinal:03d}_{ph.name}_a{attempt:06d}_s"
+        prefix = event_prefix(ph.ordinal, ph.name, attempt)
         return [ev for ev in self._all_events(ticket_id, run_id, prefix) if ev.attempt_number == attempt]
 
     def _all_events(self, ticket_id: str, run_id: str, prefix: str = "") -> list[ProgressEvent]:

@@ -27,6 +27,7 @@ from typing import Any
 from phaselog.errors import UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import format_timestamp
+from phaselog.stores.names import approval_name, parse_event_name
 
 
 def note_hash(document: Any) -> str:
@@ -175,20 +176,13 @@ def _prune_run(
     doomed_keys = {(c.phase_ordinal, c.attempt_number) for c in doomed}
     entries: list[tuple[str, str, str, str]] = []
     for name in store.entry_names("progress", tid, rid):
-        head = name.split("_a", 1)
-        try:
-            ordinal = int(name[:3])
-            attempt = int(head[1].split("_s", 1)[0]) if len(head) > 1 else -1
-        except ValueError:
-            continue
-        if whole or (ordinal, attempt) in doomed_keys:
+        parsed = parse_event_name(name)
+        if whole or (parsed is not None and (parsed.ordinal, parsed.attempt) in doomed_keys):
             entries.append(("progress", tid, rid, name))
     doomed_hashes = {c.content_hash for c in doomed}
     for a in approvals:
         if whole or a.checkpoint_hash in doomed_hashes:
-            entries.append(
-                ("approvals", tid, rid, f"{a.seq:06d}_{a.phase_ordinal:03d}_{a.phase}_a{a.attempt_number:06d}")
-            )
+            entries.append(("approvals", tid, rid, approval_name(a.seq, a.phase_ordinal, a.phase, a.attempt_number)))
     for c in doomed:
         rep.removed.append(
             {

@@ -24,7 +24,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import secrets
 import stat
 import time
@@ -46,43 +45,29 @@ from phaselog.errors import (
 )
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.records import SCHEMA_VERSION, Checkpoint, checkpoint_from_seed
+from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, Stored
 from phaselog.stores.files_admin import FilesAdminMixin
+from phaselog.stores.names import ENTRY_KINDS, failed_name, meta_name
+from phaselog.stores.names import checkpoint_name as cp_name
 
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 TEMP_MAX_AGE_S = 60.0
-_CP_RE = re.compile(r"phase_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.yaml")
-_FAILED_RE = re.compile(r"\.failed_(\d+)_([a-z][a-z0-9_]*)_a(\d+)\.json")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO planted under a record's name must not hang the reader; fstat
 # then refuses it as "not a regular file". Regular files ignore the flag.
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _META_KIND = "phaselog.checkpoint"
-#: Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
-#: ``<run>/.pruned/`` (notes of what prune removed), ``<ticket>/.markers/``.
-ENTRY_KINDS = ("progress", "approvals", "markers", "pruned")
-_ENTRY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
+# Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
+# ``<run>/.pruned/`` (notes of what prune removed), ``<ticket>/.markers/``. Every name format
+# lives in phaselog.stores.names.
+_ENTRY_RE = _names.ENTRY_NAME_RE
 
 
 def default_root() -> Path:
     """``PHASELOG_HOME`` if set, else ``~/.phaselog``."""
     env = os.environ.get("PHASELOG_HOME")
     return Path(env).expanduser() if env else Path.home() / ".phaselog"
-
-
-def cp_name(ordinal: int, phase: str, attempt: int) -> str:
-    """The seed file name of an attempt."""
-    return f"phase_{ordinal}_{phase}_a{attempt}.yaml"
-
-
-def meta_name(ordinal: int, phase: str, attempt: int) -> str:
-    """The sidecar holding phaselog's part of a completed attempt."""
-    return f".meta_{ordinal}_{phase}_a{attempt}.json"
-
-
-def failed_name(ordinal: int, phase: str, attempt: int) -> str:
-    """The record of a failed attempt."""
-    return f".failed_{ordinal}_{phase}_a{attempt}.json"
 
 
 class FilesStore(FilesAdminMixin):
@@ -192,7 +177,7 @@ class FilesStore(FilesAdminMixin):
         if not is_canonical_uuid(record.run_id):
             raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
         ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
-        if not _CP_RE.fullmatch(cp_name(ordinal, phase, attempt)) or attempt < 1:
+        if _names.parse_checkpoint_name(cp_name(ordinal, phase, attempt)) != (ordinal, phase, attempt) or attempt < 1:
             raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
         run_fd = self._open_dir("checkpoints", record.ticket_id, record.run_id, create=True)
         try:
@@ -675,23 +660,23 @@ def _fsync_all(fds: list[int]) -> None:
         f.result()
 
 
-def _parse_names(names: list[str]) -> list[AttemptRef]:
+def _parse_names(listing: list[str]) -> list[AttemptRef]:
     refs: dict[tuple[int, int], AttemptRef] = {}
-    for n in names:
-        m = _CP_RE.fullmatch(n)
+    for n in listing:
+        parsed = _names.parse_checkpoint_name(n)
         completed = True
-        if m is None:
-            m = _FAILED_RE.fullmatch(n)
+        if parsed is None:
+            parsed = _names.parse_failed_name(n)
             completed = False
-            if m is None:
+            if parsed is None:
                 continue
-        key = (int(m.group(1)), int(m.group(3)))
+        key = (parsed.ordinal, parsed.attempt)
         if key[1] < 1:
             continue
         # Seed file and failed record for one attempt cannot both be written by phaselog (the
         # run lock); if a hand copy made both, the seed file (completed) wins for listing.
         if key not in refs or completed:
-            refs[key] = AttemptRef(key[0], key[1], m.group(2), completed)
+            refs[key] = AttemptRef(key[0], key[1], parsed.phase, completed)
     return list(refs.values())
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from phaselog.errors import NotFound, StoreError
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores import files as _f  # a cycle by design: names are looked up at call time
+from phaselog.stores import names as _names
 
 
 class FilesAdminMixin:
@@ -67,9 +68,9 @@ class FilesAdminMixin:
         by_dir: dict[tuple[str, ...], list[str]] = {}
         for tid, rid, ordinal, phase, attempt, completed in checkpoints:
             names = (
-                [_f.cp_name(ordinal, phase, attempt), _f.meta_name(ordinal, phase, attempt)]
+                [_names.checkpoint_name(ordinal, phase, attempt), _names.meta_name(ordinal, phase, attempt)]
                 if completed
-                else [_f.failed_name(ordinal, phase, attempt)]
+                else [_names.failed_name(ordinal, phase, attempt)]
             )
             by_dir.setdefault((tid, rid), []).extend(names)
         for kind, tid, rid, name in entries:
@@ -99,7 +100,7 @@ class FilesAdminMixin:
         dirs: list[tuple[str, list[str]]] = [(".markers", [ticket_id, ".markers"])]
         for rid in self.runs(ticket_id):
             dirs.append((rid, [ticket_id, rid]))
-            for kind in _f.ENTRY_KINDS[:2]:
+            for kind in _names.ENTRY_KINDS[:2]:
                 dirs.append((f"{rid}/.{kind}", [ticket_id, rid, f".{kind}"]))
         for _label, segs in dirs:
             try:
@@ -125,18 +126,18 @@ class FilesAdminMixin:
                                     "writer in this folder removes it",
                                 }
                             )
-                    elif n.startswith(".meta_") and n.endswith(".json"):
-                        seed = "phase_" + n[len(".meta_") : -len(".json")] + ".yaml"
-                        if seed not in names:
-                            found.append(
-                                {
-                                    "kind": "orphan_sidecar",
-                                    "path": rel,
-                                    "message": "sidecar without its seed file (a write interrupted "
-                                    "between its two links); invisible, replaced by the next write "
-                                    "of that attempt",
-                                }
-                            )
+                    elif (meta := _names.parse_meta_name(n)) is not None and (
+                        _names.checkpoint_name(*meta) not in names
+                    ):
+                        found.append(
+                            {
+                                "kind": "orphan_sidecar",
+                                "path": rel,
+                                "message": "sidecar without its seed file (a write interrupted "
+                                "between its two links); invisible, replaced by the next write "
+                                "of that attempt",
+                            }
+                        )
             finally:
                 os.close(fd)
         return found
@@ -153,11 +154,10 @@ class FilesAdminMixin:
         validate_ticket_id(segs[0])
         name = segs[-1]
         names = [name]
-        m = _f._CP_RE.fullmatch(name)
-        if m:
-            names.append(_f.meta_name(int(m.group(1)), m.group(2), int(m.group(3))))
-        elif name.startswith(".meta_") and name.endswith(".json"):
-            names.append("phase_" + name[len(".meta_") : -len(".json")] + ".yaml")
+        if (seed := _names.parse_checkpoint_name(name)) is not None:
+            names.append(_names.meta_name(*seed))
+        elif (meta := _names.parse_meta_name(name)) is not None:
+            names.append(_names.checkpoint_name(*meta))
         src_fd = self._open_dir("checkpoints", *segs[:-1])
         q_fd = self._open_dir("quarantine", create=True)
         moved: list[dict[str, Any]] = []

@@ -35,15 +35,13 @@ from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores.base import AttemptRef, Damaged, Stored
 from phaselog.stores.files import (
-    _ENTRY_RE,
     DEFAULT_MAX_RECORD_BYTES,
-    ENTRY_KINDS,
     _meta_bytes,
     _parse_meta,
     _seed_or_corrupt,
-    cp_name,
-    failed_name,
 )
+from phaselog.stores.names import ENTRY_KINDS, failed_name, is_entry_name
+from phaselog.stores.names import checkpoint_name as cp_name
 
 #: The schema version this code writes and understands.
 SCHEMA_VERSION = 1
@@ -457,7 +455,7 @@ class SqlStore:
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Insert an audit entry; AlreadyExists if the name is taken."""
         key = self._entry_key(kind, ticket_id, run_id)
-        if not _ENTRY_RE.fullmatch(name):
+        if not is_entry_name(name):
             raise StoreError(f"entry name {name!r} is not safe")
         if len(body) > 4 * self.max_record_bytes:  # room for escaped progress output, as in the files store
             raise TooLarge(
