@@ -1,0 +1,92 @@
+"""Parsing of option values shared by several commands (JSON options, attempts, output files)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from phaselog.errors import UsageError
+
+
+def json_opt(value: str | None, option: str, kind: type, items: type | None = None) -> Any:
+    """Parse a JSON option given inline, as ``@FILE`` or as ``-`` (standard input)."""
+    if value is None:
+        return None
+    text = value
+    source = "stdin" if value == "-" else value[1:]
+    try:
+        if value == "-":
+            text = sys.stdin.buffer.read().decode("utf-8")
+        elif value.startswith("@"):
+            with open(value[1:], encoding="utf-8") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {source}: {exc.strerror}", field=option) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{option}: {source} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+            field=option,
+            rule="utf-8",
+        ) from None
+    try:
+        data = json.loads(text)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates (\ud800) fail here
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{option}: contains a lone surrogate escape ({exc.object[exc.start : exc.end]!r}); "
+            "strings must be valid Unicode",
+            field=option,
+            rule="utf-8",
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{option}: JSON nested too deeply", field=option, rule="json") from None
+    except ValueError as exc:
+        raise UsageError(f"{option}: not valid JSON ({exc})", field=option, rule="json") from None
+    if not isinstance(data, kind):
+        want = "a JSON object" if kind is dict else "a JSON array"
+        raise UsageError(f"{option}: must be {want}", field=option, rule="type")
+    if items is not None:
+        values: Any = data.values() if isinstance(data, dict) else data
+        bad = [v for v in values if not isinstance(v, items)]
+        if bad:
+            what = "value" if kind is dict else "item"
+            raise UsageError(
+                f"{option}: every {what} must be a JSON string (got {json.dumps(bad[0])})",
+                field=option,
+                rule="type",
+            )
+    return data
+
+
+def attempt(value: int | None) -> int | None:
+    """Check an ``--attempt`` value (>= 1)."""
+    if value is not None and value < 1:
+        raise UsageError("--attempt: must be >= 1", field="attempt", rule="attempt_number")
+    return value
+
+
+def read_output(output_file: str | None, output: str | None) -> bytes | None:
+    """The bytes of ``--output-file FILE`` or ``--output -`` (standard input), if either is given."""
+    if output_file and output:
+        raise UsageError("give --output-file or --output, not both", field="output")
+    if output is not None:
+        if output != "-":
+            raise UsageError("--output takes '-' (read standard input); use --output-file for a file", field="output")
+        return sys.stdin.buffer.read()
+    if output_file is not None:
+        try:
+            with open(output_file, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise UsageError(f"--output-file: cannot read {output_file}: {exc.strerror}", field="output_file") from None
+    return None
+
+
+def duration(value: str | None, option: str) -> Any:
+    """Parse a duration option such as ``45m`` (None stays None)."""
+    if value is None:
+        return None
+    from phaselog.durations import parse_duration
+
+    return parse_duration(value, field=option)

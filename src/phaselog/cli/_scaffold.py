@@ -1,0 +1,356 @@
+"""The command scaffold: the group, the shared options, and the one decorator every command uses.
+
+A command is a thin body over a library call::
+
+    @command(cli, pipeline=True)
+    @click.option("--ticket-id", required=True)
+    @click.option("--run-id", required=True)
+    def status(call: Call, ticket_id: str, run_id: str) -> Result:
+        \"\"\"Help text (with an example).\"\"\"
+        st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline)
+        return Result(views.run_status(st), table=_status_table)
+
+:func:`command` declares the shared options (``--root/--store``, ``--correlation-id``,
+``--format``, and with ``pipeline=True`` ``--pipeline/--pipeline-file``), opens the ledger on
+first use, maps :class:`~phaselog.errors.PhaselogError` to the JSON error object and its exit
+code (1 = failed, 2 = bad usage), renders the result in memory before printing it, and always
+closes what it opened. Every failure prints ``{"success": false, "error": "…", "error_code": "…"}``
+and exits non-zero; never a traceback (``PHASELOG_DEBUG=1`` shows one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import click
+
+from phaselog.cli import _render
+from phaselog.errors import PhaselogError, UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+TableFn = Callable[[dict[str, Any]], str]
+
+
+# -- the group ------------------------------------------------------------------------------------
+class PhaselogGroup(click.Group):
+    """Lists commands in the order they were added (the order of a pipeline's life)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=PhaselogGroup, context_settings=CONTEXT)
+@click.version_option(package_name="phaselog", message="phaselog %(version)s")
+def cli() -> None:
+    """Durable checkpoints for multi-phase pipelines: record, resume, validate, audit.
+
+    \b
+    Seed-compatible commands:  write, read, validate, list
+    Resume and integrity:      status, resume, verify
+    Pipelines:                 pipelines
+
+    Output is JSON on stdout (--format table for people). Exit 0 on success, 1 when an
+    operation fails or a check says no, 2 for bad usage.
+    """
+
+
+# -- results --------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    """What a command's body returns: a JSON view, how to show it to people, and the exit code.
+
+    ``data`` is wrapped as ``{"success": true, **data, "correlation_id": …}`` unless
+    ``envelope`` is false (the body built the whole object, e.g. a best-effort warning).
+    ``table`` renders the wrapped object as text for ``--format table`` (or ``text``).
+    """
+
+    data: dict[str, Any]
+    table: TableFn | None = None
+    exit_code: int = 0
+    envelope: bool = True
+
+
+def fail(err: PhaselogError, correlation_id: str | None = None) -> NoReturn:
+    """Print ``err`` as the JSON error object and exit with its exit code."""
+    _render.write(_render.error_text(err, correlation_id))
+    sys.exit(err.exit_code)
+
+
+# -- the invocation -------------------------------------------------------------------------------
+class Call:
+    """One invocation: the shared options' values, and what was opened for it (closed at the end)."""
+
+    def __init__(
+        self,
+        *,
+        root: str | None = None,
+        store_url: str | None = None,
+        correlation_id: str | None = None,
+        fmt: str = "json",
+        pipeline_name: str | None = None,
+        pipeline_file: str | None = None,
+    ) -> None:
+        self.root = root
+        self.store_url = store_url
+        self.correlation_id = correlation_id or _render.new_correlation_id()
+        self.fmt = fmt
+        self.pipeline_name = pipeline_name
+        self.pipeline_file = pipeline_file
+        self._ledger: Any = None
+        self._opened: list[Any] = []
+
+    @property
+    def ledger(self) -> Any:
+        """The :class:`~phaselog.ledger.Ledger` on ``--store`` / ``--root``, opened on first use."""
+        if self._ledger is None:
+            from phaselog.ledger import Ledger
+
+            self.check_root_and_store()
+            # --store (or PHASELOG_STORE) names the store completely, so it wins over PHASELOG_HOME.
+            self._ledger = Ledger(self.open_store(self.store_url or self.root))
+        return self._ledger
+
+    def open_store(self, url: str | None) -> Any:
+        """Open a store by URL or path; it is closed when the command ends."""
+        from phaselog.stores import open_store
+
+        store = open_store(url)
+        self._opened.append(store)
+        return store
+
+    @property
+    def pipeline(self) -> Any:
+        """``--pipeline NAME`` (a name), ``--pipeline-file PATH`` (a loaded manifest), or None."""
+        if self.pipeline_name and self.pipeline_file:
+            raise UsageError("give --pipeline or --pipeline-file, not both", field="pipeline")
+        if self.pipeline_file:
+            from phaselog.pipelines import load_manifest
+
+            return load_manifest(self.pipeline_file)
+        return self.pipeline_name
+
+    def check_root_and_store(self) -> None:
+        """Both given on the command line is ambiguous; an environment default yields to a flag."""
+        if not (self.root and self.store_url):
+            return
+        ctx = click.get_current_context(silent=True)
+        if ctx is None:
+            return
+        from click.core import ParameterSource
+
+        explicit = {ParameterSource.COMMANDLINE}
+        if ctx.get_parameter_source("root") in explicit and ctx.get_parameter_source("store_url") in explicit:
+            raise UsageError("give --root or --store, not both", field="store")
+
+    def close(self) -> None:
+        """Close every store opened for this call (newest first); a failing close is not the command's."""
+        while self._opened:
+            store = self._opened.pop()
+            with contextlib.suppress(Exception):
+                store.close()
+
+    def render(self, result: Result) -> str:
+        """The whole output of ``result`` as text (a table renderer that fails falls back to JSON)."""
+        data = result.data
+        if result.envelope:
+            data = {"success": True, **data}
+        data.setdefault("correlation_id", self.correlation_id)
+        if self.fmt != "json" and result.table is not None:
+            try:
+                return result.table(data)
+            except Exception:  # rendering must not turn a success into a failure
+                if os.environ.get("PHASELOG_DEBUG"):
+                    raise
+        return _render.json_text(data)
+
+
+# -- shared options -------------------------------------------------------------------------------
+ROOT_HELP = "Files store root (default ~/.phaselog). Env: PHASELOG_HOME."
+STORE_HELP = "Store URL (file:///path). Env: PHASELOG_STORE."
+
+
+def _shared_options(
+    *,
+    store: bool,
+    pipeline: bool,
+    formats: tuple[str, ...] | None,
+    correlation: bool,
+    root_help: str,
+    store_help: str | None,
+    format_help: str,
+) -> list[Callable[[Any], Any]]:
+    """The shared option decorators, in help order."""
+    opts: list[Callable[[Any], Any]] = []
+    if pipeline:
+        opts.append(
+            click.option(
+                "--pipeline",
+                "pipeline_name",
+                metavar="NAME",
+                help="Pipeline name: <root>/pipelines/NAME.yaml, PHASELOG_PIPELINES, or a built-in. "
+                "Default: the run's recorded pipeline, else ticket-pipeline.",
+            )
+        )
+        opts.append(
+            click.option("--pipeline-file", type=click.Path(dir_okay=False), help="A pipeline manifest file to use.")
+        )
+    if store:
+        opts.append(click.option("--root", type=click.Path(file_okay=False), envvar="PHASELOG_HOME", help=root_help))
+        if store_help is not None:
+            opts.append(click.option("--store", "store_url", metavar="URL", envvar="PHASELOG_STORE", help=store_help))
+    if correlation:
+        opts.append(click.option("--correlation-id", help="Echoed in the output; a fresh UUID when omitted."))
+    if formats:
+        opts.append(
+            click.option(
+                "--format",
+                "fmt",
+                type=click.Choice(list(formats)),
+                default="json",
+                show_default=True,
+                help=format_help or None,
+            )
+        )
+    return opts
+
+
+def command(
+    group: click.Command,
+    name: str | None = None,
+    *,
+    store: bool = True,
+    pipeline: bool = False,
+    formats: tuple[str, ...] | None = ("json", "table"),
+    correlation: bool = True,
+    root_help: str = ROOT_HELP,
+    store_help: str | None = STORE_HELP,
+    format_help: str = "JSON for scripts and agents, or a readable table.",
+    as_group: bool = False,
+    **settings: Any,
+) -> Callable[[Callable[..., Result | None]], click.Command]:
+    """Make ``fn(call, **options) -> Result | None`` a command of ``group`` with the shared options.
+
+    ``store``: ``--root`` (and ``--store`` unless ``store_help`` is None); ``pipeline``:
+    ``--pipeline/--pipeline-file``; ``formats``: the ``--format`` choices (None: JSON only);
+    ``correlation``: ``--correlation-id``. A body returning None has printed its own output.
+    """
+
+    if not isinstance(group, click.Group):
+        raise TypeError(f"command(): {group.name} is not a group")
+
+    def decorate(fn: Callable[..., Result | None]) -> click.Command:
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> None:
+            shared = {k: kwargs.pop(k) for k in names}
+            call = Call(**shared)
+            error: PhaselogError | None = None
+            result: Result | None = None
+            text = ""
+            try:
+                result = fn(call, **kwargs)
+                text = call.render(result) if result is not None else ""
+            except PhaselogError as exc:
+                error = exc
+            finally:
+                call.close()  # always, also when the body raised something unexpected
+            if error is not None:
+                fail(error, call.correlation_id)
+            if text:
+                _render.write(text)
+            if result is not None and result.exit_code:
+                sys.exit(result.exit_code)
+
+        params_before = list(getattr(fn, "__click_params__", []))
+        run.__click_params__ = []  # type: ignore[attr-defined]  # click's own attribute
+        for opt in reversed(
+            _shared_options(
+                store=store,
+                pipeline=pipeline,
+                formats=formats,
+                correlation=correlation,
+                root_help=root_help,
+                store_help=store_help,
+                format_help=format_help,
+            )
+        ):
+            opt(run)
+        # Only the options added here go to Call; a command's own --pipeline (init) stays its own.
+        names = [p.name for p in run.__click_params__ if p.name]  # type: ignore[attr-defined]
+        # The command's own options first, then the shared ones (click lists them in reverse).
+        run.__click_params__ = run.__click_params__ + params_before  # type: ignore[attr-defined]
+        factory = group.group if as_group else group.command
+        return factory(name, context_settings={**CONTEXT, **settings.pop("context_settings", {})}, **settings)(run)
+
+    return decorate
+
+
+# -- entry point ----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; turn every error into a JSON object and an exit code."""
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    else:
+        code = 0
+    if argv is not None:  # called in-process (tests, embedding): behave like a normal function
+        sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """Flush and leave without the interpreter's teardown (~15 ms of a short command's life).
+
+    Nothing is left to do at teardown: stores fsync or commit before they acknowledge a write,
+    and every command closes what it opened.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+    os._exit(code)
+
+
+def _main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:  # bare `phaselog`: show the help, as `phaselog --help` does
+        args = ["--help"]
+    for stream in (sys.stdout, sys.stderr):
+        # A non-UTF-8 terminal must not turn non-ASCII data into a crash.
+        if (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    try:
+        cli.main(args=args, prog_name="phaselog", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.NoSuchOption as exc:
+        fail(UsageError(f"{exc.format_message()} (see --help)", field=exc.option_name))
+    except click.exceptions.MissingParameter as exc:  # before BadParameter: it is a subclass
+        fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"))
+    except click.exceptions.BadParameter as exc:
+        field = exc.param.name if exc.param is not None else None
+        fail(UsageError(exc.format_message(), field=field))
+    except click.ClickException as exc:
+        fail(UsageError(exc.format_message()))
+    except click.exceptions.Abort:
+        fail(PhaselogError("interrupted"))
+    except PhaselogError as exc:
+        fail(exc)
+    except BrokenPipeError:
+        os._exit(0)  # the reader went away (e.g. `| head`): not an error of ours
+    except Exception as exc:
+        if os.environ.get("PHASELOG_DEBUG"):
+            raise
+        if isinstance(exc, UnicodeEncodeError):
+            bad = exc.object[exc.start : exc.end]
+            if all("\udc80" <= c <= "\udcff" for c in bad):  # bytes in argv that are not UTF-8
+                fail(UsageError(f"an argument is not valid UTF-8 text ({bad!r})", rule="utf-8"))
+        fail(PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"))

@@ -1,0 +1,373 @@
+"""Audit-trail commands: progress, approve, reject, init, decisions, history, diff, fork, doctor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from phaselog import views
+from phaselog.cli._args import attempt as _attempt
+from phaselog.cli._args import read_output
+from phaselog.cli._render import lines, table
+from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.errors import PhaselogError, UsageError
+
+EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
+
+
+# -- progress ---------------------------------------------------------------------------------------
+def _events_table(events: list[dict[str, Any]]) -> str:
+    return table(
+        [
+            [
+                e["phase"],
+                e["attempt_number"],
+                e["seq"],
+                e["event"],
+                e["step"],
+                e["tokens"],
+                e["elapsed_sec"],
+                (e["output_sha256"] or "")[:12],
+                e["timestamp"],
+            ]
+            for e in events
+        ],
+        ["phase", "attempt", "seq", "event", "step", "tokens", "elapsed s", "output", "at"],
+    )
+
+
+@command(cli, pipeline=True, as_group=True, invoke_without_command=True)
+@click.option("--ticket-id")
+@click.option("--run-id")
+@click.option("--phase", help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="Default: the attempt in flight (for start: the next one).")
+@click.option("--event", type=click.Choice(EVENT_CHOICES), help="What happened.")
+@click.option("--step", type=click.IntRange(min=0), help="Step number within the attempt.")
+@click.option("--output-file", type=click.Path(dir_okay=False), help="File holding the accumulated output so far.")
+@click.option("--output", metavar="-", help="'-': read the accumulated output from standard input.")
+@click.option("--tokens", type=click.IntRange(min=0), help="Cumulative token count so far.")
+@click.option("--provider", metavar="NAME", help="Model or service provider.")
+@click.option("--status", "status_text", metavar="TEXT", help="Free-text task status.")
+@click.option("--pid", type=int, help="With start: the pipeline's process id (default: the parent of this command).")
+def progress(
+    call: Call,
+    ticket_id: str | None,
+    run_id: str | None,
+    phase: str | None,
+    attempt: int | None,
+    event: str | None,
+    step: int | None,
+    output_file: str | None,
+    output: str | None,
+    tokens: int | None,
+    provider: str | None,
+    status_text: str | None,
+    pid: int | None,
+) -> Result | None:
+    """Append a progress event to the attempt in flight (seed 003's mid-execution checkpoint).
+
+    \b
+    Examples:
+      phaselog progress --ticket-id T --run-id R --phase implement --event start
+      phaselog progress --ticket-id T --run-id R --phase implement --event step --step 2 \\
+        --tokens 1200 --output-file out.txt
+      phaselog progress show --ticket-id T --run-id R --phase implement
+    """
+    if click.get_current_context().invoked_subcommand is not None:
+        return None
+    missing = [
+        n
+        for n, v in (("--ticket-id", ticket_id), ("--run-id", run_id), ("--phase", phase), ("--event", event))
+        if v is None
+    ]
+    if missing:
+        raise UsageError(
+            f"Missing option(s): {', '.join(missing)}",
+            field=missing[0].strip("-").replace("-", "_"),
+            rule="required",
+        )
+    assert ticket_id is not None
+    assert run_id is not None
+    assert phase is not None
+    assert event is not None
+    import os
+
+    ledger = call.ledger
+    ev = ledger.progress(
+        ticket_id,
+        run_id,
+        phase,
+        event,
+        attempt=_attempt(attempt),
+        step=step,
+        output=read_output(output_file, output),
+        tokens=tokens,
+        provider=provider,
+        status=status_text,
+        pid=pid if pid is not None else os.getppid(),
+        pipeline=call.pipeline,
+    )
+    return Result({"event": views.progress_event(ev)}, lambda d: _events_table([d["event"]]))
+
+
+@command(progress, "show", pipeline=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="Default: the attempt in flight.")
+@click.option("--all", "show_all", is_flag=True, help="Every event of the attempt, not just the latest.")
+@click.option("--with-output", is_flag=True, help="Include the accumulated output text.")
+def progress_show(
+    call: Call,
+    ticket_id: str,
+    run_id: str,
+    phase: str,
+    attempt: int | None,
+    show_all: bool,
+    with_output: bool,
+) -> Result:
+    """Show the latest progress event of the attempt in flight (seed 003's Load), or all of them.
+
+    \b
+    Example:
+      phaselog progress show --ticket-id T --run-id R --phase implement --all --format table
+    """
+    events = call.ledger.progress_events(ticket_id, run_id, phase, _attempt(attempt), pipeline=call.pipeline)
+    if not events:
+        raise PhaselogError("no progress events")
+    data: dict[str, Any] = {"event": views.progress_event(events[-1], with_output=with_output)}
+    if show_all:
+        data["events"] = [views.progress_event(e, with_output=with_output) for e in events]
+    return Result(data, lambda d: _events_table(d.get("events") or [d["event"]]))
+
+
+# -- approvals ----------------------------------------------------------------------------------------
+def _approval_table(d: dict[str, Any]) -> str:
+    a = d["approval"]
+    return table(
+        [[a["phase"], a["attempt_number"], a["decision"], a["by"], d["phase_state"]]],
+        ["phase", "attempt", "decision", "by", "phase state now"],
+    )
+
+
+def _judge_command(decision: str) -> click.Command:
+    verb = "Approve" if decision == "approve" else "Reject"
+
+    @click.option("--ticket-id", required=True)
+    @click.option("--run-id", required=True)
+    @click.option("--phase", required=True, help="A phase with requires_approval: true.")
+    @click.option("--attempt", type=int, help="Default: the latest completed attempt.")
+    @click.option("--by", required=True, metavar="NAME", help="Who decides (recorded).")
+    @click.option("--comment", metavar="TEXT", help="Why (recorded).")
+    def judge(
+        call: Call,
+        ticket_id: str,
+        run_id: str,
+        phase: str,
+        attempt: int | None,
+        by: str,
+        comment: str | None,
+    ) -> Result:
+        ledger = call.ledger
+        approval, warnings = ledger.approve(
+            ticket_id,
+            run_id,
+            phase,
+            by=by,
+            comment=comment,
+            attempt=_attempt(attempt),
+            decision=decision,
+            pipeline=call.pipeline,
+        )
+        state = ledger.status(ticket_id, run_id).phase(approval.phase).state
+        return Result(views.approval(approval, state, warnings), _approval_table)
+
+    judge.__name__ = decision
+    judge.__doc__ = (
+        f"{verb} a gated phase's checkpoint; the judgement is bound to its content hash.\n\n"
+        f"    \\b\n    Example:\n      phaselog {decision} --ticket-id T --run-id R --phase proposal --by ana"
+        + (' --comment "too long"' if decision == "reject" else "")
+    )
+    return command(cli, decision, pipeline=True)(judge)
+
+
+approve = _judge_command("approve")
+reject = _judge_command("reject")
+
+
+# -- ticket marker ---------------------------------------------------------------------------------
+def _marker_table(d: dict[str, Any]) -> str:
+    return table(
+        [[k, v] for k, v in d["marker"].items() if k != "kind"],
+        ["field", "value"],
+        title="new revision" if d["changed"] else "unchanged",
+    )
+
+
+@command(cli, "init")
+@click.option("--ticket-id", required=True)
+@click.option("--title", required=True, metavar="TEXT")
+@click.option("--pipeline", "pipeline_name", metavar="NAME", help="The ticket's pipeline (default ticket-pipeline).")
+@click.option("--meta", multiple=True, metavar="KEY=VALUE", help="Metadata; repeatable.")
+def init_cmd(call: Call, ticket_id: str, title: str, pipeline_name: str | None, meta: tuple[str, ...]) -> Result:
+    """Record a ticket's identity once (title, pipeline, metadata); changes become revisions.
+
+    \b
+    Example:
+      phaselog init --ticket-id VID-7 --title "Launch video" --pipeline video-pipeline --meta owner=ana
+    """
+    pairs = {}
+    for item in meta:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--meta: expected KEY=VALUE (got {item!r})", field="meta", rule="key_value")
+        pairs[key] = value
+    marker, changed = call.ledger.init_ticket(ticket_id, title=title, pipeline=pipeline_name, meta=pairs)
+    return Result(views.marker(marker, changed), _marker_table)
+
+
+# -- decisions / history ------------------------------------------------------------------------------
+@command(cli)
+@click.option("--ticket-id", required=True)
+def decisions(call: Call, ticket_id: str) -> Result:
+    """The ticket's merged decision log across runs (seed 002's decision_log.json shape).
+
+    \b
+    Example:
+      phaselog decisions --ticket-id VID-7
+    """
+    log = call.ledger.decisions(ticket_id)
+    return Result(
+        dict(log),
+        lambda d: table(
+            [
+                [
+                    x["decision_id"],
+                    x.get("category"),
+                    x.get("subject"),
+                    x.get("selected"),
+                    x.get("reason"),
+                    f"{x['source']['phase']} a{x['source']['attempt_number']}",
+                ]
+                for x in d["decisions"]
+            ],
+            ["id", "category", "subject", "selected", "reason", "from"],
+            title=f"decisions of {ticket_id}",
+        ),
+    )
+
+
+@command(cli)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="Only this run.")
+@click.option("--phase", help="Only this phase (name or ordinal).")
+def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -> Result:
+    """Every record in time order: checkpoints, failed attempts, progress, approvals, marker revisions.
+
+    \b
+    Example:
+      phaselog history --ticket-id PROJ-1234 --format table
+    """
+    entries = call.ledger.history(ticket_id, run_id, phase)
+    return Result(
+        views.history(entries),
+        lambda d: table(
+            [[e["at"], (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]] for e in d["history"]],
+            ["at", "run", "kind", "what", "hash"],
+            title=f"history of {ticket_id}",
+        ),
+    )
+
+
+# -- diff / fork ---------------------------------------------------------------------------------------
+@command(
+    cli,
+    formats=("json", "text", "table"),
+    format_help="json, or readable text (table is the same as text).",
+    correlation=False,
+    root_help="Files store root.",
+    store_help="Store URL.",
+)
+@click.argument("a", required=False)
+@click.argument("b", required=False)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="With --phase: diff every consecutive pair of attempts.")
+@click.option("--phase", help="With --run-id: the phase whose attempts to compare.")
+def diff(call: Call, a: str | None, b: str | None, ticket_id: str, run_id: str | None, phase: str | None) -> Result:
+    """Field-level differences between two attempts (RUN:PHASE:ATTEMPT) or progress events
+    (RUN:PHASE:ATTEMPT:SEQ), or between every consecutive attempt of a phase.
+
+    \b
+    Examples:
+      phaselog diff --ticket-id T a1b2c3d4:implement:1 a1b2c3d4:implement:2
+      phaselog diff --ticket-id T --run-id a1b2c3d4 --phase implement --format text
+    """
+    from phaselog.diff import render_text
+
+    if a is not None or b is not None:
+        if a is None or b is None or run_id or phase:
+            raise UsageError("give two references A B, or --run-id and --phase", field="ref")
+        results = [call.ledger.diff(ticket_id, a, b)]
+    elif run_id and phase:
+        results = call.ledger.diff_phase(ticket_id, run_id, phase)
+    else:
+        raise UsageError("give two references A B, or --run-id and --phase", field="ref", rule="required")
+    return Result(
+        {"diffs": results},
+        lambda d: lines("\n\n".join(render_text(r) for r in d["diffs"]) or "(fewer than two attempts)"),
+    )
+
+
+@command(cli)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True, help="The run to fork from.")
+@click.option("--through", required=True, metavar="PHASE", help="Reuse checkpoints up to and including this phase.")
+@click.option("--new-run-id", help="Id of the new run (default: a fresh UUID).")
+def fork(call: Call, ticket_id: str, run_id: str, through: str, new_run_id: str | None) -> Result:
+    """Start a new run that reuses this run's checkpoints up to PHASE (validated first; lineage recorded).
+
+    \b
+    Example:
+      phaselog fork --ticket-id VID-7 --run-id r1 --through script --new-run-id r2
+    """
+    from phaselog.ids import normalize_run_id
+
+    new_id, written = call.ledger.fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
+    return Result(
+        views.forked(new_id, normalize_run_id(run_id), written),
+        lambda d: table(
+            [[c["phase"], c["checkpoint_path"]] for c in d["checkpoints"]],
+            ["phase", "reused as"],
+            title=f"new run {d['run_id']}",
+        ),
+    )
+
+
+# -- doctor --------------------------------------------------------------------------------------------
+def _doctor_table(d: dict[str, Any]) -> str:
+    return lines(
+        table(
+            [[f["kind"], f["path"], f["message"]] for f in d["findings"]],
+            ["finding", "path", "detail"],
+            title=f"{d['tickets']} ticket(s), {d['runs']} run(s): {'healthy' if d['healthy'] else 'needs attention'}",
+        ),
+        *[f"moved {m['from']} -> {m['to']}" for m in d["moved"]],
+    )
+
+
+@command(cli)
+@click.option("--ticket-id", help="Only this ticket (default: every ticket).")
+@click.option("--quarantine", is_flag=True, help="Move damaged files into <root>/quarantine/ (with a note each).")
+def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:
+    """Report damaged files, leftover temp files, abandoned attempts and broken links. Exit 1 if any.
+
+    \b
+    Examples:
+      phaselog doctor
+      phaselog doctor --ticket-id PROJ-1234 --quarantine
+    """
+    from phaselog.doctor import doctor as run_doctor
+
+    rep = run_doctor(call.ledger, ticket_id, quarantine=quarantine)
+    return Result(rep.to_json(), _doctor_table, exit_code=0 if rep.healthy else 1)

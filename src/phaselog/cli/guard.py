@@ -1,0 +1,226 @@
+"""``phaselog guard``: run a scheduled job under a lock and a circuit breaker."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from phaselog.cli._args import duration
+from phaselog.cli._render import table
+from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command
+from phaselog.errors import UsageError
+
+STORE_HELP = "Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines)."
+
+
+def _home(call: Call) -> Any:
+    """The guard's home: a files-store root (path), or an open SQL store for --store URLs."""
+    call.check_root_and_store()
+    if call.store_url:  # --store wins over PHASELOG_HOME, as for every command
+        store = call.open_store(call.store_url)
+        return store if hasattr(store, "dialect") else store.root
+    from phaselog.stores.files import default_root
+
+    return call.root or str(default_root())
+
+
+name_option = click.option("--name", required=True, help="The guard's name, e.g. cron-closeout.")
+
+
+@cli.group(context_settings=CONTEXT)
+def guard() -> None:
+    """Run a scheduled job under a lock and a circuit breaker (seed 000's cron-closeout protocol).
+
+    \b
+    Example (crontab):
+      */15 * * * * phaselog guard run --name closeout --max-failures 3 --cooldown 2h -- ./closeout.sh
+    """
+
+
+@command(
+    guard,
+    "run",
+    formats=None,
+    correlation=False,
+    store_help=STORE_HELP,
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@name_option
+@click.option(
+    "--stale-after",
+    default="45m",
+    show_default=True,
+    metavar="DURATION",
+    help="A lock older than this is stale when its holder is on another host; a live local holder "
+    "older than this is reported as hung.",
+)
+@click.option("--kill-stale", is_flag=True, help="End a hung local holder (TERM, then KILL) and take over.")
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Consecutive failures that open the circuit breaker.",
+)
+@click.option("--max-passes", type=click.IntRange(min=0), help="Stop (SKIP) once this many passes have run.")
+@click.option("--cooldown", metavar="DURATION", help="After this long, an open breaker lets one probe run.")
+@click.option("--dry-run", is_flag=True, help="Run COMMAND with PHASELOG_DRY_RUN=1; recorded in the state.")
+@click.option(
+    "--outcome-from-output",
+    is_flag=True,
+    help="The last of success|noop|failure|halt in COMMAND's output decides (none: unknown).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Also print a JSON summary of the invocation on stderr.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def guard_run(
+    call: Call,
+    name: str,
+    stale_after: str,
+    kill_stale: bool,
+    max_failures: int,
+    max_passes: int | None,
+    cooldown: str | None,
+    dry_run: bool,
+    outcome_from_output: bool,
+    as_json: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Take the lock, check the breaker, run COMMAND, record the outcome, release the lock.
+
+    Exits with COMMAND's exit code; 0 on SKIP (another run holds the lock, or --max-passes is
+    reached); 1 on HALT (the breaker is open). COMMAND's output passes through; the guard's own
+    lines go to stderr, except SKIP/HALT which go to stdout.
+
+    \b
+    Example:
+      phaselog guard run --name closeout --stale-after 45m --max-failures 3 -- ./closeout.sh --all
+    """
+    from phaselog.guard import Guard, GuardConfig
+
+    args = command
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        raise UsageError(
+            "guard run needs a command: phaselog guard run --name N -- COMMAND [ARGS…]",
+            field="command",
+            rule="required",
+        )
+    if args[0].startswith("-"):
+        raise UsageError(
+            f"unknown option {args[0]!r} for guard run (see --help); the command goes after --: "
+            "phaselog guard run --name N [OPTIONS] -- COMMAND [ARGS…]",
+            field=args[0].lstrip("-").replace("-", "_"),
+            rule="unknown_option",
+        )
+    cfg = GuardConfig(
+        stale_after=duration(stale_after, "--stale-after"),
+        kill_stale=kill_stale,
+        max_failures=max_failures,
+        max_passes=max_passes,
+        cooldown=duration(cooldown, "--cooldown"),
+        dry_run=dry_run,
+        outcome_from_output=outcome_from_output,
+    )
+    result = Guard(_home(call), name).run(args, cfg)
+    if result.action in ("skip", "halt"):
+        click.echo(result.message)
+    else:
+        click.echo(f"phaselog guard {name}: {result.message} (exit {result.exit_code})", err=True)
+    if as_json:
+        click.echo(json.dumps({"guard": name, **result.to_json()}), err=True)
+    sys.exit(result.exit_code)
+
+
+def _guard_status_table(d: dict[str, Any]) -> str:
+    rows = [[k, v] for k, v in d["state"].items()]
+    rows += [["breaker", d["breaker"]], ["max_failures", d["max_failures"]]]
+    lock = d["lock"]
+    rows.append(["lock", "free" if not lock else f"{lock.get('verdict', '?')}: {lock.get('reason', lock)}"])
+    return table(rows, ["field", "value"], title=f"guard {d['name']}")
+
+
+@command(guard, "status", correlation=False, store_help=STORE_HELP, format_help="")
+@name_option
+@click.option("--max-failures", type=click.IntRange(min=1), help="Judge the breaker with this (default: last pass's).")
+@click.option("--cooldown", metavar="DURATION", help="Judge the breaker with this (default: last pass's).")
+@click.option("--stale-after", default="45m", show_default=True, metavar="DURATION")
+def guard_status(call: Call, name: str, max_failures: int | None, cooldown: str | None, stale_after: str) -> Result:
+    """Loop state, circuit breaker (closed / open / half-open) and the lock holder.
+
+    \b
+    Example:
+      phaselog guard status --name closeout --format table
+    """
+    from phaselog.guard import Guard
+
+    data = Guard(_home(call), name).status(
+        max_failures=max_failures,
+        cooldown=duration(cooldown, "--cooldown"),
+        stale_after=duration(stale_after, "--stale-after"),
+    )
+    return Result(data, _guard_status_table)
+
+
+@command(guard, "reset", correlation=False, store_help=STORE_HELP, format_help="")
+@name_option
+@click.option("--by", metavar="NAME", help="Who resets (default: $USER); recorded in the guard's history.")
+def guard_reset(call: Call, name: str, by: str | None) -> Result:
+    """Close the breaker: zero consecutive_failures, and note who reset it and when.
+
+    \b
+    Example:
+      phaselog guard reset --name closeout --by ana
+    """
+    from phaselog.guard import Guard
+
+    data = Guard(_home(call), name).reset(by=by)
+    return Result(
+        data,
+        lambda d: table(
+            [[k, v] for k, v in d["state"].items()] + [["reset by", d["reset"]["by"]], ["reset at", d["reset"]["at"]]],
+            ["field", "value"],
+            title=f"guard {d['name']} reset",
+        ),
+    )
+
+
+def _guard_history_table(d: dict[str, Any], name: str) -> str:
+    rows = []
+    for e in d["history"]:
+        if e.get("kind") == "pass":
+            rows.append(
+                [
+                    e["seq"],
+                    "pass",
+                    e.get("started_at"),
+                    f"{e.get('outcome')} (exit {e.get('exit_code')}, "
+                    f"{e.get('duration_sec')} s{', probe' if e.get('probe') else ''}"
+                    f"{', dry run' if e.get('dry_run') else ''})",
+                ]
+            )
+        elif e.get("kind") == "reset":
+            rows.append(
+                [e["seq"], "reset", e.get("at"), f"by {e.get('by')} (was {e.get('previous_consecutive_failures')})"]
+            )
+        else:
+            rows.append([e.get("seq"), e.get("kind"), e.get("at"), e.get("reason") or e.get("error")])
+    return table(rows, ["#", "kind", "at", "detail"], title=f"guard {name}")
+
+
+@command(guard, "history", correlation=False, store_help=STORE_HELP, format_help="")
+@name_option
+def guard_history(call: Call, name: str) -> Result:
+    """Every pass (start, end, outcome, exit code, duration), takeover and reset of a guard.
+
+    \b
+    Example:
+      phaselog guard history --name closeout --format table
+    """
+    from phaselog.guard import Guard
+
+    entries = Guard(_home(call), name).history()
+    return Result({"count": len(entries), "history": entries}, lambda d: _guard_history_table(d, name))

@@ -1,0 +1,207 @@
+"""The seed-compatible record commands: write, read, validate, list."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from phaselog import views
+from phaselog.cli._args import attempt as _attempt
+from phaselog.cli._args import json_opt
+from phaselog.cli._render import lines, table
+from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.errors import PhaselogError, UsageError
+
+
+# -- write ----------------------------------------------------------------------------------------
+def _written_table(d: dict[str, Any]) -> str:
+    return table(
+        [[d["checkpoint_path"], d["attempt_number"], d["status"], d["content_hash"][:12]]],
+        ["written", "attempt", "status", "hash"],
+    )
+
+
+@command(cli, pipeline=True)
+@click.option("--ticket-id", required=True, help="Ticket id, e.g. PROJ-1234.")
+@click.option("--run-id", required=True, help="Run id: a UUID, or any string (mapped to UUID v5).")
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="Attempt number (>= 1). Omitted: the next one, atomically.")
+@click.option("--repo-commit-map", metavar="JSON", help='Repo → commit SHA, e.g. \'{"app": "a1b2c3d"}\'.')
+@click.option("--artifact-paths", metavar="JSON", help="JSON array of relative artifact paths.")
+@click.option("--payload", metavar="JSON", help="Phase payload as JSON, @FILE, or - for stdin.")
+@click.option("--timestamp", metavar="ISO", help="Completion time (ISO-8601 with timezone); default now.")
+@click.option("--status", type=click.Choice(["completed", "failed"]), default="completed", show_default=True)
+@click.option("--error", "error_text", metavar="TEXT", help="Why the attempt failed (with --status failed).")
+@click.option(
+    "--decisions",
+    "decisions_json",
+    metavar="JSON",
+    help="Decision log entries (JSON array, @FILE or -): decision_id, category, subject, "
+    "options_considered, selected, reason.",
+)
+@click.option("--best-effort", is_flag=True, help="A failed write prints a warning and exits 0.")
+def write(
+    call: Call,
+    ticket_id: str,
+    run_id: str,
+    phase: str,
+    attempt: int | None,
+    repo_commit_map: str | None,
+    artifact_paths: str | None,
+    payload: str | None,
+    timestamp: str | None,
+    status: str,
+    error_text: str | None,
+    decisions_json: str | None,
+    best_effort: bool,
+) -> Result:
+    """Record one phase attempt (append-only; an existing attempt is never replaced).
+
+    \b
+    Example:
+      phaselog write --ticket-id PROJ-1234 --run-id a1b2c3d4 --phase implement --attempt 1 \\
+        --repo-commit-map '{"omniclaude": "a1b2c3d"}' \\
+        --artifact-paths '["src/foo.py", "tests/test_foo.py"]' \\
+        --payload '{"branch_name": "feat/PROJ-1234", "commit_sha": "a1b2c3d", "files_changed": ["src/foo.py"]}'
+    """
+    try:
+        ledger = call.ledger
+        pl = call.pipeline
+        ts = None
+        if timestamp is not None:
+            from phaselog.records import parse_timestamp
+
+            try:
+                ts = parse_timestamp(timestamp, field="--timestamp")
+            except PhaselogError as exc:
+                raise UsageError(exc.message, field="timestamp", rule="datetime") from None
+        if status == "failed" and not error_text:
+            raise UsageError("--status failed needs --error TEXT saying why", field="error")
+        if status == "completed" and error_text:
+            raise UsageError("--error goes with --status failed", field="error")
+        result = ledger.write(
+            ticket_id,
+            run_id,
+            phase,
+            json_opt(payload, "--payload", dict),
+            repo_commit_map=json_opt(repo_commit_map, "--repo-commit-map", dict, str),
+            artifact_paths=json_opt(artifact_paths, "--artifact-paths", list, str) or (),
+            attempt=_attempt(attempt),
+            timestamp=ts,
+            pipeline=pl,
+            status=status,
+            error=error_text,
+            decisions=json_opt(decisions_json, "--decisions", list) or (),
+        )
+    except Exception as exc:
+        if not best_effort:
+            raise
+        err = exc if isinstance(exc, PhaselogError) else PhaselogError(f"internal error: {type(exc).__name__}: {exc}")
+        data = err.to_dict()
+        data.update(best_effort=True, correlation_id=call.correlation_id)
+        click.echo(f"phaselog: warning: checkpoint not written: {err.message}", err=True)
+        return Result(data, envelope=False)
+    return Result(views.written(result), _written_table)
+
+
+# -- read -----------------------------------------------------------------------------------------
+def _record_table(d: dict[str, Any]) -> str:
+    cp, meta = d["checkpoint"], d["metadata"]
+    rows = [[k, json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else v] for k, v in cp.items()]
+    rows += [["status", meta["status"]], ["content_hash", meta["content_hash"]]]
+    if meta.get("error"):
+        rows.append(["error", meta["error"]])
+    return table(rows, ["field", "value"], title=d.get("checkpoint_path"))
+
+
+@command(cli, pipeline=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="A specific attempt (default: the latest completed).")
+def read(call: Call, ticket_id: str, run_id: str, phase: str, attempt: int | None) -> Result:
+    """Read the latest completed checkpoint of a phase (or one attempt).
+
+    \b
+    Example:
+      phaselog read --ticket-id PROJ-1234 --run-id a1b2c3d4 --phase implement
+    """
+    stored = call.ledger.read(ticket_id, run_id, phase, _attempt(attempt), pipeline=call.pipeline)
+    return Result(views.read(stored), _record_table)
+
+
+# -- validate -------------------------------------------------------------------------------------
+def _validation_table(d: dict[str, Any]) -> str:
+    rows = [[i["severity"], i["field"], i["rule"], i["message"]] for i in d["issues"]]
+    verdict = "valid" if d["is_valid"] else "INVALID"
+    return table(rows, ["severity", "field", "rule", "message"], title=f"{d['checkpoint_path']}: {verdict}")
+
+
+@command(cli, pipeline=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--phase", required=True, help="Phase name or ordinal.")
+@click.option("--attempt", type=int, help="A specific attempt (default: the latest completed).")
+@click.option(
+    "--artifacts-root",
+    type=click.Path(file_okay=False),
+    help="Also check that every artifact path exists under this folder.",
+)
+def validate(
+    call: Call, ticket_id: str, run_id: str, phase: str, attempt: int | None, artifacts_root: str | None
+) -> Result:
+    """Check a checkpoint: seed rules, payload schema, hash links, artifacts. Exit 1 if invalid.
+
+    \b
+    Example:
+      phaselog validate --ticket-id PROJ-1234 --run-id a1b2c3d4 --phase implement
+    """
+    stored, report = call.ledger.validate(
+        ticket_id, run_id, phase, _attempt(attempt), pipeline=call.pipeline, artifacts_root=artifacts_root
+    )
+    return Result(views.validation(stored, report), _validation_table, exit_code=0 if report.is_valid else 1)
+
+
+# -- list -----------------------------------------------------------------------------------------
+@command(cli, "list")
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="Only this run.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many records (then use --after).")
+@click.option("--after", metavar="CURSOR", help="Continue after this cursor (next_after of the last page).")
+def list_cmd(call: Call, ticket_id: str, run_id: str | None, limit: int | None, after: str | None) -> Result:
+    """List checkpoints ordered by run, phase ordinal and attempt; damaged files under warnings.
+
+    \b
+    Examples:
+      phaselog list --ticket-id PROJ-1234
+      phaselog list --ticket-id PROJ-1234 --run-id a1b2c3d4 --limit 100
+    """
+    page = call.ledger.list(ticket_id, run_id, after=after, limit=limit)
+
+    def show(_: dict[str, Any]) -> str:
+        rows: list[list[Any]] = [
+            [
+                s.record.run_id[:8],
+                f"{s.record.phase_ordinal} {s.record.phase}",
+                s.record.attempt_number,
+                s.record.status,
+                s.record.seed_dict()["timestamp_utc"],
+                s.record.content_hash[:12],
+            ]
+            for s in page.items
+        ]
+        rows += [
+            [d.run_id[:8], f"{d.phase_ordinal} {d.phase}", d.attempt_number, "DAMAGED", "", d.message[:60]]
+            for d in page.damaged
+        ]
+        rows.sort(key=lambda r: (r[0], int(str(r[1]).split()[0]), r[2]))
+        return lines(
+            table(
+                rows, ["run", "phase", "attempt", "status", "timestamp_utc", "hash / note"], title=f"ticket {ticket_id}"
+            ),
+            f"more: --after {page.next_after}" if page.next_after else "",
+        )
+
+    return Result(views.page(page), show)

@@ -1,0 +1,152 @@
+"""State commands: status, resume, verify, pipelines.
+
+Registered on the ``phaselog`` group right after the seed's commands, so ``phaselog --help``
+lists them in the order of a pipeline's life.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from phaselog import views
+from phaselog.cli._render import lines, table
+from phaselog.cli._scaffold import Call, Result, cli, command
+
+
+# -- status / resume / verify -----------------------------------------------------------------------
+def _status_table(d: dict[str, Any]) -> str:
+    rows = [
+        [p["ordinal"], p["phase"], p["state"], p["latest_attempt"], p["latest_timestamp"], p["reason"] or ""]
+        for p in d["phases"]
+    ]
+    return lines(
+        table(
+            rows,
+            ["#", "phase", "state", "attempt", "latest_timestamp", "note"],
+            title=f"run {d['run_id']} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
+        ),
+        *[f"warning: {w}" for w in d.get("warnings", [])],
+    )
+
+
+@command(cli, pipeline=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+def status(call: Call, ticket_id: str, run_id: str) -> Result:
+    """Derived state of every phase (pending, completed, failed, stale) and the next phase.
+
+    \b
+    Example:
+      phaselog status --ticket-id PROJ-1234 --run-id a1b2c3d4 --format table
+    """
+    st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline)
+    return Result(views.run_status(st), _status_table)
+
+
+def _skip_table(d: dict[str, Any]) -> str:
+    verdict = "allowed" if d["allowed"] else "NOT allowed"
+    out = [
+        table(
+            [[b["phase"], b["state"], b["reason"]] for b in d["blockers"]],
+            ["blocking phase", "state", "reason"],
+            title=f"skip to {d['skip_to']}: {verdict}",
+            empty="",
+        )
+    ]
+    flight = d.get("in_progress")
+    if flight:
+        note = f" ({flight['abandoned_reason']})" if flight.get("abandoned") else ""
+        out.append(
+            f"{d['skip_to']} attempt {flight['attempt_number']} is in progress{note}: "
+            f"restart from step {flight['resume_from_step']}"
+        )
+    return lines(*out)
+
+
+@command(cli, pipeline=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--skip-to", required=True, metavar="PHASE", help="Phase name or ordinal to skip to.")
+@click.option("--artifacts-root", type=click.Path(file_okay=False), help="Also require every artifact to exist here.")
+def resume(call: Call, ticket_id: str, run_id: str, skip_to: str, artifacts_root: str | None) -> Result:
+    """May the run skip to PHASE? Exit 0 if every earlier phase is done, current and valid; else 1
+    with every blocking phase and its reason.
+
+    \b
+    Example:
+      phaselog resume --ticket-id PROJ-1234 --run-id a1b2c3d4 --skip-to create_pr
+    """
+    decision = call.ledger.can_skip_to(
+        ticket_id, run_id, skip_to, pipeline=call.pipeline, artifacts_root=artifacts_root
+    )
+    return Result(views.skip_decision(decision), _skip_table, exit_code=0 if decision.allowed else 1)
+
+
+def _verify_table(d: dict[str, Any]) -> str:
+    verdict = "ok" if d["ok"] else f"{len(d['problems'])} problem(s)"
+    return table(
+        [[p["path"], p["rule"], p["message"]] for p in d["problems"]],
+        ["path", "rule", "problem"],
+        title=f"verified {d['checked']} record(s): {verdict}",
+        empty="",
+    )
+
+
+@command(cli)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="Only this run.")
+def verify(call: Call, ticket_id: str, run_id: str | None) -> Result:
+    """Recompute content hashes and links (prev_hash, basis); report tampering. Exit 1 if any.
+
+    \b
+    Example:
+      phaselog verify --ticket-id PROJ-1234
+    """
+    report = call.ledger.verify(ticket_id, run_id)
+    return Result(views.verify_report(report), _verify_table, exit_code=0 if report.ok else 1)
+
+
+# -- pipelines -----------------------------------------------------------------------------------------
+def _pipelines_table(d: dict[str, Any]) -> str:
+    return lines(
+        *[
+            table(
+                [
+                    [ph["ordinal"], ph["name"], "yes" if ph["requires_approval"] else "", ph["description"]]
+                    for ph in p["phases"]
+                ],
+                ["#", "phase", "approval", "description"],
+                title=f"{p['name']} {p['version']} ({p['source']})",
+            )
+            for p in ([d["pipeline"]] if "pipeline" in d else d["pipelines"])
+        ]
+    )
+
+
+@command(
+    cli,
+    store_help=None,
+    correlation=False,
+    root_help="Store root (its pipelines/ folder is searched).",
+    format_help="",
+)
+@click.argument("name", required=False)
+def pipelines(call: Call, name: str | None) -> Result:
+    """List the pipelines found, or show one (phases, approval gates, payload schemas).
+
+    \b
+    Examples:
+      phaselog pipelines
+      phaselog pipelines ticket-pipeline --format table
+    """
+    from phaselog.pipelines import available_pipelines, check_schemas, find_pipeline
+    from phaselog.stores.files import default_root
+
+    base = call.root or str(default_root())
+    if name:
+        found = find_pipeline(name, base)
+        check_schemas(found)
+        return Result({"pipeline": views.pipeline(found, full=True)}, _pipelines_table)
+    return Result({"pipelines": [views.pipeline(p, full=False) for p in available_pipelines(base)]}, _pipelines_table)

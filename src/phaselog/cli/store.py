@@ -1,0 +1,178 @@
+"""Store commands: export, import, copy, prune, store migrate."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from phaselog.cli._render import table
+from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command
+from phaselog.errors import UsageError
+
+
+@command(cli, "export", formats=None, correlation=False, root_help="Files store root.", store_help="Store URL.")
+@click.option("--ticket-id", help="Only this ticket (default: every ticket).")
+def export_cmd(call: Call, ticket_id: str | None) -> None:
+    """Write every record with its content hash as JSON Lines on stdout, in a stable order.
+
+    \b
+    Example:
+      phaselog export --ticket-id PROJ-1234 > dump.jsonl
+    """
+    from phaselog.transfer import export_records
+
+    for line in export_records(call.ledger.store, ticket_id):
+        sys.stdout.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+@command(cli, "import")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    show_default=True,
+    help="JSON Lines file to read ('-': standard input).",
+)
+def import_cmd(call: Call, input_path: str) -> Result:
+    """Read an export (JSON Lines), verify every hash, and add what is missing (idempotent).
+
+    Exit 1 when a record conflicts with a different one already stored (it is left as it is).
+
+    \b
+    Example:
+      phaselog import --store sqlite:///var/lib/phaselog.db < dump.jsonl
+    """
+    from phaselog.transfer import import_records, read_lines
+
+    store = call.ledger.store
+    try:
+        stream = sys.stdin if input_path == "-" else open(input_path, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise UsageError(f"--input: cannot read {input_path}: {exc.strerror}", field="input") from None
+    with stream:
+        rep = import_records(store, read_lines(stream))
+    return Result(
+        rep.to_json(),
+        lambda d: table(
+            [[c["line"], c["path"], c["message"]] for c in d["conflicts"]],
+            ["line", "path", "conflict"],
+            title=f"added {d['added']}, already present {d['skipped']}, conflicts {len(d['conflicts'])}",
+        ),
+        exit_code=1 if rep.conflicts else 0,
+    )
+
+
+@command(cli, "copy", store=False, formats=None, correlation=False)
+@click.option("--from", "src", required=True, metavar="URL", help="Source store URL (or path).")
+@click.option("--to", "dst", required=True, metavar="URL", help="Target store URL (or path).")
+@click.option("--ticket-id", help="Only this ticket.")
+@click.option(
+    "--progress/--no-progress", "show_progress", default=None, help="Progress bar (default: when stderr is a terminal)."
+)
+def copy_cmd(call: Call, src: str, dst: str, ticket_id: str | None, show_progress: bool | None) -> Result:
+    """Copy every record from one store to another, verifying hashes (idempotent).
+
+    \b
+    Example:
+      phaselog copy --from ~/.phaselog --to postgresql://ci@db/phaselog
+    """
+    from phaselog.transfer import export_records, import_records
+
+    source, target = call.open_store(src), call.open_store(dst)
+    lines = list(export_records(source, ticket_id))
+    if show_progress is None:
+        show_progress = sys.stderr.isatty()
+    if show_progress:
+        from rich.progress import Progress
+
+        with Progress(transient=False) as bar:
+            task = bar.add_task("copying records", total=len(lines))
+            rep = import_records(target, lines, on_record=lambda: bar.advance(task))
+    else:
+        rep = import_records(target, lines)
+    return Result({"from": src, "to": dst, "records": len(lines), **rep.to_json()}, exit_code=1 if rep.conflicts else 0)
+
+
+@command(cli, "prune")
+@click.option("--ticket-id", help="Only this ticket (required with --run-id).")
+@click.option(
+    "--older-than", metavar="DURATION", help="Remove attempts older than this (e.g. 30d); whole runs if all is older."
+)
+@click.option("--keep-last", type=int, metavar="N", help="Per run and phase, keep the newest N attempts.")
+@click.option("--run-id", help="Remove this whole run.")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def prune_cmd(
+    call: Call,
+    ticket_id: str | None,
+    older_than: str | None,
+    keep_last: int | None,
+    run_id: str | None,
+    dry_run: bool,
+) -> Result:
+    """Remove old records without breaking resume or verify; print what went and the space freed.
+
+    Never removes the latest completed attempt of a phase, an approved attempt, or one that a kept
+    record (or a forked run) still names — unless the whole run goes.
+
+    \b
+    Examples:
+      phaselog prune --ticket-id PROJ-1234 --keep-last 3 --dry-run
+      phaselog prune --older-than 30d
+    """
+    from phaselog.durations import parse_duration
+    from phaselog.retention import prune
+
+    rep = prune(
+        call.ledger,
+        ticket_id,
+        older_than=parse_duration(older_than, field="--older-than") if older_than else None,
+        keep_last=keep_last,
+        run_id=run_id,
+        dry_run=dry_run,
+    )
+    verb = "would remove" if dry_run else "removed"
+    return Result(
+        rep.to_json(),
+        lambda d: table(
+            [[r["path"], r.get("kind", "checkpoint")] for r in d["removed"]],
+            ["path", "kind"],
+            title=f"{verb} {d['removed_count']} record(s), {d['bytes_freed']} bytes; kept {len(d['kept'])} protected",
+        ),
+    )
+
+
+@cli.group("store", context_settings=CONTEXT)
+def store_group() -> None:
+    """Store administration.
+
+    \b
+    Example:
+      phaselog store migrate --store postgresql://postgres@127.0.0.1/test
+    """
+
+
+@command(store_group, "migrate")
+def store_migrate(call: Call) -> Result:
+    """Create or upgrade a SQL store's schema (safe to run concurrently; files stores need none).
+
+    \b
+    Example:
+      phaselog store migrate --store sqlite:///var/lib/phaselog.db
+    """
+    store: Any = call.ledger.store
+    if not hasattr(store, "migrate"):
+        data = {"store": store.url, "message": "the files store has no schema to migrate"}
+    else:
+        before, after = store.migrate()
+        data = {
+            "store": store.dialect.describe(),
+            "from_version": before,
+            "to_version": after,
+            "schema_version": store.schema_version(),
+        }
+    return Result(data, lambda d: table([[k, v] for k, v in d.items() if k != "correlation_id"], ["field", "value"]))

@@ -1,0 +1,162 @@
+"""The JSON views of library results: what the CLI prints and what a dashboard renders.
+
+Each function turns one library result (a stored record, a run's status, a pipeline, a listing
+page, an audit record…) into plain JSON data (dicts, lists, strings, numbers, booleans, None).
+The views hold no logic of their own beyond shaping: the library computes, a view shows. The CLI
+adds only its envelope (``"success": true`` and the ``correlation_id``).
+
+Imports are for type checking only, so the CLI can import this module at start-up for free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Page, SkipDecision, WriteResult
+    from phaselog.pipelines import Pipeline
+    from phaselog.records import Approval, Marker, ProgressEvent
+    from phaselog.state import RunStatus
+    from phaselog.stores.base import Stored
+    from phaselog.validation import Report
+    from phaselog.verify import VerifyReport
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+def record(stored: Stored) -> dict[str, Any]:
+    """A stored checkpoint: its seed fields (``checkpoint``) and phaselog's metadata."""
+    rec = stored.record
+    meta = rec.meta_dict()
+    meta.update(
+        has_metadata=rec.has_metadata,
+        content_hash=rec.content_hash,
+        recorded_hash=stored.recorded_hash,
+    )
+    return {"checkpoint": rec.seed_dict(), "metadata": meta}
+
+
+def read(stored: Stored) -> dict[str, Any]:
+    """A checkpoint as ``read`` shows it: the record, where it lives, and read warnings."""
+    return {**record(stored), "checkpoint_path": stored.location, "warnings": list(stored.warnings)}
+
+
+def written(result: WriteResult) -> dict[str, Any]:
+    """What a write produced: where, which attempt, its status and hash, and warnings."""
+    rec = result.record
+    return {
+        "checkpoint_path": result.location,
+        "run_id": rec.run_id,
+        "phase": rec.phase,
+        "attempt_number": rec.attempt_number,
+        "status": rec.status,
+        "content_hash": rec.content_hash,
+        "warnings": list(result.warnings),
+    }
+
+
+def validation(stored: Stored, report: Report) -> dict[str, Any]:
+    """A validation report beside the record it judged."""
+    return {
+        "is_valid": report.is_valid,
+        "errors": [i.text() for i in report.errors],
+        "warnings": [i.text() for i in report.warnings],
+        "issues": [i.to_json() for i in report.issues],
+        **record(stored),
+        "checkpoint_path": stored.location,
+    }
+
+
+def page(listing: Page) -> dict[str, Any]:
+    """A listing page: completed checkpoints, failed attempts, damaged entries, the next cursor."""
+    completed = listing.completed
+    return {
+        "count": len(completed),
+        "checkpoints": [s.record.seed_dict() for s in completed],
+        "failed_attempts": [
+            {**s.record.seed_dict(), "status": "failed", "error": s.record.error} for s in listing.failed
+        ],
+        "warnings": [{**d.to_json(), "message": f"skipped damaged file: {d.message}"} for d in listing.damaged],
+        "next_after": listing.next_after,
+    }
+
+
+# -- runs -----------------------------------------------------------------------------------------
+def run_status(status: RunStatus) -> dict[str, Any]:
+    """A run's derived state: every phase's state and the next phase."""
+    return status.to_json()
+
+
+def skip_decision(decision: SkipDecision) -> dict[str, Any]:
+    """Whether a run may skip to a phase, with every blocker."""
+    return decision.to_json()
+
+
+def verify_report(report: VerifyReport) -> dict[str, Any]:
+    """The result of recomputing hashes and links."""
+    return {"ok": report.ok, "checked": report.checked, "problems": report.problems}
+
+
+def history(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A ticket's records in time order."""
+    return {"count": len(entries), "history": list(entries)}
+
+
+def forked(new_run_id: str, from_run_id: str, written_records: Iterable[WriteResult]) -> dict[str, Any]:
+    """A fork: the new run, its origin and the checkpoints it reuses."""
+    return {
+        "run_id": new_run_id,
+        "forked_from": from_run_id,
+        "checkpoints": [
+            {"checkpoint_path": w.location, "phase": w.record.phase, "content_hash": w.record.content_hash}
+            for w in written_records
+        ],
+    }
+
+
+# -- audit records --------------------------------------------------------------------------------
+def progress_event(event: ProgressEvent, *, with_output: bool = False) -> dict[str, Any]:
+    """A progress event; its output text (up to 8 MiB) only on request (hash and length name it)."""
+    d: dict[str, Any] = event.to_json()
+    output = d.pop("output", None)
+    d["content_hash"] = event.content_hash
+    if with_output:
+        d["output"] = output
+    return d
+
+
+def approval(judgement: Approval, phase_state: str, warnings: Sequence[str]) -> dict[str, Any]:
+    """An approval or rejection, and the state of its phase afterwards."""
+    return {
+        "approval": {**judgement.to_json(), "content_hash": judgement.content_hash},
+        "phase_state": phase_state,
+        "warnings": list(warnings),
+    }
+
+
+def marker(ticket_marker: Marker, changed: bool) -> dict[str, Any]:
+    """A ticket marker, and whether this call recorded a new revision."""
+    return {"changed": changed, "marker": {**ticket_marker.to_json(), "content_hash": ticket_marker.content_hash}}
+
+
+# -- pipelines ------------------------------------------------------------------------------------
+def pipeline(p: Pipeline, *, full: bool = True) -> dict[str, Any]:
+    """A pipeline: its phases and gates (and with ``full`` their payload schemas)."""
+    return {
+        "name": p.name,
+        "version": p.version,
+        "description": p.description,
+        "order": p.order,
+        "manifest_hash": p.manifest_hash,
+        "source": p.source,
+        "phases": [
+            {
+                "ordinal": ph.ordinal,
+                "name": ph.name,
+                "description": ph.description,
+                "requires_approval": ph.requires_approval,
+                **({"payload_schema": ph.payload_schema} if full else {}),
+            }
+            for ph in p.phases
+        ],
+    }
