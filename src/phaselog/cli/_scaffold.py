@@ -95,8 +95,11 @@ class Call:
         fmt: str = "json",
         pipeline_name: str | None = None,
         pipeline_file: str | None = None,
+        writes: bool = False,
     ) -> None:
         self.root = root
+        #: The command records something: a store that does not exist yet may be created.
+        self.writes = writes
         self.store_url = store_url
         self.correlation_id = correlation_id or _render.new_correlation_id()
         self.fmt = fmt
@@ -232,13 +235,16 @@ def command(
     store_help: str | None = STORE_HELP,
     format_help: str = "JSON for scripts and agents, or a readable table.",
     as_group: bool = False,
+    writes: bool = False,
     **settings: Any,
 ) -> Callable[[Callable[..., Result | None]], click.Command]:
     """Make ``fn(call, **options) -> Result | None`` a command of ``group`` with the shared options.
 
     ``store``: ``--root`` (and ``--store`` unless ``store_help`` is None); ``pipeline``:
     ``--pipeline/--pipeline-file``; ``formats``: the ``--format`` choices (None: JSON only);
-    ``correlation``: ``--correlation-id``. A body returning None has printed its own output.
+    ``correlation``: ``--correlation-id``; ``writes``: the command records something (a store
+    that does not exist yet may be created; read-only commands must not create one).
+    A body returning None has printed its own output.
     """
 
     if not isinstance(group, click.Group):
@@ -248,7 +254,7 @@ def command(
         @functools.wraps(fn)
         def run(**kwargs: Any) -> None:
             shared = {k: kwargs.pop(k) for k in names}
-            call = Call(**shared)
+            call = Call(**shared, writes=writes)
             error: PhaselogError | None = None
             result: Result | None = None
             text = ""

@@ -37,7 +37,7 @@ def _events_table(events: list[dict[str, Any]]) -> str:
     )
 
 
-@command(cli, pipeline=True, as_group=True, invoke_without_command=True)
+@command(cli, pipeline=True, as_group=True, writes=True, invoke_without_command=True)
 @click.option("--ticket-id")
 @click.option("--run-id")
 @click.option("--phase", help="Phase name or ordinal.")
@@ -189,7 +189,7 @@ def _judge_command(decision: str) -> click.Command:
         f"    \\b\n    Example:\n      phaselog {decision} --ticket-id T --run-id R --phase proposal --by ana"
         + (' --comment "too long"' if decision == "reject" else "")
     )
-    return command(cli, decision, pipeline=True)(judge)
+    return command(cli, decision, pipeline=True, writes=True)(judge)
 
 
 approve = _judge_command("approve")
@@ -205,7 +205,7 @@ def _marker_table(d: dict[str, Any]) -> str:
     )
 
 
-@command(cli, "init")
+@command(cli, "init", writes=True)
 @click.option("--ticket-id", required=True)
 @click.option("--title", required=True, metavar="TEXT")
 @click.option("--pipeline", "pipeline_name", metavar="NAME", help="The ticket's pipeline (default ticket-pipeline).")
@@ -319,7 +319,7 @@ def diff(call: Call, a: str | None, b: str | None, ticket_id: str, run_id: str |
     )
 
 
-@command(cli)
+@command(cli, writes=True)
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True, help="The run to fork from.")
 @click.option("--through", required=True, metavar="PHASE", help="Reuse checkpoints up to and including this phase.")

@@ -43,6 +43,7 @@ def guard() -> None:
 @command(
     guard,
     "run",
+    writes=True,
     formats=None,
     correlation=False,
     store_help=STORE_HELP,

@@ -23,7 +23,7 @@ def _written_table(d: dict[str, Any]) -> str:
     )
 
 
-@command(cli, pipeline=True)
+@command(cli, pipeline=True, writes=True)
 @click.option("--ticket-id", required=True, help="Ticket id, e.g. PROJ-1234.")
 @click.option("--run-id", required=True, help="Run id: a UUID, or any string (mapped to UUID v5).")
 @click.option("--phase", required=True, help="Phase name or ordinal.")

@@ -29,7 +29,7 @@ def export_cmd(call: Call, ticket_id: str | None) -> None:
     sys.stdout.flush()
 
 
-@command(cli, "import")
+@command(cli, "import", writes=True)
 @click.option(
     "--input",
     "input_path",
@@ -156,7 +156,7 @@ def store_group() -> None:
     """
 
 
-@command(store_group, "migrate")
+@command(store_group, "migrate", writes=True)
 def store_migrate(call: Call) -> Result:
     """Create or upgrade a SQL store's schema (safe to run concurrently; files stores need none).
 
