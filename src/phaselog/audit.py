@@ -318,6 +318,8 @@ class AuditMixin:
                 timestamp=src.timestamp_utc,
                 pipeline=pl,
                 decisions=list(src.decisions),
+                artifact_hashes=src.artifact_hashes,
+                code_fingerprint=src.code_fingerprint,
                 forked_from={
                     "ticket_id": ticket_id,
                     "run_id": run_id,

@@ -136,3 +136,45 @@ class OutcomeUnknown(StoreError):
     """
 
     error_code = "outcome_unknown"
+
+
+class Fenced(PhaselogError):
+    """A lease was taken over by another holder; this holder may no longer write (fencing token)."""
+
+    error_code = "fenced"
+
+
+class RunHeld(PhaselogError):
+    """Another runner holds the run's lease (exit 75, EX_TEMPFAIL: try again later, or ``--wait``)."""
+
+    error_code = "run_held"
+    exit_code = 75
+
+
+class PhaseFailed(PhaselogError):
+    """A phase still failed after its retries; every attempt is recorded. Chained to the last cause."""
+
+    error_code = "phase_failed"
+
+
+class RunInterrupted(PhaselogError):
+    """SIGINT or SIGTERM stopped the run; the attempt in progress was recorded as interrupted.
+
+    The exit code is 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    error_code = "interrupted"
+
+    def __init__(self, message: str, *, signum: int, **context: object) -> None:
+        super().__init__(message, signum=signum, **context)
+        self.signum = signum
+        self.exit_code = 128 + signum
+
+
+class RecordingFailed(StoreError):
+    """A phase succeeded but its checkpoint could not be recorded after retries (the store failed).
+
+    ``payload`` and ``artifact_paths`` in the context keep what the phase produced.
+    """
+
+    error_code = "recording_failed"

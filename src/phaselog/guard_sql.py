@@ -15,14 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from phaselog import _yaml
-from phaselog.errors import Corrupt, PhaselogError
+from phaselog.errors import Corrupt, Fenced
 from phaselog.guard import Holder, LoopState, validate_name
 
-
-class Fenced(PhaselogError):
-    """The lease was taken over by another holder; this holder may no longer write state."""
-
-    error_code = "fenced"
+__all__ = ["Fenced", "SqlGuardStore"]  # Fenced lives in phaselog.errors; re-exported for old imports
 
 
 class SqlGuardStore:

@@ -42,7 +42,9 @@ from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_
 from phaselog.progress import ProgressMixin
 from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
 from phaselog.state import COMPLETED, RunStatus, derive_status
+from phaselog.artifacts import hash_artifacts
 from phaselog.stores import Damaged, Store, Stored, open_store
+from phaselog.stores.base import RunFence
 from phaselog.validation import Report, check_artifacts, check_links, check_record
 from phaselog.verify import VerifyMixin, VerifyReport
 
@@ -236,6 +238,9 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         status: Status = "completed",
         error: str | None = None,
         decisions: Sequence[Mapping[str, Any]] = (),
+        artifacts_root: str | os.PathLike[str] | None = None,
+        code_fingerprint: str | None = None,
+        fence: RunFence | None = None,
     ) -> WriteResult:
         """Append a checkpoint for one attempt of ``phase``; return it once durable.
 
@@ -244,6 +249,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         level is broken, AlreadyExists when ``attempt`` is taken, NotMonotonic when it is below
         the latest attempt, Prerequisite when an earlier phase blocks a completed checkpoint in a
         pipeline with ``order: strict``.
+
+        ``artifacts_root``: hash every artifact (SHA-256, relative to that folder) now and record
+        the hashes, so a later skip can tell that an artifact changed. ``code_fingerprint``: the
+        phase's code hash, recorded for ``fingerprint: code``. ``fence``: write only while the
+        run's lease still carries that fencing token (Fenced otherwise; see phaselog.runner).
         """
         return self._write(
             ticket_id,
@@ -258,6 +268,9 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             status=status,
             error=error,
             decisions=decisions,
+            artifact_hashes=hash_artifacts(artifacts_root, artifact_paths) if artifacts_root is not None else None,
+            code_fingerprint=code_fingerprint,
+            fence=fence,
         )
 
     def _write(
@@ -277,6 +290,9 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         decisions: Sequence[Mapping[str, Any]] = (),
         forked_from: Mapping[str, Any] | None = None,
         check_prerequisites: bool = True,
+        artifact_hashes: Mapping[str, str] | None = None,
+        code_fingerprint: str | None = None,
+        fence: RunFence | None = None,
     ) -> WriteResult:
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
@@ -321,6 +337,8 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 prev_hash=self._hash_of(ticket_id, run_id, ph, latest) if latest else None,
                 decisions=tuple(dict(d) for d in decisions),
                 forked_from=dict(forked_from) if forked_from else None,
+                artifact_hashes=dict(artifact_hashes) if artifact_hashes is not None else None,
+                code_fingerprint=code_fingerprint,
             )
             report = check_record(cp, pl, now=self.clock())
             if not report.is_valid:
@@ -342,7 +360,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                         next_attempt=latest + 1,
                     )
             try:
-                location = self.store.append(cp, expected_latest=latest)
+                location = (
+                    self.store.append(cp, expected_latest=latest)
+                    if fence is None
+                    else self.store.append(cp, expected_latest=latest, fence=fence)
+                )
             except Conflict:
                 continue  # someone appended to this phase meanwhile: re-read and retry
             except AlreadyExists:

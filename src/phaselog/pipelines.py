@@ -29,6 +29,43 @@ MANIFEST_MAX_BYTES = 1 << 20
 Problem = tuple[str, str, str]  # (field path, rule, message)
 
 
+BACKOFFS = ("none", "fixed", "linear", "exponential")
+FINGERPRINTS = ("code",)
+EXECUTION_KEYS = ("run", "env", "timeout", "retries", "backoff", "retry_delay", "artifacts", "fingerprint")
+MAX_RETRIES = 100
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the runner executes a phase: the manifest keys ``run``, ``env``, ``timeout``,
+    ``retries``, ``backoff``, ``retry_delay``, ``artifacts`` and ``fingerprint`` (docs/runner.md)."""
+
+    #: A command line run by ``sh -c`` in the runner's working directory (a shell phase).
+    run: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds; None for no limit.
+    timeout: float | None = None
+    #: Attempts after the first.
+    retries: int = 0
+    backoff: str = "exponential"
+    #: Seconds before the first retry (the backoff grows from it).
+    retry_delay: float = 1.0
+    #: Globs relative to the working directory, hashed when the checkpoint is written.
+    artifacts: tuple[str, ...] = ()
+    #: ``code``: skip only while the phase's code is unchanged.
+    fingerprint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The non-default keys, as a manifest would spell them."""
+        out: dict[str, Any] = {}
+        default = Execution()
+        for key in EXECUTION_KEYS:
+            value = getattr(self, key)
+            if value != getattr(default, key):
+                out[key] = list(value) if isinstance(value, tuple) else dict(value) if key == "env" else value
+        return out
+
+
 @dataclass(frozen=True)
 class Phase:
     """One step of a pipeline."""
@@ -38,6 +75,7 @@ class Phase:
     description: str = ""
     payload_schema: Mapping[str, Any] = field(default_factory=dict)
     requires_approval: bool = False
+    execution: Execution = field(default_factory=Execution)
 
     @property
     def file_stem(self) -> str:
@@ -102,15 +140,7 @@ class Pipeline:
             "version": self.version,
             "description": self.description,
             "order": self.order,
-            "phases": [
-                {
-                    "name": p.name,
-                    "description": p.description,
-                    "payload_schema": p.payload_schema,
-                    "requires_approval": p.requires_approval,
-                }
-                for p in self.phases
-            ],
+            "phases": [_phase_doc(p) for p in self.phases],
         }
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
@@ -155,7 +185,92 @@ class Pipeline:
         return tuple(p for p in self.phases if p.ordinal < phase.ordinal)
 
 
+def _phase_doc(p: Phase) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": p.name,
+        "description": p.description,
+        "payload_schema": p.payload_schema,
+        "requires_approval": p.requires_approval,
+    }
+    execution = p.execution.to_json()
+    if execution:  # only when set: manifests without runner keys keep the hash they had
+        doc["execution"] = execution
+    return doc
+
+
 # -- building and loading -------------------------------------------------------------------------
+def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
+    """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""
+    from phaselog.durations import parse_duration
+    from phaselog.errors import UsageError
+
+    def bad(key: str, rule: str, message: str) -> PipelineError:
+        return PipelineError(f"{where}: {at}.{key} {message}", field=f"{at}.{key}", rule=rule)
+
+    def seconds(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r})")
+        if isinstance(value, int | float):
+            if value < 0:
+                raise bad(key, "duration", f"must not be negative (got {value!r})")
+            return float(value)
+        try:
+            return parse_duration(value, field=f"{at}.{key}").total_seconds()
+        except UsageError:
+            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r})") from None
+
+    kw: dict[str, Any] = {}
+    if "run" in raw:
+        run = raw["run"]
+        if not isinstance(run, str) or not run.strip():
+            raise bad("run", "type", "must be a non-empty command line (a string run by sh -c)")
+        if "\x00" in run:
+            raise bad("run", "format", "must not contain NUL characters")
+        kw["run"] = run
+    if "env" in raw:
+        env = raw["env"]
+        if not isinstance(env, Mapping):
+            raise bad("env", "type", "must map variable names to strings")
+        clean: dict[str, str] = {}
+        for k, v in env.items():
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise bad("env", "env_name", f"has an invalid variable name {k!r}")
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                raise bad("env", "type", f"value of {k} must be a string (got {v!r})")
+            clean[k] = str(v)
+        kw["env"] = clean
+    if "timeout" in raw and raw["timeout"] is not None:
+        kw["timeout"] = seconds("timeout", raw["timeout"])
+        if kw["timeout"] <= 0:
+            raise bad("timeout", "duration", "must be longer than zero")
+    if "retries" in raw:
+        retries = raw["retries"]
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise bad("retries", "type", f"must be an integer from 0 to {MAX_RETRIES} (attempts after the first)")
+        kw["retries"] = retries
+    if "backoff" in raw:
+        if raw["backoff"] not in BACKOFFS:
+            raise bad("backoff", "enum", f"must be one of {', '.join(BACKOFFS)} (got {raw['backoff']!r})")
+        kw["backoff"] = raw["backoff"]
+    if "retry_delay" in raw:
+        kw["retry_delay"] = seconds("retry_delay", raw["retry_delay"])
+    if "artifacts" in raw:
+        arts = raw["artifacts"]
+        if isinstance(arts, str):
+            arts = [arts]
+        if not isinstance(arts, Sequence) or not all(isinstance(a, str) and a for a in arts):
+            raise bad("artifacts", "type", "must be a list of globs relative to the working directory")
+        for a in arts:
+            if a.startswith("/") or ".." in Path(a).parts:
+                raise bad("artifacts", "relative-path", f"must stay inside the working directory (got {a!r})")
+        kw["artifacts"] = tuple(arts)
+    if "fingerprint" in raw and raw["fingerprint"] is not None:
+        if raw["fingerprint"] not in FINGERPRINTS:
+            raise bad("fingerprint", "enum", f"must be 'code' (got {raw['fingerprint']!r})")
+        kw["fingerprint"] = raw["fingerprint"]
+    return Execution(**kw)
+
+
 def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
     """Build a Pipeline from a parsed manifest, checking every field."""
     where = f"pipeline manifest {source}"
@@ -203,10 +318,16 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
                 field=f"{at}.requires_approval",
             )
         desc = raw.get("description", "") or ""
-        unknown = set(raw) - {"name", "description", "payload_schema", "requires_approval"}
+        unknown = set(raw) - {"name", "description", "payload_schema", "requires_approval", *EXECUTION_KEYS}
         if unknown:
-            raise PipelineError(f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))}", field=at)
-        phases.append(Phase(pname, i, str(desc), dict(schema), approval))
+            raise PipelineError(
+                f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
+                f"payload_schema, requires_approval and the runner's keys {', '.join(EXECUTION_KEYS)})",
+                field=f"{at}.{sorted(unknown)[0]}",
+                rule="unknown_key",
+            )
+        execution = execution_from_dict(raw, where, at)
+        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution))
     unknown_top = set(doc) - {"name", "version", "description", "order", "phases"}
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")

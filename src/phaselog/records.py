@@ -148,6 +148,10 @@ class Checkpoint:
     decisions: tuple[Mapping[str, Any], ...] = ()
     #: For a forked run: the checkpoint this one reuses (ticket_id, run_id, attempt, hash).
     forked_from: Mapping[str, Any] | None = None
+    #: SHA-256 (hex) of each artifact, hashed when the checkpoint was written (None: not hashed).
+    artifact_hashes: Mapping[str, str] | None = None
+    #: The phase's code fingerprint at write time (``fingerprint: code``), e.g. ``sha256:<hex>``.
+    code_fingerprint: str | None = None
     #: False for a checkpoint the seed tool wrote (no phaselog part on disk).
     has_metadata: bool = True
     #: Keys found in a stored seed file that the contract does not know (validation reports them).
@@ -169,8 +173,12 @@ class Checkpoint:
         }
 
     def meta_dict(self) -> dict[str, Any]:
-        """Return the phaselog part, JSON-typed (everything beside the seed file)."""
-        return {
+        """Return the phaselog part, JSON-typed (everything beside the seed file).
+
+        ``artifact_hashes`` and ``code_fingerprint`` appear only when set, so records written
+        without them keep the bytes (and content hashes) they always had.
+        """
+        meta = {
             "status": self.status,
             "error": self.error,
             "phase_ordinal": self.phase_ordinal,
@@ -180,6 +188,11 @@ class Checkpoint:
             "decisions": [_jsonable(d) for d in self.decisions],
             "forked_from": _jsonable(self.forked_from) if self.forked_from else None,
         }
+        if self.artifact_hashes is not None:
+            meta["artifact_hashes"] = dict(sorted(self.artifact_hashes.items()))
+        if self.code_fingerprint is not None:
+            meta["code_fingerprint"] = self.code_fingerprint
+        return meta
 
     def to_json(self) -> dict[str, Any]:
         """Return the whole record as JSON: ``checkpoint`` (seed part), ``metadata``, hash."""
@@ -341,7 +354,17 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     forked = meta.get("forked_from")
     if forked is not None and not isinstance(forked, Mapping):
         raise Corrupt("forked_from: must be a mapping or null", field="forked_from", rule="type")
+    hashes = meta.get("artifact_hashes")
+    if hashes is not None and (
+        not isinstance(hashes, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items())
+    ):
+        raise Corrupt("artifact_hashes: must map artifact paths to SHA-256 strings", field="artifact_hashes", rule="type")
+    fingerprint = meta.get("code_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise Corrupt("code_fingerprint: must be a string or null", field="code_fingerprint", rule="type")
     return {
+        "artifact_hashes": dict(hashes) if hashes is not None else None,
+        "code_fingerprint": fingerprint,
         "forked_from": dict(forked) if forked is not None else None,
         "status": status,
         "error": err,

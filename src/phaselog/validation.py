@@ -288,7 +288,8 @@ def check_links(
 
 
 def check_artifacts(cp: Checkpoint, root: str | os.PathLike[str]) -> Report:
-    """Check that every artifact path exists under ``root`` (without leaving it)."""
+    """Check that every artifact exists under ``root`` (without leaving it) and, when the
+    checkpoint recorded their SHA-256 at write time, that each still has that hash."""
     rep = Report()
     base = Path(root).resolve()
     if not base.is_dir():
@@ -302,6 +303,13 @@ def check_artifacts(cp: Checkpoint, root: str | os.PathLike[str]) -> Report:
             rep.error(f"artifact_paths[{i}]", "artifact_outside_root", f"{rel!r} resolves outside {base}")
         elif not target.exists():
             rep.error(f"artifact_paths[{i}]", "artifact_missing", f"{rel!r} does not exist under {base}")
+    if cp.artifact_hashes:
+        from phaselog.artifacts import changed_artifacts
+
+        index = {rel: i for i, rel in enumerate(cp.artifact_paths)}
+        for rel, rule, message in changed_artifacts(base, cp.artifact_hashes):
+            if rule == "artifact_changed" or rel not in index:
+                rep.error(f"artifact_paths[{index.get(rel, '?')}]", rule, message)
     return rep
 
 

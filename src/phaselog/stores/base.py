@@ -8,9 +8,9 @@ above it, in :mod:`phaselog.ledger`, so every backend behaves the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from phaselog.errors import Corrupt
 from phaselog.records import Checkpoint
@@ -79,12 +79,14 @@ class Store(Protocol):
 
     url: str
 
-    def append(self, record: Checkpoint, *, expected_latest: int) -> str:
+    def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
         """Append ``record`` atomically and durably; return its location.
 
         Raises AlreadyExists when the attempt exists (the stored record is untouched) and
         Conflict when the phase's latest attempt is not ``expected_latest`` (0: none), which
-        tells the caller to re-read and retry. Returns only once the record is durable.
+        tells the caller to re-read and retry. With ``fence``, raises Fenced (nothing written)
+        unless the run's lease still carries that fencing token, checked atomically with the
+        append. Returns only once the record is durable.
         """
         ...
 
@@ -129,4 +131,84 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release resources (connections, file handles)."""
+        ...
+
+
+# -- run leases: an optional capability (the runner's "one runner per run") ----------------------
+@dataclass(frozen=True)
+class RunFence:
+    """A write guard: the append succeeds only while the run's lease carries ``token``."""
+
+    ticket_id: str
+    run_id: str
+    token: int
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """A run's lease as stored: the fencing token of the latest holder and who holds it.
+
+    ``holder`` is None when the lease is free (released); times are seconds since the epoch on
+    the store's clock (the database's for SQL stores, so machines with skewed clocks agree).
+    """
+
+    ticket_id: str
+    run_id: str
+    token: int
+    holder: Mapping[str, Any] | None
+    renewed_at: float | None
+    expires_at: float | None
+    #: The store's clock when this state was read.
+    now: float
+    #: Files store: whether the operating-system lock was free (the holder's process is gone).
+    #: None where there is no such lock (SQL stores judge by liveness and expiry).
+    lock_free: bool | None = None
+    #: On acquisition: the holder that was displaced, and why (None if the lease was free).
+    took_over: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a new runner may take a lease, and why (said to people)."""
+
+    take: bool
+    reason: str
+
+
+#: Decides, from the stored state, whether the current holder may be displaced.
+Judge = Callable[[LeaseState], Verdict]
+
+
+class RunLeases(Protocol):
+    """Leases on runs: at most one holder per run, each acquisition with a higher fencing token."""
+
+    def acquire(self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge) -> LeaseState:
+        """Take the lease if it is free or ``judge`` lets us displace its holder; RunHeld otherwise."""
+        ...
+
+    def renew(
+        self, ticket_id: str, run_id: str, token: int, *, ttl: float, holder: Mapping[str, Any] | None = None
+    ) -> LeaseState:
+        """Extend the lease (and update the holder's details); Fenced if ``token`` no longer holds it."""
+        ...
+
+    def release(self, ticket_id: str, run_id: str, token: int) -> bool:
+        """Free the lease if ``token`` still holds it; False if it had been taken over."""
+        ...
+
+    def read(self, ticket_id: str, run_id: str) -> LeaseState | None:
+        """The lease as stored (None: never taken)."""
+        ...
+
+    def close(self) -> None:
+        """Release resources (a files lease keeps its lock file open while held)."""
+        ...
+
+
+@runtime_checkable
+class LeaseCapable(Protocol):
+    """A store that can hold run leases (every built-in store)."""
+
+    def run_leases(self) -> RunLeases:
+        """The store's run-lease service."""
         ...

@@ -29,7 +29,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog import _faults
 from phaselog.errors import (
@@ -46,10 +46,13 @@ from phaselog.errors import (
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.records import SCHEMA_VERSION, Checkpoint, checkpoint_from_seed
 from phaselog.stores import names as _names
-from phaselog.stores.base import AttemptRef, Damaged, Stored
+from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files_admin import FilesAdminMixin
 from phaselog.stores.names import ENTRY_KINDS, failed_name, meta_name
 from phaselog.stores.names import checkpoint_name as cp_name
+
+if TYPE_CHECKING:
+    from phaselog.stores.files_lease import FileRunLeases
 
 DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
 TEMP_MAX_AGE_S = 60.0
@@ -79,6 +82,7 @@ class FilesStore(FilesAdminMixin):
         self.url = f"file://{self.root}"
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
         self._root_fd: int | None = None
+        self._leases: FileRunLeases | None = None
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
         self.max_entry_bytes = 4 * self.max_record_bytes
@@ -171,7 +175,7 @@ class FilesStore(FilesAdminMixin):
         return fd
 
     # -- appending --------------------------------------------------------------------------------
-    def append(self, record: Checkpoint, *, expected_latest: int) -> str:
+    def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
         """Append ``record`` (see Store.append)."""
         validate_ticket_id(record.ticket_id)
         if not is_canonical_uuid(record.run_id):
@@ -194,6 +198,10 @@ class FilesStore(FilesAdminMixin):
                         path=self._rel(record),
                     )
                 latest = max((r.attempt_number for r in mine), default=0)
+                if fence is not None:
+                    from phaselog.stores.files_lease import check_fence
+
+                    check_fence(run_fd, fence)
                 if latest != expected_latest:
                     raise Conflict(
                         f"phase {phase} changed while writing: latest attempt is {latest}, expected {expected_latest}",
@@ -621,13 +629,24 @@ class FilesStore(FilesAdminMixin):
         )
         return f"{record.ticket_id}/{record.run_id}/{name}"
 
+    def run_leases(self) -> FileRunLeases:
+        """The run-lease service (one per store object: it keeps held leases' locks open)."""
+        if self._leases is None:
+            from phaselog.stores.files_lease import FileRunLeases
+
+            self._leases = FileRunLeases(self)
+        return self._leases
+
     @property
     def checkpoints_root(self) -> Path:
         """The folder that ``checkpoint_path`` values are relative to."""
         return self.root / "checkpoints"
 
     def close(self) -> None:
-        """Release the cached root descriptor (every other descriptor is per call)."""
+        """Release the cached root descriptor and any run lease still held."""
+        leases = getattr(self, "_leases", None)
+        if leases is not None:
+            leases.close()
         for attr in ("_root_fd",):
             fd = getattr(self, attr, None)
             setattr(self, attr, None)

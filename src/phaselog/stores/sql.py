@@ -33,7 +33,8 @@ from phaselog.errors import (
 )
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.records import Checkpoint
-from phaselog.stores.base import AttemptRef, Damaged, Stored
+from phaselog.stores import sql_lease
+from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files import (
     DEFAULT_MAX_RECORD_BYTES,
     _meta_bytes,
@@ -44,7 +45,7 @@ from phaselog.stores.names import ENTRY_KINDS, failed_name, is_entry_name
 from phaselog.stores.names import checkpoint_name as cp_name
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Content hashes remembered per store, by (phase ordinal, row body): a record's hash is a pure
 #: function of both, so a row read again (or just appended) is not re-serialised and re-hashed.
@@ -91,6 +92,8 @@ MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (name, seq)
         )""",
     ],
+    # Run leases (the runner): one row per run with its fencing token; see stores/sql_lease.py.
+    2: [sql_lease.MIGRATION],
 }
 
 
@@ -249,7 +252,7 @@ class SqlStore:
         raise StoreError("could not migrate")  # pragma: no cover
 
     # -- appending --------------------------------------------------------------------------------
-    def append(self, record: Checkpoint, *, expected_latest: int) -> str:
+    def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
         """Append ``record`` (see Store.append): constraints decide, the first writer wins."""
         validate_ticket_id(record.ticket_id)
         if not is_canonical_uuid(record.run_id):
@@ -275,6 +278,8 @@ class SqlStore:
                 (record.attempt_number, *key[:3]),
             ).fetchone()
             latest = latest or 0
+            if fence is not None:
+                sql_lease.check_fence(self, conn, fence)
             if existing is not None:
                 raise AlreadyExists(
                     f"attempt {record.attempt_number} of phase {record.phase} already exists ({location})",
@@ -574,6 +579,10 @@ class SqlStore:
 
         result: int = self._write(run)
         return result
+
+    def run_leases(self) -> sql_lease.SqlRunLeases:
+        """The run-lease service (lease rows in this database)."""
+        return sql_lease.SqlRunLeases(self)
 
     def close(self) -> None:
         """Close the connection."""
