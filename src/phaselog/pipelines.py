@@ -198,6 +198,22 @@ def _phase_doc(p: Phase) -> dict[str, Any]:
     return doc
 
 
+def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
+    """The pipeline as a manifest document (``load_manifest``/``pipeline_from_dict`` read it back)."""
+    phases = []
+    for p in pipeline.phases:
+        doc = {k: v for k, v in _phase_doc(p).items() if k != "execution"}
+        doc.update(p.execution.to_json())
+        phases.append(doc)
+    return {
+        "name": pipeline.name,
+        "version": pipeline.version,
+        "description": pipeline.description,
+        "order": pipeline.order,
+        "phases": phases,
+    }
+
+
 # -- building and loading -------------------------------------------------------------------------
 def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
     """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""

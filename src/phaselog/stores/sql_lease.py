@@ -134,7 +134,8 @@ class SqlRunLeases:
             )
             return LeaseState(key[0], key[1], token, dict(holder), now, now + ttl, now, None, took_over)
 
-        return self._transact(take)
+        taken: LeaseState = self._transact(take)
+        return taken
 
     def renew(
         self, ticket_id: str, run_id: str, token: int, *, ttl: float, holder: Mapping[str, Any] | None = None
@@ -164,7 +165,8 @@ class SqlRunLeases:
             row, now = self._select(conn, key, lock=False)
             return self._state(key, row, now)
 
-        return self._transact(extend)
+        renewed: LeaseState = self._transact(extend)
+        return renewed
 
     def release(self, ticket_id: str, run_id: str, token: int) -> bool:
         """Free the lease if ``token`` still holds it."""

@@ -1,0 +1,106 @@
+"""``ctx``: what a phase function is handed.
+
+    @pipe.phase("extract")
+    def extract(ctx):
+        ctx.logger.info("attempt %s of %s", ctx.attempt, ctx.phase)
+        rows = ctx.payload("fetch")["rows"]          # an earlier phase's payload
+        for i in range(ctx.resume_from_step or 1, 4):
+            ...
+            ctx.step(i, output=f"chunk {i} done")     # a progress event (and a heartbeat)
+        return {"rows": rows}, ["out/rows.parquet"]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from phaselog.errors import NotFound, UsageError
+
+
+class PhaseContext:
+    """One attempt of one phase, as its code sees it."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Any,
+        pipeline: Any,
+        ticket_id: str,
+        run_id: str,
+        phase: str,
+        attempt: int,
+        workdir: Path,
+        resume_from_step: int | None,
+        rejection: str | None,
+        payloads: dict[str, Mapping[str, Any]],
+        heartbeat: Any,
+        lease: Any,
+    ) -> None:
+        self.ledger = ledger
+        self.pipeline = pipeline
+        self.ticket_id = ticket_id
+        self.run_id = run_id
+        self.phase = phase
+        #: This attempt's number (attempts rise; a retry is a new attempt).
+        self.attempt = attempt
+        #: The runner's working directory: artifact paths are relative to it.
+        self.workdir = workdir
+        #: The last step an earlier, interrupted attempt of this phase reported (None: start over).
+        self.resume_from_step = resume_from_step
+        #: The comment of the rejection that sent this phase back (None: not rejected).
+        self.rejection = rejection
+        self.logger = logging.getLogger(f"phaselog.runner.{phase}")
+        self._payloads = payloads
+        self._heartbeat = heartbeat
+        self._lease = lease
+
+    def __repr__(self) -> str:
+        return f"PhaseContext({self.ticket_id!r}, {self.run_id!r}, {self.phase!r}, attempt={self.attempt})"
+
+    @property
+    def store(self) -> Any:
+        """The store the run is recorded in."""
+        return self.ledger.store
+
+    @property
+    def run(self) -> Any:
+        """The run's :class:`phaselog.Run` facade (status, read …)."""
+        return self.ledger.run(self.ticket_id, self.run_id, pipeline=self.pipeline)
+
+    def payload(self, phase: str) -> Mapping[str, Any]:
+        """The payload of an earlier phase's latest completed checkpoint (NotFound if none)."""
+        if phase in self._payloads:
+            return self._payloads[phase]
+        target = self.pipeline.phase(phase)
+        mine = self.pipeline.phase(self.phase)
+        if target.ordinal >= mine.ordinal:
+            raise UsageError(f"ctx.payload({phase!r}): only earlier phases' payloads are available", field="phase")
+        try:
+            stored = self.ledger.read(self.ticket_id, self.run_id, phase, pipeline=self.pipeline)
+        except NotFound:
+            raise NotFound(f"phase {phase} has no completed checkpoint in run {self.run_id}", phase=phase) from None
+        payload = dict(stored.record.phase_payload or {})
+        self._payloads[phase] = payload
+        return payload
+
+    def step(self, step: int, *, output: str | bytes | None = None, tokens: int | None = None) -> None:
+        """Record a progress event (step N of this attempt); also renews the run's lease."""
+        if self._heartbeat.fenced is not None:
+            raise self._heartbeat.fenced
+        self._heartbeat.ensure_started(self.ledger, self.ticket_id, self.run_id, self.phase, self.attempt, self.pipeline)
+        if self._lease.due():
+            self._lease.renew()
+        self.ledger.progress(
+            self.ticket_id,
+            self.run_id,
+            self.phase,
+            "step",
+            attempt=self.attempt,
+            step=step,
+            output=output,
+            tokens=tokens,
+            pipeline=self.pipeline,
+        )

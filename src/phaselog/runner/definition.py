@@ -1,0 +1,267 @@
+"""Pipelines the runner runs: ``phaselog.pipeline(...)`` and the ``@pipe.phase`` decorator.
+
+    pipe = phaselog.pipeline("data-job")                      # a manifest by name or path
+    pipe = phaselog.pipeline("data-job", phases=["extract", {"name": "load", "requires_approval": True}])
+
+    @pipe.phase("extract", retries=3, backoff="exponential", timeout="30m")
+    def extract(ctx): ...
+
+    result = pipe.run(ticket_id="CHURN-7", run_id="nightly-2026-11-30")
+
+A phase runs its decorated function, or else its manifest ``run:`` command (a shell phase).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from phaselog.errors import PipelineError, UsageError
+from phaselog.pipelines import EXECUTION_KEYS, Phase, Pipeline, execution_from_dict, load_manifest, pipeline_from_dict
+from phaselog.runner.lease import DEFAULT_TTL
+from phaselog.runner.outcome import Failure, Success
+from phaselog.runner.result import RunResult
+
+
+def pipeline(
+    name_or_path: str | os.PathLike[str] | Pipeline,
+    phases: Sequence[str | Mapping[str, Any]] | None = None,
+    *,
+    version: str = "1",
+    description: str = "",
+    order: str = "strict",
+) -> PipelineRunner:
+    """A runnable pipeline: a manifest (by name or path), a Pipeline, or ``phases=[...]`` in Python.
+
+    ``phases`` items are names or manifest-style dicts (name, description, payload_schema,
+    requires_approval, and the runner's keys run/env/timeout/retries/backoff/artifacts/fingerprint).
+    """
+    if isinstance(name_or_path, Pipeline):
+        return PipelineRunner(name_or_path)
+    text = os.fspath(name_or_path)
+    if phases is not None:
+        items = [{"name": p} if isinstance(p, str) else dict(p) for p in phases]
+        doc = {"name": text, "version": version, "description": description, "order": order, "phases": items}
+        return PipelineRunner(pipeline_from_dict(doc, source=f"<python pipeline {text}>"))
+    if text.endswith((".yaml", ".yml", ".json")) or os.sep in text or Path(text).is_file():
+        return PipelineRunner(load_manifest(text))
+    from phaselog.pipelines import find_pipeline
+    from phaselog.stores.files import default_root
+
+    try:
+        return PipelineRunner(find_pipeline(text, default_root()))
+    except PipelineError as exc:
+        raise PipelineError(
+            f"{exc.message}; or define it in Python: phaselog.pipeline({text!r}, phases=[...])", **exc.context
+        ) from None
+
+
+@dataclasses.dataclass
+class _Bound:
+    fn: Callable[..., Any]
+    options: dict[str, Any]
+
+
+class PipelineRunner:
+    """A pipeline and the code of its phases; ``run`` executes it durably (see the module doc)."""
+
+    def __init__(self, base: Pipeline) -> None:
+        self.base = base
+        self._bound: dict[str, _Bound] = {}
+
+    def __repr__(self) -> str:
+        return f"PipelineRunner({self.base.name!r}, phases={self.base.phase_names})"
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name."""
+        return self.base.name
+
+    def phase(
+        self,
+        name: str,
+        *,
+        retries: int | None = None,
+        backoff: str | None = None,
+        retry_delay: str | float | None = None,
+        timeout: str | float | None = None,
+        fingerprint: str | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorate the function that runs phase ``name`` (``def f(ctx)`` or ``async def f(ctx)``).
+
+        ``retries``: attempts after the first; ``backoff``: none, fixed, linear or exponential
+        from ``retry_delay`` (default 1 s); ``timeout``: e.g. ``"30m"``; ``fingerprint="code"``:
+        skip the phase only while this function's source is unchanged.
+        """
+        self.base.phase(name)  # UnknownPhase lists the valid ones
+        given = {"retries": retries, "backoff": backoff, "retry_delay": retry_delay, "timeout": timeout}
+        given["fingerprint"] = fingerprint
+        options = {k: v for k, v in given.items() if v is not None}
+        execution_from_dict(options, f"pipeline {self.base.name}", f"@phase({name!r})")  # checks every option
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(fn):
+                raise UsageError(f"@phase({name!r}) decorates a function", field="phase")
+            if name in self._bound:
+                raise UsageError(f"phase {name!r} already has a function ({self._bound[name].fn.__name__})")
+            self._bound[name] = _Bound(fn, options)
+            return fn
+
+        return register
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The effective pipeline: the manifest with the decorators' options applied."""
+        phases = []
+        for ph in self.base.phases:
+            bound = self._bound.get(ph.name)
+            if bound is None or not bound.options:
+                phases.append(ph)
+                continue
+            merged = {k: v for k, v in ph.execution.to_json().items() if k in EXECUTION_KEYS}
+            merged.update(bound.options)
+            ex = execution_from_dict(merged, f"pipeline {self.base.name}", f"@phase({ph.name!r})")
+            phases.append(dataclasses.replace(ph, execution=ex))
+        return dataclasses.replace(self.base, phases=tuple(phases))
+
+    def fingerprints(self) -> dict[str, str]:
+        """The current code fingerprint of every phase that has code (function source or command)."""
+        from phaselog.runner.python_phase import code_fingerprint
+
+        out: dict[str, str] = {}
+        for ph in self.base.phases:
+            bound = self._bound.get(ph.name)
+            if bound is not None:
+                out[ph.name] = code_fingerprint(bound.fn)
+            elif ph.execution.run is not None:
+                out[ph.name] = shell_fingerprint(ph)
+        return out
+
+    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str) -> Any:
+        bound = self._bound.get(ph.name)
+        if bound is not None:
+            from phaselog.runner.python_phase import run_python
+
+            fn = bound.fn
+
+            def python_phase(phase: Phase, ctx: Any) -> Success | Failure:
+                return run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
+
+            return python_phase
+        if ph.execution.run is not None:
+            from phaselog.runner.shell import ShellPhase
+
+            return ShellPhase(log_dir=log_dir, store_url=store_url)
+        raise UsageError(
+            f"phase {ph.name} of pipeline {self.base.name} has nothing to run: decorate a function with "
+            f"@pipe.phase({ph.name!r}) or give the phase a run: command in the manifest",
+            field="phase",
+            rule="no_implementation",
+        )
+
+    def run(
+        self,
+        ticket_id: str,
+        run_id: str | None = None,
+        *,
+        store: Any = None,
+        workdir: str | os.PathLike[str] | None = None,
+        wait: float | bool = False,
+        ttl: float = DEFAULT_TTL,
+        start_event_after: float | None = None,
+        handle_signals: bool = True,
+        log_dir: str | os.PathLike[str] | None = None,
+        echo: Callable[[str], None] | None = None,
+    ) -> RunResult:
+        """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
+
+        ``run_id``: the run to start or resume (default: a new one). ``store``: a Ledger, a
+        Store, a URL or path (default: ``PHASELOG_STORE``, else the files store). ``workdir``:
+        where artifacts are (default: the current folder). ``wait``: wait for a runner holding
+        the run (True, or seconds) instead of raising RunHeld.
+
+        Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
+        retries; chained to its last exception; ``exc.result`` holds the RunResult),
+        RunInterrupted (SIGINT/SIGTERM; the attempt is recorded as interrupted) and
+        RecordingFailed (the store kept failing while a finished phase was being recorded).
+        """
+        import uuid
+
+        from phaselog.ids import normalize_run_id, validate_ticket_id
+        from phaselog.runner.engine import Engine, default_workdir
+        from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
+
+        ledger, owned = _ledger(store)
+        try:
+            rid = normalize_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+            pl = self.pipeline
+            folder = default_workdir(workdir)
+            logs = Path(log_dir).absolute() if log_dir is not None else None
+            url = ledger.store.url
+            executors = {ph.name: self._executor_for(ph, log_dir=logs, store_url=url) for ph in pl.phases}
+            engine = Engine(
+                ledger=ledger,
+                pipeline=pl,
+                ticket_id=validate_ticket_id(ticket_id),
+                run_id=rid,
+                executor_for=lambda ph: executors[ph.name],
+                fingerprints=self.fingerprints(),
+                workdir=folder,
+                wait=wait,
+                ttl=ttl,
+                start_event_after=DEFAULT_START_EVENT_AFTER if start_event_after is None else start_event_after,
+                handle_signals=handle_signals,
+                echo=echo,
+            )
+            return engine.run()
+        finally:
+            if owned:
+                ledger.close()
+
+    def explain(
+        self,
+        ticket_id: str,
+        run_id: str,
+        *,
+        store: Any = None,
+        workdir: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        """What ``run`` would do with this run now, phase by phase (an Explanation)."""
+        from phaselog.runner.explain import explain
+
+        ledger, owned = _ledger(store)
+        try:
+            return explain(
+                ledger,
+                ticket_id,
+                run_id,
+                pipeline=self.pipeline,
+                workdir=workdir,
+                fingerprints=self.fingerprints(),
+            )
+        finally:
+            if owned:
+                ledger.close()
+
+
+def shell_fingerprint(ph: Phase) -> str:
+    """``sha256:<hex>`` of a shell phase's command line and environment."""
+    blob = json.dumps({"run": ph.execution.run, "env": dict(ph.execution.env)}, sort_keys=True)
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _ledger(store: Any) -> tuple[Any, bool]:
+    """A Ledger for ``store`` (a Ledger, a Store, a URL/path or None) and whether we opened it."""
+    from phaselog.ledger import Ledger
+    from phaselog.stores import open_store
+
+    if isinstance(store, Ledger):
+        return store, False
+    if store is None or isinstance(store, str | os.PathLike):
+        return Ledger(open_store(store)), True
+    return Ledger(store), False

@@ -1,0 +1,358 @@
+"""The run loop: take the lease, plan with ``explain``, run what must run, record every attempt.
+
+For each phase the plan says to run: attempt after attempt (1 + ``retries``, with backoff), call
+the phase (Python or shell), record the attempt — a completed checkpoint (artifacts hashed, code
+fingerprint, fenced by the lease) or a failed one (the failure in detail) — and stop at a gate
+(``awaiting_approval``), at a failure that outlived its retries (PhaseFailed, after recording),
+or at a signal (the attempt recorded as interrupted; RunInterrupted).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from phaselog.errors import (
+    AlreadyExists,
+    Fenced,
+    InvalidRecord,
+    NotFound,
+    PhaseFailed,
+    PhaselogError,
+    Prerequisite,
+    RecordingFailed,
+    RunInterrupted,
+    StoreError,
+    UsageError,
+)
+from phaselog.pipelines import Execution, Phase, Pipeline
+from phaselog.runner import lease as leasing
+from phaselog.runner.context import PhaseContext
+from phaselog.runner.explain import BLOCKED, NOT_REACHED, RUN, SKIP, WAIT, PhasePlan, explain
+from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER, Heartbeat
+from phaselog.runner.outcome import Failure, Success
+from phaselog.runner.result import PhaseOutcome, RunResult
+from phaselog.runner.signals import Interrupt, SignalGuard, in_main_thread
+
+#: Delays between tries of a checkpoint write that hit a store error (the phase itself succeeded).
+RECORD_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)
+MAX_BACKOFF_S = 300.0
+
+#: Runs one attempt of a phase: (phase, ctx) -> Success | Failure.
+Executor = Callable[[Phase, PhaseContext], Success | Failure]
+
+
+def backoff_delay(execution: Execution, retry: int) -> float:
+    """Seconds to wait before retry number ``retry`` (1-based), with ±10 % jitter."""
+    base = execution.retry_delay
+    if execution.backoff == "none" or base <= 0:
+        return 0.0
+    if execution.backoff == "fixed":
+        delay = base
+    elif execution.backoff == "linear":
+        delay = base * retry
+    else:
+        delay = base * 2 ** (retry - 1)
+    return min(delay, MAX_BACKOFF_S) * random.uniform(0.9, 1.1)  # noqa: S311 - jitter, not secrecy
+
+
+class Engine:
+    """One ``run`` of a pipeline for a ticket (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        ledger: Any,
+        pipeline: Pipeline,
+        ticket_id: str,
+        run_id: str,
+        executor_for: Callable[[Phase], Executor],
+        fingerprints: Mapping[str, str],
+        workdir: Path,
+        wait: float | bool = False,
+        ttl: float = leasing.DEFAULT_TTL,
+        start_event_after: float = DEFAULT_START_EVENT_AFTER,
+        handle_signals: bool = True,
+        echo: Callable[[str], None] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.pipeline = pipeline
+        self.ticket_id = ticket_id
+        self.run_id = run_id
+        self.executor_for = executor_for
+        self.fingerprints = dict(fingerprints)
+        self.workdir = workdir
+        self.wait = wait
+        self.ttl = ttl
+        self.start_event_after = start_event_after
+        self.signals = SignalGuard(handle_signals)
+        self.echo = echo or (lambda _text: None)
+        self.lease: leasing.Lease | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.outcomes: list[PhaseOutcome] = []
+        self.payloads: dict[str, Mapping[str, Any]] = {}
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Run the pipeline; see the module docstring for what is raised."""
+        pl = self.pipeline
+        if any(p.execution.timeout for p in pl.phases) and not in_main_thread():
+            raise UsageError("phase timeouts need the main thread (they use SIGALRM); call run() from it", field="timeout")
+        self.ledger.pipeline_for(self.ticket_id, self.run_id, pl)  # PipelineMismatch before anything else
+        self.lease = leasing.acquire(
+            self.ledger.store,
+            self.ticket_id,
+            self.run_id,
+            ttl=self.ttl,
+            wait=self.wait,
+            on_wait=lambda exc: self.echo(f"waiting: {exc.message}"),
+        )
+        if self.lease.took_over:
+            self.echo(f"took the run over: {self.lease.took_over.get('reason')}")
+        self.heartbeat = Heartbeat(self.lease, self._side_ledger, start_event_after=self.start_event_after)
+        interrupted: int | None = None
+        waiting: str | None = None
+        try:
+            with self.signals:
+                try:
+                    waiting = self._phases()
+                except Interrupt as exc:
+                    interrupted = exc.signum
+        finally:
+            self.heartbeat.stop()
+            self.lease.release()
+        result = self._result(waiting, interrupted)
+        if interrupted is not None:
+            stop = RunInterrupted(
+                f"run {self.run_id} was interrupted by signal {interrupted}; the attempt in progress is recorded "
+                "as interrupted, and the next run continues from there",
+                signum=interrupted,
+            )
+            stop.result = result  # type: ignore[attr-defined]  # the RunResult rides on the error
+            raise stop
+        return result
+
+    def _phases(self) -> str | None:
+        plan = explain(
+            self.ledger,
+            self.ticket_id,
+            self.run_id,
+            pipeline=self.pipeline,
+            workdir=self.workdir,
+            fingerprints=self.fingerprints,
+            lease=False,
+        )
+        for i, p in enumerate(plan.phases):
+            self.signals.check()
+            if p.action == SKIP:
+                self.echo(f"skip {p.phase}: {p.reason}")
+                self.outcomes.append(PhaseOutcome(p.phase, "skipped", p.reason, attempt=p.attempt))
+                continue
+            if p.action in (WAIT, BLOCKED, NOT_REACHED):
+                self.echo(f"{p.action} {p.phase}: {p.reason}")
+                self._rest(plan.phases[i:])
+                return p.phase if p.action == WAIT else None
+            outcome = self._run_phase(p)
+            self.outcomes.append(outcome)
+            if outcome.outcome == "waiting":
+                self._rest(plan.phases[i + 1 :], reason=f"the run waits at {p.phase} for approval")
+                return p.phase
+        return None
+
+    def _rest(self, plans: Any, reason: str | None = None) -> None:
+        for p in plans:
+            outcome = {WAIT: "waiting", BLOCKED: "blocked"}.get(p.action, "not_reached")
+            self.outcomes.append(PhaseOutcome(p.phase, outcome, reason or p.reason, attempt=p.attempt))
+
+    # -- one phase ------------------------------------------------------------------------------
+    def _run_phase(self, plan: PhasePlan) -> PhaseOutcome:
+        assert self.lease is not None and self.heartbeat is not None
+        ph = self.pipeline.phase(plan.phase)
+        ex = ph.execution
+        executor = self.executor_for(ph)
+        attempt = plan.next_attempt
+        resume = plan.resume_from_step
+        tried: list[int] = []
+        failure: Failure | None = None
+        self.echo(f"run {ph.name}: {plan.reason}")
+        for retry in range(ex.retries + 1):
+            if retry:
+                delay = backoff_delay(ex, retry)
+                self.echo(f"retry {ph.name} in {delay:.1f} s (attempt {attempt})")
+                time.sleep(delay)
+            if self.heartbeat.fenced is not None:
+                raise self.heartbeat.fenced
+            ctx = PhaseContext(
+                ledger=self.ledger,
+                pipeline=self.pipeline,
+                ticket_id=self.ticket_id,
+                run_id=self.run_id,
+                phase=ph.name,
+                attempt=attempt,
+                workdir=self.workdir,
+                resume_from_step=resume,
+                rejection=plan.rejection,
+                payloads=self.payloads,
+                heartbeat=self.heartbeat,
+                lease=self.lease,
+            )
+            self.heartbeat.begin(ph.name, attempt, self.pipeline)
+            try:
+                outcome = executor(ph, ctx)
+            finally:
+                self.heartbeat.end()
+            tried.append(attempt)
+            if isinstance(outcome, Success):
+                refused = self._record_success(ph, attempt, outcome)
+                if refused is None:
+                    self.payloads[ph.name] = {"phase": ph.name, **outcome.payload}
+                    if ph.requires_approval:
+                        self.echo(f"wait {ph.name}: attempt {attempt} awaits approval")
+                        return PhaseOutcome(ph.name, "waiting", "awaits approval", tuple(tried), attempt)
+                    self.echo(f"done {ph.name}: attempt {attempt}")
+                    return PhaseOutcome(ph.name, "completed", "", tuple(tried), attempt)
+                outcome = refused
+            failure = outcome
+            self._record_failure(ph, attempt, failure)
+            self.echo(f"failed {ph.name} attempt {attempt}: {failure.error}")
+            if failure.rule == "interrupted":
+                self.outcomes.append(
+                    PhaseOutcome(ph.name, "interrupted", failure.error, tuple(tried), error=failure.error)
+                )
+                raise Interrupt(failure.signum or 15)
+            attempt += 1
+            resume = None
+        assert failure is not None
+        last = PhaseOutcome(ph.name, "failed", f"failed after {len(tried)} attempt(s)", tuple(tried), error=failure.error)
+        self.outcomes.append(last)
+        error = PhaseFailed(
+            f"phase {ph.name} failed after {len(tried)} attempt(s) ({', '.join(map(str, tried))}): {failure.error}",
+            phase=ph.name,
+            attempts=tried,
+            rule=failure.rule,
+        )
+        self.outcomes.extend(
+            PhaseOutcome(p.name, "not_reached", f"{ph.name} failed") for p in self.pipeline.phases if p.ordinal > ph.ordinal
+        )
+        error.result = self._result(None, None)  # type: ignore[attr-defined]  # the RunResult rides on the error
+        if failure.cause is not None:
+            raise error from failure.cause
+        raise error
+
+    # -- recording ------------------------------------------------------------------------------
+    def _record_success(self, ph: Phase, attempt: int, ok: Success) -> Failure | None:
+        """Write the completed checkpoint; a Failure if the output itself is refused."""
+        ts = datetime.now(UTC)
+        kwargs: dict[str, Any] = {
+            "attempt": attempt,
+            "timestamp": ts,
+            "artifact_paths": ok.artifacts,
+            "pipeline": self.pipeline,
+            "fence": self.lease.fence if self.lease else None,
+        }
+        if ok.artifacts:
+            kwargs["artifacts_root"] = self.workdir
+        if ph.execution.fingerprint == "code" and ph.name in self.fingerprints:
+            kwargs["code_fingerprint"] = self.fingerprints[ph.name]
+        try:
+            self._write(ph, ok.payload, kwargs)
+        except InvalidRecord as exc:
+            rule = exc.errors[0].get("rule", "invalid") if exc.errors else "invalid"
+            rule = "artifact_missing" if str(rule).startswith("artifact") else "invalid"
+            return Failure(rule, exc.message, {"errors": exc.errors})
+        except Prerequisite as exc:
+            return Failure("prerequisite", exc.message, {"blockers": exc.context.get("blockers")})
+        except (TypeError, ValueError) as exc:  # a payload that is not JSON
+            return Failure("bad_result", f"the payload cannot be stored as JSON: {exc}")
+        return None
+
+    def _record_failure(self, ph: Phase, attempt: int, failure: Failure) -> None:
+        kwargs: dict[str, Any] = {
+            "attempt": attempt,
+            "timestamp": datetime.now(UTC),
+            "status": "failed",
+            "error": failure.error,
+            "pipeline": self.pipeline,
+            "fence": self.lease.fence if self.lease else None,
+        }
+        self._write(ph, failure.payload(ph.name), kwargs)
+
+    def _write(self, ph: Phase, payload: Mapping[str, Any], kwargs: dict[str, Any]) -> None:
+        """Write a checkpoint durably; store errors are retried, signals wait until it is written."""
+        last: PhaselogError | None = None
+        with self.signals.critical():
+            for delay in (*RECORD_RETRY_DELAYS, None):
+                try:
+                    self.ledger.write(self.ticket_id, self.run_id, ph.name, payload, **kwargs)
+                    return
+                except Fenced:
+                    raise
+                except AlreadyExists as exc:
+                    if last is not None and self._landed(ph, kwargs):
+                        return  # an earlier try was stored though its answer was lost
+                    raise StoreError(
+                        f"attempt {kwargs['attempt']} of {ph.name} was written by someone else while this runner "
+                        "held the run's lease (a write outside the runner?); stopping",
+                        rule="attempt_taken",
+                    ) from exc
+                except StoreError as exc:
+                    last = exc
+                    if delay is None:
+                        break
+                    sys.stderr.write(f"phaselog runner: recording {ph.name}: {exc.message}; retrying in {delay} s\n")
+                    time.sleep(delay)
+        raise RecordingFailed(
+            f"phase {ph.name} attempt {kwargs['attempt']} finished but its checkpoint could not be recorded after "
+            f"{len(RECORD_RETRY_DELAYS) + 1} tries: {last.message if last else 'store error'}",
+            phase=ph.name,
+            attempt_number=kwargs["attempt"],
+            status=kwargs.get("status", "completed"),
+            payload=dict(payload),
+            artifact_paths=list(kwargs.get("artifact_paths") or []),
+        )
+
+    def _landed(self, ph: Phase, kwargs: Mapping[str, Any]) -> bool:
+        try:
+            stored = self.ledger.read(self.ticket_id, self.run_id, ph.name, kwargs["attempt"], pipeline=self.pipeline)
+        except (NotFound, PhaselogError):
+            return False
+        rec = stored.record
+        return bool(rec.timestamp_utc == kwargs["timestamp"] and rec.status == kwargs.get("status", "completed"))
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _side_ledger(self) -> Any:
+        from phaselog.ledger import Ledger
+        from phaselog.stores import open_store
+
+        return Ledger(open_store(self.ledger.store.url), pipelines_root=self.ledger.pipelines_root)
+
+    def _result(self, waiting: str | None, interrupted: int | None) -> RunResult:
+        try:
+            status = self.ledger.status(self.ticket_id, self.run_id, pipeline=self.pipeline)
+        except PhaselogError:
+            status = None
+        took = dict(self.lease.took_over) if self.lease and self.lease.took_over else None
+        return RunResult(
+            self.ticket_id,
+            self.run_id,
+            self.pipeline.name,
+            tuple(self.outcomes),
+            waiting=waiting,
+            status=status,
+            took_over=took,
+            interrupted=interrupted,
+        )
+
+
+def default_workdir(workdir: str | os.PathLike[str] | None) -> Path:
+    """The runner's working directory (artifacts are relative to it): given, else the current one."""
+    path = Path(workdir) if workdir is not None else Path.cwd()
+    if not path.is_dir():
+        raise UsageError(f"--workdir {path} is not a folder", field="workdir")
+    return path.absolute()

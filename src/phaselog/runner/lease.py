@@ -1,0 +1,229 @@
+"""The run lease: one runner per run, and a runner that lost its lease cannot write (fenced).
+
+Acquiring goes through the store's run-lease service (files: the run's ``.lease`` file, locked
+while the runner lives; SQL: a lease row with a fencing token). Every checkpoint the runner
+writes carries ``lease.fence``; the store checks it atomically with the append.
+
+Who may take a lease that is held (:func:`judge`, the same rule on every store, as the guard's
+``judge_holder``):
+
+* a holder on this host whose process is gone (no such pid, or the pid now belongs to a process
+  that started at another time) is displaced at once — unless the phase command it started
+  (its process group) is still running;
+* a holder on another host is displaced once its lease has expired (no heartbeat for ``ttl``);
+* otherwise the run is held: ``RunHeld`` (exit 75), or wait with ``wait=``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from phaselog.errors import RunHeld, UsageError
+from phaselog.records import format_timestamp
+from phaselog.stores.base import LeaseCapable, LeaseState, RunFence, RunLeases, Verdict
+
+#: Seconds a lease lasts without a heartbeat (SQL stores); heartbeats come every third of it.
+DEFAULT_TTL = 30.0
+WAIT_POLL_S = 0.5
+
+
+def process_start_time(pid: int) -> float | None:
+    """Start time of ``pid`` (epoch seconds), or None when it is gone (zombies count as gone)."""
+    from phaselog.guard import process_start_time as pst
+
+    return pst(pid)
+
+
+def group_alive(pgid: int) -> bool:
+    """True if process group ``pgid`` still has a member on this host."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holder_info(runner_id: str | None = None) -> dict[str, Any]:
+    """Who we are, as a lease records it: host, pid, process start time, a random runner id."""
+    pid = os.getpid()
+    return {
+        "runner_id": runner_id or secrets.token_hex(8),
+        "host": socket.gethostname(),
+        "pid": pid,
+        "process_start": process_start_time(pid),
+        "acquired_at": format_timestamp(datetime.now(UTC)),
+    }
+
+
+def describe(holder: Mapping[str, Any] | None) -> str:
+    """A holder in a few words: ``pid 4242 on build-7 (since 2026-11-30T10:00:00Z)``."""
+    if not holder:
+        return "nobody"
+    since = f" (since {holder['acquired_at']})" if holder.get("acquired_at") else ""
+    phase = f", running {holder['phase']} attempt {holder.get('attempt')}" if holder.get("phase") else ""
+    return f"pid {holder.get('pid')} on {holder.get('host') or 'an unknown host'}{since}{phase}"
+
+
+def judge(
+    state: LeaseState,
+    *,
+    host: str | None = None,
+    start_time_of: Callable[[int], float | None] = process_start_time,
+    group_alive_of: Callable[[int], bool] = group_alive,
+) -> Verdict:
+    """May a new runner displace the holder of ``state``? (See the module docstring.)"""
+    holder = state.holder
+    if holder is None:
+        return Verdict(True, "the lease is free")
+    here = host or socket.gethostname()
+    who = describe(holder)
+    same_host = holder.get("host") == here
+    pgid = holder.get("child_pgid")
+    if same_host and isinstance(pgid, int) and group_alive_of(pgid):
+        return Verdict(False, f"{who}: its phase command (process group {pgid}) is still running")
+    if state.lock_free is False:
+        pid = holder.get("pid")
+        gone = same_host and isinstance(pid, int) and start_time_of(pid) is None
+        if gone:
+            return Verdict(False, f"{who}: that process is gone, but a process it started still holds the lock")
+        return Verdict(False, f"{who} holds the run's lock")
+    if state.lock_free is True:
+        return Verdict(True, f"{who} is gone (its lock was released)")
+    if same_host:
+        pid = holder.get("pid")
+        if isinstance(pid, int):
+            started = start_time_of(pid)
+            if started is None:
+                return Verdict(True, f"{who}: that process is gone")
+            recorded = holder.get("process_start")
+            if isinstance(recorded, int | float) and abs(started - recorded) > 1.0:
+                return Verdict(True, f"{who}: that pid now belongs to another process")
+            late = _late(state)
+            if late:
+                return Verdict(False, f"{who} is alive but {late}: hung? stop it, or wait")
+            return Verdict(False, f"{who} is running")
+    late = _late(state)
+    if late:
+        return Verdict(True, f"{who}: {late}")
+    left = (state.expires_at or state.now) - state.now
+    return Verdict(False, f"{who}; its liveness cannot be checked from here, and its lease expires in {left:.0f} s")
+
+
+def _late(state: LeaseState) -> str | None:
+    if state.expires_at is not None and state.now > state.expires_at:
+        return f"its lease expired {state.now - state.expires_at:.0f} s ago (no heartbeat)"
+    return None
+
+
+def leases_of(store: Any) -> RunLeases:
+    """The store's run-lease service; UsageError for a store without one."""
+    if not isinstance(store, LeaseCapable):
+        raise UsageError(
+            f"{type(store).__name__} cannot hold run leases; the runner needs a files, SQLite or PostgreSQL store",
+            field="store",
+            rule="no_leases",
+        )
+    return store.run_leases()
+
+
+@dataclass
+class Lease:
+    """A held run lease. ``fence`` goes with every write; ``renew`` is the heartbeat."""
+
+    leases: RunLeases
+    ticket_id: str
+    run_id: str
+    token: int
+    ttl: float
+    holder: dict[str, Any]
+    took_over: Mapping[str, Any] | None = None
+    #: Whether the lease expires without heartbeats (SQL stores); a files lease lives with its process.
+    expires: bool = True
+    last_renewed: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    released: bool = False
+
+    @property
+    def fence(self) -> RunFence:
+        """The write guard for this lease."""
+        return RunFence(self.ticket_id, self.run_id, self.token)
+
+    def renew(self, leases: RunLeases | None = None, **details: Any) -> None:
+        """Extend the lease and record ``details`` (e.g. the phase running); Fenced if taken over."""
+        with self._lock:
+            if details:
+                self.holder.update({k: v for k, v in details.items()})
+                for k in [k for k, v in self.holder.items() if v is None]:
+                    del self.holder[k]
+            (leases or self.leases).renew(self.ticket_id, self.run_id, self.token, ttl=self.ttl, holder=self.holder)
+            self.last_renewed = time.monotonic()
+
+    def due(self) -> bool:
+        """True when a heartbeat is due (a third of the ttl since the last renewal)."""
+        return self.expires and time.monotonic() - self.last_renewed >= self.ttl / 3
+
+    def release(self) -> None:
+        """Give the lease up (idempotent; a lease already taken over is left alone)."""
+        if self.released:
+            return
+        self.released = True
+        with contextlib.suppress(Exception):  # releasing is best effort: an expired lease frees itself
+            self.leases.release(self.ticket_id, self.run_id, self.token)
+
+
+def acquire(
+    store: Any,
+    ticket_id: str,
+    run_id: str,
+    *,
+    ttl: float = DEFAULT_TTL,
+    wait: float | bool = False,
+    judge_fn: Callable[[LeaseState], Verdict] = judge,
+    on_wait: Callable[[RunHeld], None] | None = None,
+) -> Lease:
+    """Take the run's lease; RunHeld (exit 75) if another runner holds it.
+
+    ``wait``: True waits as long as it takes, a number waits that many seconds, polling.
+    """
+    if ttl <= 0:
+        raise UsageError("the lease ttl must be positive", field="ttl")
+    leases = leases_of(store)
+    me = holder_info()
+    deadline = None if wait is True else time.monotonic() + (float(wait) if wait else 0.0)
+    told = False
+    while True:
+        try:
+            state = leases.acquire(ticket_id, run_id, me, ttl=ttl, judge=judge_fn)
+        except RunHeld as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                if wait:
+                    exc.message += f" (waited {float(wait):g} s)"
+                else:
+                    exc.message += "; try again later, or pass --wait to wait for it"
+                raise
+            if on_wait is not None and not told:
+                on_wait(exc)
+                told = True
+            time.sleep(WAIT_POLL_S)
+            continue
+        return Lease(
+            leases,
+            ticket_id,
+            run_id,
+            state.token,
+            ttl,
+            dict(state.holder or me),
+            state.took_over,
+            expires=state.lock_free is None,
+        )

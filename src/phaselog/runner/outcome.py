@@ -1,0 +1,93 @@
+"""What one attempt produced: a payload (and artifacts), or a failure to record."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAIL_BYTES = 4096
+
+
+@dataclass
+class Success:
+    """The attempt finished: its payload and artifact paths (relative to the working directory)."""
+
+    payload: dict[str, Any]
+    artifacts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Failure:
+    """The attempt failed. ``rule``: exception, timeout, exit_code, interrupted, bad_result, invalid."""
+
+    rule: str
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    cause: BaseException | None = None
+    signum: int | None = None
+
+    @property
+    def error(self) -> str:
+        """The checkpoint's ``error`` text."""
+        return self.message if self.message.startswith(f"{self.rule}:") else f"{self.rule}: {self.message}"
+
+    def payload(self, phase: str) -> dict[str, Any]:
+        """The failed attempt's payload: the phase, and the failure in detail."""
+        return {"phase": phase, "failure": {"rule": self.rule, "message": self.message, **self.detail}}
+
+
+def tail(text: str, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of ``text`` (at a character boundary)."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return text
+    return "…" + raw[-limit:].decode("utf-8", "ignore")
+
+
+def from_exception(exc: BaseException) -> Failure:
+    """A failure from a phase's exception: type, message, and the traceback's tail."""
+    kind = type(exc).__qualname__
+    module = type(exc).__module__
+    name = kind if module in ("builtins", "__main__") else f"{module}.{kind}"
+    text = "".join(traceback.format_exception(exc))
+    return Failure(
+        "exception",
+        f"{kind}: {exc}",
+        {"type": name, "traceback_tail": tail(text)},
+        cause=exc,
+    )
+
+
+def normalize(result: Any, workdir: Path) -> Success | Failure:
+    """Turn a phase function's return value into a Success, or a ``bad_result`` failure.
+
+    Accepted: None (empty payload), a mapping (the payload), or (payload, artifact paths).
+    """
+    payload: Any = result
+    artifacts: Any = ()
+    if isinstance(result, tuple):
+        if len(result) != 2:
+            return Failure("bad_result", f"a phase returns a payload or (payload, artifacts), not a {len(result)}-tuple")
+        payload, artifacts = result
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, Mapping):
+        return Failure("bad_result", f"the payload must be a mapping (a JSON object), not {type(payload).__name__}")
+    if isinstance(artifacts, str | bytes) or not isinstance(artifacts, Sequence | set | frozenset):
+        return Failure("bad_result", "artifacts must be a list of paths relative to the working directory")
+    paths: list[str] = []
+    base = workdir.resolve()
+    for a in artifacts:
+        if not isinstance(a, str | Path):
+            return Failure("bad_result", f"artifact {a!r} is not a path")
+        p = Path(a)
+        if p.is_absolute():
+            try:
+                p = p.resolve().relative_to(base)
+            except ValueError:
+                return Failure("bad_result", f"artifact {str(a)!r} is outside the working directory {base}")
+        paths.append(p.as_posix())
+    return Success(dict(payload), paths)

@@ -1,0 +1,110 @@
+"""What a run did: per phase, skipped / completed / failed / waiting, and the run's exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from phaselog.state import RunStatus
+
+#: ``phaselog run`` exit codes (docs/runner.md).
+EXIT_OK, EXIT_FAILED, EXIT_WAITING, EXIT_HELD = 0, 1, 3, 75
+
+
+@dataclass(frozen=True)
+class PhaseOutcome:
+    """What this run did with one phase."""
+
+    phase: str
+    #: ``skipped``, ``completed``, ``failed``, ``waiting`` (checkpoint written, awaits approval),
+    #: ``interrupted``, ``blocked`` or ``not_reached``.
+    outcome: str
+    reason: str = ""
+    #: Attempts this run made (empty when skipped).
+    attempts: tuple[int, ...] = ()
+    #: The checkpoint that counts for the phase (written now, or kept).
+    attempt: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "phase": self.phase,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "attempts": list(self.attempts),
+            "attempt": self.attempt,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The result of ``pipe.run`` / ``phaselog run``."""
+
+    ticket_id: str
+    run_id: str
+    pipeline: str
+    phases: tuple[PhaseOutcome, ...]
+    #: The gated phase the run stopped at, awaiting approval (None: not waiting).
+    waiting: str | None = None
+    #: The run's derived state after this run (None if it could not be read).
+    status: RunStatus | None = field(default=None, compare=False)
+    #: The runner this one displaced when it took the lease, and why.
+    took_over: dict[str, Any] | None = None
+    interrupted: int | None = None
+
+    @property
+    def done(self) -> bool:
+        """True when every phase is completed."""
+        return self.status.done if self.status is not None else all(p.outcome in ("skipped", "completed") for p in self.phases)
+
+    @property
+    def failed(self) -> str | None:
+        """The phase that failed after its retries, if any."""
+        return next((p.phase for p in self.phases if p.outcome == "failed"), None)
+
+    @property
+    def exit_code(self) -> int:
+        """0 complete, 1 failed, 3 waiting for approval, 128+N interrupted by signal N."""
+        if self.interrupted is not None:
+            return 128 + self.interrupted
+        if self.failed is not None or any(p.outcome == "blocked" for p in self.phases):
+            return EXIT_FAILED
+        if self.waiting is not None:
+            return EXIT_WAITING
+        return EXIT_OK if self.done else EXIT_FAILED
+
+    def outcome(self, phase: str) -> PhaseOutcome:
+        """What this run did with ``phase``."""
+        for p in self.phases:
+            if p.phase == phase:
+                return p
+        raise KeyError(phase)
+
+    def state(self, phase: str) -> str:
+        """The phase's derived state after the run (``completed``, ``awaiting_approval`` …)."""
+        if self.status is None:
+            raise LookupError("the run's state could not be read")
+        return self.status.phase(phase).state
+
+    @property
+    def states(self) -> dict[str, str]:
+        """Every phase's derived state after the run."""
+        return {p.phase: p.state for p in self.status.phases} if self.status is not None else {}
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON view (``phaselog run`` prints it)."""
+        return {
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "pipeline": self.pipeline,
+            "done": self.done,
+            "waiting": self.waiting,
+            "failed": self.failed,
+            "interrupted": self.interrupted,
+            "exit_code": self.exit_code,
+            "phases": [p.to_json() for p in self.phases],
+            "states": self.states,
+            "took_over": self.took_over,
+        }

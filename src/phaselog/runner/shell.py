@@ -1,0 +1,261 @@
+"""Shell phases: a manifest phase's ``run:`` command, run by ``sh -c`` in the working directory.
+
+The command gets ``PHASELOG_TICKET_ID``, ``PHASELOG_RUN_ID``, ``PHASELOG_PHASE``,
+``PHASELOG_ATTEMPT``, ``PHASELOG_RESUME_FROM_STEP``, ``PHASELOG_PAYLOAD`` (a file to write its
+JSON payload to; else the last JSON object line of its stdout is the payload), ``PHASELOG_INPUTS``
+(a file with the earlier phases' payloads), and what ``phaselog step N`` needs to record progress
+(``PHASELOG_STORE``, ``PHASELOG_PIPELINE_FILE``, ``PHASELOG_LEASE_TOKEN``). Its stdout and stderr
+go to a log beside the attempt; their tail goes into a failed attempt's record.
+
+The command runs in a process group of its own (a timeout or a signal stops all of it) and dies
+with the runner (``PR_SET_PDEATHSIG``): a SIGKILLed runner leaves nothing running that the next
+runner could overlap with. While it runs, the lease names its process group, so a runner that
+would take over waits until that group is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from phaselog.errors import NotFound
+from phaselog.pipelines import Phase, manifest_dict
+from phaselog.runner.outcome import Failure, Success, tail
+from phaselog.runner.signals import Interrupt
+
+KILL_GRACE_S = 5.0
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: Path | None) -> Path:
+    """Where a run's shell logs go: ``log_dir``, else ``<files root>/logs``, else ``<workdir>/.phaselog/logs``."""
+    base = log_dir
+    if base is None:
+        root = getattr(store, "root", None)
+        base = Path(root) / "logs" if root is not None else workdir / ".phaselog" / "logs"
+    return base / ticket_id / run_id
+
+
+class ShellPhase:
+    """Runs one attempt of a shell phase (callable as an executor)."""
+
+    def __init__(self, *, log_dir: Path | None, store_url: str, tee: IO[bytes] | None = None) -> None:
+        self.log_dir = log_dir
+        self.store_url = store_url
+        self.tee = tee
+
+    def __call__(self, phase: Phase, ctx: Any) -> Success | Failure:
+        ex = phase.execution
+        assert ex.run is not None
+        folder = log_folder(ctx.store, ctx.workdir, ctx.ticket_id, ctx.run_id, self.log_dir)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log_path = folder / f"{phase.ordinal}_{phase.name}_a{ctx.attempt}.log"
+        scratch = Path(tempfile.mkdtemp(prefix="phaselog-phase-"))
+        try:
+            env = self._env(phase, ctx, scratch)
+            return self._run(phase, ctx, env, log_path, scratch / "payload.json")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _env(self, phase: Phase, ctx: Any, scratch: Path) -> dict[str, str]:
+        inputs: dict[str, Any] = {}
+        for earlier in ctx.pipeline.earlier(phase):
+            with contextlib.suppress(NotFound):
+                inputs[earlier.name] = dict(ctx.payload(earlier.name))
+        (scratch / "inputs.json").write_text(json.dumps(inputs, ensure_ascii=False, indent=1) + "\n")
+        (scratch / "pipeline.json").write_text(json.dumps(manifest_dict(ctx.pipeline), ensure_ascii=False))
+        env = dict(os.environ)
+        env.update(phase.execution.env)
+        env.update(
+            {
+                "PHASELOG_STORE": self.store_url,
+                "PHASELOG_TICKET_ID": ctx.ticket_id,
+                "PHASELOG_RUN_ID": ctx.run_id,
+                "PHASELOG_PHASE": phase.name,
+                "PHASELOG_ATTEMPT": str(ctx.attempt),
+                "PHASELOG_RESUME_FROM_STEP": "" if ctx.resume_from_step is None else str(ctx.resume_from_step),
+                "PHASELOG_PAYLOAD": str(scratch / "payload.json"),
+                "PHASELOG_INPUTS": str(scratch / "inputs.json"),
+                "PHASELOG_PIPELINE_FILE": str(scratch / "pipeline.json"),
+                "PHASELOG_LEASE_TOKEN": str(ctx._lease.token),
+            }
+        )
+        return env
+
+    def _run(self, phase: Phase, ctx: Any, env: dict[str, str], log_path: Path, payload_file: Path) -> Success | Failure:
+        ex = phase.execution
+        kwargs: dict[str, Any] = {}
+        if sys.platform.startswith("linux"):
+            kwargs["preexec_fn"] = _pdeathsig
+        with open(log_path, "ab") as log:
+            os.chmod(log_path, 0o600)
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", ex.run or ""],
+                    cwd=ctx.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    **kwargs,
+                )
+            except OSError as exc:
+                return Failure("exit_code", f"cannot start /bin/sh: {exc.strerror}", {"log": str(log_path)})
+            ctx._lease.renew(child_pgid=proc.pid, phase=phase.name, attempt=ctx.attempt)
+            reader = _Reader(proc, log, self.tee)
+            deadline = time.monotonic() + ex.timeout if ex.timeout else None
+            stopped: Failure | None = None
+            try:
+                while not reader.done:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        stopped = Failure(
+                            "timeout",
+                            f"the command ran longer than its timeout of {ex.timeout:g} s",
+                            {"timeout_sec": ex.timeout},
+                        )
+                        _stop(proc, reader)
+                        break
+                    reader.pump(min(left, 1.0) if left is not None else 1.0)
+                code = proc.wait()
+            except Interrupt as exc:
+                name = signal.Signals(exc.signum).name
+                _stop(proc, reader, first=exc.signum)
+                code = proc.wait()
+                stopped = Failure("interrupted", f"interrupted by {name}", {"signal": name}, cause=exc, signum=exc.signum)
+            finally:
+                with contextlib.suppress(Exception):
+                    ctx._lease.renew(child_pgid=None, phase=None, attempt=None)
+        detail = {"log": str(log_path), "log_tail": tail(reader.tail), "exit_code": _code(code)}
+        if stopped is not None:
+            stopped.detail.update(detail)
+            return stopped
+        if code != 0:
+            return Failure("exit_code", f"the command exited with {_code(code)}", detail)
+        payload = _payload(payload_file, reader.last_json)
+        if isinstance(payload, Failure):
+            payload.detail.update(detail)
+            return payload
+        artifacts = _artifacts(ctx.workdir, ex.artifacts)
+        if isinstance(artifacts, Failure):
+            artifacts.detail.update(detail)
+            return artifacts
+        return Success(payload, artifacts)
+
+
+class _Reader:
+    """Copies the command's stdout and stderr to the log (and a tee), keeping a tail and the
+    last JSON object line of stdout."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log: IO[bytes], tee: IO[bytes] | None) -> None:
+        self.sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        self.sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        self.sel.register(proc.stderr, selectors.EVENT_READ, "err")
+        self.open = 2
+        self.log = log
+        self.tee = tee
+        self.tail = ""
+        self._line = b""
+        self.last_json: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.open == 0
+
+    def pump(self, timeout: float) -> None:
+        for key, _ in self.sel.select(timeout):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                self.sel.unregister(key.fileobj)
+                key.fileobj.close()  # type: ignore[union-attr]
+                self.open -= 1
+                if key.data == "out" and self._line:
+                    self._json(self._line)
+                continue
+            self.log.write(chunk)
+            self.log.flush()
+            if self.tee is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self.tee.write(chunk)
+                    self.tee.flush()
+            self.tail = (self.tail + chunk.decode("utf-8", "replace"))[-8192:]
+            if key.data == "out":
+                *lines, self._line = (self._line + chunk).split(b"\n")
+                for line in lines:
+                    self._json(line)
+                self._line = self._line[-MAX_PAYLOAD_BYTES:]
+
+    def _json(self, line: bytes) -> None:
+        text = line.strip()
+        if text.startswith(b"{"):
+            with contextlib.suppress(ValueError):
+                doc = json.loads(text)
+                if isinstance(doc, dict):
+                    self.last_json = doc
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.done and time.monotonic() < end:
+            self.pump(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def _stop(proc: subprocess.Popen[bytes], reader: _Reader, first: int = signal.SIGTERM) -> None:
+    """Signal the command's process group, give it a grace period, then SIGKILL it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, first)
+    end = time.monotonic() + KILL_GRACE_S
+    while proc.poll() is None and time.monotonic() < end:
+        reader.drain(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    reader.drain(1.0)
+
+
+def _code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def _payload(path: Path, last_json: dict[str, Any] | None) -> dict[str, Any] | Failure:
+    if path.is_file() and path.stat().st_size > 0:
+        if path.stat().st_size > MAX_PAYLOAD_BYTES:
+            return Failure("bad_result", f"$PHASELOG_PAYLOAD holds more than {MAX_PAYLOAD_BYTES} bytes")
+        try:
+            doc = json.loads(path.read_bytes())
+        except ValueError as exc:
+            return Failure("bad_result", f"$PHASELOG_PAYLOAD is not JSON: {exc}")
+        if not isinstance(doc, dict):
+            return Failure("bad_result", "$PHASELOG_PAYLOAD must hold a JSON object")
+        return doc
+    return dict(last_json) if last_json is not None else {}
+
+
+def _artifacts(workdir: Path, patterns: tuple[str, ...]) -> list[str] | Failure:
+    out: list[str] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern, root_dir=workdir, recursive=True))
+        if not matches:
+            return Failure(
+                "artifact_missing", f"artifacts: {pattern!r} matches nothing in {workdir}", {"pattern": pattern}
+            )
+        out.extend(m for m in matches if m not in out)
+    return out
