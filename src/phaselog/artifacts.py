@@ -110,6 +110,10 @@ def changed_artifacts(root: str | os.PathLike[str], recorded: Mapping[str, str])
             problems.append((rel, "artifact_missing", f"{rel!r} no longer exists"))
         elif now != digest:
             problems.append(
-                (rel, "artifact_changed", f"{rel!r} changed since it was recorded (sha256 {digest[:12]}, now {now[:12]})")
+                (
+                    rel,
+                    "artifact_changed",
+                    f"{rel!r} changed since it was recorded (sha256 {digest[:12]}, now {now[:12]})",
+                )
             )
     return problems

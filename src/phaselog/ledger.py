@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from phaselog.artifacts import hash_artifacts
 from phaselog.audit import AuditMixin
 from phaselog.errors import (
     AlreadyExists,
@@ -42,7 +43,6 @@ from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_
 from phaselog.progress import ProgressMixin
 from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
 from phaselog.state import COMPLETED, RunStatus, derive_status
-from phaselog.artifacts import hash_artifacts
 from phaselog.stores import Damaged, Store, Stored, open_store
 from phaselog.stores.base import RunFence
 from phaselog.validation import Report, check_artifacts, check_links, check_record

@@ -358,7 +358,9 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     if hashes is not None and (
         not isinstance(hashes, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items())
     ):
-        raise Corrupt("artifact_hashes: must map artifact paths to SHA-256 strings", field="artifact_hashes", rule="type")
+        raise Corrupt(
+            "artifact_hashes: must map artifact paths to SHA-256 strings", field="artifact_hashes", rule="type"
+        )
     fingerprint = meta.get("code_fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise Corrupt("code_fingerprint: must be a string or null", field="code_fingerprint", rule="type")

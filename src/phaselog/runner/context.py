@@ -1,13 +1,13 @@
 """``ctx``: what a phase function is handed.
 
-    @pipe.phase("extract")
-    def extract(ctx):
-        ctx.logger.info("attempt %s of %s", ctx.attempt, ctx.phase)
-        rows = ctx.payload("fetch")["rows"]          # an earlier phase's payload
-        for i in range(ctx.resume_from_step or 1, 4):
-            ...
-            ctx.step(i, output=f"chunk {i} done")     # a progress event (and a heartbeat)
-        return {"rows": rows}, ["out/rows.parquet"]
+@pipe.phase("extract")
+def extract(ctx):
+    ctx.logger.info("attempt %s of %s", ctx.attempt, ctx.phase)
+    rows = ctx.payload("fetch")["rows"]          # an earlier phase's payload
+    for i in range(ctx.resume_from_step or 1, 4):
+        ...
+        ctx.step(i, output=f"chunk {i} done")     # a progress event (and a heartbeat)
+    return {"rows": rows}, ["out/rows.parquet"]
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class PhaseContext:
         """Record a progress event (step N of this attempt); also renews the run's lease."""
         if self._heartbeat.fenced is not None:
             raise self._heartbeat.fenced
-        self._heartbeat.ensure_started(self.ledger, self.ticket_id, self.run_id, self.phase, self.attempt, self.pipeline)
+        self._heartbeat.ensure_started(
+            self.ledger, self.ticket_id, self.run_id, self.phase, self.attempt, self.pipeline
+        )
         if self._lease.due():
             self._lease.renew()
         self.ledger.progress(

@@ -34,7 +34,7 @@ from phaselog.errors import (
 from phaselog.pipelines import Execution, Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
-from phaselog.runner.explain import BLOCKED, NOT_REACHED, RUN, SKIP, WAIT, PhasePlan, explain
+from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, explain
 from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER, Heartbeat
 from phaselog.runner.outcome import Failure, Success
 from phaselog.runner.result import PhaseOutcome, RunResult
@@ -103,7 +103,9 @@ class Engine:
         """Run the pipeline; see the module docstring for what is raised."""
         pl = self.pipeline
         if any(p.execution.timeout for p in pl.phases) and not in_main_thread():
-            raise UsageError("phase timeouts need the main thread (they use SIGALRM); call run() from it", field="timeout")
+            raise UsageError(
+                "phase timeouts need the main thread (they use SIGALRM); call run() from it", field="timeout"
+            )
         self.ledger.pipeline_for(self.ticket_id, self.run_id, pl)  # PipelineMismatch before anything else
         self.lease = leasing.acquire(
             self.ledger.store,
@@ -172,7 +174,8 @@ class Engine:
 
     # -- one phase ------------------------------------------------------------------------------
     def _run_phase(self, plan: PhasePlan) -> PhaseOutcome:
-        assert self.lease is not None and self.heartbeat is not None
+        assert self.lease is not None
+        assert self.heartbeat is not None
         ph = self.pipeline.phase(plan.phase)
         ex = ph.execution
         executor = self.executor_for(ph)
@@ -229,7 +232,9 @@ class Engine:
             attempt += 1
             resume = None
         assert failure is not None
-        last = PhaseOutcome(ph.name, "failed", f"failed after {len(tried)} attempt(s)", tuple(tried), error=failure.error)
+        last = PhaseOutcome(
+            ph.name, "failed", f"failed after {len(tried)} attempt(s)", tuple(tried), error=failure.error
+        )
         self.outcomes.append(last)
         error = PhaseFailed(
             f"phase {ph.name} failed after {len(tried)} attempt(s) ({', '.join(map(str, tried))}): {failure.error}",
@@ -238,7 +243,9 @@ class Engine:
             rule=failure.rule,
         )
         self.outcomes.extend(
-            PhaseOutcome(p.name, "not_reached", f"{ph.name} failed") for p in self.pipeline.phases if p.ordinal > ph.ordinal
+            PhaseOutcome(p.name, "not_reached", f"{ph.name} failed")
+            for p in self.pipeline.phases
+            if p.ordinal > ph.ordinal
         )
         error.result = self._result(None, None)  # type: ignore[attr-defined]  # the RunResult rides on the error
         if failure.cause is not None:

@@ -209,7 +209,9 @@ def _kept(attempt: int | None, gated: bool, fingerprint: str | None) -> str:
     return "; ".join(parts)
 
 
-def _why_run(state: str, reason: str | None, latest: int | None, flight: Mapping[str, Any], rejection: str | None) -> str:
+def _why_run(
+    state: str, reason: str | None, latest: int | None, flight: Mapping[str, Any], rejection: str | None
+) -> str:
     if state == FAILED:
         return f"attempt {latest} failed ({reason}); it runs again as attempt {(latest or 0) + 1}"
     if state == STALE:
@@ -243,7 +245,7 @@ def _skip_problem(
     if not report.is_valid:
         art = [i for i in report.errors if i.rule.startswith("artifact")]
         if art:
-            return f"attempt {attempt}'s artifacts changed: " + "; ".join(i.message for i in art)
+            return f"attempt {attempt}'s artifacts are not what it recorded: " + "; ".join(i.message for i in art)
         return f"attempt {attempt} is not valid against pipeline {pl.name}: " + "; ".join(
             i.text() for i in report.errors
         )

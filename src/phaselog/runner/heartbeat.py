@@ -113,7 +113,7 @@ class Heartbeat:
                 return
             except PhaselogError as exc:  # a store hiccup: said once, tried again next beat
                 sys.stderr.write(f"phaselog runner: heartbeat: {exc}\n")
-            except Exception as exc:  # noqa: BLE001 - the heartbeat must outlive any one failure
+            except Exception as exc:
                 sys.stderr.write(f"phaselog runner: heartbeat: {type(exc).__name__}: {exc}\n")
 
     def _next_wake(self) -> float | None:

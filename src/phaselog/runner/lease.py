@@ -157,13 +157,13 @@ class Lease:
     @property
     def fence(self) -> RunFence:
         """The write guard for this lease."""
-        return RunFence(self.ticket_id, self.run_id, self.token)
+        return RunFence(self.ticket_id, self.run_id, self.token, self.holder.get("runner_id"))
 
     def renew(self, leases: RunLeases | None = None, **details: Any) -> None:
         """Extend the lease and record ``details`` (e.g. the phase running); Fenced if taken over."""
         with self._lock:
             if details:
-                self.holder.update({k: v for k, v in details.items()})
+                self.holder.update(dict(details.items()))
                 for k in [k for k, v in self.holder.items() if v is None]:
                     del self.holder[k]
             (leases or self.leases).renew(self.ticket_id, self.run_id, self.token, ttl=self.ttl, holder=self.holder)

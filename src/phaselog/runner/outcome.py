@@ -70,7 +70,9 @@ def normalize(result: Any, workdir: Path) -> Success | Failure:
     artifacts: Any = ()
     if isinstance(result, tuple):
         if len(result) != 2:
-            return Failure("bad_result", f"a phase returns a payload or (payload, artifacts), not a {len(result)}-tuple")
+            return Failure(
+                "bad_result", f"a phase returns a payload or (payload, artifacts), not a {len(result)}-tuple"
+            )
         payload, artifacts = result
     if payload is None:
         payload = {}

@@ -57,7 +57,11 @@ class RunResult:
     @property
     def done(self) -> bool:
         """True when every phase is completed."""
-        return self.status.done if self.status is not None else all(p.outcome in ("skipped", "completed") for p in self.phases)
+        return (
+            self.status.done
+            if self.status is not None
+            else all(p.outcome in ("skipped", "completed") for p in self.phases)
+        )
 
     @property
     def failed(self) -> str | None:

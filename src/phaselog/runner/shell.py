@@ -100,7 +100,9 @@ class ShellPhase:
         )
         return env
 
-    def _run(self, phase: Phase, ctx: Any, env: dict[str, str], log_path: Path, payload_file: Path) -> Success | Failure:
+    def _run(
+        self, phase: Phase, ctx: Any, env: dict[str, str], log_path: Path, payload_file: Path
+    ) -> Success | Failure:
         ex = phase.execution
         kwargs: dict[str, Any] = {}
         if sys.platform.startswith("linux"):
@@ -141,7 +143,9 @@ class ShellPhase:
                 name = signal.Signals(exc.signum).name
                 _stop(proc, reader, first=exc.signum)
                 code = proc.wait()
-                stopped = Failure("interrupted", f"interrupted by {name}", {"signal": name}, cause=exc, signum=exc.signum)
+                stopped = Failure(
+                    "interrupted", f"interrupted by {name}", {"signal": name}, cause=exc, signum=exc.signum
+                )
             finally:
                 with contextlib.suppress(Exception):
                     ctx._lease.renew(child_pgid=None, phase=None, attempt=None)
@@ -168,7 +172,8 @@ class _Reader:
 
     def __init__(self, proc: subprocess.Popen[bytes], log: IO[bytes], tee: IO[bytes] | None) -> None:
         self.sel = selectors.DefaultSelector()
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         self.sel.register(proc.stdout, selectors.EVENT_READ, "out")
         self.sel.register(proc.stderr, selectors.EVENT_READ, "err")
         self.open = 2

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 
-class Interrupt(BaseException):  # noqa: N818 - a control-flow signal like KeyboardInterrupt
+class Interrupt(BaseException):
     """A SIGINT or SIGTERM arrived."""
 
     def __init__(self, signum: int) -> None:
@@ -26,7 +26,7 @@ class Interrupt(BaseException):  # noqa: N818 - a control-flow signal like Keybo
         self.signum = signum
 
 
-class PhaseTimeout(BaseException):  # noqa: N818 - a control-flow signal, like Interrupt
+class PhaseTimeout(BaseException):
     """The phase ran past its timeout."""
 
 

@@ -142,6 +142,9 @@ class RunFence:
     ticket_id: str
     run_id: str
     token: int
+    #: The holder's random id: a lease file removed and made anew restarts its tokens, and the
+    #: id still tells the holders apart.
+    runner_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,9 @@ Judge = Callable[[LeaseState], Verdict]
 class RunLeases(Protocol):
     """Leases on runs: at most one holder per run, each acquisition with a higher fencing token."""
 
-    def acquire(self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge) -> LeaseState:
+    def acquire(
+        self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge
+    ) -> LeaseState:
         """Take the lease if it is free or ``judge`` lets us displace its holder; RunHeld otherwise."""
         ...
 

@@ -59,8 +59,8 @@ def _state(ticket_id: str, run_id: str, doc: dict[str, Any] | None, *, lock_free
     )
 
 
-def read_token(run_fd: int) -> tuple[int, bool] | None:
-    """(token, held) from the run's lease file, or None if there is none (for the append fence)."""
+def read_lease(run_fd: int) -> dict[str, Any] | None:
+    """The run's lease document, or None if there is none (for the append fence)."""
     try:
         fd = os.open(LEASE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=run_fd)
     except FileNotFoundError:
@@ -69,7 +69,7 @@ def read_token(run_fd: int) -> tuple[int, bool] | None:
         for _ in range(50):
             doc = _parse(os.pread(fd, _MAX_BYTES, 0))
             if doc is not None:
-                return int(doc["token"]), doc.get("holder") is not None
+                return doc
             time.sleep(0.001)  # caught mid-rewrite by its holder: read again
     finally:
         os.close(fd)
@@ -77,10 +77,17 @@ def read_token(run_fd: int) -> tuple[int, bool] | None:
 
 
 def check_fence(run_fd: int, fence: RunFence) -> None:
-    """Fenced unless the run's lease still carries ``fence.token`` (called under the append lock)."""
-    found = read_token(run_fd)
-    if found is None or found[0] != fence.token or not found[1]:
-        now = "no lease" if found is None else f"token {found[0]}" + ("" if found[1] else ", released")
+    """Fenced unless the run's lease still carries ``fence`` (called under the append lock)."""
+    doc = read_lease(run_fd)
+    holder = doc.get("holder") if doc is not None else None
+    ok = (
+        doc is not None
+        and doc.get("token") == fence.token
+        and isinstance(holder, dict)
+        and (fence.runner_id is None or holder.get("runner_id") == fence.runner_id)
+    )
+    if not ok:
+        now = "no lease" if doc is None else f"token {doc.get('token')}" + ("" if holder else ", released")
         raise Fenced(
             f"run {fence.run_id}: this runner's lease (fencing token {fence.token}) was taken over ({now}); "
             "nothing was written",
@@ -102,7 +109,9 @@ class FileRunLeases:
             raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
         return self.store._open_dir("checkpoints", ticket_id, run_id, create=create)
 
-    def acquire(self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge) -> LeaseState:
+    def acquire(
+        self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge
+    ) -> LeaseState:
         """Lock the run's lease file; RunHeld if a live runner (or what it left running) holds it."""
         if (ticket_id, run_id) in self._held:
             raise RunHeld(f"run {run_id} is already held by this process", rule="reentrant")
@@ -131,7 +140,9 @@ class FileRunLeases:
             if previous.holder is not None:
                 verdict = judge(previous)
                 if not verdict.take:
-                    raise RunHeld(f"run {run_id} is held: {verdict.reason}", rule="lease_held", holder=dict(previous.holder))
+                    raise RunHeld(
+                        f"run {run_id} is held: {verdict.reason}", rule="lease_held", holder=dict(previous.holder)
+                    )
                 took_over = {"holder": dict(previous.holder), "token": previous.token, "reason": verdict.reason}
             now = time.time()
             doc = {
@@ -154,7 +165,13 @@ class FileRunLeases:
         """Rewrite the holder's details (the lock needs no heartbeat); Fenced if no longer ours."""
         fd = self._held.get((ticket_id, run_id))
         doc = self._read_fd(fd) if fd is not None else None
-        if fd is None or doc is None or doc.get("token") != token or doc.get("holder") is None:
+        if (
+            fd is None
+            or doc is None
+            or doc.get("token") != token
+            or doc.get("holder") is None
+            or not self._same_inode(fd)
+        ):
             raise Fenced(f"run {run_id}: the lease (fencing token {token}) is no longer held", rule="fencing_token")
         now = time.time()
         doc.update(renewed_at=now, expires_at=now + ttl)
@@ -205,6 +222,21 @@ class FileRunLeases:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._held.clear()
+
+    def _same_inode(self, fd: int) -> bool:
+        """False when the lease file was removed or replaced under us (our lock is on a lost inode)."""
+        mine = os.fstat(fd)
+        run_fd = None
+        try:
+            holder = next(k for k, v in self._held.items() if v == fd)
+            run_fd = self._run_dir(*holder, create=False)
+            now = os.stat(LEASE_NAME, dir_fd=run_fd, follow_symlinks=False)
+        except (StopIteration, OSError, NotFound):
+            return False
+        finally:
+            if run_fd is not None:
+                os.close(run_fd)
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
     @staticmethod
     def _read_fd(fd: int) -> dict[str, Any] | None:

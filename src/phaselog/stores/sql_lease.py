@@ -97,7 +97,9 @@ class SqlRunLeases:
             return None, float(now)
         return row, float(row[4])
 
-    def acquire(self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge) -> LeaseState:
+    def acquire(
+        self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge
+    ) -> LeaseState:
         """Take the lease in one transaction; RunHeld if ``judge`` says the holder is live."""
         key = self._key(ticket_id, run_id)
         body = json.dumps(dict(holder), sort_keys=True)

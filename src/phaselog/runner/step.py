@@ -1,0 +1,72 @@
+"""``phaselog step N``: a shell phase's command records a progress event for its own attempt.
+
+Everything it needs comes from the environment the runner gave the command (PHASELOG_STORE,
+PHASELOG_TICKET_ID, PHASELOG_RUN_ID, PHASELOG_PHASE, PHASELOG_ATTEMPT, PHASELOG_PIPELINE_FILE,
+PHASELOG_LEASE_TOKEN). A command whose runner lost the run's lease is refused (fenced).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from phaselog.errors import AlreadyExists, Conflict, Fenced, UsageError
+
+NEEDED = ("PHASELOG_TICKET_ID", "PHASELOG_RUN_ID", "PHASELOG_PHASE", "PHASELOG_ATTEMPT")
+
+
+def step_from_env(
+    step: int,
+    *,
+    output: str | bytes | None = None,
+    tokens: int | None = None,
+    env: Mapping[str, str] | None = None,
+    store: Any = None,
+) -> Any:
+    """Record step ``step`` of the attempt the runner is running (the ProgressEvent written)."""
+    env = os.environ if env is None else env
+    missing = [k for k in NEEDED if not env.get(k)]
+    if missing:
+        raise UsageError(
+            f"phaselog step runs inside a shell phase started by `phaselog run` ({', '.join(missing)} not set)",
+            field=missing[0].lower(),
+            rule="not_in_a_phase",
+        )
+    try:
+        attempt = int(env["PHASELOG_ATTEMPT"])
+    except ValueError:
+        raise UsageError("PHASELOG_ATTEMPT must be an integer", field="phaselog_attempt") from None
+    from phaselog.ledger import Ledger
+    from phaselog.pipelines import load_manifest
+    from phaselog.stores import open_store
+
+    owned = store is None
+    ledger = Ledger(open_store(env.get("PHASELOG_STORE") or None) if store is None else store)
+    try:
+        pipeline: Any = load_manifest(env["PHASELOG_PIPELINE_FILE"]) if env.get("PHASELOG_PIPELINE_FILE") else None
+        ticket, run, phase = env["PHASELOG_TICKET_ID"], env["PHASELOG_RUN_ID"], env["PHASELOG_PHASE"]
+        token = env.get("PHASELOG_LEASE_TOKEN")
+        if token:
+            _check_lease(ledger.store, ticket, run, int(token))
+        with contextlib.suppress(AlreadyExists, Conflict):  # started already (the heartbeat, an earlier step)
+            ledger.progress(ticket, run, phase, "start", attempt=attempt, pipeline=pipeline)
+        return ledger.progress(
+            ticket, run, phase, "step", attempt=attempt, step=step, output=output, tokens=tokens, pipeline=pipeline
+        )
+    finally:
+        if owned:
+            ledger.close()
+
+
+def _check_lease(store: Any, ticket: str, run: str, token: int) -> None:
+    from phaselog.runner.lease import leases_of
+
+    state = leases_of(store).read(ticket, run)
+    if state is None or state.token != token or state.holder is None:
+        raise Fenced(
+            f"run {run}: the runner that started this command no longer holds the run (fencing token {token}, "
+            f"now {state.token if state else 'none'}); the step was not recorded",
+            rule="fencing_token",
+        )
