@@ -24,13 +24,16 @@ from typing import Any
 from bench import _data, _sqldata
 from bench._timing import Section, print_section, print_summary
 
-NAMES = ("write", "read", "status", "list", "start", "sql")
+NAMES = ("write", "read", "status", "list", "start", "growth", "concurrent", "memory", "sql")
 FULL: dict[str, dict[str, int]] = {
     "write": {"rounds": 600},
     "read": {"rounds": 300},
     "status": {"rounds": 100, "attempts": 100},
     "list": {"rounds": 11, "checkpoints": 10_000},
     "start": {"rounds": 40},
+    "growth": {"rounds": 60},
+    "concurrent": {"rounds": 6, "per_writer": 40},
+    "memory": {},
     "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
 }
 QUICK: dict[str, dict[str, int]] = {
@@ -39,6 +42,9 @@ QUICK: dict[str, dict[str, int]] = {
     "status": {"rounds": 8, "attempts": 100},
     "list": {"rounds": 3, "checkpoints": 1_000},
     "start": {"rounds": 5},
+    "growth": {"rounds": 8, "long": 200},
+    "concurrent": {"rounds": 2, "per_writer": 10},
+    "memory": {"scales": (1_000, 10_000)},
     "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
 }
 
@@ -127,7 +133,17 @@ def _progress(name: str) -> Callable[[str], None]:
 
 
 def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Namespace) -> Iterable[Section]:
-    from bench import bench_list, bench_read, bench_sql, bench_start, bench_status, bench_write
+    from bench import (
+        bench_concurrent,
+        bench_growth,
+        bench_list,
+        bench_memory,
+        bench_read,
+        bench_sql,
+        bench_start,
+        bench_status,
+        bench_write,
+    )
 
     modules: dict[str, Any] = {
         "write": bench_write,
@@ -135,6 +151,9 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "status": bench_status,
         "list": bench_list,
         "start": bench_start,
+        "growth": bench_growth,
+        "concurrent": bench_concurrent,
+        "memory": bench_memory,
         "sql": bench_sql,
     }
     extra: dict[str, Any] = {}
@@ -144,7 +163,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         extra = {"scales": list(dict.fromkeys(scales)), "pg_url": args.pg_url, "keep": args.keep}
     result = modules[name].run(workdir, progress=_progress(name), **cfg, **extra)
     # One section, or (sql) an iterator of sections, printed as each scale finishes.
-    return [result] if isinstance(result, Section) else result
+    return [result] if isinstance(result, Section) else result  # one section, or a list/iterator
 
 
 def main(argv: list[str] | None = None) -> int:

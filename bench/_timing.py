@@ -80,6 +80,12 @@ class Limit:
     value_ns: float
     goal_ns: float
     note: str = ""
+    #: "ns" for times; another unit (e.g. "MiB") prints the values as plain numbers in it.
+    unit: str = "ns"
+
+    def fmt(self, value: float) -> str:
+        """A value of this limit, formatted in its unit."""
+        return fmt_time(value) if self.unit == "ns" else f"{value:,.1f} {self.unit}"
 
     @property
     def verdict(self) -> str:
@@ -101,6 +107,12 @@ class Section:
     limits: list[Limit] = field(default_factory=list)
     #: Print an ops/s column (1 / median) beside median and p90.
     show_rate: bool = False
+    #: The unit of the stats: "ns" (times), or another (e.g. "MiB") printed as plain numbers.
+    unit: str = "ns"
+
+    def fmt(self, value: float) -> str:
+        """A stat value of this section, formatted in its unit."""
+        return fmt_time(value) if self.unit == "ns" else f"{value:,.1f} {self.unit}"
 
     def stat(self, key: str) -> Stat:
         """The summary of the contestant ``key``."""
@@ -254,10 +266,7 @@ def print_section(s: Section, out: Callable[[str], None] = print) -> None:
     out(f"   {'role':<10} {'operation':<{LABEL_W}} {'median':>10} {'p90':>10} {'n':>5}{rate_head}")
     for st in s.stats:
         rate = f" {fmt_rate(st.median_ns):>10}" if s.show_rate else ""
-        out(
-            f"   {st.role:<10} {st.label:<{LABEL_W}} {fmt_time(st.median_ns):>10} "
-            f"{fmt_time(st.p90_ns):>10} {st.n:>5}{rate}"
-        )
+        out(f"   {st.role:<10} {st.label:<{LABEL_W}} {s.fmt(st.median_ns):>10} {s.fmt(st.p90_ns):>10} {st.n:>5}{rate}")
     labels = {st.key: st.label for st in s.stats}
     for r in s.ratios:
         note = f"   ({r.note})" if r.note else ""
@@ -267,8 +276,8 @@ def print_section(s: Section, out: Callable[[str], None] = print) -> None:
     for lim in s.limits:
         note = f"   ({lim.note})" if lim.note else ""
         out(
-            f"   limit  {lim.key} median = {fmt_time(lim.value_ns)}   goal <= "
-            f"{fmt_time(lim.goal_ns)}: {lim.verdict}{note}"
+            f"   limit  {lim.key} median = {lim.fmt(lim.value_ns)}   goal <= "
+            f"{lim.fmt(lim.goal_ns)}: {lim.verdict}{note}"
         )
 
 
@@ -290,4 +299,4 @@ def print_summary(sections: list[Section], out: Callable[[str], None] = print) -
             out(f"   {s.key:<{w}} {pair:<46} {fmt_ratio(r.value):>8}  {goal}")
         for lim in s.limits:
             pair = f"{lim.key} median (absolute)"
-            out(f"   {s.key:<{w}} {pair:<46} {fmt_time(lim.value_ns):>8}  <= {fmt_time(lim.goal_ns)}  {lim.verdict}")
+            out(f"   {s.key:<{w}} {pair:<46} {lim.fmt(lim.value_ns):>8}  <= {lim.fmt(lim.goal_ns)}  {lim.verdict}")

@@ -1,0 +1,99 @@
+"""[6] Growth with history: a write and a status must cost O(phases), not O(attempts).
+
+Two runs of the same store side by side: one whose phase has a short history (10 attempts) and
+one with a long history (1,000 attempts). The ratio long / short is the growth; the goal is
+"no growth" (write <= 1.2x, status <= 2x). Measured on the files store and on SQLite.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import phaselog
+from bench import _data
+from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
+from phaselog.ledger import Ledger
+
+TICKET = "BENCH-6"
+GOAL_WRITE = 1.2
+GOAL_STATUS = 2.0
+
+
+def _ledger(kind: str, workdir: Path) -> Ledger:
+    if kind == "files":
+        return _data.open_ledger(workdir / "growth-files", clock=_data.Clock())
+    return Ledger(phaselog.open(f"sqlite:///{workdir / 'growth.db'}").store, clock=_data.Clock())
+
+
+def _build_phase(ledger: Ledger, run: str, attempts: int) -> None:
+    for _ in range(attempts):
+        _data.write_phase(ledger, TICKET, run, "implement")
+
+
+def run(workdir: Path, *, rounds: int, short: int = 10, long: int = 1000, progress: Any = None) -> list[Section]:
+    """Time write/status on a short and a long history, per store kind."""
+    sections = []
+    for kind in ("files", "sqlite"):
+        ledger = _ledger(kind, workdir)
+        try:
+            sections.append(_one(kind, ledger, rounds=rounds, short=short, long=long, progress=progress))
+        finally:
+            ledger.close()
+    return sections
+
+
+def _one(kind: str, ledger: Ledger, *, rounds: int, short: int, long: int, progress: Any) -> Section:
+    # Writes: many short runs (each grows by a few attempts over the benchmark) and one long run.
+    n_short = max(4, rounds // 8)
+    short_runs = [_data.run_id(f"growth-{kind}-short-{i}") for i in range(n_short)]
+    long_run = _data.run_id(f"growth-{kind}-long")
+    with _data.no_fsync():
+        for r in short_runs:
+            _build_phase(ledger, r, short)
+        _build_phase(ledger, long_run, long)
+        # Status: the attempts spread over the five phases, as a retried pipeline leaves them.
+        st_short = _data.run_id(f"growth-{kind}-status-short")
+        st_long = _data.run_id(f"growth-{kind}-status-long")
+        _data.build_run(ledger, TICKET, st_short, short)
+        _data.build_run(ledger, TICKET, st_long, long)
+    cycle = itertools.cycle(short_runs)
+    contestants = [
+        Contestant(
+            "write_long",
+            f"Ledger.write, phase with {long:,}+ earlier attempts",
+            SUBJECT,
+            lambda _: _data.write_phase(ledger, TICKET, long_run, "implement"),
+        ),
+        Contestant(
+            "write_short",
+            f"Ledger.write, phase with ~{short} earlier attempts",
+            BASELINE,
+            lambda _: _data.write_phase(ledger, TICKET, next(cycle), "implement"),
+        ),
+        Contestant(
+            "status_long",
+            f"Ledger.status, run of {long:,} attempts",
+            SUBJECT,
+            lambda _: ledger.status(TICKET, st_long),
+        ),
+        Contestant(
+            "status_short",
+            f"Ledger.status, run of {short} attempts",
+            BASELINE,
+            lambda _: ledger.status(TICKET, st_short),
+        ),
+    ]
+    section = Section(
+        f"growth-{kind}",
+        f"[6] growth with history ({kind} store): write and status on {long:,} vs {short} attempts",
+        [
+            f"store {ledger.store!r}; durable writes (fsync / synchronous=FULL)",
+            f"{rounds} rounds, interleaved; short writes cycle over {n_short} runs of ~{short} attempts",
+        ],
+    )
+    section.stats = run_interleaved(contestants, rounds, warmup=2, progress=progress)
+    section.ratio("write_long", "write_short", goal=GOAL_WRITE, note="no growth with history")
+    section.ratio("status_long", "status_short", goal=GOAL_STATUS, note="grows with phases, not attempts")
+    return section
