@@ -13,6 +13,7 @@ both paths give identical bytes, and PyYAML's own resolver decides which strings
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -165,23 +166,50 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _check_tree(node: Any, depth: int = 0) -> None:
+def _check_tree(node: Any, depth: int = 0, *, json_only: bool = False, at: str = "") -> None:
     if depth > MAX_DEPTH:
         raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth")
     if isinstance(node, dict):
         for k, v in node.items():
             if not isinstance(k, str):
                 raise Corrupt(f"mapping keys must be strings (found {k!r})", rule="key_type")
+            where = f"{at}.{k}" if at else k
             if isinstance(v, dict | list):
-                _check_tree(v, depth + 1)
+                _check_tree(v, depth + 1, json_only=json_only, at=where)
+            elif json_only:
+                _check_scalar(v, where)
     elif isinstance(node, list):
-        for v in node:
+        for i, v in enumerate(node):
             if isinstance(v, dict | list):
-                _check_tree(v, depth + 1)
+                _check_tree(v, depth + 1, json_only=json_only, at=f"{at}[{i}]")
+            elif json_only:
+                _check_scalar(v, f"{at}[{i}]")
 
 
-def load(data: bytes | str) -> Any:
-    """Parse YAML safely: no tags, no aliases, bounded depth, string keys only."""
+def _check_scalar(value: Any, where: str) -> None:
+    """Refuse a scalar JSON cannot hold: YAML reads ``2026-01-01`` as a date, ``.nan`` and ``.inf``
+    as floats that are not numbers; a record holding one is damaged, not data."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return
+        kind = "NaN" if math.isnan(value) else "infinity"
+    else:
+        kind = type(value).__name__  # date, datetime, bytes (only via tags, refused earlier) ...
+    raise Corrupt(
+        f"{where}: YAML reads this unquoted value as a {kind} ({value}), which is not JSON data",
+        field=where,
+        rule="json_type",
+    )
+
+
+def load(data: bytes | str, *, json_only: bool = False) -> Any:
+    """Parse YAML safely: no tags, no aliases, bounded depth, string keys only.
+
+    ``json_only``: also refuse scalars JSON cannot hold (dates, timestamps, NaN, infinities), as
+    Corrupt with rule ``json_type`` — what records and manifests need, since they are hashed as JSON.
+    """
     probe = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     # Anchors, aliases and tags all need one of these bytes; most checkpoints have none, so the
     # precise event scan runs only when it could find something. Flow collections ('[' '{') can
@@ -197,7 +225,7 @@ def load(data: bytes | str) -> Any:
     except (UnicodeDecodeError, ValueError) as exc:
         raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
     try:
-        _check_tree(tree, 1)  # the top-level collection is level 1, as in _check_events
+        _check_tree(tree, 1, json_only=json_only)  # the top-level collection is level 1, as in _check_events
     except RecursionError as exc:  # pragma: no cover - _check_tree stops at MAX_DEPTH
         raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth") from exc
     return tree

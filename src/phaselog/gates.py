@@ -13,10 +13,11 @@ from typing import Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.limits import check_text, is_control
 from phaselog.pipelines import Phase
 from phaselog.records import Approval, entry_bytes, read_entries
 from phaselog.state import APPROVED, REJECTED
-from phaselog.stores.names import approval_name
+from phaselog.stores.names import approval_name, parse_approval_name
 
 _KIND = "approvals"
 MAX_BY = 200
@@ -43,7 +44,7 @@ def judge(approvals: Iterable[Approval]) -> dict[str, str]:
 def _check_person(by: str) -> str:
     if not isinstance(by, str) or not by.strip():
         raise UsageError("--by: name who approves (must not be empty)", field="by", rule="required")
-    if len(by) > MAX_BY or any(ord(c) < 32 for c in by):
+    if len(by) > MAX_BY or any(is_control(c) for c in by):
         raise UsageError(f"--by: at most {MAX_BY} printable characters", field="by", rule="format")
     return by.strip()
 
@@ -90,8 +91,8 @@ class GatesMixin:
             raise UsageError("decision must be approve or reject", field="decision")
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         by = _check_person(by)
-        if comment is not None and len(comment) > MAX_COMMENT:
-            raise UsageError(f"--comment: at most {MAX_COMMENT} characters", field="comment", rule="max_length")
+        if comment is not None:
+            check_text(comment, field="comment", max_chars=MAX_COMMENT, multiline=True)
         ph = self._phase(ticket_id, run_id, phase, pipeline)
         if not ph.requires_approval:
             raise GateRefused(
@@ -127,7 +128,17 @@ class GatesMixin:
                     f"attempt {attempt} of phase {ph.name} was rejected; write a new attempt and approve that",
                     rule="rejected",
                 )
-            seq = (existing[-1].seq if existing else 0) + 1
+            # The next number after every stored judgement, damaged ones included (their names
+            # still hold their numbers): two judgements must never share a number.
+            taken = [p.seq for n in self.store.entry_names(_KIND, ticket_id, run_id) if (p := parse_approval_name(n))]
+            seq = max([a.seq for a in existing] + taken, default=0) + 1
+            # The phase's previous judgement, counting those prune removed (its notes keep their hashes).
+            from phaselog.retention import pruned_judgements
+
+            chain = sorted(
+                [(a.seq, a.content_hash) for a in existing if a.phase_ordinal == ph.ordinal]
+                + [(n, h) for n, (name, h) in pruned_judgements(self, ticket_id, run_id).items() if name == ph.name]
+            )
             approval = Approval(
                 ticket_id=ticket_id,
                 run_id=run_id,
@@ -140,6 +151,7 @@ class GatesMixin:
                 timestamp=self.clock(),
                 seq=seq,
                 comment=comment,
+                prev_hash=chain[-1][1] if chain else None,
             )
             name = approval_name(seq, ph.ordinal, ph.name, attempt)
             try:

@@ -38,6 +38,7 @@ from phaselog.errors import (
 )
 from phaselog.gates import GatesMixin, judge
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.limits import MAX_ATTEMPT, check_attempt, is_attempt
 from phaselog.markers import MarkersMixin
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
 from phaselog.progress import ProgressMixin
@@ -298,10 +299,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         run_id = normalize_run_id(run_id)
         pl = self.pipeline_for(ticket_id, run_id, pipeline)
         ph = pl.phase(phase)
-        if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
+        if attempt is not None and not is_attempt(attempt):
             raise InvalidRecord(
-                f"attempt_number: must be an integer >= 1 (got {attempt!r})",
-                errors=[{"field": "attempt_number", "rule": "attempt_number", "message": "must be >= 1"}],
+                f"attempt_number: must be an integer from 1 to {MAX_ATTEMPT} (got {_short(attempt)})",
+                errors=[{"field": "attempt_number", "rule": "attempt_number", "message": f"must be 1..{MAX_ATTEMPT}"}],
+                rule="max_attempt",
             )
         if status not in ("completed", "failed"):
             raise UsageError(f"status must be 'completed' or 'failed' (got {status!r})", field="status")
@@ -320,6 +322,12 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 started = self._started_attempts(ticket_id, run_id, ph)
                 if started and started[-1] > latest:
                     number = started[-1]  # the attempt in flight: it has progress events
+                if number > MAX_ATTEMPT:
+                    raise InvalidRecord(
+                        f"phase {ph.name} has used every attempt number up to {MAX_ATTEMPT}; start a new run",
+                        errors=[{"field": "attempt_number", "rule": "max_attempt", "message": f"over {MAX_ATTEMPT}"}],
+                        rule="max_attempt",
+                    )
             cp = Checkpoint(
                 ticket_id=ticket_id,
                 run_id=run_id,
@@ -448,7 +456,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             ph = self._phase(ticket_id, run_id, phase, pipeline)
         refs = [r for r in all_refs if r.phase_ordinal == ph.ordinal]
         if attempt is not None:
-            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt)
+            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, check_attempt(attempt))
         completed = sorted((r for r in refs if r.completed), key=lambda r: r.attempt_number)
         if not completed:
             failed = [r.attempt_number for r in refs]
@@ -460,6 +468,18 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 phase=ph.name,
             )
         latest = completed[-1]
+        for r in refs:
+            if r.attempt_number > latest.attempt_number:
+                # A newer attempt is listed as failed. Read it: if it is damaged (a SQL row whose
+                # status was flipped, a planted file), the older checkpoint is not the latest.
+                try:
+                    self.store.get(ticket_id, run_id, ph.ordinal, ph.name, r.attempt_number)
+                except (Corrupt, UnsupportedVersion) as exc:
+                    exc.message = (
+                        f"{exc.message}; it is newer than attempt {latest.attempt_number}, so that attempt is not "
+                        f"returned as the latest (read it with --attempt {latest.attempt_number})"
+                    )
+                    raise
         try:
             return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, latest.attempt_number)
         except (Corrupt, UnsupportedVersion) as exc:
@@ -682,6 +702,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             if not report.is_valid:
                 blockers.append(Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors)))
         return SkipDecision(target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> Phase | None:

@@ -12,11 +12,13 @@ from typing import Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
 from phaselog.ids import validate_ticket_id
+from phaselog.limits import check_text
 from phaselog.records import Marker, entry_bytes, read_entries
 from phaselog.stores.names import marker_name
 
 _KIND = "markers"
 MAX_TITLE = 500
+MAX_META_VALUE = 10_000
 
 
 class MarkersMixin:
@@ -55,9 +57,12 @@ class MarkersMixin:
         ticket_id = validate_ticket_id(ticket_id)
         if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
             raise UsageError(f"--title: 1-{MAX_TITLE} characters", field="title", rule="required")
+        check_text(title, field="title", max_chars=MAX_TITLE)
         for k, v in (meta or {}).items():
             if not isinstance(k, str) or not k or not isinstance(v, str):
                 raise UsageError(f"--meta: keys and values must be strings (got {k!r})", field="meta")
+            check_text(k, field="meta", max_chars=MAX_TITLE)
+            check_text(v, field="meta", max_chars=MAX_META_VALUE)
         for _ in range(1000):
             current = self.marker(ticket_id)
             if current is None:

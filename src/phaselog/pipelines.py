@@ -18,14 +18,15 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-from phaselog.errors import Corrupt, PipelineError, UnknownPhase
+from phaselog.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
+from phaselog.limits import MAX_MANIFEST_BYTES, read_file_bounded
 from phaselog.records import PipelineRef
 
 DEFAULT_PIPELINE = "ticket-pipeline"
 BUILTIN_DIR = Path(__file__).parent / "manifests"
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-MANIFEST_MAX_BYTES = 1 << 20
+MANIFEST_MAX_BYTES = MAX_MANIFEST_BYTES
 Problem = tuple[str, str, str]  # (field path, rule, message)
 
 
@@ -109,8 +110,21 @@ class Phase:
                 return []  # valid: the common case, ~8x cheaper than jsonschema's full walk
             except fastjsonschema.JsonSchemaException:
                 pass  # invalid: let jsonschema name every problem
+        from referencing.exceptions import Unresolvable
+
+        try:
+            errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+        except (Unresolvable, RecursionError) as exc:
+            # A $ref that points nowhere, or a cycle of $refs that never reaches a schema: the
+            # manifest is broken, not the payload.
+            what = "a cycle of $ref that never resolves" if isinstance(exc, RecursionError) else f"{exc}"
+            raise PipelineError(
+                f"phase {self.name}: payload_schema has an unusable $ref ({what[:200]}); fix the pipeline manifest",
+                field=f"phases[{self.ordinal - 1}].payload_schema",
+                rule="schema_ref",
+            ) from None
         problems: list[Problem] = []
-        for err in sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path)):
+        for err in errors:
             path = ".".join([prefix, *(str(p) for p in err.absolute_path)])
             rule = err.validator if err.validator != "format" else f"format:{err.validator_value}"
             problems.append((path, str(rule), _message(err)))
@@ -354,9 +368,9 @@ def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
     """Load and check a manifest file."""
     p = Path(path)
     try:
-        if p.stat().st_size > MANIFEST_MAX_BYTES:
-            raise PipelineError(f"pipeline manifest {p}: larger than {MANIFEST_MAX_BYTES} bytes")
-        data = p.read_bytes()
+        data = read_file_bounded(p, MANIFEST_MAX_BYTES, what=f"pipeline manifest {p}")
+    except TooLarge as exc:
+        raise PipelineError(exc.message, path=str(p), rule="max_manifest_bytes") from None
     except FileNotFoundError:
         raise PipelineError(f"pipeline manifest not found: {p}", path=str(p)) from None
     except OSError as exc:
@@ -369,7 +383,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
         else:
             from phaselog import _yaml
 
-            doc = _yaml.load(data)
+            doc = _yaml.load(data, json_only=True)
     except Corrupt as exc:
         raise PipelineError(f"pipeline manifest {p}: {exc.message}", path=str(p)) from None
     # The payload schemas are checked against the JSON Schema metaschema on first use

@@ -41,11 +41,14 @@ from phaselog.errors import (
     UsageError,
 )
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt
 from phaselog.pipelines import Phase
 from phaselog.records import EVENTS, ProgressEvent, entry_bytes, read_entries
 from phaselog.stores.names import event_name, event_prefix, parse_event_name
 
-DEFAULT_MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_OUTPUT_BYTES = MAX_OUTPUT_BYTES
+#: Highest process id a progress event may name (Linux's pid_max ceiling is 2**22).
+MAX_PID = 2**31 - 1
 #: An in-flight attempt whose last event is older than this is reported ``abandoned``.
 DEFAULT_STALE_AFTER = timedelta(hours=1)
 TERMINAL_EVENTS = ("complete", "fail", "skip")
@@ -262,6 +265,10 @@ class ProgressMixin:
                     f"{name}: must be an integer >= 0 (got {value!r})",
                     errors=[{"field": name, "rule": "minimum", "message": "must be >= 0"}],
                 )
+        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= MAX_PID):
+            raise UsageError(f"--pid: must be a process id from 1 to {MAX_PID} (got {pid!r})", field="pid", rule="pid")
+        if attempt is not None:
+            check_attempt(attempt)
         text: str | None = None
         if output is not None:
             raw = output if isinstance(output, bytes) else output.encode("utf-8")

@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from phaselog.errors import Corrupt, UnsupportedVersion
+from phaselog.limits import MAX_ATTEMPT, MAX_PHASE_ORDINAL, json_loads
 
 SCHEMA_VERSION = "1.0.0"
 SUPPORTED_MAJOR = 1
@@ -275,6 +276,8 @@ def checkpoint_from_seed(
     run_id = _req(data, "run_id", str, "a UUID string")
     phase = _req(data, "phase", str, "a phase name")
     attempt = _req(data, "attempt_number", int, "an integer >= 1")
+    if not 1 <= attempt <= MAX_ATTEMPT:
+        raise Corrupt(f"attempt_number: must be from 1 to {MAX_ATTEMPT}", field="attempt_number", rule="max_attempt")
     ts = parse_timestamp(data.get("timestamp_utc"))
     rcm = data.get("repo_commit_map", {})
     if rcm is None:
@@ -321,8 +324,10 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     if status not in STATUSES:
         raise Corrupt(f"status: must be one of {', '.join(STATUSES)}", field="status", rule="enum")
     ordinal = meta.get("phase_ordinal")
-    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or ordinal < 1:
-        raise Corrupt("phase_ordinal: must be an integer >= 1", field="phase_ordinal", rule="type")
+    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or not 1 <= ordinal <= MAX_PHASE_ORDINAL:
+        raise Corrupt(
+            f"phase_ordinal: must be an integer from 1 to {MAX_PHASE_ORDINAL}", field="phase_ordinal", rule="type"
+        )
     basis_raw = meta.get("basis")
     basis: dict[str, BasisEntry] | None = None
     if basis_raw is not None:
@@ -514,10 +519,19 @@ class Approval(_AuditRecord):
     timestamp: datetime
     seq: int
     comment: str | None = None
+    #: Content hash of the previous judgement of the same phase (None for the first): a phase's
+    #: judgements form a chain, as its attempts do, so a deleted rejection breaks it.
+    prev_hash: str | None = None
     schema_version: str = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        """The stored JSON form."""
+        """The stored JSON form (``prev_hash`` only when set: judgements stored before chaining keep their hash)."""
+        doc = self._doc()
+        if self.prev_hash is not None:
+            doc["prev_hash"] = self.prev_hash
+        return doc
+
+    def _doc(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
             "kind": "phaselog.approval",
@@ -558,6 +572,7 @@ class Approval(_AuditRecord):
             timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
             seq=_req(data, "seq", int, "an integer"),
             comment=_opt(data, "comment", str),
+            prev_hash=_opt(data, "prev_hash", str),
             schema_version=data["schema_version"],
         )
 
@@ -617,7 +632,7 @@ def entry_bytes(record: ProgressEvent | Approval | Marker) -> bytes:
 def parse_entry(cls: Any, data: bytes, location: str) -> Any:
     """Parse an audit entry of ``cls``; Corrupt if it is broken or was edited after writing."""
     try:
-        doc = json.loads(data)
+        doc = json_loads(data)
     except (ValueError, RecursionError) as exc:
         raise Corrupt(f"{location}: not valid JSON ({exc})", path=location, rule="json") from None
     recorded = doc.pop("content_hash", None) if isinstance(doc, dict) else None

@@ -26,6 +26,7 @@ from typing import Any
 
 from phaselog.errors import UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.limits import json_loads
 from phaselog.records import format_timestamp
 from phaselog.stores.names import approval_name, parse_event_name
 
@@ -68,6 +69,21 @@ def pruned_hashes(ledger: Any, ticket_id: str, run_id: str) -> dict[tuple[str, i
             continue
         for r in doc.get("removed", []):
             out[(str(r.get("phase")), int(r.get("attempt_number", 0)))] = str(r.get("content_hash"))
+    return out
+
+
+def pruned_judgements(ledger: Any, ticket_id: str, run_id: str) -> dict[int, tuple[str, str]]:
+    """seq → (phase, content hash) of every approval or rejection pruned from a run."""
+    out: dict[int, tuple[str, str]] = {}
+    for _name, _loc, data in ledger.store.entries("pruned", ticket_id, run_id):
+        if isinstance(data, Exception):
+            continue
+        try:
+            doc = json_loads(data)
+            for r in doc.get("judgements", []):
+                out[int(r["seq"])] = (str(r["phase"]), str(r["content_hash"]))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
     return out
 
 
@@ -180,8 +196,10 @@ def _prune_run(
         if whole or (parsed is not None and (parsed.ordinal, parsed.attempt) in doomed_keys):
             entries.append(("progress", tid, rid, name))
     doomed_hashes = {c.content_hash for c in doomed}
+    judgements = []
     for a in approvals:
         if whole or a.checkpoint_hash in doomed_hashes:
+            judgements.append({"seq": a.seq, "phase": a.phase, "content_hash": a.content_hash})
             entries.append(("approvals", tid, rid, approval_name(a.seq, a.phase_ordinal, a.phase, a.attempt_number)))
     for c in doomed:
         rep.removed.append(
@@ -212,6 +230,8 @@ def _prune_run(
                 }
                 for c in doomed
             ],
+            # The judgements removed with them: verify fills their places in the judgement chain.
+            "judgements": judgements,
         }
         seq = len(store.entry_names("pruned", tid, rid)) + 1
         store.put_entry("pruned", tid, rid, f"{seq:06d}", (json.dumps(note, ensure_ascii=False) + "\n").encode())

@@ -15,6 +15,7 @@ from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores import Stored
+from phaselog.stores.names import parse_approval_name
 from phaselog.validation import check_links
 
 
@@ -146,12 +147,55 @@ class VerifyMixin:
         if origin.content_hash != src.get("content_hash"):
             rep.add(s.location, "lineage", "the checkpoint it was forked from changed after the fork")
 
+    def _verify_judgement_chains(self, ticket_id: str, run_id: str, approvals: list[Any], rep: VerifyReport) -> None:
+        """Judgements are numbered 1, 2, 3 … per run and chained per phase; a deleted one leaves a hole.
+
+        Judgements that ``prune`` removed are listed, with their hashes, in its notes; they fill
+        their place in both. Judgements stored before chaining (no ``prev_hash`` in a whole phase)
+        are checked by number only.
+        """
+        from phaselog.retention import pruned_judgements
+
+        gone = pruned_judgements(self, ticket_id, run_id)
+        stored = {
+            p.seq for n in self.store.entry_names("approvals", ticket_id, run_id) if (p := parse_approval_name(n))
+        }
+        known = stored | set(gone)
+        top = max(known, default=0)
+        holes = sorted(set(range(1, top + 1)) - known)
+        if holes:
+            rep.add(
+                f"{ticket_id}/{run_id}/.approvals",
+                "judgement_chain",
+                f"judgement(s) {holes} of {top} are missing: an approval or rejection was deleted",
+            )
+        chains: dict[str, list[tuple[int, str, str | None, bool]]] = {}
+        for a in approvals:
+            chains.setdefault(a.phase, []).append((a.seq, a.content_hash, a.prev_hash, True))
+        for seq, (phase, h) in gone.items():
+            chains.setdefault(phase, []).append((seq, h, None, False))
+        for phase, chain in chains.items():
+            chain.sort()
+            if not any(prev for _s, _h, prev, _here in chain):
+                continue  # judged before judgements were chained
+            before: str | None = None
+            for seq, h, prev, here in chain:
+                if here and prev != before:
+                    rep.add(
+                        f"{ticket_id}/{run_id}/.approvals/{seq:06d}",
+                        "judgement_chain",
+                        f"judgement {seq} of {phase} does not link to the judgement before it "
+                        f"({'none' if before is None else before[:12]}): one was deleted or replaced",
+                    )
+                before = h
+
     def _verify_audit(
         self, ticket_id: str, run_id: str, by_key: Mapping[tuple[str, int], Checkpoint], rep: VerifyReport
     ) -> None:
         for exc in [*self.damaged_approvals(ticket_id, run_id), *self.damaged_events(ticket_id, run_id)]:
             _damaged(rep, exc, run_id)
         approvals = self.approvals(ticket_id, run_id)
+        self._verify_judgement_chains(ticket_id, run_id, approvals, rep)
         for a in approvals:
             rep.checked += 1
             target = by_key.get((a.phase, a.attempt_number))

@@ -7,6 +7,14 @@ import sys
 from typing import Any
 
 from phaselog.errors import UsageError
+from phaselog.limits import (
+    MAX_INPUT_BYTES,
+    MAX_OUTPUT_BYTES,
+    check_attempt,
+    json_loads,
+    read_bounded,
+    read_file_bounded,
+)
 
 
 def json_opt(value: str | None, option: str, kind: type, items: type | None = None) -> Any:
@@ -16,11 +24,12 @@ def json_opt(value: str | None, option: str, kind: type, items: type | None = No
     text = value
     source = "stdin" if value == "-" else value[1:]
     try:
+        # At most MAX_INPUT_BYTES + 1 bytes are read: a huge file or an endless stream is refused
+        # while it is read, not after it filled memory.
         if value == "-":
-            text = sys.stdin.buffer.read().decode("utf-8")
+            text = read_bounded(sys.stdin.buffer, MAX_INPUT_BYTES, what=option).decode("utf-8")
         elif value.startswith("@"):
-            with open(value[1:], encoding="utf-8") as fh:
-                text = fh.read()
+            text = read_file_bounded(value[1:], MAX_INPUT_BYTES, what=option).decode("utf-8")
     except OSError as exc:
         raise UsageError(f"{option}: cannot read {source}: {exc.strerror}", field=option) from None
     except UnicodeDecodeError as exc:
@@ -29,8 +38,10 @@ def json_opt(value: str | None, option: str, kind: type, items: type | None = No
             field=option,
             rule="utf-8",
         ) from None
+    if len(text) > MAX_INPUT_BYTES:  # given inline
+        raise UsageError(f"{option}: more than {MAX_INPUT_BYTES} bytes", field=option, rule="max_input_bytes")
     try:
-        data = json.loads(text)
+        data = json_loads(text)  # NaN and Infinity are not JSON: refused here, not by a crash later
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # lone surrogates (\ud800) fail here
     except UnicodeEncodeError as exc:
         raise UsageError(
@@ -60,10 +71,8 @@ def json_opt(value: str | None, option: str, kind: type, items: type | None = No
 
 
 def attempt(value: int | None) -> int | None:
-    """Check an ``--attempt`` value (>= 1)."""
-    if value is not None and value < 1:
-        raise UsageError("--attempt: must be >= 1", field="attempt", rule="attempt_number")
-    return value
+    """Check an ``--attempt`` value (1 to limits.MAX_ATTEMPT, the same on every store)."""
+    return None if value is None else check_attempt(value)
 
 
 def read_output(output_file: str | None, output: str | None) -> bytes | None:
@@ -73,11 +82,11 @@ def read_output(output_file: str | None, output: str | None) -> bytes | None:
     if output is not None:
         if output != "-":
             raise UsageError("--output takes '-' (read standard input); use --output-file for a file", field="output")
-        return sys.stdin.buffer.read()
+        return read_bounded(sys.stdin.buffer, MAX_OUTPUT_BYTES, what="--output", rule="max_output_bytes")
     if output_file is not None:
         try:
-            with open(output_file, "rb") as fh:
-                return fh.read()
+            # Bounded while reading: /dev/zero or a growing log is refused once past the cap.
+            return read_file_bounded(output_file, MAX_OUTPUT_BYTES, what="--output-file", rule="max_output_bytes")
         except OSError as exc:
             raise UsageError(f"--output-file: cannot read {output_file}: {exc.strerror}", field="output_file") from None
     return None

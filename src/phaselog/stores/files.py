@@ -28,6 +28,7 @@ import secrets
 import stat
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,8 @@ from phaselog.errors import (
     UnsupportedVersion,
 )
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.records import SCHEMA_VERSION, Checkpoint, checkpoint_from_seed
+from phaselog.limits import MAX_RECORD_BYTES, SIDECAR_SLACK_BYTES, check_record_size, json_loads
+from phaselog.records import SCHEMA_VERSION, Checkpoint, checkpoint_from_seed, parse_timestamp
 from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files_admin import FilesAdminMixin
@@ -54,7 +56,9 @@ from phaselog.stores.names import checkpoint_name as cp_name
 if TYPE_CHECKING:
     from phaselog.stores.files_lease import FileRunLeases
 
-DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES
+#: How many more bytes a sidecar's ``checkpoint_file_sha256`` takes than ``null``.
+_SHA_FIELD_EXTRA = len('"' + 64 * "0" + '"') - len("null")
 TEMP_MAX_AGE_S = 60.0
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO planted under a record's name must not hang the reader; fstat
@@ -86,6 +90,8 @@ class FilesStore(FilesAdminMixin):
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
         self.max_entry_bytes = 4 * self.max_record_bytes
+        # A sidecar is the stored document plus the YAML file's hash.
+        self._sidecar_cap = self.max_record_bytes + SIDECAR_SLACK_BYTES
 
     def __repr__(self) -> str:
         return f"FilesStore({str(self.root)!r})"
@@ -160,9 +166,13 @@ class FilesStore(FilesAdminMixin):
 
     @staticmethod
     def _mkdir(parent_fd: int, name: str) -> int:
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(name, 0o700, dir_fd=parent_fd)
             os.fsync(parent_fd)  # the new directory entry must survive a crash too
+        except FileExistsError:
+            pass
+        except OSError as exc:  # a read-only or full filesystem, no permission: say so, typed
+            raise StoreError(f"cannot create {name}: {exc.strerror}", path=name) from None
         try:
             fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
         except OSError as exc:
@@ -183,6 +193,8 @@ class FilesStore(FilesAdminMixin):
         ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
         if _names.parse_checkpoint_name(cp_name(ordinal, phase, attempt)) != (ordinal, phase, attempt) or attempt < 1:
             raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
+        # Serialise (and check the size) before creating anything: a refused record leaves no trace.
+        files = self._serialise(record)
         run_fd = self._open_dir("checkpoints", record.ticket_id, record.run_id, create=True)
         try:
             lock_fd = self._lock(run_fd)
@@ -208,9 +220,9 @@ class FilesStore(FilesAdminMixin):
                         latest_attempt=latest,
                     )
                 if record.completed:
-                    self._publish_completed(run_fd, record, set(names))
+                    self._publish_completed(run_fd, record, set(names), files)
                 else:
-                    self._publish_failed(run_fd, record)
+                    self._publish_failed(run_fd, record, files[0])
             finally:
                 os.close(lock_fd)  # releases the flock
         except PhaselogError:
@@ -231,14 +243,26 @@ class FilesStore(FilesAdminMixin):
             raise
         return fd
 
-    def _publish_completed(self, run_fd: int, record: Checkpoint, names: set[str]) -> None:
-        ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
+    def _serialise(self, record: Checkpoint) -> tuple[bytes, bytes]:
+        """The sidecar (or failed record) and the YAML seed file (empty for a failed attempt), size-checked."""
+        if not record.completed:
+            meta_bytes = _meta_bytes(record, None)
+            check_record_size(len(meta_bytes), None, self.max_record_bytes, path=self._rel(record))
+            return meta_bytes, b""
         from phaselog import _yaml  # imported on write: reading phaselog's records needs no YAML
 
-        seed = record.seed_dict()
-        yaml_bytes = _yaml.dump(seed).encode("utf-8")
+        yaml_bytes = _yaml.dump(record.seed_dict()).encode("utf-8")
         meta_bytes = _meta_bytes(record, hashlib.sha256(yaml_bytes).hexdigest())
-        self._check_size(len(yaml_bytes) + len(meta_bytes), record)
+        # The stored document is the sidecar without the YAML's hash ("<64 hex>" in place of null),
+        # byte for byte what a SQL row holds: every store counts the same bytes.
+        check_record_size(
+            len(meta_bytes) - _SHA_FIELD_EXTRA, len(yaml_bytes), self.max_record_bytes, path=self._rel(record)
+        )
+        return meta_bytes, yaml_bytes
+
+    def _publish_completed(self, run_fd: int, record: Checkpoint, names: set[str], files: tuple[bytes, bytes]) -> None:
+        ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
+        meta_bytes, yaml_bytes = files
         final_meta, final_cp = meta_name(ordinal, phase, attempt), cp_name(ordinal, phase, attempt)
         temps: list[str] = []
         fds: list[int] = []
@@ -284,9 +308,7 @@ class FilesStore(FilesAdminMixin):
                 with contextlib.suppress(OSError):
                     os.unlink(t, dir_fd=run_fd)
 
-    def _publish_failed(self, run_fd: int, record: Checkpoint) -> None:
-        meta_bytes = _meta_bytes(record, None)
-        self._check_size(len(meta_bytes), record)
+    def _publish_failed(self, run_fd: int, record: Checkpoint, meta_bytes: bytes) -> None:
         final = failed_name(record.phase_ordinal, record.phase, record.attempt_number)
         tmp = self._write_temp(run_fd, meta_bytes)
         try:
@@ -297,14 +319,6 @@ class FilesStore(FilesAdminMixin):
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=run_fd)
-
-    def _check_size(self, size: int, record: Checkpoint) -> None:
-        if size > self.max_record_bytes:
-            raise TooLarge(
-                f"record of {size} bytes exceeds the cap of {self.max_record_bytes} bytes",
-                path=self._rel(record),
-                rule="max_record_bytes",
-            )
 
     @staticmethod
     def _write_temp(dir_fd: int, data: bytes) -> str:
@@ -378,13 +392,22 @@ class FilesStore(FilesAdminMixin):
         finally:
             os.close(run_fd)
 
-    def _get_in(self, run_fd: int, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int) -> Stored:
+    def _get_in(
+        self,
+        run_fd: int,
+        ticket_id: str,
+        run_id: str,
+        ordinal: int,
+        phase: str,
+        attempt: int,
+        run_view: _RunView | None = None,
+    ) -> Stored:
         rel_dir = f"{ticket_id}/{run_id}"
         cp_file = cp_name(ordinal, phase, attempt)
         cp_bytes = self._read(run_fd, cp_file, rel_dir)
         if cp_bytes is None:
             failed_file = failed_name(ordinal, phase, attempt)
-            raw = self._read(run_fd, failed_file, rel_dir)
+            raw = self._read(run_fd, failed_file, rel_dir, self._sidecar_cap)
             if raw is None:
                 raise NotFound(
                     f"no attempt {attempt} of phase {phase} in run {run_id}",
@@ -394,11 +417,12 @@ class FilesStore(FilesAdminMixin):
             stored = self._from_meta(doc, None, ordinal, f"{rel_dir}/{failed_file}")
         else:
             location = f"{rel_dir}/{cp_file}"
-            meta_raw = self._read(run_fd, meta_name(ordinal, phase, attempt), rel_dir)
+            meta_raw = self._read(run_fd, meta_name(ordinal, phase, attempt), rel_dir, self._sidecar_cap)
             if meta_raw is None:
                 tree = _yaml_or_corrupt(cp_bytes, location)
                 cp, warns = _seed_or_corrupt(tree, ordinal, None, location)
                 stored = Stored(cp, location, None, tuple(warns))
+                (run_view or _RunView(self, run_fd, rel_dir)).check_unsidecared(cp, location)
             else:
                 doc = _parse_meta(meta_raw, f"{rel_dir}/{meta_name(ordinal, phase, attempt)}")
                 stored = self._from_meta(doc, cp_bytes, ordinal, location)
@@ -508,9 +532,13 @@ class FilesStore(FilesAdminMixin):
             except NotFound:
                 continue
             try:
-                for ref in sorted(_parse_names(os.listdir(run_fd))):
+                names = os.listdir(run_fd)
+                view = _RunView(self, run_fd, f"{ticket_id}/{rid}", names)
+                for ref in sorted(_parse_names(names)):
                     try:
-                        yield self._get_in(run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number)
+                        yield self._get_in(
+                            run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number, view
+                        )
                     except (Corrupt, UnsupportedVersion) as exc:
                         yield Damaged(
                             location=exc.context.get("path")
@@ -656,6 +684,58 @@ class FilesStore(FilesAdminMixin):
 
 
 # -- helpers ------------------------------------------------------------------------------------
+class _RunView:
+    """What a run directory says about a seed file that has no sidecar (read lazily, once per listing).
+
+    A seed file without a sidecar is what the seed tool writes. In a run phaselog writes (it holds
+    sidecars) it is trusted only as history from before phaselog took the run over: a phaselog
+    record links to its hash, or it is older than every phaselog record of the run. Otherwise it
+    is a checkpoint phaselog wrote whose sidecar was deleted — and whose YAML may have been
+    edited with it — so it is damaged (rule ``missing_sidecar``), never silently used.
+    """
+
+    def __init__(self, store: FilesStore, run_fd: int, rel_dir: str, names: list[str] | None = None) -> None:
+        self.store, self.run_fd, self.rel_dir = store, run_fd, rel_dir
+        self.names = names
+        self._vouched: tuple[set[str], datetime | None, int] | None = None
+
+    def _load(self) -> tuple[set[str], datetime | None, int]:
+        if self._vouched is None:
+            names = self.names if self.names is not None else os.listdir(self.run_fd)
+            sidecars = [n for n in names if _names.parse_meta_name(n) or _names.parse_failed_name(n)]
+            hashes: set[str] = set()
+            earliest: datetime | None = None
+            for n in sidecars:
+                try:
+                    raw = self.store._read(self.run_fd, n, self.rel_dir, self.store._sidecar_cap)
+                    doc = _parse_meta(raw, f"{self.rel_dir}/{n}") if raw is not None else None
+                    if doc is None:
+                        continue
+                    meta = doc.get("phaselog") or {}
+                    hashes.add(str(meta.get("prev_hash")))
+                    for entry in (meta.get("basis") or {}).values():
+                        hashes.add(str(entry.get("hash")) if isinstance(entry, dict) else "")
+                    ts = parse_timestamp((doc.get("checkpoint") or {}).get("timestamp_utc"))
+                except (Corrupt, UnsupportedVersion, AttributeError):
+                    continue  # a damaged sidecar vouches for nothing (and is reported on its own)
+                earliest = ts if earliest is None or ts < earliest else earliest
+            self._vouched = (hashes, earliest, len(sidecars))
+        return self._vouched
+
+    def check_unsidecared(self, cp: Checkpoint, location: str) -> None:
+        """Raise Corrupt (rule ``missing_sidecar``) unless ``cp`` may be a seed-tool checkpoint."""
+        hashes, earliest, sidecars = self._load()
+        if not sidecars or cp.content_hash in hashes or (earliest is not None and cp.timestamp_utc < earliest):
+            return
+        raise Corrupt(
+            f"{location}: its sidecar {meta_name(cp.phase_ordinal, cp.phase, cp.attempt_number)} is missing in a "
+            "run phaselog writes, and no phaselog record vouches for it: it cannot be trusted (restore the "
+            "sidecar, or move it aside with `phaselog doctor --quarantine`)",
+            path=location,
+            rule="missing_sidecar",
+        )
+
+
 _POOL: tuple[int, Any] | None = None
 
 
@@ -713,9 +793,9 @@ def _meta_bytes(record: Checkpoint, file_sha: str | None) -> bytes:
 
 def _parse_meta(raw: bytes, location: str) -> dict[str, Any]:
     try:
-        doc = json.loads(raw)
+        doc = json_loads(raw)
     except (ValueError, RecursionError) as exc:
-        raise Corrupt(f"{location}: not valid JSON ({exc})", path=location) from None
+        raise Corrupt(f"{location}: not valid JSON ({exc})", path=location, rule="json") from None
     if not isinstance(doc, dict) or doc.get("kind") != _META_KIND:
         raise Corrupt(f"{location}: not a phaselog record", path=location)
     try:
@@ -733,7 +813,7 @@ def _yaml_or_corrupt(raw: bytes, location: str) -> Any:
     from phaselog import _yaml
 
     try:
-        return _yaml.load(raw)
+        return _yaml.load(raw, json_only=True)
     except Corrupt as exc:
         raise Corrupt(f"{location}: {exc.message}", path=location, rule=exc.context.get("rule")) from None
 

@@ -32,6 +32,7 @@ from phaselog.errors import (
     UnsupportedVersion,
 )
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.limits import check_record_size, yaml_size_matters
 from phaselog.records import Checkpoint
 from phaselog.stores import sql_lease
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
@@ -259,13 +260,16 @@ class SqlStore:
             raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
         raw_body = _meta_bytes(record, None)
         body = raw_body.decode()
-        if len(raw_body) > self.max_record_bytes:  # bytes, as the files store counts, not characters
-            raise TooLarge(
-                f"record of {len(raw_body)} bytes exceeds the cap of {self.max_record_bytes} bytes",
-                rule="max_record_bytes",
-            )
         key = (record.ticket_id, record.run_id, record.phase_ordinal, record.attempt_number)
         location = self.location(record)
+        # The same two sizes the files store checks (bytes, not characters): the stored document,
+        # and the YAML checkpoint file this record would be in a files store.
+        yaml_size = None
+        if record.completed and yaml_size_matters(len(raw_body), self.max_record_bytes):
+            from phaselog import _yaml
+
+            yaml_size = len(_yaml.dump(record.seed_dict()).encode("utf-8"))
+        check_record_size(len(raw_body), yaml_size, self.max_record_bytes, path=location)
 
         def insert(conn: Any) -> None:
             # One statement (one round trip): the phase's latest attempt, and this attempt's hash if
@@ -355,7 +359,7 @@ class SqlStore:
         """Read one record."""
         validate_ticket_id(ticket_id)
         rows = self._query(
-            "SELECT phase, status, body FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
+            "SELECT phase, status, content_hash, body FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
             "AND phase_ordinal = ? AND attempt = ?",
             (ticket_id, run_id, phase_ordinal, attempt),
         )
@@ -364,10 +368,18 @@ class SqlStore:
                 f"no attempt {attempt} of phase {phase} in run {run_id}",
                 path=f"{ticket_id}/{run_id}/{cp_name(phase_ordinal, phase, attempt)}",
             )
-        return self._stored(ticket_id, run_id, phase_ordinal, phase, attempt, rows[0][1], rows[0][2])
+        return self._stored(ticket_id, run_id, phase_ordinal, phase, attempt, rows[0][1], rows[0][3], rows[0][2])
 
     def _stored(
-        self, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int, status: str, body: str
+        self,
+        ticket_id: str,
+        run_id: str,
+        ordinal: int,
+        phase: str,
+        attempt: int,
+        status: str,
+        body: str,
+        column_hash: str | None,
     ) -> Stored:
         name = cp_name(ordinal, phase, attempt) if status == "completed" else failed_name(ordinal, phase, attempt)
         location = f"{ticket_id}/{run_id}/{name}"
@@ -387,6 +399,15 @@ class SqlStore:
                 f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
                 path=location,
                 rule="content_hash",
+            )
+        # The key columns decide what readers see without reading the body (attempts() lists the
+        # status column): each must say what the hashed body says, or the row is damaged.
+        if status != cp.status or column_hash != stored.recorded_hash:
+            column, value = ("status", status) if status != cp.status else ("content_hash", column_hash)
+            raise Corrupt(
+                f"{location}: the row's {column} column ({str(value)[:20]!r}) differs from its hashed content",
+                path=location,
+                rule="row_mismatch",
             )
         if known is None and stored.recorded_hash is not None:
             self._remember_hash(ordinal, body, cp.content_hash)
@@ -416,15 +437,18 @@ class SqlStore:
     def iter_records(self, ticket_id: str, run_id: str | None = None) -> Iterator[Stored | Damaged]:
         """Yield records in (run, phase ordinal, attempt) order; damaged ones as Damaged."""
         validate_ticket_id(ticket_id)
-        sql = "SELECT run_id, phase_ordinal, phase, attempt, status, body FROM phaselog_checkpoints WHERE ticket_id = ?"
+        sql = (
+            "SELECT run_id, phase_ordinal, phase, attempt, status, body, content_hash FROM phaselog_checkpoints "
+            "WHERE ticket_id = ?"
+        )
         params: list[Any] = [ticket_id]
         if run_id is not None:
             sql += " AND run_id = ?"
             params.append(run_id)
         rows = self._query(sql + f" ORDER BY run_id{self.dialect.collate}, phase_ordinal, attempt", params)
-        for rid, ordinal, phase, attempt, status, body in rows:
+        for rid, ordinal, phase, attempt, status, body, column_hash in rows:
             try:
-                yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body)
+                yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash)
             except (Corrupt, UnsupportedVersion) as exc:
                 yield Damaged(
                     str(exc.context.get("path", f"{ticket_id}/{rid}")),

@@ -1,0 +1,160 @@
+"""Every bound phaselog enforces, defined once, and the readers that enforce them while reading.
+
+The same numbers hold on every store and at every edge (CLI options, files read for input,
+standard input, imported lines, records read back). ``docs/guarantees.md`` lists them with the
+tests that show each one. Inputs are read with :func:`read_bounded`: at most ``limit + 1`` bytes
+are ever taken, so an endless or huge input (``/dev/zero``, a 50 MB file) is refused after
+reading just past the limit instead of after filling memory.
+
+JSON from users and from storage goes through :func:`json_loads`, which refuses what RFC 8259
+does not have (``NaN``, ``Infinity``, numbers that overflow to infinity): Python's parser takes
+them and ``json.dumps(allow_nan=False)`` would fail much later, far from the input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, BinaryIO
+
+from phaselog.errors import TooLarge, UsageError
+
+#: Highest attempt number (and the ceiling of automatic numbering). Fits a 32-bit signed
+#: PostgreSQL INTEGER with room to spare; far beyond any real retry loop.
+MAX_ATTEMPT = 1_000_000
+#: Highest phase ordinal a record may carry (a pipeline has at most this many phases).
+MAX_PHASE_ORDINAL = 1_000
+#: A record's size: the bytes of its stored JSON document (the files store's sidecar body, a SQL
+#: row's ``body``), and also the bytes of its YAML seed file. Both must fit, on every store, so a
+#: record one store takes, every store takes.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+#: An audit entry (progress event, approval, marker): room for 8 MiB of progress output, which JSON
+#: escaping can grow (control characters become ``\\uXXXX``).
+MAX_ENTRY_BYTES = 4 * MAX_RECORD_BYTES
+#: One input read for a command: ``--payload @FILE``, ``-`` (standard input), ``--decisions``, a
+#: manifest. Anything larger could not become a record under MAX_RECORD_BYTES anyway.
+MAX_INPUT_BYTES = MAX_RECORD_BYTES
+#: Progress output kept with an event (``--output-file``, ``--output -``).
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+#: A pipeline manifest file.
+MAX_MANIFEST_BYTES = 1 << 20
+#: A sidecar holds the stored document plus the YAML file's SHA-256 (64 hex digits and quotes).
+SIDECAR_SLACK_BYTES = 128
+#: How much larger than its JSON a record's YAML can be: one list item per line, indented at the
+#: deepest level the YAML loader allows (2 x 64 spaces for a 2-byte ``0,``). Below
+#: ``cap / YAML_WORST_EXPANSION`` bytes of JSON the YAML cannot pass the cap, so SQL stores
+#: render the YAML only for records larger than that.
+YAML_WORST_EXPANSION = 70
+
+
+def is_attempt(value: Any) -> bool:
+    """True for an attempt number: an int from 1 to MAX_ATTEMPT."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ATTEMPT
+
+
+def check_attempt(value: Any, *, field: str = "attempt") -> int:
+    """Return ``value`` if it is an attempt number (1..MAX_ATTEMPT); UsageError naming ``field`` otherwise."""
+    if not is_attempt(value):
+        shown = value if isinstance(value, int) and abs(value) < 10**30 else "a larger number"
+        raise UsageError(
+            f"--{field.replace('_', '-')}: must be an integer from 1 to {MAX_ATTEMPT} (got {shown})",
+            field=field,
+            rule="max_attempt",
+        )
+    return int(value)
+
+
+def yaml_size_matters(body_bytes: int, cap: int) -> bool:
+    """Whether a record of ``body_bytes`` of JSON could have a YAML rendering over ``cap``."""
+    return body_bytes * YAML_WORST_EXPANSION > cap
+
+
+def check_record_size(body_bytes: int, yaml_bytes: int | None, cap: int, *, path: str) -> None:
+    """Refuse a record whose stored JSON document or YAML seed file is over ``cap`` bytes (TooLarge).
+
+    Every store calls this with the same two numbers, so a record one store takes, every store
+    takes (``copy`` works both ways). ``yaml_bytes`` is None for a failed attempt (no seed file).
+    """
+    for size, what in ((body_bytes, "stored JSON document"), (yaml_bytes, "YAML checkpoint file")):
+        if size is not None and size > cap:
+            raise TooLarge(
+                f"record of {size} bytes ({what}) exceeds the cap of {cap} bytes",
+                path=path,
+                rule="max_record_bytes",
+                limit=cap,
+            )
+
+
+def check_text(value: Any, *, field: str, max_chars: int, multiline: bool = False) -> str:
+    """Return ``value`` if it is text a person can read: at most ``max_chars`` characters, no control
+    characters (ANSI escapes would repaint the terminal of whoever lists it later; line breaks and
+    tabs only where ``multiline``). UsageError naming ``field`` and the rule otherwise."""
+    option = f"--{field.replace('_', '-')}"
+    if not isinstance(value, str):
+        raise UsageError(f"{option}: must be text", field=field, rule="type")
+    if len(value) > max_chars:
+        raise UsageError(f"{option}: at most {max_chars} characters", field=field, rule="max_length")
+    allowed = "\n\t" if multiline else ""
+    bad = next((c for c in value if is_control(c) and c not in allowed), None)
+    if bad is not None:
+        raise UsageError(
+            f"{option}: control character {bad!r} is not allowed (terminal escapes would replay on every viewer)",
+            field=field,
+            rule="control_characters",
+        )
+    return value
+
+
+def is_control(c: str) -> bool:
+    """True for a C0 or C1 control character, DEL, or a Unicode line or paragraph separator."""
+    o = ord(c)
+    return o < 32 or 0x7F <= o <= 0x9F or c in "\u2028\u2029"
+
+
+def read_bounded(source: BinaryIO | int, limit: int, *, what: str, rule: str = "max_input_bytes") -> bytes:
+    """Read ``source`` (a binary stream or a descriptor) to its end, refusing more than ``limit`` bytes.
+
+    Never holds more than ``limit + 1`` bytes: an endless stream is refused as soon as it passes
+    the limit. Raises TooLarge naming ``what`` and the limit.
+    """
+    chunks: list[bytes] = []
+    total = 0
+    while total <= limit:
+        want = min(limit + 1 - total, 1 << 20)
+        chunk = os.read(source, want) if isinstance(source, int) else source.read(want)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+    raise TooLarge(
+        f"{what}: more than {limit} bytes (refused while reading); nothing was written",
+        field=what,
+        rule=rule,
+        limit=limit,
+    )
+
+
+def read_file_bounded(path: str | os.PathLike[str], limit: int, *, what: str, rule: str = "max_input_bytes") -> bytes:
+    """Read a file (or a device, or a FIFO) with :func:`read_bounded`; OSError as the OS reports it."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return read_bounded(fd, limit, what=what, rule=rule)
+    finally:
+        os.close(fd)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value (JSON has no NaN or Infinity)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is too large for a JSON number (it overflows to infinity)")
+    return value
+
+
+def json_loads(data: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN, Infinity and numbers overflowing to infinity (ValueError)."""
+    return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
