@@ -686,3 +686,30 @@ def test_deleting_the_newest_judgement_is_not_detectable(
         assert ledger.verify(V).ok
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("kind", ALL)
+def test_a_pruned_rejection_leaves_no_hole_in_the_judgements(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # The other side of the judgement chain: prune removes attempt 1 of proposal with its
+    # rejection; its note lists what went, so neither the numbering nor the chain shows a hole —
+    # and the next judgement of the phase still chains.
+    from phaselog.retention import prune
+
+    store = make_store(kind, tmp_path, request)
+    try:
+        ledger = Ledger(store)
+        video_history(ledger)
+        report = prune(ledger, V, keep_last=1)
+        assert any(r.get("kind") == "approvals" for r in report.removed), report.removed
+        assert [a.seq for a in ledger.approvals(V, R)] == [2, 3]
+        assert ledger.verify(V).ok, ledger.verify(V).problems
+        ledger.write(V, R, "proposal", {**VIDEO_PAYLOADS["proposal"], "concept": "Thirty seconds"})
+        ledger.reject(V, R, "proposal", by="ana")
+        assert ledger.verify(V).ok, ledger.verify(V).problems
+        # ... while deleting a judgement by hand still shows.
+        Tamper(store).delete_entry("approvals", V, RUN, store.entry_names("approvals", V, RUN)[0])
+        assert "judgement_chain" in [p["rule"] for p in ledger.verify(V).problems]
+    finally:
+        store.close()

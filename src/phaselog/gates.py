@@ -13,7 +13,7 @@ from typing import Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.limits import check_text, is_control
+from phaselog.limits import check_text, is_control, json_loads
 from phaselog.pipelines import Phase
 from phaselog.records import Approval, entry_bytes, read_entries
 from phaselog.state import APPROVED, REJECTED
@@ -47,6 +47,31 @@ def _check_person(by: str) -> str:
     if len(by) > MAX_BY or any(is_control(c) for c in by):
         raise UsageError(f"--by: at most {MAX_BY} printable characters", field="by", rule="format")
     return by.strip()
+
+
+def pruned_judgements(store: Any, ticket_id: str, run_id: str) -> dict[int, tuple[str, str | None]]:
+    """seq → (phase, content hash or None) of every approval or rejection prune removed from a run.
+
+    Prune notes list the audit entries removed with their records: ``entries`` items
+    ``{"kind": "approvals", "name": …}`` (the name holds the number and the phase) and, where the
+    note has it, ``judgements`` items with the content hash. A note that cannot be read vouches
+    for nothing (verify reports it on its own).
+    """
+    out: dict[int, tuple[str, str | None]] = {}
+    for _name, _loc, data in store.entries("pruned", ticket_id, run_id):
+        if isinstance(data, Exception):
+            continue
+        try:
+            doc = json_loads(data)
+            for e in doc.get("entries", []):
+                parsed = parse_approval_name(e.get("name", "")) if e.get("kind") == "approvals" else None
+                if parsed is not None:
+                    out.setdefault(parsed.seq, (parsed.phase, None))
+            for r in doc.get("judgements", []):
+                out[int(r["seq"])] = (str(r["phase"]), str(r["content_hash"]))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+    return out
 
 
 class GatesMixin:
@@ -133,11 +158,13 @@ class GatesMixin:
             taken = [p.seq for n in self.store.entry_names(_KIND, ticket_id, run_id) if (p := parse_approval_name(n))]
             seq = max([a.seq for a in existing] + taken, default=0) + 1
             # The phase's previous judgement, counting those prune removed (its notes keep their hashes).
-            from phaselog.retention import pruned_judgements
-
             chain = sorted(
                 [(a.seq, a.content_hash) for a in existing if a.phase_ordinal == ph.ordinal]
-                + [(n, h) for n, (name, h) in pruned_judgements(self, ticket_id, run_id).items() if name == ph.name]
+                + [
+                    (n, h)
+                    for n, (name, h) in pruned_judgements(self.store, ticket_id, run_id).items()
+                    if name == ph.name and h is not None
+                ]
             )
             approval = Approval(
                 ticket_id=ticket_id,

@@ -26,7 +26,6 @@ from typing import Any
 
 from phaselog.errors import UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.limits import json_loads
 from phaselog.records import format_timestamp
 from phaselog.stores.names import approval_name, parse_event_name
 
@@ -69,21 +68,6 @@ def pruned_hashes(ledger: Any, ticket_id: str, run_id: str) -> dict[tuple[str, i
             continue
         for r in doc.get("removed", []):
             out[(str(r.get("phase")), int(r.get("attempt_number", 0)))] = str(r.get("content_hash"))
-    return out
-
-
-def pruned_judgements(ledger: Any, ticket_id: str, run_id: str) -> dict[int, tuple[str, str]]:
-    """seq → (phase, content hash) of every approval or rejection pruned from a run."""
-    out: dict[int, tuple[str, str]] = {}
-    for _name, _loc, data in ledger.store.entries("pruned", ticket_id, run_id):
-        if isinstance(data, Exception):
-            continue
-        try:
-            doc = json_loads(data)
-            for r in doc.get("judgements", []):
-                out[int(r["seq"])] = (str(r["phase"]), str(r["content_hash"]))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
     return out
 
 

@@ -154,9 +154,9 @@ class VerifyMixin:
         their place in both. Judgements stored before chaining (no ``prev_hash`` in a whole phase)
         are checked by number only.
         """
-        from phaselog.retention import pruned_judgements
+        from phaselog.gates import pruned_judgements
 
-        gone = pruned_judgements(self, ticket_id, run_id)
+        gone = pruned_judgements(self.store, ticket_id, run_id)
         stored = {
             p.seq for n in self.store.entry_names("approvals", ticket_id, run_id) if (p := parse_approval_name(n))
         }
@@ -169,7 +169,7 @@ class VerifyMixin:
                 "judgement_chain",
                 f"judgement(s) {holes} of {top} are missing: an approval or rejection was deleted",
             )
-        chains: dict[str, list[tuple[int, str, str | None, bool]]] = {}
+        chains: dict[str, list[tuple[int, str | None, str | None, bool]]] = {}
         for a in approvals:
             chains.setdefault(a.phase, []).append((a.seq, a.content_hash, a.prev_hash, True))
         for seq, (phase, h) in gone.items():
@@ -179,15 +179,16 @@ class VerifyMixin:
             if not any(prev for _s, _h, prev, _here in chain):
                 continue  # judged before judgements were chained
             before: str | None = None
+            unknown = False  # the judgement before was pruned by a note that lists no hash
             for seq, h, prev, here in chain:
-                if here and prev != before:
+                if here and prev != before and not unknown:
                     rep.add(
                         f"{ticket_id}/{run_id}/.approvals/{seq:06d}",
                         "judgement_chain",
                         f"judgement {seq} of {phase} does not link to the judgement before it "
                         f"({'none' if before is None else before[:12]}): one was deleted or replaced",
                     )
-                before = h
+                before, unknown = h, not here and h is None
 
     def _verify_audit(
         self, ticket_id: str, run_id: str, by_key: Mapping[tuple[str, int], Checkpoint], rep: VerifyReport
