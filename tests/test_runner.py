@@ -124,7 +124,7 @@ def test_a_phase_that_keeps_failing_raises_phase_failed_chained_to_its_exception
         pipe.run("B-1", "r", store=ledger, workdir=tmp_path)
     assert isinstance(info.value.__cause__, KeyError)
     assert info.value.context["attempts"] == [1, 2]
-    result = info.value.result  # type: ignore[attr-defined]
+    result = info.value.result
     assert result.exit_code == 1
     assert result.failed == "first"
     assert result.outcome("second").outcome == "not_reached"

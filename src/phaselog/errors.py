@@ -155,6 +155,8 @@ class PhaseFailed(PhaselogError):
     """A phase still failed after its retries; every attempt is recorded. Chained to the last cause."""
 
     error_code = "phase_failed"
+    #: The run's RunResult (phaselog.runner), set by the runner.
+    result: Any = None
 
 
 class RunInterrupted(PhaselogError):
@@ -164,6 +166,8 @@ class RunInterrupted(PhaselogError):
     """
 
     error_code = "interrupted"
+    #: The run's RunResult (phaselog.runner), set by the runner.
+    result: Any = None
 
     def __init__(self, message: str, *, signum: int, **context: object) -> None:
         super().__init__(message, signum=signum, **context)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from phaselog.ledger import Page, SkipDecision, WriteResult
     from phaselog.pipelines import Pipeline
     from phaselog.records import Approval, Marker, ProgressEvent
+    from phaselog.runner.explain import Explanation
+    from phaselog.runner.result import RunResult
     from phaselog.state import RunStatus
     from phaselog.stores.base import Stored
     from phaselog.validation import Report
@@ -160,3 +162,14 @@ def pipeline(p: Pipeline, *, full: bool = True) -> dict[str, Any]:
             for ph in p.phases
         ],
     }
+
+
+# -- the runner -----------------------------------------------------------------------------------
+def explanation(e: Explanation) -> dict[str, Any]:
+    """What a run would do with each phase and why (``phaselog explain``; the dashboard links here)."""
+    return e.to_json()
+
+
+def run_result(r: RunResult) -> dict[str, Any]:
+    """What ``phaselog run`` did: per phase, and the exit code."""
+    return r.to_json()

@@ -54,6 +54,7 @@ def cli() -> None:
     Seed-compatible commands:  write, read, validate, list
     Resume and integrity:      status, resume, verify
     Pipelines:                 pipelines
+    Runner:                    run, explain, step
 
     Output is JSON on stdout (--format table for people). Exit 0 on success, 1 when an
     operation fails or a check says no, 2 for bad usage.

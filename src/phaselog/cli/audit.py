@@ -180,7 +180,7 @@ def _judge_command(decision: str) -> click.Command:
             decision=decision,
             pipeline=call.pipeline,
         )
-        state = ledger.status(ticket_id, run_id).phase(approval.phase).state
+        state = ledger.status(ticket_id, run_id, pipeline=call.pipeline).phase(approval.phase).state
         return Result(views.approval(approval, state, warnings), _approval_table)
 
     judge.__name__ = decision

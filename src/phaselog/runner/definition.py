@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from phaselog.errors import PipelineError, UsageError
 from phaselog.pipelines import EXECUTION_KEYS, Phase, Pipeline, execution_from_dict, load_manifest, pipeline_from_dict
@@ -142,7 +142,7 @@ class PipelineRunner:
                 out[ph.name] = shell_fingerprint(ph)
         return out
 
-    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str) -> Any:
+    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, output: IO[bytes] | None) -> Any:
         bound = self._bound.get(ph.name)
         if bound is not None:
             from phaselog.runner.python_phase import run_python
@@ -156,7 +156,7 @@ class PipelineRunner:
         if ph.execution.run is not None:
             from phaselog.runner.shell import ShellPhase
 
-            return ShellPhase(log_dir=log_dir, store_url=store_url)
+            return ShellPhase(log_dir=log_dir, store_url=store_url, tee=output)
         raise UsageError(
             f"phase {ph.name} of pipeline {self.base.name} has nothing to run: decorate a function with "
             f"@pipe.phase({ph.name!r}) or give the phase a run: command in the manifest",
@@ -177,13 +177,16 @@ class PipelineRunner:
         handle_signals: bool = True,
         log_dir: str | os.PathLike[str] | None = None,
         echo: Callable[[str], None] | None = None,
+        shell_output: IO[bytes] | None = None,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
         ``run_id``: the run to start or resume (default: a new one). ``store``: a Ledger, a
         Store, a URL or path (default: ``PHASELOG_STORE``, else the files store). ``workdir``:
         where artifacts are (default: the current folder). ``wait``: wait for a runner holding
-        the run (True, or seconds) instead of raising RunHeld.
+        the run (True, or seconds) instead of raising RunHeld. ``echo``: called with a line per
+        step of the run (skips, attempts, retries). ``shell_output``: where shell phases' output
+        is echoed as it comes (it always goes to their log).
 
         Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
         retries; chained to its last exception; ``exc.result`` holds the RunResult),
@@ -203,7 +206,9 @@ class PipelineRunner:
             folder = default_workdir(workdir)
             logs = Path(log_dir).absolute() if log_dir is not None else None
             url = ledger.store.url
-            executors = {ph.name: self._executor_for(ph, log_dir=logs, store_url=url) for ph in pl.phases}
+            executors = {
+                ph.name: self._executor_for(ph, log_dir=logs, store_url=url, output=shell_output) for ph in pl.phases
+            }
             engine = Engine(
                 ledger=ledger,
                 pipeline=pl,

@@ -136,7 +136,7 @@ class Engine:
                 "as interrupted, and the next run continues from there",
                 signum=interrupted,
             )
-            stop.result = result  # type: ignore[attr-defined]  # the RunResult rides on the error
+            stop.result = result
             raise stop
         return result
 
@@ -247,7 +247,7 @@ class Engine:
             for p in self.pipeline.phases
             if p.ordinal > ph.ordinal
         )
-        error.result = self._result(None, None)  # type: ignore[attr-defined]  # the RunResult rides on the error
+        error.result = self._result(None, None)
         if failure.cause is not None:
             raise error from failure.cause
         raise error

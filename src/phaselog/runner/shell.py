@@ -192,7 +192,7 @@ class _Reader:
             chunk = os.read(key.fd, 65536)
             if not chunk:
                 self.sel.unregister(key.fileobj)
-                key.fileobj.close()  # type: ignore[union-attr]
+                key.fileobj.close()  # type: ignore[union-attr]  # our pipes: file objects, not raw fds
                 self.open -= 1
                 if key.data == "out" and self._line:
                     self._json(self._line)

@@ -1,0 +1,156 @@
+"""Runner commands: run, explain, step.
+
+``run`` executes a pipeline's phases (shell ``run:`` commands from a manifest) durably: one runner
+per run (exit 75 when another holds it), completed phases skipped only while still true, every
+attempt recorded. ``explain`` says what ``run`` would do and why; ``step`` records progress from
+inside a shell phase. Guide: docs/runner.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from phaselog import views
+from phaselog.cli._args import read_output
+from phaselog.cli._render import lines, table
+from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.errors import UsageError
+
+
+def _runner(call: Call, ticket_id: str, run_id: str | None) -> Any:
+    """The pipeline to run: --pipeline-file, --pipeline, else the run's recorded pipeline."""
+    from phaselog.runner import pipeline
+
+    requested = call.pipeline
+    if requested is None and run_id is None:
+        raise UsageError("name the pipeline to run: --pipeline NAME or --pipeline-file PATH", field="pipeline")
+    if requested is None or isinstance(requested, str):
+        return pipeline(
+            call.ledger.pipeline_for(ticket_id, run_id, requested) if run_id else call.ledger.load_pipeline(requested)
+        )
+    return pipeline(requested)
+
+
+def _run_table(d: dict[str, Any]) -> str:
+    rows = [
+        [p["phase"], p["outcome"], ",".join(map(str, p["attempts"])), p["error"] or p["reason"]] for p in d["phases"]
+    ]
+    head = f"run {d['run_id']} ({d['pipeline']}): "
+    head += (
+        "done"
+        if d["done"]
+        else f"waiting at {d['waiting']}"
+        if d["waiting"]
+        else f"{d['failed']} failed"
+        if d["failed"]
+        else f"interrupted (exit {d['exit_code']})"
+        if d["interrupted"]
+        else "not done"
+    )
+    return table(rows, ["phase", "outcome", "attempts", "note"], title=head)
+
+
+@command(cli, pipeline=True, writes=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", help="The run to start or resume (default: a new run; its id is printed).")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Where commands run and artifacts are (default: the current folder).",
+)
+@click.option("--wait", is_flag=True, help="Wait for a runner that holds the run instead of exiting 75.")
+@click.option("--log-dir", type=click.Path(file_okay=False), help="Where shell phases' logs go.")
+@click.option("--quiet", is_flag=True, help="Do not echo progress and the commands' output on stderr.")
+def run(
+    call: Call, ticket_id: str, run_id: str | None, workdir: str | None, wait: bool, log_dir: str | None, quiet: bool
+) -> Result:
+    """Run a pipeline's phases durably: skip what is done and still true, record every attempt.
+
+    Shell phases come from the manifest (run:, env:, timeout:, retries:, artifacts:). Exit 0
+    complete, 1 a phase failed after its retries, 3 waiting for approval, 75 the run is held by
+    another runner, 130/143 interrupted (SIGINT/SIGTERM; the attempt is recorded).
+
+    \b
+    Example:
+      phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
+    """
+    from phaselog.errors import Fenced, PhaseFailed, RunInterrupted
+
+    pipe = _runner(call, ticket_id, run_id)
+    echo = None if quiet else (lambda text: print(f"phaselog run: {text}", file=sys.stderr, flush=True))
+    try:
+        result = pipe.run(
+            ticket_id,
+            run_id,
+            store=call.ledger,
+            workdir=workdir,
+            wait=wait,
+            log_dir=log_dir,
+            echo=echo,
+            shell_output=None if quiet else sys.stderr.buffer,
+        )
+    except (PhaseFailed, RunInterrupted) as exc:
+        result = exc.result  # recorded; the result says what happened
+        data = {**views.run_result(result), "error": exc.message, "error_code": exc.error_code}
+        return Result(data, _run_table, exit_code=result.exit_code)
+    except Fenced as exc:
+        exc.exit_code = 75  # another runner took the run over: as "held", try later
+        raise
+    return Result(views.run_result(result), _run_table, exit_code=result.exit_code)
+
+
+def _explain_table(d: dict[str, Any]) -> str:
+    rows = [[p["ordinal"], p["phase"], p["action"], p["state"], p["reason"]] for p in d["phases"]]
+    lease = d.get("lease")
+    held = ""
+    if lease and lease.get("holder"):
+        held = f"lease: {'held' if lease['held'] else 'free'}: {lease['reason']}"
+    nxt = d["next_phase"] or "— nothing to do"
+    return lines(
+        table(rows, ["#", "phase", "action", "state", "why"], title=f"run {d['run_id']} ({d['pipeline']}) next: {nxt}"),
+        held,
+    )
+
+
+@command(cli, pipeline=True)
+@click.option("--ticket-id", required=True)
+@click.option("--run-id", required=True)
+@click.option("--workdir", type=click.Path(file_okay=False), help="Where artifacts are checked (default: here).")
+def explain(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Result:
+    """Why each phase will run or be skipped (what `phaselog run` would do now), and who holds the run.
+
+    \b
+    Example:
+      phaselog explain --ticket-id CHURN-7 --run-id nightly-2026-11-30 --format table
+    """
+    from phaselog.runner.definition import shell_fingerprint
+    from phaselog.runner.explain import explain as explain_run
+
+    pl = call.ledger.pipeline_for(ticket_id, run_id, call.pipeline)
+    fingerprints = {p.name: shell_fingerprint(p) for p in pl.phases if p.execution.run is not None}
+    e = explain_run(call.ledger, ticket_id, run_id, pipeline=pl, workdir=workdir, fingerprints=fingerprints)
+    return Result(views.explanation(e), _explain_table)
+
+
+@command(cli, writes=True, formats=None, correlation=False)
+@click.argument("step", type=click.IntRange(min=0))
+@click.option("--output-file", type=click.Path(dir_okay=False), help="The output so far, read from this file.")
+@click.option("--output", metavar="-", help="'-': read the output so far from standard input.")
+@click.option("--tokens", type=click.IntRange(min=0), help="Cumulative tokens so far.")
+def step(call: Call, step: int, output_file: str | None, output: str | None, tokens: int | None) -> Result | None:
+    """Record progress (step N) from inside a shell phase that `phaselog run` started.
+
+    \b
+    Example (in a manifest phase):
+      run: ./fetch.sh && phaselog step 1 && ./parse.sh && phaselog step 2 --output-file parse.log
+    """
+    from phaselog.runner.step import step_from_env
+
+    text = read_output(output_file, output)
+    event = step_from_env(step, output=text, tokens=tokens, store=call.ledger.store)
+    # Nothing on stdout: a shell phase's stdout may carry its payload (its last JSON line).
+    print(f"phaselog step: step {event.step} of {event.phase} attempt {event.attempt_number} recorded", file=sys.stderr)
+    return None
