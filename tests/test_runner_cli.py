@@ -65,9 +65,10 @@ def test_run_waits_at_a_gate_explain_says_why_and_the_next_run_finishes(tmp_path
         "approve", *base[:4], "--phase", "publish", "--by", "ana", "--pipeline-file", str(job), cwd=tmp_path, env=env
     )
     assert approved.returncode == 0, approved.stdout
-    second = cli("run", *base, cwd=tmp_path, env=env)
+    second = cli("run", *base, "--format", "table", cwd=tmp_path, env=env)
     assert second.returncode == 0, second.stderr
-    assert json.loads(second.stdout)["done"] is True
+    assert "(data-job): done" in second.stdout
+    assert "publish │ skipped" in second.stdout
     assert (tmp_path / "side-effects.log").read_text().splitlines() == ["fetched", "report", "publish"]
     table = cli("explain", *base, "--format", "table", cwd=tmp_path, env=env)
     assert "nothing to do" in table.stdout
