@@ -85,7 +85,7 @@ def test_a_healthy_store_needs_nothing(healthy: phaselog.Ledger, root: Path) -> 
     assert rep.findings == []
     assert rep.moved == []
     assert (rep.tickets, rep.runs) == (2, 2)
-    assert rep.to_json() == {"healthy": True, "tickets": 2, "runs": 2, "findings": [], "moved": []}
+    assert rep.to_json() == {"healthy": True, "tickets": 2, "runs": 2, "findings": [], "moved": [], "finished": []}
     assert doctor(healthy, quarantine=True).moved == []
     assert tree(root) == before
 
@@ -97,6 +97,7 @@ def test_an_empty_store(ledger: phaselog.Ledger) -> None:
         "runs": 0,
         "findings": [],
         "moved": [],
+        "finished": [],
     }
 
 

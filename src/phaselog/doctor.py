@@ -1,6 +1,7 @@
 """``doctor``: find what needs a person's attention, and optionally quarantine damaged files.
 
-Reports damaged records and audit entries, leftover temp files and orphaned sidecars (what a
+Finishes prunes a crash interrupted (they had decided what to remove and noted it first), then
+reports damaged records and audit entries, leftover temp files and orphaned sidecars (what a
 crash leaves behind), abandoned in-flight attempts, and broken hash links. With ``quarantine``,
 damaged files are moved — never deleted — into ``<root>/quarantine/`` with their original bytes
 and a note of where they came from; every move is reported. Nothing else moves or deletes a file.
@@ -23,6 +24,8 @@ class DoctorReport:
     runs: int = 0
     findings: list[dict[str, Any]] = field(default_factory=list)
     moved: list[dict[str, Any]] = field(default_factory=list)
+    #: Prunes a crash interrupted, finished now (what they had decided to remove, removed).
+    finished: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, kind: str, path: str, message: str, **extra: Any) -> None:
         """Record a finding."""
@@ -41,6 +44,7 @@ class DoctorReport:
             "runs": self.runs,
             "findings": self.findings,
             "moved": self.moved,
+            "finished": self.finished,
         }
 
 
@@ -52,7 +56,11 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
     tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
     rep = DoctorReport(tickets=len(tickets))
     damaged_files: list[tuple[str, str]] = []
+    from phaselog.retention import finish_interrupted
+
     for tid in tickets:
+        # First finish what an interrupted prune had decided, so what follows sees the result.
+        rep.finished.extend(finish_interrupted(ledger, tid))
         if hasattr(store, "leftovers"):
             for item in store.leftovers(tid):
                 rep.add(item["kind"], item["path"], item["message"], age_sec=item.get("age_sec"))

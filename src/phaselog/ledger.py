@@ -328,6 +328,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                         errors=[{"field": "attempt_number", "rule": "max_attempt", "message": f"over {MAX_ATTEMPT}"}],
                         rule="max_attempt",
                     )
+            try:
+                basis = self._basis(ticket_id, run_id, pl, ph, refs)
+                prev_hash = self._hash_of(ticket_id, run_id, ph, latest) if latest else None
+            except NotFound:
+                continue  # pruned since we listed the run (a newer attempt came meanwhile): re-read
             cp = Checkpoint(
                 ticket_id=ticket_id,
                 run_id=run_id,
@@ -341,8 +346,8 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 status=status,
                 error=error,
                 pipeline=pl.ref,
-                basis=self._basis(ticket_id, run_id, pl, ph, refs),
-                prev_hash=self._hash_of(ticket_id, run_id, ph, latest) if latest else None,
+                basis=basis,
+                prev_hash=prev_hash,
                 decisions=tuple(dict(d) for d in decisions),
                 forked_from=dict(forked_from) if forked_from else None,
                 artifact_hashes=dict(artifact_hashes) if artifact_hashes is not None else None,
@@ -612,7 +617,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 except (Corrupt, NotFound, UnsupportedVersion):
                     target = None
             lookup[(name, entry.attempt)] = target
-        report = check_links(cp, previous=previous, lookup=lookup)
+        from phaselog.pruned import read_notes
+
+        report = check_links(
+            cp, previous=previous, lookup=lookup, pruned=read_notes(self.store, cp.ticket_id, cp.run_id).records
+        )
         if earlier and previous is None and cp.has_metadata:
             report.error("prev_hash", "prev_hash", f"attempt {max(earlier)} is damaged; the link cannot be checked")
         return report

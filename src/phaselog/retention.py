@@ -4,36 +4,40 @@ Selectors (exactly one): ``run_id`` (the whole run), ``keep_last`` (per run and 
 newest N attempts), ``older_than`` (attempts older than that; a run whose every record is older
 goes whole). Never removed, unless the whole run goes:
 
-* the latest completed attempt of each phase (resume needs it);
+* the newest attempt of each phase, completed or failed (the phase's state and the next attempt
+  number depend on it), and the newest completed attempt (resume needs it);
 * an approved attempt (its approval names it);
 * an attempt that a kept record names in its ``basis``, or that another run was forked from;
 * an attempt with progress events in flight.
 
-Removing attempt k breaks the ``prev_hash`` of attempt k+1, so each run keeps an append-only prune
-note (``.pruned`` entries) listing what went, with content hashes; ``verify`` accepts a
-``prev_hash`` that names a pruned record. Runs that other runs were forked from are never removed
-whole. ``dry_run`` reports without deleting. This and ``doctor --quarantine`` are the only
-operations that delete or move anything.
+Each run is decided and pruned under the run's append lock (:meth:`Retention.locked_run`): what
+prune reads under the lock is what it removes, and no write lands in between. A partial prune
+first appends a prune note (:mod:`phaselog.pruned`) listing every record it will remove with its
+hash and ``prev_hash`` and the audit entries that go with them, then deletes exactly those; a crash
+in between leaves a note whose records are still there, and ``doctor`` finishes it
+(:func:`finish_interrupted`). A whole run is removed atomically by the store (the files store
+moves the folder aside, then deletes it). ``dry_run`` reports without deleting. This and
+``doctor`` (finishing a prune, ``--quarantine``) are the only operations that delete anything.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from phaselog.errors import UsageError
+from phaselog.errors import NotFound, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.records import format_timestamp
-from phaselog.stores.names import approval_name, parse_event_name
+from phaselog.pruned import PrunedRecord, PruneNote, legacy_hash, read_notes
+from phaselog.records import Checkpoint
+from phaselog.stores.base import PruneTarget, Retention
+from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_note_name
 
 
 def note_hash(document: Any) -> str:
-    """Content hash of a prune note (canonical JSON, as every other record)."""
-    blob = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    """Content hash of a prune note document written before notes were audit records."""
+    return legacy_hash(document)
 
 
 @dataclass
@@ -56,19 +60,27 @@ class PruneReport:
         }
 
 
+@dataclass
+class _Plan:
+    """What prune decided for one run (under its lock)."""
+
+    whole: bool = False
+    doomed: list[Checkpoint] = field(default_factory=list)
+    entries: list[tuple[str, str]] = field(default_factory=list)
+    #: The approvals and rejections removed: (seq, phase, content hash).
+    judgements: list[tuple[int, str, str]] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+
 def pruned_hashes(ledger: Any, ticket_id: str, run_id: str) -> dict[tuple[str, int], str]:
     """(phase, attempt) → content hash of every record pruned from a run."""
-    out: dict[tuple[str, int], str] = {}
-    for _name, _loc, data in ledger.store.entries("pruned", ticket_id, run_id):
-        if isinstance(data, Exception):
-            continue
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            continue
-        for r in doc.get("removed", []):
-            out[(str(r.get("phase")), int(r.get("attempt_number", 0)))] = str(r.get("content_hash"))
-    return out
+    return {k: r.content_hash for k, r in read_notes(ledger.store, ticket_id, run_id).records.items()}
+
+
+def _retention(store: Any) -> Retention:
+    if not isinstance(store, Retention):
+        raise UsageError(f"the store {store.url} does not support prune", field="store")
+    return store
 
 
 def prune(
@@ -84,28 +96,33 @@ def prune(
     chosen = [x for x in (older_than, keep_last, run_id) if x is not None]
     if len(chosen) != 1:
         raise UsageError("give exactly one of --older-than, --keep-last or --run-id", field="selector")
-    if keep_last is not None and keep_last < 1:
-        raise UsageError("--keep-last must be >= 1", field="keep_last")
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
+        raise UsageError("--keep-last must be an integer >= 1", field="keep_last")
     if run_id is not None and ticket_id is None:
         raise UsageError("--run-id needs --ticket-id", field="ticket_id")
-    store = ledger.store
-    tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
+    store = _retention(ledger.store)
+    tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else ledger.store.tickets()
     rep = PruneReport(dry_run=dry_run)
     now = ledger.clock()
-    # Forks point across runs: a source record stays while a fork names it.
-    fork_sources: set[str] = set()
     for tid in tickets:
-        for rid in store.runs(tid):
+        runs = [normalize_run_id(run_id)] if run_id is not None else ledger.store.runs(tid)
+        # Forks point across runs: a source record stays while a fork names it.
+        fork_sources: set[str] = set()
+        for rid in ledger.store.runs(tid):
             items, _damaged = ledger.run_records(tid, rid)
             fork_sources.update(str(s.record.forked_from.get("content_hash")) for s in items if s.record.forked_from)
-    for tid in tickets:
-        runs = [normalize_run_id(run_id)] if run_id is not None else store.runs(tid)
         for rid in runs:
-            _prune_run(ledger, tid, rid, now, older_than, keep_last, run_id is not None, fork_sources, rep)
+            with store.locked_run(tid, rid) as handle:
+                if handle is None:
+                    if run_id is not None:
+                        raise NotFound(f"ticket {tid} has no run {rid}; nothing pruned", ticket_id=tid, run_id=rid)
+                    continue  # removed whole by another prune meanwhile
+                plan = _decide(ledger, tid, rid, now, older_than, keep_last, run_id is not None, fork_sources)
+                _apply(ledger, store, handle, tid, rid, plan, rep)
     return rep
 
 
-def _prune_run(
+def _decide(
     ledger: Any,
     tid: str,
     rid: str,
@@ -114,13 +131,14 @@ def _prune_run(
     keep_last: int | None,
     whole: bool,
     fork_sources: set[str],
-    rep: PruneReport,
-) -> None:
+) -> _Plan:
+    """Decide what goes from one run, on what is read under the run's lock."""
     store = ledger.store
-    items, _damaged = ledger.run_records(tid, rid)
+    items, damaged = ledger.run_records(tid, rid)
     records = [s.record for s in items]
     events = ledger.event_index(tid, rid)
     approvals = ledger.approvals(tid, rid)
+    plan = _Plan()
     if older_than is not None and not whole:
         cutoff = now - older_than
         stamps = (
@@ -128,99 +146,173 @@ def _prune_run(
             + [e.timestamp for evs in events.values() for e in evs]
             + [a.timestamp for a in approvals]
         )
-        whole = bool(stamps) and max(stamps) < cutoff
+        # A damaged record's age is unknown: its run does not go whole on age alone.
+        whole = bool(stamps) and max(stamps) < cutoff and not damaged
     if whole:
         if any(r.content_hash in fork_sources for r in records):
-            rep.kept.append({"run_id": rid, "reason": "another run was forked from this run"})
-            return
-        doomed = records
-    else:
-        protected: dict[str, str] = {}
-        by_phase: dict[str, list[Any]] = {}
-        for r in records:
-            by_phase.setdefault(r.phase, []).append(r)
-        for lst in by_phase.values():
-            lst.sort(key=lambda c: c.attempt_number)
-            done = [c for c in lst if c.completed]
-            if done:
-                protected[done[-1].content_hash] = "latest completed attempt of its phase"
-        for a in approvals:
-            if a.approved:
-                protected.setdefault(a.checkpoint_hash, f"approved by {a.by}")
-        for r in records:
-            for b in (r.basis or {}).values():
-                protected.setdefault(b.hash, f"in the basis of {r.phase} attempt {r.attempt_number}")
-        for h in fork_sources:
-            protected.setdefault(h, "another run was forked from it")
-        in_flight = {
-            (o, a) for (o, a) in events if not any(r.phase_ordinal == o and r.attempt_number == a for r in records)
-        }
-        candidates = []
-        for lst in by_phase.values():
-            if keep_last is not None:
-                candidates.extend(lst[:-keep_last])
-            else:
-                assert older_than is not None
-                candidates.extend(c for c in lst if c.timestamp_utc < now - older_than)
-        doomed = []
-        for c in candidates:
-            why = protected.get(c.content_hash)
-            if why is None and (c.phase_ordinal, c.attempt_number) in in_flight:
-                why = "in flight"
-            if why:
-                rep.kept.append({"path": store.location(c), "reason": why})
-            else:
-                doomed.append(c)
-    if not doomed and not whole:
-        return
-    doomed_keys = {(c.phase_ordinal, c.attempt_number) for c in doomed}
-    entries: list[tuple[str, str, str, str]] = []
+            plan.kept.append({"run_id": rid, "reason": "another run was forked from this run"})
+            return plan
+        plan.whole = True
+        plan.doomed = records
+        plan.entries = [("progress", n) for n in store.entry_names("progress", tid, rid)]
+        plan.entries += [("approvals", n) for n in store.entry_names("approvals", tid, rid)]
+        return plan
+    protected: dict[str, str] = {}
+    by_phase: dict[str, list[Checkpoint]] = {}
+    for r in records:
+        by_phase.setdefault(r.phase, []).append(r)
+    newest: dict[int, int] = {}
+    for ordinal, attempt in [(r.phase_ordinal, r.attempt_number) for r in records] + [
+        (d.phase_ordinal, d.attempt_number) for d in damaged
+    ]:
+        newest[ordinal] = max(newest.get(ordinal, 0), attempt)
+    for lst in by_phase.values():
+        lst.sort(key=lambda c: c.attempt_number)
+        done = [c for c in lst if c.completed]
+        if done:
+            protected[done[-1].content_hash] = "latest completed attempt of its phase"
+        if lst[-1].attempt_number == newest[lst[-1].phase_ordinal]:
+            # The phase's state and its next attempt number come from its newest attempt.
+            protected.setdefault(lst[-1].content_hash, "newest attempt of its phase")
+    for a in approvals:
+        if a.approved:
+            protected.setdefault(a.checkpoint_hash, f"approved by {a.by}")
+    for r in records:
+        for b in (r.basis or {}).values():
+            protected.setdefault(b.hash, f"in the basis of {r.phase} attempt {r.attempt_number}")
+    for h in fork_sources:
+        protected.setdefault(h, "another run was forked from it")
+    in_flight = {
+        (o, a) for (o, a) in events if not any(r.phase_ordinal == o and r.attempt_number == a for r in records)
+    }
+    candidates: list[Checkpoint] = []
+    for lst in by_phase.values():
+        if keep_last is not None:
+            candidates.extend(lst[:-keep_last])
+        else:
+            assert older_than is not None
+            candidates.extend(c for c in lst if c.timestamp_utc < now - older_than)
+    for c in candidates:
+        why = protected.get(c.content_hash)
+        if why is None and (c.phase_ordinal, c.attempt_number) in in_flight:
+            why = "in flight"
+        if why:
+            plan.kept.append({"path": store.location(c), "reason": why})
+        else:
+            plan.doomed.append(c)
+    doomed_keys = {(c.phase_ordinal, c.attempt_number) for c in plan.doomed}
     for name in store.entry_names("progress", tid, rid):
         parsed = parse_event_name(name)
-        if whole or (parsed is not None and (parsed.ordinal, parsed.attempt) in doomed_keys):
-            entries.append(("progress", tid, rid, name))
-    doomed_hashes = {c.content_hash for c in doomed}
-    judgements = []
+        if parsed is not None and (parsed.ordinal, parsed.attempt) in doomed_keys:
+            plan.entries.append(("progress", name))
+    doomed_hashes = {c.content_hash for c in plan.doomed}
     for a in approvals:
-        if whole or a.checkpoint_hash in doomed_hashes:
-            judgements.append({"seq": a.seq, "phase": a.phase, "content_hash": a.content_hash})
-            entries.append(("approvals", tid, rid, approval_name(a.seq, a.phase_ordinal, a.phase, a.attempt_number)))
-    for c in doomed:
+        if a.checkpoint_hash in doomed_hashes:
+            plan.entries.append(("approvals", approval_name(a.seq, a.phase_ordinal, a.phase, a.attempt_number)))
+            plan.judgements.append((a.seq, a.phase, a.content_hash))
+    return plan
+
+
+def _apply(ledger: Any, store: Retention, handle: object, tid: str, rid: str, plan: _Plan, rep: PruneReport) -> None:
+    """Report a plan and (unless a dry run) carry it out, still under the run's lock."""
+    rep.kept.extend(plan.kept)
+    if not plan.doomed and not plan.whole:
+        return
+    notes = read_notes(ledger.store, tid, rid)
+    if notes.damaged and not plan.whole:
+        # The next note must chain to the last one; a damaged note is for a person to look at.
+        rep.kept.append({"run_id": rid, "reason": "a prune note of this run is damaged; run `phaselog verify`"})
+        return
+    for c in plan.doomed:
         rep.removed.append(
             {
-                "path": store.location(c),
+                "path": ledger.store.location(c),
                 "phase": c.phase,
                 "attempt_number": c.attempt_number,
                 "content_hash": c.content_hash,
             }
         )
-    for kind, _t, _r, name in entries:
+    for kind, name in plan.entries:
         rep.removed.append({"path": f"{tid}/{rid}/.{kind}/{name}.json", "kind": kind})
-    if whole:
+    if plan.whole:
         rep.removed.append({"path": f"{tid}/{rid}", "kind": "run"})
     if rep.dry_run:
-        rep.bytes_freed += sum(len(json.dumps(c.seed_dict())) for c in doomed)
+        rep.bytes_freed += sum(len(json.dumps(c.seed_dict())) for c in plan.doomed)
         return
-    if not whole:
-        note = {
-            "kind": "phaselog.pruned",
-            "at": format_timestamp(ledger.clock()),
-            "removed": [
-                {
-                    "phase": c.phase,
-                    "attempt_number": c.attempt_number,
-                    "content_hash": c.content_hash,
-                    "status": c.status,
-                }
-                for c in doomed
-            ],
-            # The judgements removed with them: verify fills their places in the judgement chain.
-            "judgements": judgements,
-        }
-        seq = len(store.entry_names("pruned", tid, rid)) + 1
-        store.put_entry("pruned", tid, rid, f"{seq:06d}", (json.dumps(note, ensure_ascii=False) + "\n").encode())
-    rep.bytes_freed += store.delete_records(
-        [(tid, rid, c.phase_ordinal, c.phase, c.attempt_number, c.completed) for c in doomed],
-        entries,
-        whole_run=(tid, rid) if whole else None,
+    if plan.whole:
+        rep.bytes_freed += store.remove_run(handle)
+        return
+    seq = max([0, *(s for s in map(parse_note_name, ledger.store.entry_names("pruned", tid, rid)) if s)]) + 1
+    head = notes.head
+    note = PruneNote(
+        ticket_id=tid,
+        run_id=rid,
+        seq=seq,
+        timestamp=ledger.clock(),
+        removed=tuple(
+            PrunedRecord(
+                c.phase,
+                c.phase_ordinal,
+                c.attempt_number,
+                c.status,
+                c.content_hash,
+                c.prev_hash,
+                linked=c.has_metadata,
+            )
+            for c in plan.doomed
+        ),
+        entries=tuple(plan.entries),
+        prev_hash=head.content_hash if head else None,
+        judgements=tuple(plan.judgements),
     )
+    # The note first: a crash after it leaves records that doctor removes; never the reverse.
+    store.put_note(handle, note_name(seq), note.body())
+    _count, freed = store.delete_records(handle, [_target(c) for c in plan.doomed], plan.entries)
+    rep.bytes_freed += freed
+
+
+def _target(c: Checkpoint | PrunedRecord) -> PruneTarget:
+    completed = c.status == "completed"
+    return PruneTarget(c.phase_ordinal, c.phase, c.attempt_number, completed, c.content_hash)
+
+
+def finish_interrupted(ledger: Any, ticket_id: str) -> list[dict[str, Any]]:
+    """Finish the prunes of a ticket that a crash interrupted (``doctor``); one entry per run.
+
+    A whole-run removal is finished by the store; a partial prune by deleting what its note lists
+    that is still there — a record only while it still has the hash the note recorded.
+    """
+    store = _retention(ledger.store)
+    done: list[dict[str, Any]] = list(store.finish_removals(ticket_id))
+    for rid in ledger.store.runs(ticket_id):
+        if not ledger.store.entry_names("pruned", ticket_id, rid):
+            continue
+        with store.locked_run(ticket_id, rid) as handle:
+            if handle is None:
+                continue
+            notes = read_notes(ledger.store, ticket_id, rid)
+            items, damaged = ledger.run_records(ticket_id, rid)
+            stored = {(s.record.phase, s.record.attempt_number): s.record.content_hash for s in items}
+            broken = {(d.phase, d.attempt_number) for d in damaged}
+            targets: list[PruneTarget] = []
+            entries: list[tuple[str, str]] = []
+            for n in notes.notes:
+                if n.legacy:
+                    continue  # written before notes came first; nothing to finish
+                entries.extend(n.entries)
+                for r in n.removed:
+                    key = (r.phase, r.attempt_number)
+                    if key in broken or stored.get(key, r.content_hash) != r.content_hash:
+                        continue  # not the record the note names: verify reports it
+                    targets.append(_target(r))
+            count, freed = store.delete_records(handle, targets, entries)
+            if count:
+                done.append(
+                    {
+                        "kind": "interrupted_prune",
+                        "path": f"{ticket_id}/{rid}",
+                        "message": f"finished an interrupted prune: removed {count} record(s) and entries its "
+                        f"note lists ({freed} bytes)",
+                    }
+                )
+    return done

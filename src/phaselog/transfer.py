@@ -29,9 +29,9 @@ _ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval
 def entry_hash(kind: str, document: Any) -> str:
     """The content hash of an audit entry's document (as its record class computes it)."""
     if kind == "pruned":
-        from phaselog.retention import note_hash
+        from phaselog.pruned import document_hash
 
-        return note_hash(document)
+        return document_hash(document)
     return str(_ENTRY_TYPES[kind].from_json(document).content_hash)
 
 

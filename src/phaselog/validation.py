@@ -242,13 +242,18 @@ def check_links(
     *,
     previous: Checkpoint | None,
     lookup: Mapping[tuple[str, int], Checkpoint | None],
+    pruned: Mapping[tuple[str, int], Any] | None = None,
 ) -> Report:
     """Check ``prev_hash`` and ``basis`` against stored records, and timestamp order.
 
-    ``previous`` is the attempt before ``cp`` in its phase (None if none); ``lookup`` maps
-    (phase name, attempt) to the stored record for every basis entry (None: not found).
+    ``previous`` is the newest stored attempt before ``cp`` in its phase (None if none);
+    ``lookup`` maps (phase name, attempt) to the stored record for every basis entry (None: not
+    found); ``pruned`` maps (phase name, attempt) to what the run's prune notes say was removed
+    (anything with ``content_hash``). A link to a pruned record is checked against the note's
+    hash exactly as it would be against the record: a prune never leaves a link unchecked.
     """
     rep = Report()
+    pruned = pruned or {}
     if previous is not None and cp.timestamp_utc < previous.timestamp_utc:
         rep.warn(
             "timestamp_utc",
@@ -258,9 +263,23 @@ def check_links(
         )
     if not cp.has_metadata:
         return rep  # a seed-tool checkpoint carries no links
-    if previous is None:
+    gone = [
+        a
+        for (ph, a) in pruned
+        if ph == cp.phase and a < cp.attempt_number and (previous is None or a > previous.attempt_number)
+    ]
+    if gone:
+        note = pruned[(cp.phase, max(gone))]
+        if cp.prev_hash != note.content_hash:
+            rep.error(
+                "prev_hash",
+                "prev_hash",
+                f"does not match attempt {max(gone)}, which was pruned (recorded {_short(cp.prev_hash)}, the prune "
+                f"note says {_short(note.content_hash)}): this record or the note changed after they were written",
+            )
+    elif previous is None:
         if cp.prev_hash is not None:
-            rep.error("prev_hash", "prev_hash", "names a previous attempt, but none is stored")
+            rep.error("prev_hash", "prev_hash", "names a previous attempt, but none is stored or recorded as pruned")
     elif cp.prev_hash != previous.content_hash:
         rep.error(
             "prev_hash",
@@ -271,7 +290,16 @@ def check_links(
         )
     for name, entry in sorted((cp.basis or {}).items()):
         target = lookup.get((name, entry.attempt))
-        if target is None:
+        gone_target = pruned.get((name, entry.attempt)) if target is None else None
+        if target is None and gone_target is not None:
+            if gone_target.content_hash != entry.hash:
+                rep.error(
+                    f"basis.{name}",
+                    "basis",
+                    f"built on attempt {entry.attempt} of {name} with hash {_short(entry.hash)}, but the prune "
+                    f"note says it hashed to {_short(gone_target.content_hash)}",
+                )
+        elif target is None:
             rep.error(
                 f"basis.{name}",
                 "basis",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
+from phaselog.errors import Corrupt, NotFound, PhaselogError, UnsupportedVersion
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores import Stored
@@ -95,25 +95,24 @@ class VerifyMixin:
                         f"{(s.recorded_hash or '')[:12]} was recorded at write: edited after writing",
                     )
                 self._verify_lineage(s, rep)
-            from phaselog.retention import pruned_hashes
+            from phaselog.pruned import check_notes, read_notes
 
-            pruned = pruned_hashes(self, ticket_id, rid)
+            notes = read_notes(self.store, ticket_id, rid)
+            for exc in notes.damaged:
+                _damaged(rep, exc, rid)
+            rep.checked += len(notes.notes)
+            for loc, rule, message in check_notes(notes, by_key, ticket_id=ticket_id, run_id=rid):
+                rep.add(loc, rule, message)
+            pruned = notes.records
             for lst in per_phase.values():
                 lst.sort(key=lambda c: c.attempt_number)
                 for i, cp in enumerate(lst):
-                    prev = lst[i - 1] if i else None
-                    gone = [
-                        a
-                        for (ph, a) in pruned
-                        if ph == cp.phase and a < cp.attempt_number and (prev is None or a > prev.attempt_number)
-                    ]
-                    if gone and cp.prev_hash == pruned[(cp.phase, max(gone))]:
-                        continue  # its predecessor was pruned; the prune note vouches for the link
-                    links = check_links(cp, previous=prev, lookup=by_key)
+                    # Every link is checked, also across a pruned gap: the note carries the hash.
+                    links = check_links(cp, previous=lst[i - 1] if i else None, lookup=by_key, pruned=pruned)
                     loc = self.store.location(cp)
                     for issue in links.errors:
                         rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")
-            self._verify_audit(ticket_id, rid, by_key, rep)
+            self._verify_audit(ticket_id, rid, by_key, rep, pruned)
         if run is None:
             for exc in self.damaged_markers(ticket_id):
                 _damaged(rep, exc, ticket_id)
@@ -134,14 +133,19 @@ class VerifyMixin:
         if not src:
             return
         try:
-            origin = self.store.get(
-                str(src["ticket_id"]),
-                str(src["run_id"]),
-                s.record.phase_ordinal,
-                str(src["phase"]),
-                int(src["attempt_number"]),
-            ).record
-        except (KeyError, TypeError, ValueError, NotFound, Corrupt, UnsupportedVersion):
+            where = (str(src["ticket_id"]), str(src["run_id"]), str(src["phase"]), int(src["attempt_number"]))
+            origin: Any = self.store.get(where[0], where[1], s.record.phase_ordinal, where[2], where[3]).record
+        except NotFound:
+            # Pruned since the fork? Its run's prune note still carries its hash.
+            from phaselog.pruned import read_notes
+
+            try:
+                origin = read_notes(self.store, where[0], where[1]).records.get((where[2], where[3]))
+            except PhaselogError:
+                origin = None
+        except (KeyError, TypeError, ValueError, Corrupt, UnsupportedVersion, PhaselogError):
+            origin = None
+        if origin is None:
             rep.add(s.location, "lineage", f"forked from {src}, which is not stored (or damaged)")
             return
         if origin.content_hash != src.get("content_hash"):
@@ -191,7 +195,12 @@ class VerifyMixin:
                 before, unknown = h, not here and h is None
 
     def _verify_audit(
-        self, ticket_id: str, run_id: str, by_key: Mapping[tuple[str, int], Checkpoint], rep: VerifyReport
+        self,
+        ticket_id: str,
+        run_id: str,
+        by_key: Mapping[tuple[str, int], Checkpoint],
+        rep: VerifyReport,
+        pruned: Mapping[tuple[str, int], Any],
     ) -> None:
         for exc in [*self.damaged_approvals(ticket_id, run_id), *self.damaged_events(ticket_id, run_id)]:
             _damaged(rep, exc, run_id)
@@ -199,7 +208,7 @@ class VerifyMixin:
         self._verify_judgement_chains(ticket_id, run_id, approvals, rep)
         for a in approvals:
             rep.checked += 1
-            target = by_key.get((a.phase, a.attempt_number))
+            target = by_key.get((a.phase, a.attempt_number)) or pruned.get((a.phase, a.attempt_number))
             if target is None or target.content_hash != a.checkpoint_hash:
                 rep.add(
                     f"{ticket_id}/{run_id}/.approvals/{a.seq:06d}",

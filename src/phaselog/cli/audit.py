@@ -353,6 +353,7 @@ def _doctor_table(d: dict[str, Any]) -> str:
             title=f"{d['tickets']} ticket(s), {d['runs']} run(s): {'healthy' if d['healthy'] else 'needs attention'}",
         ),
         *[f"moved {m['from']} -> {m['to']}" for m in d["moved"]],
+        *[f"finished {f['path']}: {f['message']}" for f in d["finished"]],
     )
 
 
@@ -361,6 +362,8 @@ def _doctor_table(d: dict[str, Any]) -> str:
 @click.option("--quarantine", is_flag=True, help="Move damaged files into <root>/quarantine/ (with a note each).")
 def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:
     """Report damaged files, leftover temp files, abandoned attempts and broken links. Exit 1 if any.
+
+    First finishes any prune a crash interrupted (it removes what that prune had noted it would).
 
     \b
     Examples:

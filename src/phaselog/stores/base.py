@@ -8,7 +8,8 @@ above it, in :mod:`phaselog.ledger`, so every backend behaves the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -216,4 +217,53 @@ class LeaseCapable(Protocol):
 
     def run_leases(self) -> RunLeases:
         """The store's run-lease service."""
+
+
+@dataclass(frozen=True)
+class PruneTarget:
+    """A record ``prune`` decided to remove: its key, and the content hash it decided on."""
+
+    phase_ordinal: int
+    phase: str
+    attempt_number: int
+    completed: bool
+    content_hash: str
+
+
+@runtime_checkable
+class Retention(Protocol):
+    """What ``prune`` (and ``doctor``, finishing an interrupted prune) needs of a store.
+
+    Everything happens inside :meth:`locked_run`, which holds the same lock an append of that
+    run takes (files: the run folder's ``flock``; SQL: the write transaction), so a prune decides
+    on what it reads under the lock and no write lands between the decision and the deletion.
+    """
+
+    def locked_run(self, ticket_id: str, run_id: str) -> AbstractContextManager[object | None]:
+        """Hold the run's append lock; yield a handle (None when the run does not exist).
+
+        Appends and audit entries of the run wait until the block ends. Every method below takes
+        the handle and must be called inside the block. On a SQL store the block is one
+        transaction: it commits when the block ends normally and rolls back on an exception.
+        """
+        ...
+
+    def put_note(self, handle: object, name: str, body: bytes) -> str:
+        """Publish a prune note durably (before the deletions it announces)."""
+        ...
+
+    def delete_records(
+        self, handle: object, records: Sequence[PruneTarget], entries: Sequence[tuple[str, str]]
+    ) -> tuple[int, int]:
+        """Delete exactly these records and (kind, name) audit entries; what is already gone is
+        skipped. The caller decided on them under this same lock (a SQL store also re-checks
+        each record's content hash). Returns (records and entries deleted, bytes freed)."""
+        ...
+
+    def remove_run(self, handle: object) -> int:
+        """Remove the whole run, crash-safe (all or nothing visible); return the bytes freed."""
+        ...
+
+    def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:
+        """Finish whole-run removals a crash interrupted (doctor); one entry per run finished."""
         ...

@@ -128,41 +128,65 @@ class FilesStore(FilesAdminMixin):
     def _open_dir(self, *segments: str, create: bool = False) -> int:
         """Open ``root/segments…`` without following any symlink below the root."""
         for seg in segments:
-            # O_NOFOLLOW only guards the last component of a path: a segment holding '/' or
-            # '..' (an unvalidated run id passed to get/attempts/iter_records) would walk out.
-            if not isinstance(seg, str) or seg in ("", ".", "..") or "/" in seg or "\x00" in seg:
-                raise InvalidIdentifier(
-                    f"{seg!r} is not a single path segment; refusing to open it under {self.root}",
-                    rule="traversal",
-                )
+            _check_segment(seg, self.root)
         # Only the root descriptor is cached: a cached descriptor of a folder below it would follow
         # that folder if it were moved away and replaced by a symlink (tests/test_security.py).
         fd = self._open_root(create=create)
         try:
-            for seg in segments:
-                try:
-                    nfd = os.open(seg, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        raise NotFound(
-                            f"{'/'.join(segments)} does not exist in {self.root}",
-                            path="/".join(segments),
-                        ) from None
-                    nfd = self._mkdir(fd, seg)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise StoreError(
-                            f"refusing to follow a symlink or non-directory at {'/'.join(segments)} under {self.root}",
-                            path="/".join(segments),
-                            rule="no_symlinks",
-                        ) from None
-                    raise StoreError(f"cannot open {seg}: {exc.strerror}") from None
+            for i, seg in enumerate(segments):
+                nfd = self._open_child(fd, seg, create=create, rel="/".join(segments[: i + 1]))
                 os.close(fd)
                 fd = nfd
         except BaseException:
             os.close(fd)
             raise
         return fd
+
+    def _open_child(self, parent_fd: int, seg: str, *, create: bool, rel: str) -> int:
+        """Open the folder ``seg`` below ``parent_fd`` (never through a symlink)."""
+        _check_segment(seg, self.root)
+        try:
+            return os.open(seg, _DIR_FLAGS, dir_fd=parent_fd)
+        except FileNotFoundError:
+            if not create:
+                raise NotFound(f"{rel} does not exist in {self.root}", path=rel) from None
+            return self._mkdir(parent_fd, seg)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise StoreError(
+                    f"refusing to follow a symlink or non-directory at {rel} under {self.root}",
+                    path=rel,
+                    rule="no_symlinks",
+                ) from None
+            raise StoreError(f"cannot open {seg}: {exc.strerror}") from None
+
+    def _open_run(self, ticket_id: str, run_id: str, *, create: bool, shared: bool = False) -> tuple[int, int]:
+        """Open a run folder and take its lock; return (run folder fd, lock fd).
+
+        Appends and prunes take the lock exclusively, audit entries of the run shared. A prune
+        that removes the run whole moves its folder aside while holding the lock, so a writer that
+        waited for the lock checks that its folder is still the run's; if not, it starts over
+        (with ``create``: in a new folder). Closing the lock fd releases the lock.
+        """
+        for _ in range(1000):
+            ticket_fd = self._open_dir("checkpoints", ticket_id, create=create)
+            try:
+                run_fd = self._open_child(ticket_fd, run_id, create=create, rel=f"{ticket_id}/{run_id}")
+                try:
+                    lock_fd = self._lock(run_fd, shared=shared)
+                except OSError as exc:
+                    os.close(run_fd)
+                    raise StoreError(f"cannot lock run {ticket_id}/{run_id}: {exc.strerror}") from None
+                except BaseException:
+                    os.close(run_fd)
+                    raise
+                if _same_folder(ticket_fd, run_id, run_fd):
+                    return run_fd, lock_fd
+                os.close(lock_fd)
+                os.close(run_fd)
+            finally:
+                os.close(ticket_fd)
+        raise StoreError(f"run {ticket_id}/{run_id} kept being removed while waiting for its lock")
 
     @staticmethod
     def _mkdir(parent_fd: int, name: str) -> int:
@@ -195,9 +219,8 @@ class FilesStore(FilesAdminMixin):
             raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
         # Serialise (and check the size) before creating anything: a refused record leaves no trace.
         files = self._serialise(record)
-        run_fd = self._open_dir("checkpoints", record.ticket_id, record.run_id, create=True)
+        run_fd, lock_fd = self._open_run(record.ticket_id, record.run_id, create=True)
         try:
-            lock_fd = self._lock(run_fd)
             try:
                 names = os.listdir(run_fd)
                 self._clean_temps(run_fd, names)
@@ -233,11 +256,11 @@ class FilesStore(FilesAdminMixin):
             os.close(run_fd)
         return self._rel(record)
 
-    def _lock(self, run_fd: int) -> int:
+    def _lock(self, run_fd: int, *, shared: bool = False) -> int:
         fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run_fd)
         try:
             os.fchmod(fd, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         except BaseException:
             os.close(fd)
             raise
@@ -418,6 +441,10 @@ class FilesStore(FilesAdminMixin):
         else:
             location = f"{rel_dir}/{cp_file}"
             meta_raw = self._read(run_fd, meta_name(ordinal, phase, attempt), rel_dir, self._sidecar_cap)
+            if meta_raw is None and not _exists(run_fd, cp_file):
+                # Removed by a prune while we read it (the seed file goes first, then the sidecar):
+                # without this check its seed part alone would pass for a seed-tool checkpoint.
+                raise NotFound(f"no attempt {attempt} of phase {phase} in run {run_id}", path=location)
             if meta_raw is None:
                 tree = _yaml_or_corrupt(cp_bytes, location)
                 cp, warns = _seed_or_corrupt(tree, ordinal, None, location)
@@ -557,6 +584,10 @@ class FilesStore(FilesAdminMixin):
 
     # -- audit entries (progress events, approvals, markers) -------------------------------------
     def _entry_dir(self, kind: str, ticket_id: str, run_id: str | None, *, create: bool) -> int:
+        return self._open_dir(*self._entry_dir_segments(kind, ticket_id, run_id), create=create)
+
+    @staticmethod
+    def _entry_dir_segments(kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         if kind not in ENTRY_KINDS:
             raise StoreError(f"unknown entry kind {kind!r}")
         validate_ticket_id(ticket_id)
@@ -566,7 +597,7 @@ class FilesStore(FilesAdminMixin):
                 raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
             segs.append(run_id)
         segs.append(f".{kind}")
-        return self._open_dir(*segs, create=create)
+        return segs
 
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
@@ -578,7 +609,21 @@ class FilesStore(FilesAdminMixin):
                 rule="max_record_bytes",
             )
         rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
-        dir_fd = self._entry_dir(kind, ticket_id, run_id, create=True)
+        lock_fd = None
+        if run_id is None:
+            dir_fd = self._entry_dir(kind, ticket_id, run_id, create=True)
+        else:
+            # A run's entries wait for a prune of that run (shared lock; appends and prunes hold it
+            # exclusively), so a prune never removes an entry it did not decide on.
+            self._entry_dir_segments(kind, ticket_id, run_id)
+            run_fd, lock_fd = self._open_run(ticket_id, run_id, create=True, shared=True)
+            try:
+                dir_fd = self._open_child(run_fd, f".{kind}", create=True, rel=f"{ticket_id}/{run_id}/.{kind}")
+            except BaseException:
+                os.close(lock_fd)
+                raise
+            finally:
+                os.close(run_fd)
         try:
             names = os.listdir(dir_fd)
             self._clean_temps(dir_fd, names)
@@ -600,6 +645,8 @@ class FilesStore(FilesAdminMixin):
             raise StoreError(f"cannot write {rel}: {exc.strerror}") from None
         finally:
             os.close(dir_fd)
+            if lock_fd is not None:
+                os.close(lock_fd)
         return rel
 
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
@@ -757,6 +804,34 @@ def _fsync_all(fds: list[int]) -> None:
     os.fsync(fds[0])
     for f in futures:
         f.result()
+
+
+def _check_segment(seg: Any, root: Path) -> None:
+    # O_NOFOLLOW only guards the last component of a path: a segment holding '/' or '..' (an
+    # unvalidated run id passed to get/attempts/iter_records) would walk out.
+    if not isinstance(seg, str) or seg in ("", ".", "..") or "/" in seg or "\x00" in seg:
+        raise InvalidIdentifier(
+            f"{seg!r} is not a single path segment; refusing to open it under {root}",
+            rule="traversal",
+        )
+
+
+def _same_folder(parent_fd: int, name: str, fd: int) -> bool:
+    """True while ``fd`` is still the folder named ``name`` in ``parent_fd``."""
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _parse_names(listing: list[str]) -> list[AttemptRef]:

@@ -6,18 +6,99 @@ operations of the files store that delete (``prune``) or move (``doctor --quaran
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import secrets
+import shutil
 import stat
 import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phaselog.errors import NotFound, StoreError
+from phaselog import _faults
+from phaselog.errors import AlreadyExists, NotFound, PhaselogError, StoreError
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores import files as _f  # a cycle by design: names are looked up at call time
 from phaselog.stores import names as _names
+from phaselog.stores.base import PruneTarget
+
+#: Prefix of a run folder being removed whole (moved aside first; not a run name).
+_REMOVING = ".removing-"
+
+
+@dataclass(frozen=True)
+class _RunHandle:
+    """A run held under its lock by :meth:`FilesAdminMixin.locked_run`."""
+
+    ticket_id: str
+    run_id: str
+    run_fd: int
+
+
+def _handle(handle: object) -> _RunHandle:
+    if not isinstance(handle, _RunHandle):
+        raise StoreError("a prune operation needs the handle of locked_run()")
+    return handle
+
+
+def _record_files(r: PruneTarget) -> list[str]:
+    key = (r.phase_ordinal, r.phase, r.attempt_number)
+    if r.completed:  # the seed file is the commit point: it goes first
+        return [_names.checkpoint_name(*key), _names.meta_name(*key)]
+    return [_names.failed_name(*key)]
+
+
+def _unlink(dir_fd: int, name: str) -> int | None:
+    """Delete one file (never through a symlink); its size, or None if it was not there."""
+    try:
+        size = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    return size
+
+
+def _tree_bytes(dir_fd: int) -> int:
+    total = 0
+    for _root, _dirs, files, fd in os.fwalk(".", dir_fd=dir_fd):
+        for n in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(n, dir_fd=fd, follow_symlinks=False).st_size
+    return total
+
+
+def _rmtree(parent_fd: int, name: str) -> bool:
+    """Delete a folder tree (fd-based: never follows a symlink); False if it was already gone."""
+    if not _f._exists(parent_fd, name):
+        return False
+
+    def skip_missing(_fn: Any, _path: str, exc: Any) -> None:
+        # Another doctor may be finishing the same removal: what it deleted first is fine.
+        err = exc[1] if isinstance(exc, tuple) else exc
+        if not isinstance(err, FileNotFoundError):
+            raise err
+
+    shutil.rmtree(name, dir_fd=parent_fd, onerror=skip_missing)
+    return True
+
+
+def _wait_for_lock(dir_fd: int) -> int | None:
+    """Take the lock of a folder being removed (its remover holds it until done); None if none."""
+    try:
+        fd = os.open(".lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class FilesAdminMixin:
@@ -29,6 +110,14 @@ class FilesAdminMixin:
     def _open_dir(self, *segments: str, create: bool = False) -> int:  # pragma: no cover
         raise NotImplementedError
 
+    def _open_child(self, parent_fd: int, seg: str, *, create: bool, rel: str) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+    def _open_run(
+        self, ticket_id: str, run_id: str, *, create: bool, shared: bool = False
+    ) -> tuple[int, int]:  # pragma: no cover
+        raise NotImplementedError
+
     def runs(self, ticket_id: str) -> list[str]:  # pragma: no cover
         raise NotImplementedError
 
@@ -36,61 +125,157 @@ class FilesAdminMixin:
         raise NotImplementedError
 
     # -- retention ------------------------------------------------------------------------------
-    def delete_records(
-        self,
-        checkpoints: list[tuple[str, str, int, str, int, bool]],
-        entries: list[tuple[str, str, str, str]],
-        *,
-        whole_run: tuple[str, str] | None = None,
-    ) -> int:
-        """Delete records (``prune`` only); returns the bytes freed. Nothing else deletes."""
-        freed = 0
-        if whole_run is not None:
-            import shutil
+    @contextlib.contextmanager
+    def locked_run(self, ticket_id: str, run_id: str) -> Iterator[_RunHandle | None]:
+        """Hold the run's append lock (exclusive); yield a handle, or None if there is no such run."""
+        validate_ticket_id(ticket_id)
+        if not is_canonical_uuid(run_id):
+            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        try:
+            run_fd, lock_fd = self._open_run(ticket_id, run_id, create=False)
+        except NotFound:
+            yield None
+            return
+        try:
+            yield _RunHandle(ticket_id, run_id, run_fd)
+        finally:
+            os.close(lock_fd)  # releases the flock
+            os.close(run_fd)
 
-            tid, rid = whole_run
-            validate_ticket_id(tid)
-            if not is_canonical_uuid(rid):
-                raise StoreError(f"run_id {rid!r} is not a canonical UUID")
-            run_dir = self.root / "checkpoints" / tid / rid
-            if run_dir.is_symlink():
-                raise StoreError(f"refusing to delete through a symlink: {run_dir}", rule="no_symlinks")
-            for p in run_dir.rglob("*"):
-                if p.is_file() and not p.is_symlink():
-                    freed += p.stat().st_size
-            shutil.rmtree(run_dir)  # fd-based on Linux: does not follow symlinks inside
-            parent = os.open(run_dir.parent, _f._DIR_FLAGS)
+    def put_note(self, handle: object, name: str, body: bytes) -> str:
+        """Publish a prune note (inside locked_run): temp file, fsync, link, fsync the folder."""
+        h = _handle(handle)
+        if _names.parse_note_name(name) is None:
+            raise StoreError(f"{name!r} is not a prune note name")
+        rel = f"{h.ticket_id}/{h.run_id}/.pruned/{name}.json"
+        try:
+            dir_fd = self._open_child(h.run_fd, ".pruned", create=True, rel=rel)
             try:
-                os.fsync(parent)
+                tmp = self._write_temp(dir_fd, body)
+                try:
+                    os.link(tmp, f"{name}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except FileExistsError:
+                    raise AlreadyExists(f"{rel} already exists", path=rel) from None
+                finally:
+                    os.unlink(tmp, dir_fd=dir_fd)
+                os.fsync(dir_fd)
             finally:
-                os.close(parent)
-            return freed
-        by_dir: dict[tuple[str, ...], list[str]] = {}
-        for tid, rid, ordinal, phase, attempt, completed in checkpoints:
-            names = (
-                [_names.checkpoint_name(ordinal, phase, attempt), _names.meta_name(ordinal, phase, attempt)]
-                if completed
-                else [_names.failed_name(ordinal, phase, attempt)]
-            )
-            by_dir.setdefault((tid, rid), []).extend(names)
-        for kind, tid, rid, name in entries:
-            by_dir.setdefault((tid, rid, f".{kind}"), []).append(f"{name}.json")
-        for segs, names in by_dir.items():
+                os.close(dir_fd)
+        except PhaselogError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"cannot write {rel}: {exc.strerror}") from None
+        _faults.point("files.prune_after_note")
+        return rel
+
+    def delete_records(
+        self, handle: object, records: Sequence[PruneTarget], entries: Sequence[tuple[str, str]]
+    ) -> tuple[int, int]:
+        """Delete records and audit entries (inside locked_run); returns (count, bytes freed).
+
+        A completed attempt's seed file goes first (it is the commit point: the record is gone),
+        then its sidecar; a crash in between leaves an invisible sidecar that doctor removes when
+        it finishes the prune. What is already gone is skipped, so finishing can repeat this.
+        """
+        h = _handle(handle)
+        count = freed = 0
+        try:
+            for r in records:
+                sizes = [_unlink(h.run_fd, n) for n in _record_files(r)]
+                if any(size is not None for size in sizes):
+                    count += 1
+                    freed += sum(size or 0 for size in sizes)
+                _faults.point("files.prune_after_record")
+            os.fsync(h.run_fd)
+            by_kind: dict[str, list[str]] = {}
+            for kind, name in entries:
+                by_kind.setdefault(kind, []).append(name)
+            for kind, names in by_kind.items():
+                if kind not in ("progress", "approvals"):
+                    raise StoreError(f"prune does not delete {kind} entries")
+                try:
+                    fd = self._open_child(h.run_fd, f".{kind}", create=False, rel=f"{h.ticket_id}/{h.run_id}/.{kind}")
+                except NotFound:
+                    continue
+                try:
+                    for n in names:
+                        if not _names.is_entry_name(n):
+                            raise StoreError(f"{n!r} is not an entry name")
+                        size = _unlink(fd, f"{n}.json")
+                        if size is not None:
+                            freed += size
+                            count += 1
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except PhaselogError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"prune of {h.ticket_id}/{h.run_id} failed: {exc.strerror}") from None
+        return count, freed
+
+    def remove_run(self, handle: object) -> int:
+        """Remove a whole run (inside locked_run): moved aside atomically, then deleted.
+
+        The rename is the commit point: before it the run is whole, after it the run is gone
+        (``.removing-<run>-<hex>`` is not a run name, so nothing reads it). A crash before the
+        deletion ends leaves that folder; ``doctor`` finishes it (:meth:`finish_removals`).
+        """
+        h = _handle(handle)
+        try:
+            freed = _tree_bytes(h.run_fd)
+            ticket_fd = self._open_dir("checkpoints", h.ticket_id)
             try:
-                fd = self._open_dir("checkpoints", *segs)
-            except NotFound:
-                continue
-            try:
-                for n in names:
-                    try:
-                        freed += os.stat(n, dir_fd=fd, follow_symlinks=False).st_size
-                        os.unlink(n, dir_fd=fd)
-                    except FileNotFoundError:
-                        continue
-                os.fsync(fd)
+                aside = f"{_REMOVING}{h.run_id}-{secrets.token_hex(4)}"
+                os.rename(h.run_id, aside, src_dir_fd=ticket_fd, dst_dir_fd=ticket_fd)
+                os.fsync(ticket_fd)
+                _faults.point("files.prune_after_move_aside")
+                _rmtree(ticket_fd, aside)
+                os.fsync(ticket_fd)
             finally:
-                os.close(fd)
+                os.close(ticket_fd)
+        except PhaselogError:
+            raise
+        except OSError as exc:
+            raise StoreError(f"cannot remove run {h.ticket_id}/{h.run_id}: {exc.strerror}") from None
         return freed
+
+    def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:
+        """Delete the folders of whole-run removals a crash interrupted (doctor)."""
+        try:
+            ticket_fd = self._open_dir("checkpoints", validate_ticket_id(ticket_id))
+        except NotFound:
+            return []
+        done: list[dict[str, object]] = []
+        try:
+            for n in sorted(os.listdir(ticket_fd)):
+                if not n.startswith(_REMOVING):
+                    continue
+                try:
+                    fd = os.open(n, _f._DIR_FLAGS, dir_fd=ticket_fd)
+                except OSError:
+                    continue
+                lock = _wait_for_lock(fd)  # a prune still deleting it holds its lock
+                try:
+                    freed = _tree_bytes(fd)
+                    if _rmtree(ticket_fd, n):
+                        os.fsync(ticket_fd)
+                        run = n[len(_REMOVING) : len(_REMOVING) + 36]
+                        done.append(
+                            {
+                                "kind": "interrupted_prune",
+                                "path": f"{ticket_id}/{n}",
+                                "message": f"finished removing run {run} (a prune of the whole run was "
+                                f"interrupted); {freed} bytes freed",
+                            }
+                        )
+                finally:
+                    os.close(fd)
+                    if lock is not None:
+                        os.close(lock)
+        finally:
+            os.close(ticket_fd)
+        return done
 
     # -- doctor support ---------------------------------------------------------------------------
     def leftovers(self, ticket_id: str) -> list[dict[str, Any]]:

@@ -79,6 +79,11 @@ class PostgresDialect(Dialect):
     def lock_for_migration(self, conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
 
+    def lock_run(self, conn: Any) -> None:
+        # Appends and entries take ROW EXCLUSIVE, which this mode excludes; reads are not blocked.
+        # No writer holds both tables' locks, so taking them in this order cannot deadlock.
+        conn.execute("LOCK TABLE phaselog_checkpoints, phaselog_entries IN SHARE ROW EXCLUSIVE MODE")
+
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, self.psycopg.errors.UniqueViolation)
 

@@ -44,6 +44,7 @@ from phaselog.stores.files import (
 )
 from phaselog.stores.names import ENTRY_KINDS, failed_name, is_entry_name
 from phaselog.stores.names import checkpoint_name as cp_name
+from phaselog.stores.sql_retention import SqlRetentionMixin
 
 #: The schema version this code writes and understands.
 SCHEMA_VERSION = 2
@@ -117,6 +118,9 @@ class Dialect:
     def lock_for_migration(self, conn: Any) -> None:
         """Serialise concurrent migrations (inside the migration transaction)."""
 
+    def lock_run(self, conn: Any) -> None:
+        """Inside a write transaction: make appends and audit entries wait until it ends."""
+
     def is_unique_violation(self, exc: BaseException) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -128,7 +132,7 @@ class Dialect:
         raise NotImplementedError
 
 
-class SqlStore:
+class SqlStore(SqlRetentionMixin):
     """A store over one SQL database (see the module docstring)."""
 
     url: str
@@ -138,6 +142,7 @@ class SqlStore:
         self.dialect = dialect
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
+        self._held = False  # inside locked_run (one transaction; no retries)
         self._hashes: dict[tuple[int, str], str] = {}
         try:
             self.migrate()
@@ -181,6 +186,8 @@ class SqlStore:
             self.conn.rollback()
 
     def _retry(self, fn: Callable[[], Any], attempts: int = 5) -> Any:
+        if self._held:
+            return fn()  # inside locked_run's transaction: a retry would run outside it
         delay = 0.05
         for i in range(attempts):
             try:
@@ -540,69 +547,6 @@ class SqlStore:
         )
         rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
-
-    # -- retention & export support ---------------------------------------------------------------
-    def delete_records(
-        self,
-        checkpoints: Sequence[tuple[str, str, int, str, int, bool]],
-        entries: Sequence[tuple[str, str, str, str]],
-        *,
-        whole_run: tuple[str, str] | None = None,
-    ) -> int:
-        """Delete rows (``prune`` only), in one transaction; returns the bytes freed."""
-
-        def run(conn: Any) -> int:
-            freed = 0
-            if whole_run is not None:
-                tid, rid = whole_run
-                for table in ("phaselog_checkpoints", "phaselog_entries"):
-                    row = conn.execute(
-                        self._sql(
-                            f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} WHERE ticket_id = ? AND run_id = ?"
-                        ),
-                        (tid, rid),
-                    ).fetchone()
-                    freed += int(row[0])
-                    conn.execute(self._sql(f"DELETE FROM {table} WHERE ticket_id = ? AND run_id = ?"), (tid, rid))
-                return freed
-            for tid, rid, ordinal, _phase, attempt, _completed in checkpoints:
-                k = (tid, rid, ordinal, attempt)
-                row = conn.execute(
-                    self._sql(
-                        "SELECT LENGTH(body) FROM phaselog_checkpoints WHERE ticket_id = ? AND "
-                        "run_id = ? AND phase_ordinal = ? AND attempt = ?"
-                    ),
-                    k,
-                ).fetchone()
-                if row:
-                    freed += int(row[0])
-                conn.execute(
-                    self._sql(
-                        "DELETE FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND "
-                        "phase_ordinal = ? AND attempt = ?"
-                    ),
-                    k,
-                )
-            for e in entries:
-                row = conn.execute(
-                    self._sql(
-                        "SELECT LENGTH(body) FROM phaselog_entries WHERE kind = ? AND "
-                        "ticket_id = ? AND run_id = ? AND name = ?"
-                    ),
-                    e,
-                ).fetchone()
-                if row:
-                    freed += int(row[0])
-                conn.execute(
-                    self._sql(
-                        "DELETE FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? AND name = ?"
-                    ),
-                    e,
-                )
-            return freed
-
-        result: int = self._write(run)
-        return result
 
     def run_leases(self) -> sql_lease.SqlRunLeases:
         """The run-lease service (lease rows in this database)."""
