@@ -24,7 +24,7 @@ from typing import Any
 from bench import _data, _sqldata
 from bench._timing import Section, print_section, print_summary
 
-NAMES = ("write", "read", "status", "list", "start", "growth", "concurrent", "memory", "sql")
+NAMES = ("write", "read", "status", "list", "start", "growth", "concurrent", "memory", "runner", "sql")
 FULL: dict[str, dict[str, int]] = {
     "write": {"rounds": 600},
     "read": {"rounds": 300},
@@ -34,6 +34,7 @@ FULL: dict[str, dict[str, int]] = {
     "growth": {"rounds": 60},
     "concurrent": {"rounds": 6, "per_writer": 40},
     "memory": {},
+    "runner": {"rounds": 60},
     "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
 }
 QUICK: dict[str, dict[str, int]] = {
@@ -45,6 +46,7 @@ QUICK: dict[str, dict[str, int]] = {
     "growth": {"rounds": 8, "long": 200},
     "concurrent": {"rounds": 2, "per_writer": 10},
     "memory": {"scales": (1_000, 10_000)},
+    "runner": {"rounds": 6},
     "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
 }
 
@@ -139,6 +141,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         bench_list,
         bench_memory,
         bench_read,
+        bench_runner,
         bench_sql,
         bench_start,
         bench_status,
@@ -154,6 +157,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "growth": bench_growth,
         "concurrent": bench_concurrent,
         "memory": bench_memory,
+        "runner": bench_runner,
         "sql": bench_sql,
     }
     extra: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""`make demo`: a ticket pipeline is killed (SIGKILL) inside phase 3, then resumed.
+"""`make demo`: phaselog's runner runs a ticket pipeline, is killed (SIGKILL) inside phase 3, and a
+rerun finishes without redoing phases 1-2; then a shell data job, and a gated video pipeline.
 
 Everything runs on the default files store, rooted at .demo/ in this checkout.
 """
@@ -19,6 +20,7 @@ ROOT = HERE.parent / ".demo"
 TICKET, RUN = "DEMO-1", "demo-run-1"
 ENV = {**os.environ, "PHASELOG_HOME": str(ROOT / "store"), "PYTHONUNBUFFERED": "1"}
 BIN = Path(sys.executable).parent
+ENV["PATH"] = f"{BIN}{os.pathsep}{ENV.get('PATH', '')}"
 
 
 def banner(text: str) -> None:
@@ -31,158 +33,92 @@ def command(args: tuple[str, ...]) -> list[str]:
     return [str(exe), *args] if exe.exists() else [sys.executable, "-m", "phaselog", *args]
 
 
-def phaselog(*args: str) -> int:
-    """Run the phaselog CLI as a user would, showing the command."""
-    print(f"$ phaselog {shlex.join(args)}", flush=True)
-    return subprocess.run(command(args), env=ENV, check=False).returncode
+def phaselog(*args: str, quiet: bool = False, cwd: Path | None = None) -> int:
+    """Run the phaselog CLI as a user would, showing the command (and its output unless quiet)."""
+    print(f"$ phaselog {shlex.join(args)}" + ("   # (output omitted)" if quiet else ""), flush=True)
+    out = subprocess.DEVNULL if quiet else None
+    code = subprocess.run(command(args), env=ENV, check=False, stdout=out, cwd=cwd).returncode
+    if code:
+        print(f"  (exit {code})", flush=True)
+    return code
 
 
-def quiet(*args: str) -> None:
-    """Run a phaselog command, showing only the command (its JSON is not the point here)."""
-    print(f"$ phaselog {shlex.join(args)}   # (output omitted)", flush=True)
-    proc = subprocess.run(command(args), env=ENV, check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(proc.stdout, proc.stderr, file=sys.stderr)
-        raise SystemExit(f"demo step failed: phaselog {' '.join(args)}")
-
-
-def worker() -> subprocess.Popen[str]:
+def agent() -> subprocess.Popen[str]:
+    args = ["--ticket-id", TICKET, "--run-id", RUN, "--workdir", str(ROOT / "work"), "--seconds", "1.0"]
+    print(f"$ python examples/ticket_agent.py {shlex.join(args)}", flush=True)
     return subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "ticket_worker.py"),
-            "--ticket-id",
-            TICKET,
-            "--run-id",
-            RUN,
-            "--workdir",
-            str(ROOT / "work"),
-            "--seconds",
-            "1.0",
-        ],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, str(HERE / "ticket_agent.py"), *args], env=ENV, stdout=subprocess.PIPE, text=True
     )
+
+
+def video(*extra: str) -> int:
+    args = ["--ticket-id", "VID-1", "--run-id", "launch", "--workdir", str(ROOT / "video")]
+    print(f"$ python examples/video_pipeline.py {shlex.join(args)}", flush=True)
+    return subprocess.run([sys.executable, str(HERE / "video_pipeline.py"), *args], env=ENV, check=False).returncode
 
 
 def main() -> int:
     shutil.rmtree(ROOT, ignore_errors=True)
+    for sub in ("work", "data", "video"):
+        (ROOT / sub).mkdir(parents=True)
     started = time.monotonic()
 
-    banner("1. run the ticket pipeline; it will be killed with SIGKILL inside phase 3")
-    proc = worker()
+    banner("1. the ticket agent runs under phaselog's runner; it is killed (SIGKILL) inside phase 3")
+    proc = agent()
     assert proc.stdout is not None
+    in_phase3 = False
     for line in proc.stdout:
         print(line, end="", flush=True)
-        if "(2/5)" in line and getattr(main, "in_phase3", False):
+        if in_phase3 and "(2/5)" in line:
             os.kill(proc.pid, signal.SIGKILL)
             break
-        if line.startswith("▶ phase 3"):
-            main.in_phase3 = True  # type: ignore[attr-defined]
+        in_phase3 = in_phase3 or line.startswith("▶ phase 3")
     proc.wait()
-    print(f"  ✖ worker killed by signal {-proc.returncode} in the middle of phase 3", flush=True)
+    proc.stdout.close()
+    print(f"  ✖ the agent was killed by signal {-proc.returncode} in the middle of phase 3", flush=True)
 
-    banner("2. what does the ledger say? (derived from the checkpoints alone)")
-    phaselog("status", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
-    phaselog("resume", "--ticket-id", TICKET, "--run-id", RUN, "--skip-to", "create_pr", "--format", "table")
+    banner("2. what does the ledger say, and what would a rerun do?")
+    ids = ("--ticket-id", TICKET, "--run-id", RUN)
+    phaselog("status", *ids, "--format", "table")
+    phaselog("explain", *ids, "--workdir", str(ROOT / "work"), "--format", "table")
 
-    banner("3. run it again: it resumes at phase 3 and finishes")
-    proc = worker()
+    banner("3. run it again: phases 1-2 are skipped, phase 3 restarts from its last step")
+    proc = agent()
     assert proc.stdout is not None
     for line in proc.stdout:
         print(line, end="", flush=True)
+    proc.stdout.close()
     if proc.wait() != 0:
-        print("worker failed", file=sys.stderr)
+        print("the agent failed", file=sys.stderr)
         return 1
 
     banner("4. the run's history: checkpoints, progress events, the abandoned attempt")
-    phaselog("status", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
-    phaselog("history", "--ticket-id", TICKET, "--run-id", RUN, "--phase", "create_pr", "--format", "table")
-    phaselog("list", "--ticket-id", TICKET, "--run-id", RUN, "--format", "table")
+    phaselog("history", *ids, "--phase", "create_pr", "--format", "table")
+    phaselog("list", *ids, "--format", "table")
     phaselog("verify", "--ticket-id", TICKET, "--format", "table")
 
-    banner("5. a gated phase: the video pipeline waits for a person's approval")
-    vid, vrun = "VID-1", "launch-video"
-    phaselog("init", "--ticket-id", vid, "--title", "Launch video", "--pipeline", "video-pipeline", "--format", "table")
-    quiet(
-        "write",
-        "--ticket-id",
-        vid,
-        "--run-id",
-        vrun,
-        "--phase",
-        "research",
-        "--payload",
-        '{"summary": "devs want speed", "sources": ["https://example.org/survey"]}',
-    )
-    quiet(
-        "write",
-        "--ticket-id",
-        vid,
-        "--run-id",
-        vrun,
-        "--phase",
-        "proposal",
-        "--payload",
-        '{"title": "phaselog in 90 s", "concept": "a long tour of every command"}',
-    )
-    phaselog("status", "--ticket-id", vid, "--run-id", vrun, "--format", "table")
-    print("# the script cannot be recorded before the proposal is approved:")
-    phaselog(
-        "write",
-        "--ticket-id",
-        vid,
-        "--run-id",
-        vrun,
-        "--phase",
-        "script",
-        "--payload",
-        '{"script_path": "script.md", "word_count": 180}',
-    )
-    phaselog(
-        "reject",
-        "--ticket-id",
-        vid,
-        "--run-id",
-        vrun,
-        "--phase",
-        "proposal",
-        "--by",
-        "ana",
-        "--comment",
-        "too long: one idea only",
-        "--format",
-        "table",
-    )
-    quiet(
-        "write",
-        "--ticket-id",
-        vid,
-        "--run-id",
-        vrun,
-        "--phase",
-        "proposal",
-        "--payload",
-        '{"title": "phaselog in 90 s", "concept": "kill a pipeline, resume it"}',
-    )
-    phaselog("approve", "--ticket-id", vid, "--run-id", vrun, "--phase", "proposal", "--by", "ana", "--format", "table")
-    print("# what changed between the rejected and the approved proposal:")
-    phaselog("diff", "--ticket-id", vid, f"{vrun}:proposal:1", f"{vrun}:proposal:2", "--format", "text")
-    phaselog(
-        "write",
-        "--ticket-id",
-        vid,
-        "--run-id",
-        vrun,
-        "--phase",
-        "script",
-        "--payload",
-        '{"script_path": "script.md", "word_count": 180}',
-        "--format",
-        "table",
-    )
-    phaselog("history", "--ticket-id", vid, "--format", "table")
+    banner("5. a data job as a shell manifest; a changed artifact reruns from there")
+    job = str(HERE / "data-job.yaml")
+    data = ("--ticket-id", "DATA-1", "--run-id", "nightly", "--pipeline-file", job)
+    phaselog("run", *data, "--workdir", str(ROOT / "data"), "--format", "table")
+    print("# someone edits data/clean.csv by hand:", flush=True)
+    with open(ROOT / "data" / "data" / "clean.csv", "a") as fh:
+        fh.write("4,999\n")
+    phaselog("explain", *data, "--workdir", str(ROOT / "data"), "--format", "table")
+    phaselog("run", *data, "--workdir", str(ROOT / "data"), "--quiet", "--format", "table")
+
+    banner("6. a gated video pipeline: it stops for a person, and continues after the decision")
+    vpipe = ("--ticket-id", "VID-1", "--run-id", "launch", "--pipeline-file", str(HERE / "video.json"))
+    video()
+    phaselog("reject", *vpipe, "--phase", "proposal", "--by", "ana", "--comment", "too long: one idea only", quiet=True)
+    video()
+    phaselog("approve", *vpipe, "--phase", "proposal", "--by", "ana", quiet=True)
+    video()
+    phaselog("approve", *vpipe, "--phase", "publish", "--by", "ana", quiet=True)
+    if video() != 0:
+        print("the video pipeline did not finish", file=sys.stderr)
+        return 1
+    phaselog("history", "--ticket-id", "VID-1", "--format", "table")
     files = sorted(p.name for p in (ROOT / "store" / "checkpoints" / TICKET).rglob("phase_*.yaml"))
     print(f"\nseed-format files on disk ({ROOT / 'store'}): {', '.join(files)}")
     print(f"demo finished in {time.monotonic() - started:.1f} s")

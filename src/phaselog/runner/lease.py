@@ -44,14 +44,26 @@ def process_start_time(pid: int) -> float | None:
 
 
 def group_alive(pgid: int) -> bool:
-    """True if process group ``pgid`` still has a member on this host."""
+    """True if process group ``pgid`` still has a running member on this host.
+
+    Zombies do not count: they run nothing, and an orphan's zombie waits for init to reap it,
+    which in a container may be never.
+    """
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    import psutil
+
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, PermissionError):
+            continue
+    return False
 
 
 def holder_info(runner_id: str | None = None) -> dict[str, Any]:

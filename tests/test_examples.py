@@ -1,0 +1,52 @@
+"""`make demo` and the examples run as a user runs them (slow: the demo simulates real work)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_demo_kills_the_ticket_agent_in_phase_3_and_the_rerun_skips_phases_1_and_2(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "demo.py")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    first, rest = out.split("== 2.", 1)
+    second = rest.split("== 3.", 1)[1].split("== 4.", 1)[0]
+    assert "▶ phase 3 create_pr (attempt 1)" in first
+    assert "killed by signal 9 in the middle of phase 3" in first
+    assert "abandoned: process" in rest.split("== 3.", 1)[0]  # status and explain say why
+    assert "▶ phase 1" not in second
+    assert "▶ phase 2" not in second
+    assert "skip implement" in second
+    assert "skip local_review" in second
+    assert "▶ phase 3 create_pr (attempt 2)" in second
+    assert "attempt 2 restarts create_pr from step 2" in second
+    assert "pipeline finished" in second
+    assert "verified" in out
+    assert ": ok" in out
+    data = out.split("== 5.", 1)[1].split("== 6.", 1)[0]
+    explained = data.split("phaselog explain", 1)[1]
+    assert re.search(r"fetch\s*│\s*skip", explained)  # explain: the edited artifact's phase and after it run
+    assert re.search(r"clean\s*│\s*run", explained)
+    assert re.search(r"report\s*│\s*run", explained)
+    video = out.split("== 6.", 1)[1]
+    assert "redone after a rejection: 'too long: one idea only'" in video
+    assert video.count("waiting for approval") == 3
+    assert '"publish": "completed"' in video
