@@ -31,13 +31,14 @@ import yaml
 from phaselog.errors import UsageError
 from phaselog.guard import (
     Environment,
+    Fenced,
     Guard,
     GuardConfig,
+    JobResult,
     breaker,
     outcome_of,
     process_start_time,
 )
-from phaselog.guard_sql import Fenced
 
 HOST = socket.gethostname()
 T0 = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)
@@ -68,16 +69,19 @@ class Clock:
         self.now += timedelta(**kw)
 
 
+OnStart = Callable[[int, float | None], None]
+
+
 class Runner:
-    """A command runner for pure-logic tests: returns (code, output tail), records each call."""
+    """A command runner for pure-logic tests: returns (code, stdout tail), records each call."""
 
-    def __init__(self, code: int = 0, tail: str | None = None) -> None:
+    def __init__(self, code: int = 0, tail: str = "") -> None:
         self.code, self.tail = code, tail
-        self.calls: list[tuple[list[str], str | None, bool]] = []
+        self.calls: list[tuple[list[str], str | None]] = []
 
-    def __call__(self, command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
-        self.calls.append((list(command), env.get("PHASELOG_DRY_RUN"), capture))
-        return self.code, (self.tail if capture else None)
+    def __call__(self, command: Sequence[str], env: dict[str, str], on_start: OnStart) -> JobResult:
+        self.calls.append((list(command), env.get("PHASELOG_DRY_RUN")))
+        return JobResult(self.code, stdout_tail=self.tail.encode())
 
 
 def ckdir(root: Path) -> Path:
@@ -389,9 +393,9 @@ def test_lock_file_is_readable_while_running(tmp_path: Path) -> None:
     root = tmp_path / "store"
     seen: dict[str, Any] = {}
 
-    def runner(command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
+    def runner(command: Sequence[str], env: dict[str, str], on_start: OnStart) -> JobResult:
         seen.update(yaml.safe_load(lock_path(root).read_text("utf-8")))
-        return 0, None
+        return JobResult(0)
 
     guard(root, Clock()).run(["job"], runner=runner)
     assert seen["pid"] == os.getpid()
@@ -408,9 +412,9 @@ def test_lock_taken_over_mid_run_fences_the_state_write(tmp_path: Path) -> None:
     g.run(["job"], runner=Runner(0))
     before = state_path(root).read_bytes()
 
-    def runner(command: Sequence[str], env: dict[str, str], capture: bool) -> tuple[int, str | None]:
+    def runner(command: Sequence[str], env: dict[str, str], on_start: OnStart) -> JobResult:
         plant_lock(root, pid=1, host="build-02", process_start=None, started_at=T0, token="theirs")
-        return 1, None
+        return JobResult(1)
 
     with pytest.raises(Fenced):
         g.run(["job"], runner=runner)

@@ -42,8 +42,7 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
 from phaselog import UnsupportedVersion
-from phaselog.guard import Environment, Guard
-from phaselog.guard_sql import Fenced
+from phaselog.guard import Environment, Fenced, Guard
 from phaselog.ledger import Ledger
 from phaselog.stores import open_store, sql
 from phaselog.stores.sqlite import SqliteStore

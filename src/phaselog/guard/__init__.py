@@ -1,0 +1,42 @@
+"""The cron-loop guard: a lock, the loop state and a circuit breaker (``phaselog guard``).
+
+Modules: :mod:`~phaselog.guard.core` (the guard: lock decisions, breaker, recording a pass),
+:mod:`~phaselog.guard.records` (loop state, lock holder, errors),
+:mod:`~phaselog.guard.liveness` (is a holder's guard or job still running),
+:mod:`~phaselog.guard.job` (running the job in its own session, output tails),
+:mod:`~phaselog.guard.files` and :mod:`~phaselog.guard.sql` (its storage per store).
+"""
+
+from phaselog.guard.core import (
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_STALE_AFTER,
+    Guard,
+    GuardConfig,
+    RunResult,
+    breaker,
+    outcome_of,
+)
+from phaselog.guard.job import JobResult
+from phaselog.guard.liveness import Environment, group_members, judge_holder, process_start_time
+from phaselog.guard.records import OUTCOMES, Fenced, Holder, LoopState, PassNotRecorded, validate_name
+
+__all__ = [
+    "DEFAULT_MAX_FAILURES",
+    "DEFAULT_STALE_AFTER",
+    "OUTCOMES",
+    "Environment",
+    "Fenced",
+    "Guard",
+    "GuardConfig",
+    "Holder",
+    "JobResult",
+    "LoopState",
+    "PassNotRecorded",
+    "RunResult",
+    "breaker",
+    "group_members",
+    "judge_holder",
+    "outcome_of",
+    "process_start_time",
+    "validate_name",
+]
