@@ -12,6 +12,9 @@ from datetime import timedelta
 from phaselog.errors import UsageError
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest duration accepted: a hundred years is "never" for every option that takes one, and
+#: anything longer would overflow date arithmetic (``99999999999d`` is past year 9999).
+MAX_DAYS = 36500
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
@@ -28,7 +31,7 @@ def parse_duration(text: str, *, field: str = "duration") -> timedelta:
 def _parse(text: str, field: str) -> timedelta:
     s = text.strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", s):
-        return timedelta(seconds=float(s))
+        return _bounded(float(s), text, field)
     pos, total, parts = 0, 0.0, 0
     for m in _PART.finditer(s):
         if m.start() != pos:
@@ -37,11 +40,25 @@ def _parse(text: str, field: str) -> timedelta:
         pos, parts = m.end(), parts + 1
     if not s or pos != len(s) or parts == 0:
         raise UsageError(
-            f"{field}: {text!r} is not a duration; use e.g. 90s, 45m, 1h30m, 30d, 2w",
+            f"{field}: {_shown(text)} is not a duration; use e.g. 90s, 45m, 1h30m, 30d, 2w",
             field=field,
             rule="duration",
         )
-    return timedelta(seconds=total)
+    return _bounded(total, text, field)
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + "…"
+
+
+def _bounded(seconds: float, text: str, field: str) -> timedelta:
+    if not seconds <= MAX_DAYS * 86400:  # also catches inf and nan from absurdly long numbers
+        raise UsageError(
+            f"{field}: {_shown(text)} is too long; at most {MAX_DAYS}d (100 years)",
+            field=field,
+            rule="duration_max",
+        )
+    return timedelta(seconds=seconds)
 
 
 def format_duration(td: timedelta) -> str:

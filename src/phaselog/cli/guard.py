@@ -99,7 +99,7 @@ def guard_run(
     Example:
       phaselog guard run --name closeout --stale-after 45m --max-failures 3 -- ./closeout.sh --all
     """
-    from phaselog.guard import Guard, GuardConfig
+    from phaselog.guard import Guard, GuardConfig, PassNotRecorded
 
     args = command
     if args and args[0] == "--":
@@ -126,7 +126,12 @@ def guard_run(
         dry_run=dry_run,
         outcome_from_output=outcome_from_output,
     )
-    result = Guard(_home(call), name).run(args, cfg)
+    try:
+        result = Guard(_home(call), name).run(args, cfg)
+    except PassNotRecorded as exc:  # the job ran: say so where cron's log keeps it, then fail
+        click.echo(f"phaselog guard {name}: ERROR: {exc.message}", err=True)
+        click.echo(json.dumps({"guard": name, **exc.to_dict()}, ensure_ascii=False), err=True)
+        raise
     if result.action in ("skip", "halt"):
         click.echo(result.message)
     else:
@@ -189,10 +194,22 @@ def guard_reset(call: Call, name: str, by: str | None) -> Result:
     )
 
 
+def _last_line(text: Any) -> str:
+    """The last non-empty line of a job's output tail, safe in a table (no control characters,
+    no rich markup)."""
+    if not isinstance(text, str):
+        return ""
+    from rich.markup import escape
+
+    line = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+    return escape("".join(c if c.isprintable() else "?" for c in line.strip())[-200:])
+
+
 def _guard_history_table(d: dict[str, Any], name: str) -> str:
     rows = []
     for e in d["history"]:
         if e.get("kind") == "pass":
+            said = _last_line(e.get("stderr_tail")) or _last_line(e.get("stdout_tail"))
             rows.append(
                 [
                     e["seq"],
@@ -200,7 +217,7 @@ def _guard_history_table(d: dict[str, Any], name: str) -> str:
                     e.get("started_at"),
                     f"{e.get('outcome')} (exit {e.get('exit_code')}, "
                     f"{e.get('duration_sec')} s{', probe' if e.get('probe') else ''}"
-                    f"{', dry run' if e.get('dry_run') else ''})",
+                    f"{', dry run' if e.get('dry_run') else ''})" + (f": {said}" if said else ""),
                 ]
             )
         elif e.get("kind") == "reset":
@@ -216,6 +233,9 @@ def _guard_history_table(d: dict[str, Any], name: str) -> str:
 @name_option
 def guard_history(call: Call, name: str) -> Result:
     """Every pass (start, end, outcome, exit code, duration), takeover and reset of a guard.
+
+    A failed pass keeps the last 4 KiB of the job's stdout and stderr (stdout_tail, stderr_tail);
+    the table shows the last line.
 
     \b
     Example:

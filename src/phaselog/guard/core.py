@@ -297,6 +297,7 @@ class Guard:
                 with self.files.mutex():
                     self.files.update_lock(named)
                 mine = named
+                _faults.point("guard.before_gate")  # a crash here: the job must not run at all
 
             try:
                 job = (runner or partial(run_job, grace_s=cfg.kill_grace_s))(command, env, on_start)
