@@ -8,17 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phaselog.errors import Corrupt, PhaselogError, UsageError
+from phaselog.errors import Corrupt, Fenced, PhaselogError, UsageError
 from phaselog.records import SCHEMA_VERSION, check_schema_version, format_timestamp, parse_timestamp
+
+__all__ = ["OUTCOMES", "Fenced", "Holder", "LoopState", "PassNotRecorded", "validate_name"]  # Fenced: errors.py
 
 OUTCOMES = ("success", "noop", "failure", "halt", "unknown")
 _NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
-
-
-class Fenced(PhaselogError):
-    """The lock was taken over by another holder; this holder may no longer write state."""
-
-    error_code = "fenced"
 
 
 class PassNotRecorded(PhaselogError):
