@@ -23,6 +23,7 @@ from typing import Any
 from phaselog import _faults, _yaml
 from phaselog.errors import AlreadyExists, Corrupt, StoreError
 from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
+from phaselog.limits import json_loads
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -274,7 +275,7 @@ class FileGuardStore:
         for n in self._history_names():
             try:
                 data = self._read_bytes(self.history_dir / n)
-                entry = json.loads(data or b"")
+                entry = json_loads(data or b"")
                 if not isinstance(entry, dict):
                     raise ValueError("not a JSON object")
                 out.append(entry)

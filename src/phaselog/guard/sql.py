@@ -22,6 +22,7 @@ from typing import Any
 from phaselog import _yaml
 from phaselog.errors import Corrupt, PhaselogError, StoreError
 from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
+from phaselog.limits import json_loads
 
 _DB_MODULES = ("sqlite3", "psycopg")
 
@@ -117,7 +118,7 @@ class SqlGuardStore:
         if row is None or row[0] is None:
             return None
         try:
-            return json.loads(row[0])
+            return json_loads(row[0])
         except ValueError as exc:
             raise Corrupt(f"{self.lock_path}: damaged lease ({exc})", path=self.lock_path, rule="json") from None
 
@@ -238,7 +239,7 @@ class SqlGuardStore:
         out: list[dict[str, Any]] = []
         for (body,) in rows:
             try:
-                entry = json.loads(body)
+                entry = json_loads(body)
                 if not isinstance(entry, dict):
                     raise ValueError("not a JSON object")
                 out.append(entry)
