@@ -114,6 +114,8 @@ CORPUS: list[Bad] = [
     bad("init", "--ticket-id", "BAD-2", "--title", "\x1b[31mred\x1b[0m", exit=2, code="usage"),
     bad("init", "--ticket-id", "BAD-2", "--title", "two\nlines", exit=2, code="usage"),
     bad("init", "--ticket-id", "BAD-2", "--title", "ok", "--meta", "k=\x1b]0;pwned\x07", exit=2, code="usage"),
+    bad(*PROG, "--event", "start", "--provider", "\x1b[2J", exit=2, code="usage"),
+    bad(*PROG, "--event", "start", "--status", "50%\r\x1b[1A", exit=2, code="usage"),
     bad(*APPROVE, "--by", "\x9b31mana", exit=2, code="usage"),
     bad(*APPROVE, "--by", "ana", "--comment", "\x1b[2J", exit=2, code="usage"),
     # -- identifiers, phases, times -----------------------------------------------------------
@@ -122,6 +124,8 @@ CORPUS: list[Bad] = [
     bad(*W[:-1], HUGE, "--payload", PAYLOAD, exit=2, code="unknown_phase"),
     bad(*W, "--payload", PAYLOAD, "--timestamp", "2026-01-01T00:00:00", exit=2, code="usage"),
     bad(*W, "--payload", PAYLOAD, "--timestamp", "99999-01-01T00:00:00Z", exit=2, code="usage"),
+    bad(*W, "--payload", PAYLOAD, "--timestamp", "0001-01-01T00:00:00+14:00", exit=2, code="usage"),
+    bad(*W, "--payload", PAYLOAD, "--timestamp", "9999-12-31T23:59:59-14:00", exit=2, code="usage"),
     bad("list", "--ticket-id", T, "--after", f"{R}:1:{HUGE}x", exit=2, code="usage"),
     bad("history", "--ticket-id", T, "--phase", HUGE, exit=2, code="unknown_phase"),
     bad("fork", "--ticket-id", T, "--run-id", R, "--through", "nope", exit=2, code="unknown_phase"),

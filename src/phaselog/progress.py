@@ -41,7 +41,7 @@ from phaselog.errors import (
     UsageError,
 )
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt
+from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.pipelines import Phase
 from phaselog.records import EVENTS, ProgressEvent, entry_bytes, read_entries
 from phaselog.stores.names import event_name, event_prefix, parse_event_name
@@ -49,6 +49,8 @@ from phaselog.stores.names import event_name, event_prefix, parse_event_name
 DEFAULT_MAX_OUTPUT_BYTES = MAX_OUTPUT_BYTES
 #: Highest process id a progress event may name (Linux's pid_max ceiling is 2**22).
 MAX_PID = 2**31 - 1
+MAX_PROVIDER = 200
+MAX_STATUS = 10_000
 #: An in-flight attempt whose last event is older than this is reported ``abandoned``.
 DEFAULT_STALE_AFTER = timedelta(hours=1)
 TERMINAL_EVENTS = ("complete", "fail", "skip")
@@ -269,6 +271,10 @@ class ProgressMixin:
             raise UsageError(f"--pid: must be a process id from 1 to {MAX_PID} (got {pid!r})", field="pid", rule="pid")
         if attempt is not None:
             check_attempt(attempt)
+        if provider is not None:
+            check_text(provider, field="provider", max_chars=MAX_PROVIDER)
+        if status is not None:
+            check_text(status, field="status", max_chars=MAX_STATUS, multiline=True)
         text: str | None = None
         if output is not None:
             raw = output if isinstance(output, bytes) else output.encode("utf-8")

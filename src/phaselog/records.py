@@ -69,7 +69,10 @@ def parse_timestamp(value: Any, *, field: str = "timestamp_utc") -> datetime:
             field=field,
             rule="timezone_aware",
         )
-    return ts.astimezone(UTC)
+    try:
+        return ts.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise Corrupt(f"{field}: out of range in UTC ({value!r})", field=field, rule="datetime") from None
 
 
 def check_schema_version(version: Any, *, field: str = "schema_version") -> list[str]:
