@@ -129,6 +129,22 @@ CORPUS: list[Bad] = [
     bad("list", "--ticket-id", T, "--after", f"{R}:1:{HUGE}x", exit=2, code="usage"),
     bad("history", "--ticket-id", T, "--phase", HUGE, exit=2, code="unknown_phase"),
     bad("fork", "--ticket-id", T, "--run-id", R, "--through", "nope", exit=2, code="unknown_phase"),
+    # -- every other command: one hostile value each ------------------------------------------------
+    bad("status", "--ticket-id", "../x", "--run-id", R, exit=2, code="invalid_id"),
+    bad("resume", "--ticket-id", T, "--run-id", R, "--skip-to", HUGE, exit=2, code="unknown_phase"),
+    bad("verify", "--ticket-id", "T-1\x00", exit=2, code="invalid_id"),
+    bad("pipelines", "../../etc/passwd", exit=1, code="pipeline_error"),
+    bad("decisions", "--ticket-id", "../x", exit=2, code="invalid_id"),
+    bad("doctor", "--ticket-id", "../x", exit=2, code="invalid_id"),
+    bad("export", "--ticket-id", ".hidden", exit=2, code="invalid_id"),
+    bad("import", "--input", "{work}/missing.jsonl", exit=2, code="usage"),
+    bad("copy", "--from", "bogus://x", "--to", "{work}/copy", exit=2, code="usage"),
+    bad("store", "migrate", "--store", "bogus://x", exit=2, code="usage"),
+    bad("guard", "run", "--name", "g", "--stale-after", "soon", "--", "true", exit=2, code="usage"),
+    bad("guard", "run", "--name", "g", "--cooldown", f"{HUGE}w", "--", "true", exit=2, code="usage"),
+    bad("guard", "status", "--name", "../x", exit=2, code="usage"),
+    bad("guard", "reset", "--name", "\x1b[2J", exit=2, code="usage"),
+    bad("guard", "history", "--name", "-x", exit=2, code="usage"),
     bad("prune", "--ticket-id", T, "--keep-last", "0", exit=2, code="usage"),
     bad("prune", "--ticket-id", T, "--older-than", "soon", exit=2, code="usage"),
     bad("prune", "--ticket-id", T, "--older-than", f"{HUGE}d", exit=2, code="usage"),
@@ -236,12 +252,36 @@ def test_every_bad_input_gives_a_typed_error_and_changes_nothing(
     assert folder(work.parent) == files_before, "a refused command created files"
 
 
-def test_the_corpus_is_broad() -> None:
-    # Guard against the corpus shrinking: every command family that takes input is in it.
-    commands = {b.args[0] for b in CORPUS}
-    assert {"write", "read", "validate", "progress", "approve", "reject", "init", "diff", "list"} <= commands
-    assert {"history", "fork", "prune"} <= commands
-    assert len(CORPUS) >= 50
+def _leaf_commands() -> set[str]:
+    import click
+
+    from phaselog.cli import cli
+
+    out: set[str] = set()
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, cmd in group.commands.items():
+            path = f"{prefix}{name}"
+            if isinstance(cmd, click.Group) and cmd.commands:
+                walk(cmd, f"{path} ")
+                if getattr(cmd, "invoke_without_command", False):
+                    out.add(path)  # `progress` records an event itself and has `progress show`
+            else:
+                out.add(path)
+
+    walk(cli, "")
+    return out
+
+
+def test_the_corpus_feeds_every_command() -> None:
+    # Guard against the corpus shrinking, and against a new command that nobody fed bad input.
+    fed = {
+        " ".join(b.args[:2]) if b.args[0] in ("guard", "store") or b.args[1:2] == ("show",) else b.args[0]
+        for b in CORPUS
+    }
+    missing = sorted(_leaf_commands() - fed)
+    assert not missing, f"commands without a bad-input case in CORPUS: {missing}"
+    assert len(CORPUS) >= 70
 
 
 # -- cases that need a process of their own ------------------------------------------------------
@@ -301,3 +341,57 @@ def test_writes_to_a_read_only_files_root_are_io_errors(tmp_path: Path) -> None:
         assert out.rc == 1, out.describe()
         assert out.json["error_code"] == "io_error", out.describe()
     assert snapshot(make_store("files", tmp_path, None), "files") == before  # type: ignore[arg-type]
+
+
+# -- the record size cap counts the same bytes on every store ----------------------------------------
+def _payloads(shape: str) -> list[dict[str, Any]]:
+    if shape == "flat":  # YAML and JSON about the same size
+        return [{"files": [f"src/module_{i:05d}.py" for i in range(n)]} for n in range(250, 520, 15)]
+    # Deep: each list item sits 30 levels down, so its YAML line is ~30x its JSON.
+    out = []
+    for n in range(60, 200, 10):
+        doc: dict[str, Any] = {"v": [0] * n}
+        for _ in range(30):
+            doc = {"k": doc}
+        out.append(doc)
+    return out
+
+
+@pytest.mark.parametrize("shape", ["flat", "deep"])
+def test_every_store_takes_the_same_records_at_the_size_cap(
+    shape: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # Issue 8: files counted YAML + sidecar, SQL only the body, so a record near the cap was taken
+    # by one store and refused by another (and copied one way only). Now both stores count the
+    # stored JSON document and the YAML file, each against the cap.
+    from phaselog import TooLarge
+    from phaselog.pipelines import pipeline_from_dict
+    from phaselog.stores.files import FilesStore
+    from phaselog.stores.postgres import PostgresStore
+    from phaselog.stores.sqlite import SqliteStore
+
+    cap = 8192
+    free = pipeline_from_dict({"name": "free", "version": "1", "phases": [{"name": "one"}]})
+    stores: dict[str, Store] = {
+        "files": FilesStore(tmp_path / "files", max_record_bytes=cap),
+        "sqlite": SqliteStore(tmp_path / "ledger.db", max_record_bytes=cap),
+        "postgres": PostgresStore(request.getfixturevalue("pg_schema_url"), max_record_bytes=cap),
+    }
+    try:
+        verdicts: list[dict[str, str]] = []
+        for i, payload in enumerate(_payloads(shape)):
+            verdict = {}
+            for kind, store in stores.items():
+                try:
+                    Ledger(store).write(T, f"run-{i}", "one", payload, pipeline=free)
+                    verdict[kind] = "taken"
+                except TooLarge:
+                    verdict[kind] = "refused"
+            verdicts.append(verdict)
+        for v in verdicts:
+            assert len(set(v.values())) == 1, f"stores disagree at the cap: {verdicts}"
+        seen = [v["files"] for v in verdicts]
+        assert "taken" in seen and "refused" in seen  # the sizes straddle the cap
+    finally:
+        for store in stores.values():
+            store.close()
