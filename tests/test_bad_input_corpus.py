@@ -391,7 +391,7 @@ def test_every_store_takes_the_same_records_at_the_size_cap(
         for v in verdicts:
             assert len(set(v.values())) == 1, f"stores disagree at the cap: {verdicts}"
         seen = [v["files"] for v in verdicts]
-        assert "taken" in seen and "refused" in seen  # the sizes straddle the cap
+        assert set(seen) == {"taken", "refused"}  # the sizes straddle the cap
     finally:
         for store in stores.values():
             store.close()
