@@ -16,6 +16,7 @@ arguments: ``{work}`` is the working folder holding the input files made by ``_i
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -395,3 +396,44 @@ def test_every_store_takes_the_same_records_at_the_size_cap(
     finally:
         for store in stores.values():
             store.close()
+
+
+# -- the library's edge: values Python holds and JSON does not --------------------------------------
+def _deep(levels: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"v": 1}
+    for _ in range(levels):
+        doc = {"k": doc}
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"payload": {"x": float("nan")}}, "phase_payload.x"),
+        ({"payload": {"x": [1, float("-inf")]}}, "phase_payload.x[1]"),
+        ({"payload": {"x": datetime.date(2026, 1, 1)}}, "phase_payload.x"),
+        ({"payload": {"x": {1, 2}}}, "phase_payload.x"),
+        ({"payload": {"x": b"bytes"}}, "phase_payload.x"),
+        ({"payload": {"x": {1: "int key"}}}, "phase_payload.x"),
+        ({"payload": {"x": 10**5000}}, "phase_payload.x"),
+        ({"payload": _deep(70)}, None),
+        ({"repo_commit_map": {"app": 1}}, None),
+        ({"artifact_paths": "src/x.py"}, None),
+        ({"decisions": [{"decision_id": float("nan")}]}, "decisions[0].decision_id"),
+    ],
+)
+def test_the_library_refuses_values_json_cannot_hold(tmp_path: Path, kwargs: dict[str, Any], field: str | None) -> None:
+    # Before: NaN, dates, sets, bytes and huge integers from the Python API (or a runner's shell
+    # phase) passed the free schema and failed while hashing — a raw ValueError/TypeError.
+    from phaselog import InvalidRecord
+    from phaselog.pipelines import pipeline_from_dict
+    from phaselog.stores.files import FilesStore
+
+    free = pipeline_from_dict({"name": "free", "version": "1", "phases": [{"name": "one"}]})
+    store = FilesStore(tmp_path / "store")
+    payload = kwargs.pop("payload", {"x": 1})
+    with pytest.raises(InvalidRecord) as info:
+        Ledger(store).write(T, R, "one", payload, pipeline=free, **kwargs)
+    if field is not None:
+        assert info.value.context["field"] == field
+    assert not (tmp_path / "store").exists() or not [p for p in (tmp_path / "store").rglob("*") if p.is_file()]

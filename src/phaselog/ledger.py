@@ -38,7 +38,7 @@ from phaselog.errors import (
 )
 from phaselog.gates import GatesMixin, judge
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.limits import MAX_ATTEMPT, check_attempt, is_attempt
+from phaselog.limits import MAX_ATTEMPT, check_attempt, check_json_data, is_attempt
 from phaselog.markers import MarkersMixin
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
 from phaselog.progress import ProgressMixin
@@ -308,9 +308,13 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         if status not in ("completed", "failed"):
             raise UsageError(f"status must be 'completed' or 'failed' (got {status!r})", field="status")
         body = _payload(ph, payload, status)
-        ts = timestamp.astimezone(UTC) if timestamp is not None else self.clock()
-        if ts.tzinfo is None:
-            raise UsageError("timestamp must be timezone-aware", field="timestamp")
+        _check_json_fields(body, repo_commit_map, artifact_paths, decisions, error)
+        if timestamp is not None and (not isinstance(timestamp, datetime) or timestamp.utcoffset() is None):
+            raise UsageError("timestamp must be a timezone-aware datetime", field="timestamp")
+        try:
+            ts = timestamp.astimezone(UTC) if timestamp is not None else self.clock()
+        except OverflowError:
+            raise UsageError(f"timestamp {timestamp} is out of range in UTC", field="timestamp") from None
         if check_prerequisites and status == "completed" and pl.order == "strict":
             self._check_prerequisites(ticket_id, run_id, pl, ph)
         for _ in range(MAX_APPEND_RETRIES):
@@ -728,6 +732,27 @@ def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> Phase | None:
         if r.phase == phase or (isinstance(phase, int | str) and str(r.phase_ordinal) == str(phase)):
             return Phase(r.phase, r.phase_ordinal)
     return None
+
+
+def _check_json_fields(body: Any, repo_commit_map: Any, artifact_paths: Any, decisions: Any, error: Any) -> None:
+    """The record's JSON-typed fields hold JSON data of the right shape (InvalidRecord otherwise)."""
+    check_json_data(body, field="phase_payload")
+    if repo_commit_map is not None and (
+        not isinstance(repo_commit_map, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in repo_commit_map.items())
+    ):
+        raise InvalidRecord(
+            "repo_commit_map: must map repo names to commit SHA strings",
+            errors=[{"field": "repo_commit_map", "rule": "type", "message": "strings to strings"}],
+        )
+    if isinstance(artifact_paths, str | bytes) or not all(isinstance(p, str) for p in artifact_paths):
+        raise InvalidRecord(
+            "artifact_paths: must be a list of path strings",
+            errors=[{"field": "artifact_paths", "rule": "type", "message": "a list of strings"}],
+        )
+    check_json_data(list(decisions), field="decisions")
+    if error is not None and not isinstance(error, str):
+        raise InvalidRecord("error: must be text", errors=[{"field": "error", "rule": "type", "message": "text"}])
 
 
 def _payload(ph: Phase, payload: Mapping[str, Any] | None, status: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ import math
 import os
 from typing import Any, BinaryIO
 
-from phaselog.errors import TooLarge, UsageError
+from phaselog.errors import InvalidRecord, TooLarge, UsageError
 
 #: Highest attempt number (and the ceiling of automatic numbering). Fits a 32-bit signed
 #: PostgreSQL INTEGER with room to spare; far beyond any real retry loop.
@@ -39,6 +39,12 @@ MAX_INPUT_BYTES = MAX_RECORD_BYTES
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 #: A pipeline manifest file.
 MAX_MANIFEST_BYTES = 1 << 20
+#: Nesting depth of a record as stored (the YAML loader refuses deeper files); a payload sits two
+#: levels down (the record, then ``phase_payload``).
+MAX_DEPTH = 64
+#: Largest integer magnitude in a record, in bits (~4,000 decimal digits: Python refuses to print
+#: longer integers, so a larger one could be accepted and never written).
+MAX_INT_BITS = 13_000
 #: A sidecar holds the stored document plus the YAML file's SHA-256 (64 hex digits and quotes).
 SIDECAR_SLACK_BYTES = 128
 #: How much larger than its JSON a record's YAML can be: one list item per line, indented at the
@@ -63,6 +69,48 @@ def check_attempt(value: Any, *, field: str = "attempt") -> int:
             rule="max_attempt",
         )
     return int(value)
+
+
+def check_json_data(value: Any, *, field: str, max_depth: int = MAX_DEPTH - 2) -> None:
+    """Refuse (InvalidRecord naming the path and the rule) anything JSON cannot hold as it is.
+
+    JSON data is: objects with string keys, arrays, strings, integers (up to MAX_INT_BITS),
+    finite floats, true/false, null. NaN, infinities, dates, sets and bytes would be accepted
+    by Python and fail later, while the record is hashed or written.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, field, 1)]
+    while stack:
+        v, at, depth = stack.pop()
+        problem = None
+        if isinstance(v, dict | list | tuple):
+            if depth > max_depth:
+                problem = ("max_depth", f"nested deeper than {max_depth} levels")
+            elif isinstance(v, dict):
+                for k, item in v.items():
+                    if not isinstance(k, str):
+                        problem = ("json", f"object keys must be strings (found {type(k).__name__} {k!r:.40})")
+                        break
+                    stack.append((item, f"{at}.{k}", depth + 1))
+            else:
+                stack.extend((item, f"{at}[{i}]", depth + 1) for i, item in enumerate(v))
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                problem = ("json", f"{v} is not a JSON number")
+        elif isinstance(v, bool) or v is None or isinstance(v, str):
+            pass
+        elif isinstance(v, int):
+            if v.bit_length() > MAX_INT_BITS:
+                problem = ("max_int", f"integer larger than 2**{MAX_INT_BITS}")
+        else:
+            problem = ("json", f"a {type(v).__name__} is not JSON data")
+        if problem is not None:
+            rule, message = problem
+            raise InvalidRecord(
+                f"{at}: {message}",
+                errors=[{"field": at, "rule": rule, "message": message}],
+                field=at,
+                rule=rule,
+            )
 
 
 def yaml_size_matters(body_bytes: int, cap: int) -> bool:
