@@ -631,7 +631,8 @@ def build(
     built.add("template", time.perf_counter() - t0)
     live = [t for t in targets if t.skip_reason is None]
     for t in live:
-        store = t.open_store()  # creates phaselog's schema (its migrations), then closes
+        store = t.open_store()
+        store.migrate()  # creates phaselog's schema (opening a store never does), then closes
         store.close()
         t.open_saver()
         t.begin_bulk()

@@ -348,6 +348,7 @@ def test_progress_errors(root: Path, args: list[str], rc: int, code: str) -> Non
 
 
 def test_progress_show_with_nothing_in_flight(root: Path) -> None:
+    root.mkdir()
     fails(
         cli(root, "progress", "show", "--ticket-id", T, "--run-id", R, "--phase", "implement"),
         1,

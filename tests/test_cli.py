@@ -342,6 +342,7 @@ def test_unknown_phase_exit_2_lists_valid_phases(root: Path) -> None:
     assert data["valid_phases"] == PHASES
     assert "deploy" in data["error"]
     assert all(p in data["error"] for p in PHASES)
+    root.mkdir()  # an existing, empty store: a read of a store that does not exist fails before the phase is looked at
     for cmd in (["read"], ["validate"], ["resume", "--skip-to"]):
         args = [*cmd, "deploy"] if cmd[0] == "resume" else [*cmd, "--phase", "deploy"]
         res = run(root, args[0], "--ticket-id", TICKET, "--run-id", RUN, *args[1:])
@@ -349,6 +350,7 @@ def test_unknown_phase_exit_2_lists_valid_phases(root: Path) -> None:
 
 
 def test_unknown_ordinal_exit_2(root: Path) -> None:
+    root.mkdir()
     for bad in ("0", "6", "-1"):
         res = run(root, "read", "--ticket-id", TICKET, "--run-id", RUN, "--phase", bad)
         assert_error(res, 2, "unknown_phase")

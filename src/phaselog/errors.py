@@ -68,6 +68,15 @@ class NotFound(PhaselogError, KeyError):
         return self.message
 
 
+class StoreNotFound(PhaselogError, LookupError):
+    """The store does not exist (no root, database file or schema) and was opened for reading.
+
+    Not a NotFound: "no such record" is an answer about a store that exists; this is not.
+    """
+
+    error_code = "store_not_found"
+
+
 class AlreadyExists(PhaselogError, FileExistsError):
     """The attempt is taken; the existing record is untouched. Use the next attempt."""
 
@@ -120,6 +129,12 @@ class StoreError(PhaselogError, OSError):
     """The store could not be read or written (permissions, disk, symlink hops)."""
 
     error_code = "io_error"
+
+
+class MigrationNeeded(PhaselogError):
+    """The store's schema is older than this phaselog; ``phaselog store migrate`` upgrades it."""
+
+    error_code = "migration_needed"
 
 
 class Prerequisite(PhaselogError, ValueError):

@@ -120,11 +120,15 @@ class Call:
             self._ledger = Ledger(self.open_store(self.store_url or self.root))
         return self._ledger
 
-    def open_store(self, url: str | None) -> Any:
-        """Open a store by URL or path; it is closed when the command ends."""
+    def open_store(self, url: str | None, *, create: bool | None = None, migrate: bool = False) -> Any:
+        """Open a store by URL or path; it is closed when the command ends (SQLite: WAL checkpointed).
+
+        A command that only reads (``writes`` false, or ``create=False``) gets StoreNotFound for a
+        store that does not exist, and creates nothing; one that writes creates it on its first write.
+        """
         from phaselog.stores import open_store
 
-        store = open_store(url)
+        store = open_store(url, create=self.writes if create is None else create, migrate=migrate)
         self._opened.append(store)
         return store
 

@@ -67,23 +67,40 @@ def import_cmd(call: Call, input_path: str) -> Result:
     )
 
 
-@command(cli, "copy", store=False, formats=None, correlation=False)
-@click.option("--from", "src", required=True, metavar="URL", help="Source store URL (or path).")
-@click.option("--to", "dst", required=True, metavar="URL", help="Target store URL (or path).")
+@command(
+    cli,
+    "copy",
+    formats=None,
+    correlation=False,
+    root_help="Source files store root when --from is not given (default ~/.phaselog). Env: PHASELOG_HOME.",
+    store_help="Source store URL when --from is not given. Env: PHASELOG_STORE.",
+)
+@click.option("--from", "src", metavar="URL", help="Source store URL (or path). Default: the current store.")
+@click.option("--to", "dst", required=True, metavar="URL", help="Target store URL (or path); created if missing.")
 @click.option("--ticket-id", help="Only this ticket.")
 @click.option(
     "--progress/--no-progress", "show_progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
-def copy_cmd(call: Call, src: str, dst: str, ticket_id: str | None, show_progress: bool | None) -> Result:
+def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_progress: bool | None) -> Result:
     """Copy every record from one store to another, verifying hashes (idempotent).
 
+    The source must exist (a typo is an error, not an empty copy); the target is created if it
+    does not exist yet.
+
     \b
-    Example:
+    Examples:
       phaselog copy --from ~/.phaselog --to postgresql://ci@db/phaselog
+      PHASELOG_STORE=sqlite:///var/lib/phaselog/ledger.db phaselog copy --to ./backup-store
     """
     from phaselog.transfer import export_records, import_records
 
-    source, target = call.open_store(src), call.open_store(dst)
+    if src is None:
+        call.check_root_and_store()
+        src = call.store_url or call.root
+    elif _given_on_command_line("store_url") or _given_on_command_line("root"):
+        raise UsageError("give --from or --store/--root (the source), not both", field="from")
+    source = call.open_store(src, create=False)
+    target = call.open_store(dst, create=True)
     lines = list(export_records(source, ticket_id))
     if show_progress is None:
         show_progress = sys.stderr.isatty()
@@ -95,7 +112,19 @@ def copy_cmd(call: Call, src: str, dst: str, ticket_id: str | None, show_progres
             rep = import_records(target, lines, on_record=lambda: bar.advance(task))
     else:
         rep = import_records(target, lines)
-    return Result({"from": src, "to": dst, "records": len(lines), **rep.to_json()}, exit_code=1 if rep.conflicts else 0)
+    shown = src if src is not None else source.url
+    return Result(
+        {"from": shown, "to": dst, "records": len(lines), **rep.to_json()}, exit_code=1 if rep.conflicts else 0
+    )
+
+
+def _given_on_command_line(param: str) -> bool:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(param) == ParameterSource.COMMANDLINE
 
 
 @command(cli, "prune")
@@ -164,11 +193,13 @@ def store_migrate(call: Call) -> Result:
     Example:
       phaselog store migrate --store sqlite:///var/lib/phaselog.db
     """
-    store: Any = call.ledger.store
-    if not hasattr(store, "migrate"):
+    call.check_root_and_store()
+    # The one place a schema is upgraded: opening a store (for anything else) only checks the version.
+    store: Any = call.open_store(call.store_url or call.root, migrate=True)
+    if getattr(store, "migrated", None) is None:
         data = {"store": store.url, "message": "the files store has no schema to migrate"}
     else:
-        before, after = store.migrate()
+        before, after = store.migrated
         data = {
             "store": store.dialect.describe(),
             "from_version": before,

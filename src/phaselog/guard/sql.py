@@ -64,6 +64,7 @@ class SqlGuardStore:
         """One transaction holding the lease row's lock (``FOR UPDATE`` / ``BEGIN IMMEDIATE``).
 
         Opening it reconnects if the connection was lost (a job may have run for an hour)."""
+        self.store._ensure_ready()  # a store opened for a write is created by its first write
 
         def begin() -> Any:
             conn = self.store.conn

@@ -1,59 +1,52 @@
 """Stores, chosen by URL and imported only when used.
 
 ``file:///path`` or a plain path: the files store (the default); ``sqlite:///path.db``: SQLite;
-``postgresql://user@host/db[?schema=NAME]``: PostgreSQL (needs the ``postgres`` extra).
+``postgresql://user@host/db[?schema=NAME]``: PostgreSQL (needs the ``postgres`` extra). The
+grammar lives in :mod:`phaselog.stores.urls`.
 """
 
 from __future__ import annotations
 
 import os
-from urllib.parse import unquote, urlsplit
 
-from phaselog.errors import UsageError
 from phaselog.stores.base import AttemptRef, Damaged, Store, Stored
 
 __all__ = ["AttemptRef", "Damaged", "Store", "Stored", "open_store"]
 
 
-def open_store(url: str | os.PathLike[str] | None = None) -> Store:
+def open_store(url: str | os.PathLike[str] | None = None, *, create: bool = True, migrate: bool = False) -> Store:
     """Open a store by URL or path; ``None`` means ``PHASELOG_STORE``, else the files store.
 
+    Opening never writes and never creates anything. ``create=False`` (for reads: every read
+    command of the CLI) requires the store to exist: a missing root, database file or schema
+    raises StoreNotFound naming it. ``create=True`` (the default, for a ledger you write to)
+    accepts a store that does not exist yet: reads see it empty and the first write creates it.
+    Either way a SQL schema newer or older than this phaselog is refused (MigrationNeeded:
+    run ``phaselog store migrate``). ``migrate=True`` creates or upgrades a SQL schema now (what
+    ``phaselog store migrate`` does; the files store has no schema). Malformed URLs raise
+    UsageError listing the accepted forms.
+
     Examples: ``open_store()``, ``open_store("/var/lib/phaselog")``,
-    ``open_store("file:///var/lib/phaselog")``.
+    ``open_store("sqlite:///var/lib/phaselog/ledger.db", create=True)``.
     """
+    from phaselog.stores.urls import parse_store_url
+
     if url is None:
         url = os.environ.get("PHASELOG_STORE") or None
     if url is None:
+        from phaselog.stores.files import FilesStore, default_root
+
+        return FilesStore(default_root(), create=create or migrate)
+    spec = parse_store_url(url)
+    if spec.kind == "files":
         from phaselog.stores.files import FilesStore
 
-        return FilesStore()
-    text = os.fspath(url)
-    if "://" not in text:
-        from phaselog.stores.files import FilesStore
-
-        return FilesStore(text)
-    parts = urlsplit(text)
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise UsageError(f"file URLs name a local path, not a host: {text}", field="store")
-        from phaselog.stores.files import FilesStore
-
-        return FilesStore(unquote(parts.path))
-    if parts.scheme == "sqlite":
+        return FilesStore(spec.path, create=create or migrate)
+    if spec.kind == "sqlite":
         from phaselog.stores.sqlite import SqliteStore
 
-        path = unquote(parts.path)
-        if path.startswith("//"):
-            path = path[1:]  # sqlite:////abs/path (SQLAlchemy's spelling) means the same as sqlite:///abs/path
-        if parts.netloc not in ("", "localhost") or not path or path == "/":
-            raise UsageError(f"sqlite URLs look like sqlite:///path/to/file.db (got {text})", field="store")
-        return SqliteStore(path)
-    if parts.scheme in ("postgresql", "postgres"):
-        from phaselog.stores.postgres import PostgresStore
+        assert spec.path is not None  # the parser sets it for SQLite URLs
+        return SqliteStore(spec.path, create=create or migrate, migrate=migrate)
+    from phaselog.stores.postgres import PostgresStore
 
-        return PostgresStore(text)
-    raise UsageError(
-        f"unsupported store URL scheme {parts.scheme!r} in {text}; use file:///path, "
-        "sqlite:///path/to/file.db or postgresql://user@host/db",
-        field="store",
-    )
+    return PostgresStore(spec.text, create=create or migrate, migrate=migrate)

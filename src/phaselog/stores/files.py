@@ -41,6 +41,7 @@ from phaselog.errors import (
     NotFound,
     PhaselogError,
     StoreError,
+    StoreNotFound,
     TooLarge,
     UnsupportedVersion,
 )
@@ -80,7 +81,17 @@ def default_root() -> Path:
 class FilesStore(FilesAdminMixin):
     """Append-only checkpoint store on a local filesystem."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, max_record_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        max_record_bytes: int | None = None,
+    ) -> None:
+        """Open the store at ``root``; nothing is created until the first write.
+
+        ``create=False``: the root must exist (StoreNotFound otherwise), as a read requires.
+        """
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.root = self.root.absolute()
         self.url = f"file://{self.root}"
@@ -92,6 +103,29 @@ class FilesStore(FilesAdminMixin):
         self.max_entry_bytes = 4 * self.max_record_bytes
         # A sidecar is the stored document plus the YAML file's hash.
         self._sidecar_cap = self.max_record_bytes + SIDECAR_SLACK_BYTES
+        #: A missing root may be created by a write (else every access raises StoreNotFound).
+        self.may_create = create
+        self._check_root()
+
+    def _missing(self) -> StoreNotFound:
+        return StoreNotFound(
+            f"no store at {self.root}: the directory does not exist (check the path; a command that writes creates it)",
+            path=str(self.root),
+        )
+
+    def _check_root(self) -> None:
+        try:
+            st = os.stat(self.root)
+        except FileNotFoundError:
+            return  # reads say so (StoreNotFound, or an empty store if it may be created); writes create it
+        except OSError as exc:
+            raise StoreError(f"cannot open store root {self.root}: {exc.strerror}", path=str(self.root)) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise StoreError(
+                f"{self.root} is not a directory; a files store is a directory (a SQLite file needs a sqlite:/// URL)",
+                path=str(self.root),
+                rule="not_a_directory",
+            )
 
     def __repr__(self) -> str:
         return f"FilesStore({str(self.root)!r})"
@@ -114,6 +148,8 @@ class FilesStore(FilesAdminMixin):
         try:
             return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
+            if not self.may_create:
+                raise self._missing() from None
             if not create:
                 raise NotFound(f"store root {self.root} does not exist", path=str(self.root)) from None
         except OSError as exc:

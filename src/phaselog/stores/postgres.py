@@ -4,19 +4,19 @@ Uniqueness is enforced by constraints (``INSERT`` refused on conflict: the first
 every value is a bound parameter; transient errors (lost connection, serialisation failure,
 deadlock) are retried with backoff, and a write whose commit outcome is unknown is resolved by
 reading the record back by its content hash (its idempotency key). ``?schema=NAME`` in the URL
-keeps phaselog's tables in their own schema (created if missing).
+keeps phaselog's tables in their own schema (created with the store, by its first write or by
+``phaselog store migrate``).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from phaselog.errors import UsageError
+from phaselog.errors import Corrupt, StoreError, UsageError
 from phaselog.stores.sql import Dialect, SqlStore
+from phaselog.stores.urls import bad_url, parse_store_url
 
-_SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MIGRATION_LOCK = 0x7068_6C67  # "phlg": advisory lock id that serialises migrations
 
 
@@ -33,14 +33,11 @@ def _psycopg() -> Any:
 
 
 def split_url(url: str) -> tuple[str, str | None]:
-    """Remove phaselog's own ``schema`` parameter from a postgresql:// URL."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = [(k, v) for k, v in query if k != "schema"]
-    if schema is not None and not _SCHEMA_RE.fullmatch(schema):
-        raise UsageError(f"schema={schema!r}: use lowercase letters, digits and '_'", field="store")
-    return urlunsplit(parts._replace(query=urlencode(rest))), schema
+    """Remove phaselog's own ``schema`` parameter from a postgresql:// URL (others kept verbatim)."""
+    spec = parse_store_url(url)
+    if spec.kind != "postgresql" or spec.dsn is None:
+        raise UsageError(f"not a PostgreSQL URL: {url}", field="store")
+    return spec.dsn, spec.schema
 
 
 class PostgresDialect(Dialect):
@@ -53,6 +50,11 @@ class PostgresDialect(Dialect):
     def __init__(self, url: str) -> None:
         self.dsn, self.schema = split_url(url)
         self.psycopg = _psycopg()
+        try:
+            # libpq's own parser: unknown parameters and bad values are named before any connection.
+            self.psycopg.conninfo.conninfo_to_dict(self.dsn)
+        except self.psycopg.ProgrammingError as exc:
+            raise bad_url(url, str(exc).strip().rstrip(".")) from None
 
     def connect(self) -> Any:
         try:
@@ -60,16 +62,21 @@ class PostgresDialect(Dialect):
             # writes open their transaction explicitly (begin_write) and end it with COMMIT/ROLLBACK.
             conn = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except self.psycopg.OperationalError as exc:
-            from phaselog.errors import StoreError
-
             raise StoreError(
                 f"cannot connect to PostgreSQL at {self.describe()}: {str(exc).strip()}", rule="connect"
             ) from None
+        except self.psycopg.Error as exc:
+            raise UsageError(
+                f"store URL {self.describe()}: {str(exc).strip()}", field="store", rule="store_url"
+            ) from None
+        if self.schema:
+            # Only points at the schema (which may not exist yet): creating it is a write.
+            conn.execute(f'SET search_path TO "{self.schema}"')  # validated identifier
+        return conn
+
+    def create_schema(self, conn: Any) -> None:
         if self.schema:
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')  # validated identifier
-            conn.execute(f'SET search_path TO "{self.schema}"')
-            conn.commit()
-        return conn
 
     def begin_write(self, conn: Any) -> None:
         """Open the write transaction (the connection is in autocommit mode; psycopg's commit()
@@ -87,9 +94,10 @@ class PostgresDialect(Dialect):
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, self.psycopg.errors.UniqueViolation)
 
-    def is_transient(self, exc: BaseException) -> bool:
-        from phaselog.errors import StoreError
+    def is_missing_schema(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.psycopg.errors.UndefinedTable)
 
+    def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, StoreError) and exc.context.get("rule") == "connect":
             return True  # a (re)connection refused while the server restarts: retried with backoff
         errors = self.psycopg.errors
@@ -99,12 +107,39 @@ class PostgresDialect(Dialect):
             | errors.SerializationFailure
             | errors.DeadlockDetected
             | errors.AdminShutdown,
-        ) and not isinstance(exc, errors.UndefinedTable)
+        ) and not isinstance(exc, errors.UndefinedTable | errors.DiskFull | errors.InsufficientPrivilege)
+
+    def translate(self, exc: BaseException) -> Exception | None:
+        """Typed errors for the database's refusals; None for what is not a psycopg error."""
+        if not isinstance(exc, self.psycopg.Error):
+            return None
+        errors = self.psycopg.errors
+        where = self.describe()
+        text = str(exc).strip()
+        if isinstance(exc, errors.DiskFull | errors.OutOfMemory | errors.ProgramLimitExceeded):
+            return StoreError(f"{where}: the database is out of space; nothing was written ({text})", rule="disk_full")
+        if isinstance(exc, errors.InsufficientPrivilege):
+            return StoreError(f"{where}: permission denied ({text})", rule="permission")
+        if isinstance(exc, errors.ReadOnlySqlTransaction):
+            return StoreError(f"{where} is read-only; nothing was written ({text})", rule="read_only")
+        if isinstance(exc, errors.DataCorrupted | errors.IndexCorrupted):
+            return Corrupt(f"{where}: the database reports damage ({text})", rule="database_corrupt")
+        if isinstance(exc, errors.UndefinedTable | errors.UndefinedColumn | errors.DatatypeMismatch):
+            return StoreError(
+                f"{where}: phaselog's tables are missing or were altered behind its back ({text}); restore them "
+                f"from a backup (`phaselog store migrate` recreates missing tables)",
+                rule="schema_mismatch",
+            )
+        return StoreError(f"{where}: PostgreSQL error: {text}", rule="postgresql")
 
     def describe(self) -> str:
         parts = urlsplit(self.dsn)
-        host = parts.hostname or "localhost"
-        where = f"{host}:{parts.port or 5432}{parts.path}"
+        try:
+            host = parts.hostname or "localhost"
+            port = parts.port or 5432
+        except ValueError:  # multi-host URLs: show them as written
+            return f"postgresql://{parts.netloc.rpartition('@')[2]}{parts.path}"
+        where = f"{host}:{port}{parts.path}"
         return f"postgresql://{where}" + (f"?schema={self.schema}" if self.schema else "")
 
 

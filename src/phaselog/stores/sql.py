@@ -25,9 +25,12 @@ from phaselog.errors import (
     AlreadyExists,
     Conflict,
     Corrupt,
+    MigrationNeeded,
     NotFound,
     OutcomeUnknown,
+    PhaselogError,
     StoreError,
+    StoreNotFound,
     TooLarge,
     UnsupportedVersion,
 )
@@ -128,6 +131,27 @@ class Dialect:
         """A retryable error (lost connection, serialisation failure, busy)."""
         return False
 
+    def is_missing_schema(self, exc: BaseException) -> bool:  # pragma: no cover - abstract
+        """The error says phaselog's tables do not exist (yet)."""
+        raise NotImplementedError
+
+    def exists(self) -> bool:
+        """Whether the database itself exists, known without connecting (SQLite: the file)."""
+        return True
+
+    def prepare_create(self) -> None:
+        """Get ready to create the database on the next connection (SQLite: its folder)."""
+
+    def create_schema(self, conn: Any) -> None:
+        """Create the namespace phaselog's tables live in, inside the migration transaction."""
+
+    def before_close(self, conn: Any) -> None:
+        """Last words on a connection about to close (SQLite: checkpoint the WAL)."""
+
+    def translate(self, exc: BaseException) -> Exception | None:
+        """The typed error for a driver error that is neither a unique violation nor transient."""
+        return None
+
     def describe(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -137,18 +161,102 @@ class SqlStore(SqlRetentionMixin):
 
     url: str
 
-    def __init__(self, url: str, dialect: Dialect, *, max_record_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        dialect: Dialect,
+        *,
+        create: bool = True,
+        migrate: bool = False,
+        max_record_bytes: int | None = None,
+    ) -> None:
+        """Open the store; nothing is created or written here (unless ``migrate``).
+
+        The schema version is checked now: too new → UnsupportedVersion, too old →
+        MigrationNeeded. A database or schema that does not exist is StoreNotFound unless
+        ``create`` is set; then the first write creates it (reads see an empty store until then).
+        ``migrate=True`` creates or upgrades the schema now (``phaselog store migrate``).
+        """
         self.url = url
         self.dialect = dialect
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
         self._held = False  # inside locked_run (one transaction; no retries)
         self._hashes: dict[tuple[int, str], str] = {}
+        #: The schema exists at SCHEMA_VERSION (False: nothing exists yet; the first write creates it).
+        self._ready = False
+        #: (from, to) schema versions of the migration ``migrate=True`` ran at open.
+        self.migrated: tuple[int, int] | None = None
+        #: A missing store may be created by a write (else every access raises StoreNotFound).
+        self.may_create = create
         try:
-            self.migrate()
+            if migrate:
+                self.migrated = self.migrate()
+                return
+            version = self._probe()
+            if version is not None:
+                self._check_version(version)
+                self._ready = True
         except BaseException:
             self._reset()  # a store that cannot open must not leak its connection
             raise
+
+    def _missing(self) -> StoreNotFound:
+        what = "the database has no phaselog tables" if self.dialect.exists() else "the database does not exist"
+        return StoreNotFound(
+            f"no phaselog store at {self.dialect.describe()}: {what}; check the URL, or create the store with "
+            f"`phaselog store migrate --store {self.url}`",
+            path=self.dialect.describe(),
+        )
+
+    def _probe(self) -> int | None:
+        """The schema version found, or None when the database or phaselog's tables are absent."""
+        if not self.dialect.exists():
+            return None
+        try:
+            rows = self._query_raw("SELECT version FROM phaselog_schema WHERE id = 1", typed=False)
+        except Exception as exc:
+            if self.dialect.is_missing_schema(exc):
+                self._end_failed_read()
+                return None
+            raise
+        return int(rows[0][0]) if rows else None
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise UnsupportedVersion(
+                f"the database at {self.dialect.describe()} has schema version {version}, newer than this "
+                f"phaselog understands ({SCHEMA_VERSION}); upgrade phaselog (pip install -U phaselog) "
+                "before using this store",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+        if version < SCHEMA_VERSION:
+            raise MigrationNeeded(
+                f"the database at {self.dialect.describe()} has schema version {version}; this phaselog needs "
+                f"{SCHEMA_VERSION}. Back it up, then run `phaselog store migrate --store {self.url}`",
+                found=version,
+                required=SCHEMA_VERSION,
+            )
+
+    def _ensure_ready(self) -> None:
+        """Create the store on its first write (a store opened with create=True that did not exist)."""
+        if not self._ready:
+            if not self.may_create and self._still_absent():
+                raise self._missing()
+            if not self._ready:
+                self.migrate(upgrade=False)
+
+    def _still_absent(self) -> bool:
+        """For reads of a store not created yet: is it still absent? (Another process may have created it.)"""
+        if self._ready:
+            return False
+        version = self._probe()
+        if version is None:
+            return True
+        self._check_version(version)
+        self._ready = True
+        return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dialect.describe()!r})"
@@ -171,13 +279,21 @@ class SqlStore(SqlRetentionMixin):
         return text if self.dialect.placeholder == "?" else text.replace("?", self.dialect.placeholder)
 
     def _query(self, text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read; none while the store does not exist yet (nothing is created by a read)."""
+        if not self._ready and self._still_absent():
+            if not self.may_create:
+                raise self._missing()
+            return []
+        return self._query_raw(text, params)
+
+    def _query_raw(self, text: str, params: Sequence[Any] = (), *, typed: bool = True) -> list[tuple[Any, ...]]:
         def go() -> list[tuple[Any, ...]]:
             cur = self.conn.execute(self._sql(text), tuple(params))
             rows = cur.fetchall()
             self._end_read()
             return list(rows)
 
-        result: list[tuple[Any, ...]] = self._retry(go)
+        result: list[tuple[Any, ...]] = self._retry(go, typed=typed)
         return result
 
     def _end_read(self) -> None:
@@ -185,7 +301,19 @@ class SqlStore(SqlRetentionMixin):
         if getattr(self.conn, "autocommit", True) is False:
             self.conn.rollback()
 
-    def _retry(self, fn: Callable[[], Any], attempts: int = 5) -> Any:
+    def _end_failed_read(self) -> None:
+        with contextlib.suppress(Exception):  # only to leave no aborted transaction behind
+            self._end_read()
+
+    def _translate(self, exc: BaseException) -> Exception | None:
+        """A typed error in place of a driver error (None: keep ``exc``, the caller handles it)."""
+        if isinstance(exc, PhaselogError) or not isinstance(exc, Exception):
+            return None
+        if self.dialect.is_unique_violation(exc) or self.dialect.is_transient(exc):
+            return None
+        return self.dialect.translate(exc)
+
+    def _retry(self, fn: Callable[[], Any], attempts: int = 5, *, typed: bool = True) -> Any:
         if self._held:
             return fn()  # inside locked_run's transaction: a retry would run outside it
         delay = 0.05
@@ -196,6 +324,9 @@ class SqlStore(SqlRetentionMixin):
                 if not self.dialect.is_transient(exc) or i == attempts - 1:
                     if self.dialect.is_transient(exc):
                         raise StoreError(f"{self.dialect.name}: {exc}".strip()) from None
+                    better = self._translate(exc) if typed else None
+                    if better is not None:
+                        raise better from None
                     raise
                 self._reset()
                 time.sleep(delay)
@@ -203,16 +334,27 @@ class SqlStore(SqlRetentionMixin):
         raise StoreError("unreachable")  # pragma: no cover
 
     def _write(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(conn)`` in one write transaction, committing at the end."""
+        """Run ``fn(conn)`` in one write transaction, committing at the end (creating the store first
+        if it does not exist yet)."""
+        self._ensure_ready()
+        return self._write_tx(fn)
+
+    def _write_tx(self, fn: Callable[[Any], Any]) -> Any:
         conn = self.conn
-        self.dialect.begin_write(conn)
         try:
-            result = fn(conn)
-        except BaseException:
-            with contextlib.suppress(Exception):  # the original error matters, not the rollback's
-                conn.rollback()
+            self.dialect.begin_write(conn)
+            try:
+                result = fn(conn)
+                conn.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the original error matters, not the rollback's
+                    conn.rollback()
+                raise
+        except Exception as exc:
+            typed = self._translate(exc)
+            if typed is not None:
+                raise typed from None
             raise
-        conn.commit()
         return result
 
     # -- migrations -------------------------------------------------------------------------------
@@ -221,24 +363,23 @@ class SqlStore(SqlRetentionMixin):
         rows = self._query("SELECT version FROM phaselog_schema WHERE id = 1")
         return int(rows[0][0]) if rows else 0
 
-    def migrate(self) -> tuple[int, int]:
-        """Create or upgrade the schema; safe to run concurrently. Returns (from, to)."""
+    def migrate(self, *, upgrade: bool = True) -> tuple[int, int]:
+        """Create or upgrade the schema; safe to run concurrently. Returns (from, to).
+
+        ``upgrade=False`` (a first write creating a new store) only creates: an existing older
+        schema raises MigrationNeeded, because upgrades are explicit (``phaselog store migrate``).
+        """
 
         def run(conn: Any) -> tuple[int, int]:
             self.dialect.lock_for_migration(conn)
+            self.dialect.create_schema(conn)
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS phaselog_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)"
             )
             row = conn.execute("SELECT version FROM phaselog_schema WHERE id = 1").fetchone()
             current = int(row[0]) if row else 0
-            if current > SCHEMA_VERSION:
-                raise UnsupportedVersion(
-                    f"the database at {self.dialect.describe()} has schema version {current}, newer than this "
-                    f"phaselog understands ({SCHEMA_VERSION}); upgrade phaselog (pip install -U phaselog) "
-                    "before using this store",
-                    found=current,
-                    supported=SCHEMA_VERSION,
-                )
+            if current > SCHEMA_VERSION or (current and not upgrade):
+                self._check_version(current)
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[version]:
                     conn.execute(statement)
@@ -248,9 +389,13 @@ class SqlStore(SqlRetentionMixin):
                 conn.execute(self._sql("UPDATE phaselog_schema SET version = ? WHERE id = 1"), (SCHEMA_VERSION,))
             return current, SCHEMA_VERSION
 
+        if not self.dialect.exists():
+            self._reset()
+            self.dialect.prepare_create()
         for i in range(5):
             try:
-                result: tuple[int, int] = self._retry(lambda: self._write(run))
+                result: tuple[int, int] = self._retry(lambda: self._write_tx(run))
+                self._ready = True
                 return result
             except Exception as exc:
                 # Two first-time migrations can race to create phaselog_schema; the loser retries.
@@ -553,8 +698,17 @@ class SqlStore(SqlRetentionMixin):
         return sql_lease.SqlRunLeases(self)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (SQLite: after moving the WAL into the database file). Idempotent."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # best effort: a read-only file cannot be checkpointed
+                self.dialect.before_close(self._conn)
         self._reset()
+
+    def __enter__(self) -> SqlStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def dumps(doc: Any) -> str:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from phaselog.errors import Corrupt, StoreError
 from phaselog.stores.sql import Dialect, SqlStore
 
 BUSY_TIMEOUT_MS = 30_000
@@ -52,6 +55,11 @@ def filesystem_type(path: Path) -> str | None:
     return kind
 
 
+# SQLite result codes (the primary code is the low byte of an extended code).
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 10, 11
+_SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
+
+
 class SqliteDialect(Dialect):
     """SQLite specifics."""
 
@@ -59,16 +67,52 @@ class SqliteDialect(Dialect):
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: The next connection may create the file (only while migrating, i.e. creating the store).
+        self.may_create = False
+
+    def exists(self) -> bool:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"cannot open {self.path}: {exc.strerror}", path=str(self.path)) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise StoreError(
+                f"{self.path} is a directory, not a SQLite database file (a files store is given as a plain "
+                "path or file:/// URL)",
+                path=str(self.path),
+                rule="is_a_directory",
+            )
+        return True
+
+    def prepare_create(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the folder of {self.path}: {exc.strerror}", path=str(self.path), rule="cannot_create"
+            ) from None
+        self.may_create = True
 
     def connect(self) -> Any:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not self.path.exists()
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-        if fresh:
-            os.chmod(self.path, 0o600)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        fresh = self.may_create and not self.exists()
+        # mode=rw never creates the file: only creating the store (migrate) may, with mode=rwc.
+        uri = f"file:{quote(str(self.path))}?mode={'rwc' if fresh else 'rw'}"
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+            if fresh:
+                os.chmod(self.path, 0o600)
+            if fresh or self.may_create:
+                conn.execute("PRAGMA journal_mode=WAL")  # persistent: set once, when the store is made
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        except sqlite3.Error as exc:
+            raise self.translate(exc) from None
+        except OSError as exc:
+            raise StoreError(f"cannot open {self.path}: {exc.strerror}", path=str(self.path)) from None
         return _Conn(conn)
 
     def begin_write(self, conn: Any) -> None:
@@ -79,6 +123,54 @@ class SqliteDialect(Dialect):
 
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower()
+
+    def is_missing_schema(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError) and "no such table" in str(exc).lower()
+
+    def before_close(self, conn: Any) -> None:
+        # Move every committed transaction from ledger.db-wal into ledger.db, and empty the WAL:
+        # a copy of the database file alone is then complete (see docs/stores.md, backups).
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def translate(self, exc: BaseException) -> Exception:
+        """Name the file and what is wrong with it; never a bare driver error."""
+        where = str(self.path)
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        text = str(exc)
+        low = text.lower()
+        if primary == _SQLITE_CORRUPT or "malformed" in low:
+            return Corrupt(
+                f"{where}: the SQLite database is damaged ({text}); restore it from a backup, or try "
+                f"`sqlite3 {where} .recover` on a copy",
+                path=where,
+                rule="sqlite_corrupt",
+            )
+        if primary == _SQLITE_NOTADB or "not a database" in low:
+            return StoreError(
+                f"{where} is not a SQLite database ({text}); point --store at a phaselog SQLite file",
+                path=where,
+                rule="not_a_database",
+            )
+        if primary == _SQLITE_FULL or "is full" in low:
+            return StoreError(
+                f"{where}: the disk (or the database's size limit) is full; nothing was written ({text})",
+                path=where,
+                rule="disk_full",
+            )
+        if primary == _SQLITE_READONLY or "readonly" in low:
+            return StoreError(
+                f"{where} is read-only (file permissions or a read-only filesystem); nothing was written ({text})",
+                path=where,
+                rule="read_only",
+            )
+        if primary == _SQLITE_CANTOPEN or "unable to open" in low:
+            return StoreError(f"cannot open {where} ({text})", path=where, rule="cannot_open")
+        if primary == _SQLITE_PERM:
+            return StoreError(f"{where}: permission denied ({text})", path=where, rule="permission")
+        if primary == _SQLITE_IOERR:
+            return StoreError(f"{where}: input/output error ({text})", path=where, rule="io")
+        return StoreError(f"{where}: SQLite error: {text}", path=where, rule="sqlite")
 
     def describe(self) -> str:
         return f"sqlite://{self.path}"
@@ -110,6 +202,7 @@ class SqliteStore(SqlStore):
     """Checkpoints in one SQLite database file."""
 
     def __init__(self, path: str | os.PathLike[str], **kw: Any) -> None:
+        """Open the database at ``path`` (see SqlStore: ``create``, ``migrate``)."""
         self.path = Path(path).expanduser().absolute()
         kind = filesystem_type(self.path.parent if not self.path.exists() else self.path)
         if kind in _NETWORK_FS:
