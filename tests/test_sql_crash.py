@@ -42,6 +42,7 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
 from phaselog import UnsupportedVersion
+from phaselog.errors import MigrationNeeded
 from phaselog.guard import Environment, Fenced, Guard
 from phaselog.ledger import Ledger
 from phaselog.stores import open_store, sql
@@ -271,7 +272,7 @@ def warm_up(tmp_path: Path) -> None:
 
 def test_sqlite_writers_sigkilled_mid_write_lose_nothing_acknowledged(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/crash.db"
-    open_store(url).close()
+    open_store(url, migrate=True).close()
     warm_up(tmp_path)
     rng = random.Random(os.environ.get("PHASELOG_CRASH_SEED", "sqlite-kill"))
     all_acks: list[dict[str, Any]] = []
@@ -372,7 +373,7 @@ def test_postgres_writers_whose_backends_are_terminated_lose_and_double_nothing(
 ) -> None:
     app = f"phaselog-crash-{uuid.uuid4().hex[:8]}"
     url = pg_url(pg_schema_url, application_name=app)
-    open_store(url).close()
+    open_store(url, migrate=True).close()
     writers, per_writer = 4, 40
     runs_of = {w: [f"pg-run-{w % 2}"] for w in range(writers)}
     fd_r, fd_w = os.pipe()
@@ -652,7 +653,7 @@ def test_an_unreachable_postgres_is_reported_clearly_after_its_retries() -> None
 def _migrate_child(url: str, barrier: Any, out: Any) -> None:
     try:
         barrier.wait(60)
-        store = open_store(url)  # migrates on open
+        store = open_store(url, migrate=True)  # an explicit migration, as `phaselog store migrate` runs
         out.put(("ok", store.schema_version(), store.migrate()))
         store.close()
     except BaseException:
@@ -710,8 +711,12 @@ def test_a_failing_migration_leaves_nothing_behind(
         sql.SCHEMA_VERSION,
         ["CREATE TABLE phaselog_extra (x INTEGER)", "THIS IS NOT SQL"],
     )
+    with pytest.raises(MigrationNeeded) as needed:
+        open_store(url)  # migrations are explicit: opening checks the version and changes nothing
+    assert "phaselog store migrate" in needed.value.message
+    assert needed.value.context == {"found": sql.SCHEMA_VERSION - 1, "required": sql.SCHEMA_VERSION}
     with pytest.raises(Exception, match=r"(?i)syntax"):
-        open_store(url)
+        open_store(url, migrate=True)
     monkeypatch.undo()
     assert raw(url, "SELECT version FROM phaselog_schema") == [(sql.SCHEMA_VERSION,)]
     if kind == "sqlite":
@@ -731,7 +736,7 @@ def test_a_schema_newer_than_the_code_is_refused_with_what_to_do(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = sql_url(kind, tmp_path, request)
-    open_store(url).close()
+    open_store(url, migrate=True).close()
     raw(url, "UPDATE phaselog_schema SET version = ?", (sql.SCHEMA_VERSION + 1,))
     with pytest.raises(UnsupportedVersion) as info:
         open_store(url)

@@ -47,7 +47,7 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> s
         url = f"sqlite://{tmp_path}/race.db"
     else:
         url = request.getfixturevalue("pg_schema_url")
-    open_store(url).close()  # create / migrate before the race; the race is about writes
+    open_store(url, migrate=True).close()  # create the schema before the race; the race is about writes
     return url
 
 

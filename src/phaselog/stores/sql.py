@@ -219,6 +219,9 @@ class SqlStore(SqlRetentionMixin):
             if self.dialect.is_missing_schema(exc):
                 self._end_failed_read()
                 return None
+            better = self._translate(exc)
+            if better is not None:
+                raise better from None
             raise
         return int(rows[0][0]) if rows else None
 

@@ -81,7 +81,7 @@ def parse_store_url(value: str | os.PathLike[str]) -> StoreURL:
     if _GLUED.match(text):
         raise bad_url(text, "looks like a URL with the ':' missing after the scheme")
     if not _URLISH.match(text):
-        return StoreURL("files", Path(text).expanduser().absolute(), text=text)
+        return StoreURL("files", Path(os.path.abspath(os.path.expanduser(text))), text=text)
     scheme, _, rest = text.partition(":")
     if not rest.startswith("//"):
         raise bad_url(text, f"a {scheme}: URL needs '//' after the scheme (a plain path needs no scheme)")
@@ -123,7 +123,7 @@ def _sqlite(text: str) -> StoreURL:
     if netloc in (".", "..", "~"):
         if path in ("", "/"):
             raise bad_url(text, "names no database file")
-        where = Path(netloc + path).expanduser().absolute()
+        where = Path(os.path.abspath(os.path.expanduser(netloc + path)))
     elif netloc in ("", "localhost"):
         if path.startswith("//"):
             path = path[1:]  # sqlite:////abs/path: SQLAlchemy's spelling of the same absolute path
