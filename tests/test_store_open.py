@@ -464,3 +464,38 @@ def test_close_checkpoints_the_wal_and_is_idempotent(tmp_path: Path) -> None:
     shutil.copyfile(db, copy)
     assert open_store(f"sqlite://{copy}", create=False).tickets() == [T]
     other.close()
+
+
+# -- copy --------------------------------------------------------------------------------------
+@pytest.mark.all_stores
+def test_copy_from_a_store_that_does_not_exist_fails_and_creates_nothing(
+    missing: tuple[str, Any], tmp_path: Path
+) -> None:
+    url, exists = missing
+    target = tmp_path / "target"
+    proc = phaselog_cli("copy", "--from", url, "--to", str(target), "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    assert json.loads(proc.stdout)["error_code"] == "store_not_found"
+    assert not exists()
+    assert not target.exists()
+
+
+@pytest.mark.all_stores
+def test_copy_defaults_from_to_the_current_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if backend == "files":
+        url = str(tmp_path / "src")
+    elif backend == "sqlite":
+        url = f"sqlite://{tmp_path}/src.db"
+    else:
+        url = str(request.getfixturevalue("pg_schema_url"))
+    assert phaselog_cli(*write_args(), "--store", url, cwd=tmp_path).returncode == 0
+    dst = f"sqlite://{tmp_path}/dst.db"
+    proc = phaselog_cli("copy", "--to", dst, "--no-progress", cwd=tmp_path, env={"PHASELOG_STORE": url})
+    assert proc.returncode == 0, proc.stdout
+    out = json.loads(proc.stdout)
+    assert (out["records"], out["added"]) == (1, 1)
+    listed = phaselog_cli("list", "--ticket-id", T, "--store", dst, cwd=tmp_path)
+    assert json.loads(listed.stdout)["count"] == 1
+    both = phaselog_cli("copy", "--from", url, "--store", url, "--to", dst, cwd=tmp_path)
+    assert both.returncode == 2, both.stdout
+    assert json.loads(both.stdout)["field"] == "from"
