@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
+from conftest import IMPLEMENT, LOCAL_REVIEW, PG_URL, require_postgres
 from phaselog import StoreError, UsageError
 from phaselog.errors import Corrupt, StoreNotFound
 from phaselog.ledger import Ledger
@@ -77,11 +77,9 @@ def pg_schema_exists(schema: str) -> bool:
 def missing(backend: str, tmp_path: Path) -> Iterator[tuple[str, Any]]:
     """(URL of a store that does not exist, a function telling whether anything of it exists now)."""
     if backend == "files":
-        where = tmp_path / "typo" / "store"
-        yield str(where), lambda: (tmp_path / "typo").exists()
+        yield str(tmp_path / "typo" / "store"), (tmp_path / "typo").exists
     elif backend == "sqlite":
-        where = tmp_path / "typo" / "ledger.db"
-        yield f"sqlite://{where}", lambda: (tmp_path / "typo").exists()
+        yield f"sqlite://{tmp_path / 'typo' / 'ledger.db'}", (tmp_path / "typo").exists
     else:
         base = require_postgres()
         schema = f"t_{uuid.uuid4().hex[:16]}"
@@ -102,7 +100,7 @@ def test_a_read_of_a_store_that_does_not_exist_fails_and_creates_nothing(
     for read in (
         lambda: ledger.list(T),
         lambda: ledger.status(T, "r1"),
-        lambda: store.tickets(),
+        store.tickets,
         lambda: ledger.verify(T),
     ):
         with pytest.raises(StoreNotFound) as info:
