@@ -314,7 +314,8 @@ class SqlStore(SqlRetentionMixin):
             return None
         if self.dialect.is_unique_violation(exc) or self.dialect.is_transient(exc):
             return None
-        return self.dialect.translate(exc)
+        better: Exception | None = self.dialect.translate(exc)
+        return better
 
     def _retry(self, fn: Callable[[], Any], attempts: int = 5, *, typed: bool = True) -> Any:
         if self._held:
