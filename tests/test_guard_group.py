@@ -140,6 +140,7 @@ def test_sigkilled_guard_never_lets_a_second_copy_start(
     base += store_args(kind, tmp_path, request)
     command = ["--", "sh", str(job), str(work_lock), str(log), str(release)]
     outcomes: Counter[str] = Counter()
+    said: list[str] = []
 
     def starts() -> list[int]:
         return [pid for word, pid in events(log) if word == "start"]
@@ -155,8 +156,8 @@ def test_sigkilled_guard_never_lets_a_second_copy_start(
 
         wait_for(started_or_done, f"round {r}: the guard to run its job")
         if len(starts()) == begun:
-            said = (tmp_path / f"guard-{r}.out").read_text()
-            pytest.fail(f"round {r}: the guard did not run its job (exit {guard.returncode}): {said}")
+            text = (tmp_path / f"guard-{r}.out").read_text()
+            pytest.fail(f"round {r}: the guard did not run its job (exit {guard.returncode}): {text}")
         orphan = starts()[-1]
         workers.add(orphan)
         time.sleep(rng.uniform(0.0, 0.3))  # a random moment inside the work
@@ -166,12 +167,14 @@ def test_sigkilled_guard_never_lets_a_second_copy_start(
         second = subprocess.run([*base, *command], env=env, capture_output=True, timeout=120, check=False)
         out = second.stdout.decode()
         outcomes["skip" if out.startswith("SKIP") else f"exit {second.returncode}"] += 1
+        if not out.startswith("SKIP"):
+            said.append(f"round {r}: exit {second.returncode}: {out} {second.stderr.decode()}")
         (release / str(orphan)).touch()
         wait_for(lambda orphan=orphan: not alive(orphan), f"round {r}: the released worker to finish")
 
     evs = Counter(word for word, _ in events(log))
     assert evs["overlap"] == 0, f"{evs['overlap']} times a second copy of the job ran beside the first ({outcomes})"
-    assert outcomes == Counter({"skip": rounds})
+    assert outcomes == Counter({"skip": rounds}), said
     assert evs["start"] == rounds
     print(  # the figures for the issue's note (pytest -s)
         f"\n{kind}: {rounds} rounds, {evs['start']} starts, {evs['overlap']} overlaps, {dict(outcomes)}"
@@ -227,3 +230,40 @@ def test_the_lock_names_the_job_group_and_a_live_group_keeps_it(tmp_path: Path, 
     assert res.returncode == 0, res.stdout + res.stderr
     assert go.exists()
     assert b"took over the lock" in res.stderr
+
+
+def test_kill_stale_ends_the_orphaned_job_group_of_a_dead_guard(tmp_path: Path, workers: set[int]) -> None:
+    """A SIGKILLed guard's grandchild still works past --stale-after: --kill-stale ends it (the
+    guard itself is gone, so only its group can be signalled), then runs its own command once."""
+    root, worker, job = tmp_path / "store", tmp_path / "worker.py", tmp_path / "job.sh"
+    worker.write_text(WORKER)
+    job.write_text(JOB)
+    work_lock, log, go = tmp_path / "work.lock", tmp_path / "work.log", tmp_path / "go"
+    env = cli_env(PY=sys.executable, WORKER=str(worker))
+    base = [sys.executable, "-m", "phaselog", "guard", "run", "--name", NAME, "--root", str(root)]
+    guard = subprocess.Popen(
+        [*base, "--", "sh", str(job), str(work_lock), str(log), "600"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    [(_, wpid)] = wait_for(lambda: events(log), "the worker to start")
+    workers.add(wpid)
+    guard.kill()
+    guard.wait(timeout=60)
+    young = subprocess.run([*base, "--kill-stale", "--", "touch", str(go)], env=env, capture_output=True, check=False)
+    assert young.stdout.decode().startswith("SKIP"), "younger than --stale-after: left alone even with --kill-stale"
+    assert alive(wpid)
+    res = subprocess.run(
+        [*base, "--stale-after", "0s", "--kill-stale", "--", "touch", str(go)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert b"ending hung holder" in res.stderr
+    assert b"and its job's process group" in res.stderr
+    wait_for(lambda: not alive(wpid), "the orphaned worker to be ended")
+    assert go.exists(), "the new command ran once the group was gone"
+    assert [w for w, _ in events(log)] == ["start"], "the worker was killed (no end), and no second one ran"

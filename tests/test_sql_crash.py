@@ -846,8 +846,10 @@ TAKEOVER = textwrap.dedent("""
     from phaselog.guard import Environment, Guard
     from phaselog.stores import open_store
     url, view = sys.argv[1], sys.argv[2]
-    # 'dead': from here, the holder's process looks gone; 'remote': it is on another host.
-    env = Environment(start_time_of=lambda pid: None) if view == "dead" else Environment()
+    # 'dead': from here, the holder's process looks gone (and so does its job's group, which
+    # this very process is in); 'remote': it is on another host.
+    dead = Environment(start_time_of=lambda pid: None, group_of=lambda pgid, start: [])
+    env = dead if view == "dead" else Environment()
     r = Guard(open_store(url), "fence", env=env).run(["true"])
     print(json.dumps(r.to_json()))
 """)

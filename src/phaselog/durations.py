@@ -19,16 +19,8 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
 def parse_duration(text: str, *, field: str = "duration") -> timedelta:
-    """Parse ``text`` into a timedelta; UsageError naming ``field`` if it is not a duration."""
-    try:
-        return _parse(text, field)
-    except UsageError:
-        raise
-    except (OverflowError, ValueError):  # float('inf') seconds, or beyond timedelta's 999999999 days
-        raise UsageError(f"{field}: {text[:40]!r} is too long a duration", field=field, rule="duration") from None
-
-
-def _parse(text: str, field: str) -> timedelta:
+    """Parse ``text`` into a timedelta; UsageError naming ``field`` if it is not a duration (rule
+    ``duration``) or is longer than MAX_DAYS (rule ``duration_max``)."""
     s = text.strip().lower()
     if re.fullmatch(r"\d+(?:\.\d+)?", s):
         return _bounded(float(s), text, field)
