@@ -18,6 +18,7 @@ Adding a case: write a function ``(ledger, tamper) -> Expect`` decorated with ``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -439,6 +440,70 @@ def earlier_phase_forged_with_a_recomputed_hash(ledger: Ledger, t: Tamper) -> Ex
         recs["implement3"].evolve(phase_payload={**impl(3), "phase": "implement", "commit_sha": "bad0bad"})
     )
     return Expect("basis")
+
+
+# -- the cases: across a pruned gap (prune notes) ---------------------------------------------------
+def _pruned_history(ledger: Ledger) -> dict[str, Checkpoint]:
+    """ticket_history, then ``prune --keep-last 1``: implement a1, a2 and local_review a1 (failed) go."""
+    from phaselog.retention import prune
+
+    recs = ticket_history(ledger)
+    prune(ledger, T, keep_last=1)
+    assert ledger.verify(T).ok
+    return recs
+
+
+@case()
+def forged_record_after_its_predecessor_was_pruned(ledger: Ledger, t: Tamper) -> Expect:
+    # Before: a record whose predecessor was pruned had none of its links checked, so a fully
+    # re-hashed forgery (here: built on another implement) passed verify.
+    recs = _pruned_history(ledger)
+    basis = dict(recs["review2"].basis or {})
+    basis["implement"] = type(basis["implement"])(3, "b" * 64)
+    t.forge_checkpoint(recs["review2"].evolve(basis=basis, phase_payload={**LOCAL_REVIEW, "phase": "local_review"}))
+    return Expect("basis")
+
+
+@case()
+def forged_prev_hash_across_a_pruned_gap(ledger: Ledger, t: Tamper) -> Expect:
+    # implement a3's predecessor a2 was pruned: its prev_hash is checked against the note's hash.
+    recs = _pruned_history(ledger)
+    t.forge_checkpoint(recs["implement3"].evolve(prev_hash="c" * 64))
+    return Expect("basis")  # local_review's basis names a3's old hash; prev_hash is reported too
+
+
+@case()
+def prune_note_edited(ledger: Ledger, t: Tamper) -> Expect:
+    # A note vouches for the link across the gap: an edit of it is damage, never a new truth.
+    _pruned_history(ledger)
+    (name,) = t.entry_names("pruned", T, RUN)
+    t.edit_entry("pruned", T, RUN, name, lambda text: text.replace('"attempt_number": 2', '"attempt_number": 7', 1))
+    return Expect("content_hash")
+
+
+@case()
+def prune_note_forged_with_a_recomputed_hash(ledger: Ledger, t: Tamper) -> Expect:
+    # A consistent forgery of the note (its own hash recomputed) that claims another hash for the
+    # pruned implement a2: implement a3's prev_hash no longer matches what the note says.
+    _pruned_history(ledger)
+    (name,) = t.entry_names("pruned", T, RUN)
+
+    def forge(text: str) -> str:
+        from phaselog.pruned import PrunedRecord, PruneNote
+
+        doc = json.loads(text)
+        doc.pop("content_hash")
+        note = PruneNote.from_json(doc)
+        removed = tuple(
+            PrunedRecord(r.phase, r.phase_ordinal, r.attempt_number, r.status, "d" * 64, r.prev_hash, r.linked)
+            if (r.phase, r.attempt_number) == ("implement", 2)
+            else r
+            for r in note.removed
+        )
+        return dataclasses.replace(note, removed=removed).body().decode()
+
+    t.edit_entry("pruned", T, RUN, name, forge)
+    return Expect("prev_hash")
 
 
 # -- the cases: the audit trail ------------------------------------------------------------------

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
-from phaselog.records import Approval, Checkpoint, Marker, ProgressEvent, checkpoint_from_seed
+from phaselog.limits import MAX_RECORD_BYTES, json_loads
+from phaselog.records import Approval, Checkpoint, Marker, ProgressEvent, entry_bytes
 from phaselog.stores.base import Damaged, Store
 
 EXPORT_VERSION = 1
@@ -102,125 +103,102 @@ class ImportReport:
         return {"added": self.added, "skipped": self.skipped, "conflicts": self.conflicts}
 
 
-def import_records(
-    store: Store, lines: Iterable[dict[str, Any]], *, on_record: Callable[[], None] | None = None
-) -> ImportReport:
-    """Write export lines into ``store``; every hash is verified first. Idempotent."""
-    rep = ImportReport()
-    for n, line in enumerate(lines, start=1):
-        where = f"line {n}"
-        if not isinstance(line, dict) or line.get("type") not in ("checkpoint", "entry"):
-            raise InvalidRecord(
-                f"{where}: not a phaselog export record (needs type checkpoint or entry)",
-                line=n,
-                errors=[{"field": "type", "rule": "enum", "message": "unknown type"}],
-            )
-        if line["type"] == "checkpoint":
-            _import_checkpoint(store, line, where, rep)
+def import_records(store: Store, lines: Iterable[Any], *, on_record: Callable[[], None] | None = None) -> ImportReport:
+    """Write export lines into ``store`` (see :mod:`phaselog.importing`). Idempotent.
+
+    Every line is checked as a write checks its record, and linked to what is stored, before
+    anything is stored; a bad line raises InvalidRecord naming it (nothing is stored), a record
+    that does not link is refused with what depends on it (``conflicts``), the rest is stored.
+    """
+    from phaselog.importing import Plan, check_entry_phases, parse_line, plan_markers, plan_run
+    from phaselog.ledger import Ledger
+
+    ledger = Ledger(store)
+    items = [parse_line(n, line, ledger) for n, line in enumerate(lines, start=1)]
+    check_entry_phases(items, ledger)
+    plan = Plan()
+    markers: dict[str, list[Any]] = {}
+    runs: dict[tuple[str, str], list[Any]] = {}
+    for item in items:
+        if item.run_id is None:
+            markers.setdefault(item.ticket_id, []).append(item)
         else:
-            _import_entry(store, line, where, rep)
+            runs.setdefault((item.ticket_id, item.run_id), []).append(item)
+    for tid, group in markers.items():
+        plan_markers(ledger, tid, group, plan)
+    for (tid, rid), group in runs.items():
+        plan_run(ledger, tid, rid, group, plan)
+    rep = ImportReport(skipped=plan.skipped, conflicts=list(plan.refused))
+    for item in plan.store:
+        try:
+            _store(store, item)
+        except (AlreadyExists, Conflict) as exc:  # a writer got there meanwhile
+            rep.conflicts.append({"line": item.where, "path": item.ticket_id, "message": exc.message})
+        else:
+            rep.added += 1
         if on_record:
             on_record()
+    if on_record:
+        for _ in range(len(items) - len(plan.store)):
+            on_record()
+    rep.conflicts.sort(key=lambda c: int(str(c["line"]).split()[-1]))
     return rep
 
 
-def _verify(where: str, claimed: Any, actual: str) -> None:
-    if claimed != actual:
-        raise InvalidRecord(
-            f"{where}: content hash mismatch (line says {str(claimed)[:12]}, record hashes to {actual[:12]}); "
-            "nothing of this record was written",
-            errors=[{"field": "content_hash", "rule": "content_hash", "message": "mismatch"}],
-        )
-
-
-def _import_checkpoint(store: Store, line: dict[str, Any], where: str, rep: ImportReport) -> None:
-    doc = line.get("document")
-    if not isinstance(doc, dict) or not isinstance(doc.get("phaselog"), dict):
-        raise InvalidRecord(f"{where}: checkpoint document missing", errors=[])
-    try:
-        cp, _ = checkpoint_from_seed(
-            doc.get("checkpoint"), phase_ordinal=int(doc["phaselog"].get("phase_ordinal", 0)), meta=doc["phaselog"]
-        )
-    except (Corrupt, ValueError, TypeError) as exc:
-        raise InvalidRecord(f"{where}: {exc}", errors=[]) from None
-    _verify(where, line.get("content_hash"), cp.content_hash)
-    _verify(where, doc.get("content_hash"), cp.content_hash)
-    refs = [r for r in store.attempts(cp.ticket_id, cp.run_id) if r.phase_ordinal == cp.phase_ordinal]
-    if any(r.attempt_number == cp.attempt_number for r in refs):
-        existing = store.get(cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, cp.attempt_number).record
-        if existing.content_hash == cp.content_hash:
-            rep.skipped += 1
-        else:
-            rep.conflicts.append(
-                {
-                    "line": where,
-                    "path": store.location(cp),
-                    "message": "a different record already has this attempt; left as it is",
-                }
-            )
+def _store(store: Store, item: Any) -> None:
+    if item.type == "checkpoint":
+        cp = item.record
+        refs = [
+            r.attempt_number for r in store.attempts(cp.ticket_id, cp.run_id) if r.phase_ordinal == cp.phase_ordinal
+        ]
+        store.append(cp, expected_latest=max(refs, default=0))
         return
-    latest = max((r.attempt_number for r in refs), default=0)
-    if cp.attempt_number < latest:
-        rep.conflicts.append(
-            {
-                "line": where,
-                "path": store.location(cp),
-                "message": f"attempt {cp.attempt_number} is below the stored latest {latest}",
-            }
-        )
-        return
-    try:
-        store.append(cp, expected_latest=latest)
-    except (AlreadyExists, Conflict) as exc:
-        rep.conflicts.append({"line": where, "path": store.location(cp), "message": exc.message})
-        return
-    rep.added += 1
+    if item.type == "pruned":
+        note = item.record.note
+        body = note.body() if note is not None else (json.dumps(item.document, ensure_ascii=False) + "\n").encode()
+    else:
+        body = entry_bytes(item.record)
+    store.put_entry(item.type, item.ticket_id, item.run_id, item.name, body)
 
 
-def _import_entry(store: Store, line: dict[str, Any], where: str, rep: ImportReport) -> None:
-    kind, doc = line.get("kind"), line.get("document")
-    if kind not in (*_ENTRY_TYPES, "pruned") or not isinstance(doc, dict):
-        raise InvalidRecord(f"{where}: unknown entry kind {kind!r}", errors=[])
-    try:
-        actual = entry_hash(str(kind), doc)
-    except (Corrupt, ValueError, TypeError) as exc:
-        raise InvalidRecord(f"{where}: {exc}", errors=[]) from None
-    _verify(where, line.get("content_hash"), actual)
-    body = (json.dumps(doc, ensure_ascii=False) + "\n").encode()
-    ticket_id, run_id, name = str(line.get("ticket_id")), line.get("run_id"), str(line.get("name"))
-    try:
-        store.put_entry(str(kind), ticket_id, run_id, name, body)
-    except AlreadyExists:
-        same = [d for n, _loc, d in store.entries(str(kind), ticket_id, run_id, name) if n == name]
-        try:
-            existing = json.loads(same[0]) if same and not isinstance(same[0], Corrupt) else None
-        except ValueError:
-            existing = None
-        if existing is not None and entry_hash(str(kind), existing) == actual:
-            rep.skipped += 1
-        else:
-            rep.conflicts.append(
-                {
-                    "line": where,
-                    "path": f"{ticket_id}/{run_id or ''}/.{kind}/{name}",
-                    "message": "a different entry already has this name; left as it is",
-                }
-            )
-        return
-    rep.added += 1
+#: The longest export line import reads (a record at the size cap, JSON-escaped, with room).
+MAX_LINE_BYTES = 8 * MAX_RECORD_BYTES
 
 
-def read_lines(stream: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """Parse JSON Lines, naming the line of any error."""
-    for n, raw in enumerate(stream, start=1):
+def read_lines(stream: Any) -> Iterator[Any]:
+    """Parse JSON Lines from a binary (or text) stream, naming the line of any error.
+
+    Each line must be UTF-8 JSON of at most MAX_LINE_BYTES; NaN, Infinity, numbers that overflow
+    and nesting too deep for the parser are refused as InvalidRecord, never a crash.
+    """
+    n = 0
+    while True:
+        raw = stream.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        n += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise _line_error(n, f"longer than {MAX_LINE_BYTES} bytes", "max_line_bytes")
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _line_error(n, f"not UTF-8 text (byte {exc.start})", "utf8") from None
         text = raw.strip()
         if not text:
             continue
         try:
-            yield json.loads(text)
+            yield json_loads(text)
+        except RecursionError:
+            raise _line_error(n, "nested too deeply", "json_depth") from None
         except ValueError as exc:
-            raise InvalidRecord(
-                f"line {n}: not valid JSON ({exc})",
-                line=n,
-                errors=[{"field": f"line {n}", "rule": "json", "message": str(exc)}],
-            ) from None
+            raise _line_error(n, f"not valid JSON ({exc})", "json") from None
+
+
+def _line_error(n: int, message: str, rule: str) -> InvalidRecord:
+    return InvalidRecord(
+        f"line {n}: {message}; nothing was imported",
+        line=n,
+        rule=rule,
+        errors=[{"field": f"line {n}", "rule": rule, "message": message}],
+    )

@@ -51,11 +51,15 @@ def import_cmd(call: Call, input_path: str) -> Result:
 
     store = call.ledger.store
     try:
-        stream = sys.stdin if input_path == "-" else open(input_path, encoding="utf-8")  # noqa: SIM115
+        stream = sys.stdin.buffer if input_path == "-" else open(input_path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise UsageError(f"--input: cannot read {input_path}: {exc.strerror}", field="input") from None
     with stream:
-        rep = import_records(store, read_lines(stream))
+        try:
+            lines = list(read_lines(stream))
+        except OSError as exc:  # reading the input failed (not the store: nothing is stored yet)
+            raise UsageError(f"--input: cannot read {input_path}: {exc.strerror}", field="input") from None
+    rep = import_records(store, lines)
     return Result(
         rep.to_json(),
         lambda d: table(
