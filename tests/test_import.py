@@ -264,3 +264,27 @@ def test_cli_import_whose_store_fails_is_a_store_error_not_an_input_error(tmp_pa
     assert proc.returncode == 1, proc.stdout
     assert err["error_code"] == "io_error", err
     assert "--input" not in err["error"], err
+
+
+def test_copy_checks_records_against_the_source_s_own_pipelines(tmp_path: Path) -> None:
+    # A run of a pipeline whose manifest lives in the source's root: copy finds it there (the
+    # target has never heard of it), and still checks every record against it.
+    src_root = tmp_path / "src"
+    (src_root / "pipelines").mkdir(parents=True)
+    (src_root / "pipelines" / "data-job.yaml").write_text(
+        "name: data-job\nversion: '1'\norder: free\nphases:\n"
+        "  - name: data_ingest\n    payload_schema: {type: object, required: [rows]}\n"
+        "  - name: data_analysis\n    payload_schema: {type: object}\n"
+    )
+    led = Ledger(open_store(str(src_root)))
+    led.write(T, R, "data_ingest", {"rows": 3}, pipeline="data-job")
+    led.write(T, R, "data_analysis", {"mean": 1.5}, pipeline="data-job")
+    target = f"sqlite://{tmp_path}/copy.db"
+    proc = cli("copy", "--from", str(src_root), "--to", target)
+    assert proc.returncode == 0, proc.stdout
+    out = json.loads(proc.stdout)
+    assert (out["added"], out["conflicts"]) == (2, [])
+    # The same export into a store that knows no such pipeline is refused, naming it.
+    with pytest.raises(InvalidRecord) as info:
+        import_records(open_store(str(tmp_path / "elsewhere")), export_records(led.store, T))
+    assert "data-job" in info.value.message

@@ -14,6 +14,7 @@ present with another hash is reported as a conflict and left as it is.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,17 +104,25 @@ class ImportReport:
         return {"added": self.added, "skipped": self.skipped, "conflicts": self.conflicts}
 
 
-def import_records(store: Store, lines: Iterable[Any], *, on_record: Callable[[], None] | None = None) -> ImportReport:
+def import_records(
+    store: Store,
+    lines: Iterable[Any],
+    *,
+    on_record: Callable[[], None] | None = None,
+    pipelines_root: str | os.PathLike[str] | None = None,
+) -> ImportReport:
     """Write export lines into ``store`` (see :mod:`phaselog.importing`). Idempotent.
 
     Every line is checked as a write checks its record, and linked to what is stored, before
     anything is stored; a bad line raises InvalidRecord naming it (nothing is stored), a record
     that does not link is refused with what depends on it (``conflicts``), the rest is stored.
+    ``pipelines_root``: where the records' pipeline manifests are (``copy`` passes the source's
+    root); by default the target's own, as for a write.
     """
     from phaselog.importing import Plan, check_entry_phases, parse_line, plan_markers, plan_run
     from phaselog.ledger import Ledger
 
-    ledger = Ledger(store)
+    ledger = Ledger(store, pipelines_root=pipelines_root)
     items = [parse_line(n, line, ledger) for n, line in enumerate(lines, start=1)]
     check_entry_phases(items, ledger)
     plan = Plan()

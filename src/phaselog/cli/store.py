@@ -106,6 +106,7 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
     source = call.open_store(src, create=False)
     target = call.open_store(dst, create=True)
     lines = list(export_records(source, ticket_id))
+    manifests = getattr(source, "root", None)  # the records were written against the source's manifests
     if show_progress is None:
         show_progress = sys.stderr.isatty()
     if show_progress:
@@ -113,9 +114,9 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
 
         with Progress(transient=False) as bar:
             task = bar.add_task("copying records", total=len(lines))
-            rep = import_records(target, lines, on_record=lambda: bar.advance(task))
+            rep = import_records(target, lines, on_record=lambda: bar.advance(task), pipelines_root=manifests)
     else:
-        rep = import_records(target, lines)
+        rep = import_records(target, lines, pipelines_root=manifests)
     shown = src if src is not None else source.url
     return Result(
         {"from": shown, "to": dst, "records": len(lines), **rep.to_json()}, exit_code=1 if rep.conflicts else 0
