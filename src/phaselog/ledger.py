@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -41,11 +41,12 @@ from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_ATTEMPT, check_attempt, check_json_data, is_attempt
 from phaselog.markers import MarkersMixin
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
-from phaselog.progress import ProgressMixin
-from phaselog.records import BasisEntry, Checkpoint, PipelineRef, Status
+from phaselog.progress import ProgressMixin, flights
+from phaselog.records import Approval, BasisEntry, Checkpoint, Marker, PipelineRef, Status, parse_entries
 from phaselog.state import COMPLETED, RunStatus, derive_status
 from phaselog.stores import Damaged, Store, Stored, open_store
 from phaselog.stores.base import RunFence
+from phaselog.stores.snapshot import RunSnapshot
 from phaselog.validation import Report, check_artifacts, check_links, check_record
 from phaselog.verify import VerifyMixin, VerifyReport
 
@@ -204,13 +205,25 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 return stored.record.pipeline
         return None
 
-    def pipeline_for(self, ticket_id: str, run_id: str, requested: PipelineArg = None) -> Pipeline:
-        """The run's pipeline; refuse one that differs from what the run recorded."""
-        recorded = self.recorded_pipeline(ticket_id, run_id)
-        if recorded is None:
-            marker = self.marker(ticket_id)
-            if marker is not None:
-                recorded = PipelineRef(marker.pipeline, "", "")
+    def pipeline_for(
+        self, ticket_id: str, run_id: str, requested: PipelineArg = None, *, snapshot: RunSnapshot | None = None
+    ) -> Pipeline:
+        """The run's pipeline; refuse one that differs from what the run recorded.
+
+        With ``snapshot`` the recorded pipeline (and the ticket's marker) come from it: no store call.
+        """
+        if snapshot is not None:
+            recorded = snapshot.pipeline_ref()
+            if recorded is None and snapshot.markers:
+                revs = sorted(parse_entries(Marker, snapshot.markers)[0], key=lambda m: m.revision)
+                if revs:
+                    recorded = PipelineRef(revs[-1].pipeline, "", "")
+        else:
+            recorded = self.recorded_pipeline(ticket_id, run_id)
+            if recorded is None:
+                marker = self.marker(ticket_id)
+                if marker is not None:
+                    recorded = PipelineRef(marker.pipeline, "", "")
         if requested is None:
             return self.load_pipeline(recorded.name if recorded else None)
         pipeline = self.load_pipeline(requested)
@@ -297,7 +310,8 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
     ) -> WriteResult:
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        pl = self.pipeline_for(ticket_id, run_id, pipeline)
+        snap = self.store.snapshot(ticket_id, run_id)
+        pl = self.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap)
         ph = pl.phase(phase)
         if attempt is not None and not is_attempt(attempt):
             raise InvalidRecord(
@@ -315,15 +329,16 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             ts = timestamp.astimezone(UTC) if timestamp is not None else self.clock()
         except OverflowError:
             raise UsageError(f"timestamp {timestamp} is out of range in UTC", field="timestamp") from None
-        if check_prerequisites and status == "completed" and pl.order == "strict":
-            self._check_prerequisites(ticket_id, run_id, pl, ph)
-        for _ in range(MAX_APPEND_RETRIES):
-            refs = list(self.store.attempts(ticket_id, run_id))
-            mine = sorted(r.attempt_number for r in refs if r.phase_ordinal == ph.ordinal)
+        for tries in range(MAX_APPEND_RETRIES):
+            if tries:
+                snap = self.store.snapshot(ticket_id, run_id)  # someone appended meanwhile: re-read
+            if check_prerequisites and status == "completed" and pl.order == "strict":
+                self._check_prerequisites(snap, pl, ph)
+            mine = [r.attempt_number for r in snap.phase_attempts(ph.ordinal)]
             latest = mine[-1] if mine else 0
             number = attempt if attempt is not None else latest + 1
             if attempt is None:
-                started = self._started_attempts(ticket_id, run_id, ph)
+                started = snap.started_attempts(ph.ordinal, ph.name)
                 if started and started[-1] > latest:
                     number = started[-1]  # the attempt in flight: it has progress events
                 if number > MAX_ATTEMPT:
@@ -332,11 +347,8 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                         errors=[{"field": "attempt_number", "rule": "max_attempt", "message": f"over {MAX_ATTEMPT}"}],
                         rule="max_attempt",
                     )
-            try:
-                basis = self._basis(ticket_id, run_id, pl, ph, refs)
-                prev_hash = self._hash_of(ticket_id, run_id, ph, latest) if latest else None
-            except NotFound:
-                continue  # pruned since we listed the run (a newer attempt came meanwhile): re-read
+            basis = _basis(snap, pl, ph)
+            prev_hash = _hash_of(snap, ph, latest) if latest else None
             cp = Checkpoint(
                 ticket_id=ticket_id,
                 run_id=run_id,
@@ -392,11 +404,11 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             return WriteResult(stored, tuple(i.text() for i in report.warnings))
         raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")
 
-    def _check_prerequisites(self, ticket_id: str, run_id: str, pl: Pipeline, ph: Phase) -> None:
+    def _check_prerequisites(self, snap: RunSnapshot, pl: Pipeline, ph: Phase) -> None:
         earlier = pl.earlier(ph)
         if not earlier:
             return
-        st = self.status(ticket_id, run_id, pipeline=pl)
+        st = self._status_from(snap, pl)
         blockers = []
         for ps in st.phases:
             if ps.ordinal >= ph.ordinal:
@@ -415,33 +427,6 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 phase=ph.name,
                 blockers=[b.to_json() for b in blockers],
             )
-
-    def _hash_of(self, ticket_id: str, run_id: str, ph: Phase, attempt: int) -> str:
-        try:
-            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt).record.content_hash
-        except Corrupt as exc:
-            raise Corrupt(
-                f"cannot link to attempt {attempt} of {ph.name}: {exc.message} "
-                "(run `phaselog verify` to see what is damaged)",
-                **exc.context,
-            ) from None
-
-    def _basis(
-        self, ticket_id: str, run_id: str, pl: Pipeline, ph: Phase, refs: Iterable[Any]
-    ) -> dict[str, BasisEntry]:
-        best: dict[int, Any] = {}
-        for r in refs:
-            if r.completed and r.phase_ordinal < ph.ordinal:
-                cur = best.get(r.phase_ordinal)
-                if cur is None or r.attempt_number > cur.attempt_number:
-                    best[r.phase_ordinal] = r
-        basis: dict[str, BasisEntry] = {}
-        for ordinal, r in sorted(best.items()):
-            if pl.phase_by_ordinal(ordinal) is None:
-                continue
-            stored = self.store.get(ticket_id, run_id, ordinal, r.phase, r.attempt_number)
-            basis[r.phase] = BasisEntry(r.attempt_number, stored.record.content_hash)
-        return basis
 
     # -- reading ----------------------------------------------------------------------------------
     def read(
@@ -631,21 +616,30 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         return report
 
     def status(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> RunStatus:
-        """Derive the state of every phase of a run, and the next phase."""
+        """Derive the state of every phase of a run, and the next phase (one store call)."""
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        pl = self.pipeline_for(ticket_id, run_id, pipeline)
-        items, damaged = self.run_records(ticket_id, run_id)
-        records = [s.record for s in items]
-        flights = {name: f.to_json() for name, f in self.in_flight(ticket_id, run_id).items()}
+        snap = self.store.snapshot(ticket_id, run_id)
+        return self._status_from(snap, self.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap))
+
+    def _status_from(self, snap: RunSnapshot, pl: Pipeline) -> RunStatus:
+        """The state of a run as a snapshot shows it."""
+        damaged = snap.damaged()
+        records = [s.record for s in snap.stored()]
+        flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
+        counts: dict[str, int] = {}
+        for ref in snap.attempts:
+            counts[ref.phase] = counts.get(ref.phase, 0) + 1
+        verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
         st = derive_status(
             pl,
             records,
-            ticket_id=ticket_id,
-            run_id=run_id,
+            ticket_id=snap.ticket_id,
+            run_id=snap.run_id,
             damaged=[(d.phase, d.attempt_number) for d in damaged],
-            judgements=self._judgements(ticket_id, run_id, records),
-            flights=flights,
+            judgements=self._inherited(verdicts, records),
+            flights=flying,
+            counts=counts,
         )
         if damaged:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)
@@ -654,7 +648,10 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
 
     def _judgements(self, ticket_id: str, run_id: str, records: Sequence[Checkpoint]) -> dict[str, str]:
         """Approval verdicts by checkpoint hash, including those a forked checkpoint inherits."""
-        verdicts = judge(self.approvals(ticket_id, run_id))
+        return self._inherited(judge(self.approvals(ticket_id, run_id)), records)
+
+    def _inherited(self, verdicts: dict[str, str], records: Sequence[Checkpoint]) -> dict[str, str]:
+        """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals."""
         sources: dict[str, dict[str, str]] = {}
         for cp in records:
             src = cp.forked_from
@@ -720,6 +717,40 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _record_or_corrupt(snap: RunSnapshot, ph_name: str, ordinal: int, attempt: int) -> Checkpoint:
+    """The record of an attempt a new checkpoint links to; Corrupt when it is damaged."""
+    entry = snap.record(ordinal, attempt)
+    if isinstance(entry, Stored):
+        return entry.record
+    if entry is None:  # the snapshot reads every attempt a write links to: it vanished (pruned)
+        raise NotFound(f"attempt {attempt} of {ph_name} is no longer stored", phase=ph_name, attempt=attempt)
+    raise Corrupt(
+        f"cannot link to attempt {attempt} of {ph_name}: {entry.message} "
+        "(run `phaselog verify` to see what is damaged)",
+        path=entry.location,
+        rule=entry.rule,
+    )
+
+
+def _hash_of(snap: RunSnapshot, ph: Phase, attempt: int) -> str:
+    """The content hash of the phase's latest attempt (the new attempt's prev_hash)."""
+    return _record_or_corrupt(snap, ph.name, ph.ordinal, attempt).content_hash
+
+
+def _basis(snap: RunSnapshot, pl: Pipeline, ph: Phase) -> dict[str, BasisEntry]:
+    """The newest completed attempt of each earlier phase, with its hash: what ``ph`` builds on."""
+    basis: dict[str, BasisEntry] = {}
+    for ordinal in sorted({r.phase_ordinal for r in snap.attempts}):
+        if ordinal >= ph.ordinal or pl.phase_by_ordinal(ordinal) is None:
+            continue
+        ref = snap.latest_completed(ordinal)
+        if ref is None:
+            continue
+        cp = _record_or_corrupt(snap, ref.phase, ordinal, ref.attempt_number)
+        basis[ref.phase] = BasisEntry(ref.attempt_number, cp.content_hash)
+    return basis
 
 
 def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> Phase | None:

@@ -29,7 +29,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import (
     AlreadyExists,
@@ -43,8 +43,11 @@ from phaselog.errors import (
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.pipelines import Phase
-from phaselog.records import EVENTS, ProgressEvent, entry_bytes, read_entries
+from phaselog.records import EVENTS, ProgressEvent, entry_bytes, parse_entries, read_entries
 from phaselog.stores.names import event_name, event_prefix, parse_event_name
+
+if TYPE_CHECKING:
+    from phaselog.stores.snapshot import RunSnapshot
 
 DEFAULT_MAX_OUTPUT_BYTES = MAX_OUTPUT_BYTES
 #: Highest process id a progress event may name (Linux's pid_max ceiling is 2**22).
@@ -214,30 +217,7 @@ class ProgressMixin:
     def in_flight(self, ticket_id: str, run_id: str, *, stale_after: timedelta | None = None) -> dict[str, Flight]:
         """Per phase, the newest attempt that has events but no checkpoint (if any)."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-        finished = {(r.phase_ordinal, r.attempt_number) for r in self.store.attempts(ticket_id, run_id)}
-        top_checkpoint: dict[int, int] = {}
-        for ordinal, attempt in finished:
-            top_checkpoint[ordinal] = max(top_checkpoint.get(ordinal, 0), attempt)
-        flights: dict[str, Flight] = {}
-        now = self.clock()
-        host = socket.gethostname()
-        for (ordinal, attempt), events in sorted(self.event_index(ticket_id, run_id).items()):
-            if (ordinal, attempt) in finished or attempt < top_checkpoint.get(ordinal, 0):
-                continue
-            start = next((e for e in events if e.event == "start"), None)
-            last = events[-1]
-            reason = judge_abandoned(
-                start,
-                last,
-                now=now,
-                stale_after=stale_after or _stale_after_default(),
-                host=host,
-                start_time_of=process_start_time,
-            )
-            flights[last.phase] = Flight(
-                last.phase, ordinal, attempt, len(events), last, start, reason is not None, reason
-            )
-        return flights
+        return flights(self.store.snapshot(ticket_id, run_id), now=self.clock(), stale_after=stale_after)
 
     # -- writing ------------------------------------------------------------------------------
     def progress(
@@ -414,3 +394,33 @@ def _stale_after_default() -> timedelta:
 
         return parse_duration(raw, field="PHASELOG_PROGRESS_STALE_AFTER")
     return DEFAULT_STALE_AFTER
+
+
+def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None = None) -> dict[str, Flight]:
+    """Per phase, the newest attempt of a snapshot that has events but no record (if any)."""
+    finished = {(r.phase_ordinal, r.attempt_number) for r in snap.attempts}
+    top_checkpoint: dict[int, int] = {}
+    for ordinal, attempt in finished:
+        top_checkpoint[ordinal] = max(top_checkpoint.get(ordinal, 0), attempt)
+    events, _damaged = parse_entries(ProgressEvent, snap.events)
+    groups: dict[tuple[int, int], list[ProgressEvent]] = {}
+    for ev in events:
+        groups.setdefault((ev.phase_ordinal, ev.attempt_number), []).append(ev)
+    out: dict[str, Flight] = {}
+    host = socket.gethostname()
+    for (ordinal, attempt), group in sorted(groups.items()):
+        if (ordinal, attempt) in finished or attempt < top_checkpoint.get(ordinal, 0):
+            continue
+        group.sort(key=lambda e: e.seq)
+        start = next((e for e in group if e.event == "start"), None)
+        last = group[-1]
+        reason = judge_abandoned(
+            start,
+            last,
+            now=now,
+            stale_after=stale_after or _stale_after_default(),
+            host=host,
+            start_time_of=process_start_time,
+        )
+        out[last.phase] = Flight(last.phase, ordinal, attempt, len(group), last, start, reason is not None, reason)
+    return out

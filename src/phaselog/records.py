@@ -657,9 +657,14 @@ def read_entries(
     store: Any, kind: str, cls: Any, ticket_id: str, run_id: str | None
 ) -> tuple[list[Any], list[Corrupt]]:
     """Every intact entry of a kind, and the damaged ones apart (never used, always reported)."""
+    return parse_entries(cls, store.entries(kind, ticket_id, run_id))
+
+
+def parse_entries(cls: Any, entries: Any) -> tuple[list[Any], list[Corrupt]]:
+    """Parse (name, location, bytes or Corrupt) entries: the intact ones, and the damaged apart."""
     good: list[Any] = []
     bad: list[Corrupt] = []
-    for _name, location, data in store.entries(kind, ticket_id, run_id):
+    for _name, location, data in entries:
         if isinstance(data, Corrupt):
             bad.append(data)
             continue

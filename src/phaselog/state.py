@@ -131,12 +131,14 @@ def derive_status(
     damaged: Sequence[tuple[str, int]] = (),
     judgements: Mapping[str, str] | None = None,
     flights: Mapping[str, Mapping[str, Any]] | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> RunStatus:
     """Derive a run's state from its records (any order).
 
     ``damaged``: (phase, attempt) pairs that exist but cannot be read. ``judgements``: checkpoint
     content hash → ``approved`` / ``rejected``. ``flights``: phase → the in-flight attempt's JSON
-    summary (``attempt_number``, ``abandoned`` …).
+    summary (``attempt_number``, ``abandoned`` …). ``counts``: phase → committed attempts, when
+    ``records`` holds only the attempts the state depends on (a run snapshot), not all of them.
     """
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
@@ -169,6 +171,7 @@ def derive_status(
             bad.get(p.name, []),
             judgements or {},
             (flights or {}).get(p.name),
+            (counts or {}).get(p.name),
         )
         for p in pipeline.phases
     ]
@@ -183,6 +186,7 @@ def _phase_state(
     damaged: list[int],
     judgements: Mapping[str, str],
     flight: Mapping[str, Any] | None,
+    count: int | None = None,
 ) -> PhaseState:
     common: dict[str, Any] = {
         "phase": phase.name,
@@ -191,13 +195,14 @@ def _phase_state(
         "requires_approval": phase.requires_approval,
     }
     top = attempts[-1].attempt_number if attempts else 0
+    n_attempts = count if count is not None else len(attempts)
     if damaged and max(damaged) > top and (flight is None or max(damaged) > flight["attempt_number"]):
         lc = latest_completed.get(phase.name)
         return PhaseState(
             state=DAMAGED,
             latest_attempt=max(damaged),
             completed_attempt=lc.attempt_number if lc else None,
-            attempts=len(attempts),
+            attempts=n_attempts,
             reason=f"attempt {max(damaged)} is damaged; see `phaselog verify`, `phaselog doctor`",
             **common,
         )
@@ -208,7 +213,7 @@ def _phase_state(
             latest_attempt=flight["attempt_number"],
             latest_timestamp=parse_timestamp(flight["last_event_at"]) if flight.get("last_event_at") else None,
             completed_attempt=lc.attempt_number if lc else None,
-            attempts=len(attempts),
+            attempts=n_attempts,
             reason=(
                 f"abandoned: {flight.get('abandoned_reason')}"
                 if flight.get("abandoned")
@@ -223,7 +228,7 @@ def _phase_state(
     common.update(
         latest_attempt=latest.attempt_number,
         latest_timestamp=latest.timestamp_utc,
-        attempts=len(attempts),
+        attempts=n_attempts,
     )
     if not latest.completed:
         lc = latest_completed.get(phase.name)

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from phaselog.errors import Corrupt
 from phaselog.records import Checkpoint
+
+if TYPE_CHECKING:
+    from phaselog.stores.snapshot import RunSnapshot
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,13 @@ class Store(Protocol):
 
     def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
         """Read one record; NotFound if absent, Corrupt if damaged."""
+        ...
+
+    def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
+        """Everything a write or a status needs about a run, in one call (see stores.snapshot).
+
+        ``history=True`` reads every record too. A missing run gives an empty snapshot.
+        """
         ...
 
     def tickets(self) -> list[str]:

@@ -56,6 +56,7 @@ from phaselog.stores.names import checkpoint_name as cp_name
 
 if TYPE_CHECKING:
     from phaselog.stores.files_lease import FileRunLeases
+    from phaselog.stores.snapshot import RunSnapshot
 
 DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES
 #: How many more bytes a sidecar's ``checkpoint_file_sha256`` takes than ``null``.
@@ -752,6 +753,12 @@ class FilesStore(FilesAdminMixin):
     def checkpoints_root(self) -> Path:
         """The folder that ``checkpoint_path`` values are relative to."""
         return self.root / "checkpoints"
+
+    def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
+        """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
+        from phaselog.stores.snapshot import build_snapshot
+
+        return build_snapshot(self, validate_ticket_id(ticket_id), run_id, history=history)
 
     def close(self) -> None:
         """Release the cached root descriptor and any run lease still held."""

@@ -19,7 +19,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import (
     AlreadyExists,
@@ -48,6 +48,9 @@ from phaselog.stores.files import (
 from phaselog.stores.names import ENTRY_KINDS, failed_name, is_entry_name
 from phaselog.stores.names import checkpoint_name as cp_name
 from phaselog.stores.sql_retention import SqlRetentionMixin
+
+if TYPE_CHECKING:
+    from phaselog.stores.snapshot import RunSnapshot
 
 #: The schema version this code writes and understands.
 SCHEMA_VERSION = 2
@@ -700,6 +703,12 @@ class SqlStore(SqlRetentionMixin):
     def run_leases(self) -> sql_lease.SqlRunLeases:
         """The run-lease service (lease rows in this database)."""
         return sql_lease.SqlRunLeases(self)
+
+    def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
+        """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
+        from phaselog.stores.snapshot import build_snapshot
+
+        return build_snapshot(self, validate_ticket_id(ticket_id), run_id, history=history)
 
     def close(self) -> None:
         """Close the connection (SQLite: after moving the WAL into the database file). Idempotent."""

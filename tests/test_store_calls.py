@@ -1,0 +1,105 @@
+"""A run is read once: a write is one snapshot plus one append, a status one snapshot (every store).
+
+A counting proxy stands between the Ledger and a real store and records every call the Ledger
+makes on the store contract. Calls the store makes on itself inside ``snapshot`` are not counted:
+they are the backend's business (one directory walk, one or two queries).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import phaselog
+from phaselog.stores import Store
+
+pytestmark = pytest.mark.all_stores
+
+IMPLEMENT = {"branch_name": "feat/x", "commit_sha": "a1b2c3d", "files_changed": ["src/x.py"]}
+REVIEW = {"iteration_count": 1, "issue_fingerprints": [], "last_clean_sha": "a1b2c3d"}
+
+
+class Counting:
+    """Forwards every attribute to ``inner``; counts the calls made through it."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kw)
+
+        return counted
+
+
+def _ledger(store: Store) -> tuple[phaselog.Ledger, Counting]:
+    counting = Counting(store)
+    return phaselog.Ledger(counting), counting  # type: ignore[arg-type]
+
+
+def _fill(store: Store, attempts: int) -> None:
+    """A run with ``attempts`` failed tries of implement, one completed, and a local_review."""
+    led = phaselog.Ledger(store)
+    for _ in range(attempts):
+        led.write("T-1", "r1", "implement", None, status="failed", error="flaky")
+    led.write("T-1", "r1", "implement", IMPLEMENT)
+    led.write("T-1", "r1", "local_review", REVIEW)
+
+
+@pytest.mark.parametrize("history", [1, 40])
+def test_a_write_is_one_snapshot_and_one_append(store: Store, history: int) -> None:
+    _fill(store, history)
+    led, counting = _ledger(store)
+    led.write("T-1", "r1", "local_review", REVIEW)
+    assert dict(counting.calls) == {"snapshot": 1, "append": 1}
+    led.write("T-1", "r1", "create_pr", {"pr_url": "https://x.test/pull/1", "pr_number": 1, "head_sha": "a1b2c3d"})
+    assert dict(counting.calls) == {"snapshot": 2, "append": 2}
+
+
+def test_a_first_write_and_a_failure_are_one_snapshot_and_one_append(store: Store) -> None:
+    led, counting = _ledger(store)
+    led.write("T-2", "new-run", "implement", IMPLEMENT)
+    led.write("T-2", "new-run", "local_review", None, status="failed", error="boom")
+    assert dict(counting.calls) == {"snapshot": 2, "append": 2}
+
+
+@pytest.mark.parametrize("history", [1, 40])
+def test_status_is_one_snapshot(store: Store, history: int) -> None:
+    _fill(store, history)
+    led, counting = _ledger(store)
+    st = led.status("T-1", "r1")
+    assert dict(counting.calls) == {"snapshot": 1}
+    implement = st.phase("implement")
+    assert (implement.state, implement.attempts, implement.latest_attempt) == ("completed", history + 1, history + 1)
+    assert st.next_phase == "create_pr"
+
+
+def test_a_strict_write_checks_prerequisites_from_the_same_snapshot(store: Store) -> None:
+    video = {"research": {"summary": "s", "sources": ["https://x.test/a"]}}
+    led, counting = _ledger(store)
+    led.write("V-1", "r1", "research", video["research"], pipeline="video-pipeline")
+    assert dict(counting.calls) == {"snapshot": 1, "append": 1}
+    with pytest.raises(phaselog.PhaselogError) as err:
+        led.write("V-1", "r1", "script", {"script": "x"}, pipeline="video-pipeline")
+    assert err.value.error_code == "prerequisite"  # proposal is missing
+    assert counting.calls["append"] == 1  # refused: nothing appended
+    assert counting.calls["snapshot"] == 2
+
+
+def test_the_status_of_a_long_history_reads_what_the_state_depends_on(store: Store) -> None:
+    """With 40 failed attempts before the completed one, status reads the newest record of each
+    phase and the newest completed one: not the failed history (O(phases), not O(attempts))."""
+    _fill(store, 40)
+    snap = store.snapshot("T-1", phaselog.normalize_run_id("r1"))
+    assert len(snap.attempts) == 42
+    assert sorted(snap.records) == [(1, 41), (2, 1)]
+    full = store.snapshot("T-1", phaselog.normalize_run_id("r1"), history=True)
+    assert len(full.records) == 42
