@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
 from phaselog.errors import NotFound, UsageError
@@ -318,3 +319,42 @@ def finish_interrupted(ledger: Any, ticket_id: str) -> list[dict[str, Any]]:
                     }
                 )
     return done
+
+
+def prune_chosen(
+    ledger: Any,
+    tid: str,
+    rid: str,
+    choose: Callable[[list[Checkpoint], bool], tuple[list[Checkpoint], bool]],
+    rep: PruneReport,
+) -> None:
+    """Remove what ``choose`` picks from one run, as ``prune`` does: under the run's lock, with
+    the removed records' progress events and approvals, a prune note first, or the whole run.
+
+    ``choose(records, damaged)`` gets the run's intact records (read under the lock) and whether
+    any record is damaged, and returns (the records to remove, whether the whole run goes). The
+    LangGraph saver's ``prune``, ``delete_for_runs`` and ``delete_thread`` use it, so their
+    removals are ones ``verify`` and ``doctor`` understand.
+    """
+    store = _retention(ledger.store)
+    with store.locked_run(tid, rid) as handle:
+        if handle is None:
+            return  # removed whole meanwhile
+        items, damaged = ledger.run_records(tid, rid)
+        doomed, whole = choose([s.record for s in items], bool(damaged))
+        plan = _Plan(whole=whole, doomed=list(doomed))
+        if whole:
+            plan.entries = [("progress", n) for n in ledger.store.entry_names("progress", tid, rid)]
+            plan.entries += [("approvals", n) for n in ledger.store.entry_names("approvals", tid, rid)]
+        elif plan.doomed:
+            keys = {(c.phase_ordinal, c.attempt_number) for c in plan.doomed}
+            for name in ledger.store.entry_names("progress", tid, rid):
+                parsed = parse_event_name(name)
+                if parsed is not None and (parsed.ordinal, parsed.attempt) in keys:
+                    plan.entries.append(("progress", name))
+            hashes = {c.content_hash for c in plan.doomed}
+            for a in ledger.approvals(tid, rid):
+                if a.checkpoint_hash in hashes:
+                    plan.entries.append(("approvals", approval_name(a.seq, a.phase_ordinal, a.phase, a.attempt_number)))
+                    plan.judgements.append((a.seq, a.phase, a.content_hash))
+        _apply(ledger, store, handle, tid, rid, plan, rep)

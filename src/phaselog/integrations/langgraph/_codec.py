@@ -1,0 +1,254 @@
+"""How LangGraph's objects map onto phaselog records (see docs/langgraph.md).
+
+* a thread is a ticket: ``thread_id`` is checked like any ticket id;
+* a checkpoint namespace is a run: ``run_id = normalize_run_id("ns:" + checkpoint_ns)``, so the
+  root namespace is ``--run-id ns:`` on the command line;
+* each checkpoint is one attempt of the phase ``checkpoint`` of the built-in ``langgraph``
+  pipeline, in append order, chained by ``prev_hash``; LangGraph's parent is in the payload;
+* pending writes are progress events of the checkpoint's own attempt (one event per
+  ``put_writes`` call).
+
+Values go through LangGraph's serializer protocol (``serde.dumps_typed``/``loads_typed``) and are
+kept as ``{"type", "data"}`` with the bytes in base64, so the records stay JSON (and YAML in the
+files store) and every type the serializer handles round-trips.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from phaselog.errors import InvalidIdentifier, InvalidRecord
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.progress import event_name
+from phaselog.records import Checkpoint, PipelineRef, ProgressEvent
+
+PIPELINE = "langgraph"
+PHASE = "checkpoint"
+ORDINAL = 1
+NS_PREFIX = "ns:"
+PROVIDER = "langgraph"
+#: Checkpoint keys stored as plain JSON; any other key goes, serialised, under ``extra``.
+_JSON_KEYS = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
+#: Progress-entry name prefix of an attempt's events (the entry name format is progress.event_name).
+_EVENT_PREFIX = event_name(ORDINAL, PHASE, 0, 0).split("_a", 1)[0] + "_a"
+
+
+def thread_ticket(thread_id: object) -> str:
+    """The ticket id of a LangGraph thread: ``str(thread_id)``, checked like any ticket id."""
+    if thread_id is None:
+        raise InvalidIdentifier(
+            "thread_id: missing; pass config={'configurable': {'thread_id': ...}}", field="thread_id", rule="required"
+        )
+    text = thread_id if isinstance(thread_id, str) else str(thread_id)
+    return validate_ticket_id(text, field="thread_id")
+
+
+def ns_run_id(checkpoint_ns: object) -> str:
+    """The run id (a UUID) of a checkpoint namespace."""
+    if not isinstance(checkpoint_ns, str):
+        raise InvalidIdentifier("checkpoint_ns: must be a string", field="checkpoint_ns", rule="type")
+    return normalize_run_id(NS_PREFIX + checkpoint_ns, field="checkpoint_ns")
+
+
+def attempt_prefix(attempt: int) -> str:
+    """Entry-name prefix of every progress event of one attempt."""
+    return event_name(ORDINAL, PHASE, attempt, 0).rsplit("_s", 1)[0] + "_s"
+
+
+def attempt_of_event_name(name: str) -> int | None:
+    """The attempt an event entry name belongs to (None: not a ``checkpoint`` event)."""
+    if not name.startswith(_EVENT_PREFIX):
+        return None
+    head = name[len(_EVENT_PREFIX) :].split("_s", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+# -- values -------------------------------------------------------------------------------------
+def typed(serde: Any, value: Any) -> dict[str, str]:
+    """``{"type", "data"}``: the serializer's type tag and its bytes in base64."""
+    kind, data = serde.dumps_typed(value)
+    return {"type": kind, "data": base64.b64encode(data).decode("ascii")}
+
+
+def untyped(serde: Any, doc: Mapping[str, Any]) -> Any:
+    """The value a :func:`typed` document holds."""
+    return serde.loads_typed((doc["type"], base64.b64decode(doc["data"])))
+
+
+def _plain_json(value: Any) -> Any | None:
+    """``value`` normalised through JSON (tuples become lists), or None if it is not JSON."""
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError):
+        return None
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+def checkpoint_payload(
+    serde: Any,
+    checkpoint: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+    *,
+    checkpoint_ns: str,
+    parent_id: str | None,
+    parent_hash: str | None,
+) -> dict[str, Any]:
+    """The ``checkpoint`` phase payload of one LangGraph checkpoint."""
+    body: dict[str, Any] = {}
+    for key in _JSON_KEYS:
+        if key in checkpoint:
+            plain = _plain_json(checkpoint[key])
+            if plain is None and checkpoint[key] is not None:
+                raise InvalidRecord(
+                    f"checkpoint.{key}: must be JSON (str/int/float keys and values)",
+                    errors=[{"field": f"checkpoint.{key}", "rule": "json", "message": "not JSON"}],
+                )
+            body[key] = plain
+    body.setdefault("updated_channels", None)
+    body["channel_values"] = {str(k): typed(serde, v) for k, v in checkpoint.get("channel_values", {}).items()}
+    extra = {k: v for k, v in checkpoint.items() if k not in _JSON_KEYS and k != "channel_values"}
+    if extra:
+        body["extra"] = typed(serde, extra)
+    payload: dict[str, Any] = {
+        "phase": PHASE,
+        "checkpoint_id": str(checkpoint["id"]),
+        "parent_checkpoint_id": parent_id,
+        "parent_hash": parent_hash,
+        "checkpoint_ns": checkpoint_ns,
+        "metadata": None,
+        "checkpoint": body,
+    }
+    plain_md = _plain_json(dict(metadata))
+    if plain_md is None:
+        payload["metadata_typed"] = typed(serde, dict(metadata))
+    else:
+        payload["metadata"] = plain_md
+    return payload
+
+
+def parse_ts(text: Any, fallback: datetime) -> datetime:
+    """The checkpoint's own time (LangGraph's ``ts``) as an aware UTC datetime."""
+    if isinstance(text, str):
+        try:
+            ts = datetime.fromisoformat(text)
+        except ValueError:
+            return fallback
+        if ts.tzinfo is not None:
+            return ts.astimezone(UTC)
+    return fallback
+
+
+def make_record(
+    thread: str,
+    run_id: str,
+    attempt: int,
+    payload: Mapping[str, Any],
+    *,
+    timestamp: datetime,
+    prev_hash: str | None,
+    pipeline: PipelineRef,
+) -> Checkpoint:
+    """The phaselog record of one checkpoint (attempt ``attempt`` of the ``checkpoint`` phase)."""
+    return Checkpoint(
+        ticket_id=thread,
+        run_id=run_id,
+        phase=PHASE,
+        phase_ordinal=ORDINAL,
+        attempt_number=attempt,
+        timestamp_utc=timestamp,
+        phase_payload=payload,
+        pipeline=pipeline,
+        basis={},
+        prev_hash=prev_hash,
+    )
+
+
+def checkpoint_of(serde: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The LangGraph checkpoint a payload holds."""
+    body = payload["checkpoint"]
+    out: dict[str, Any] = {k: body[k] for k in _JSON_KEYS if k in body}
+    out["channel_values"] = {k: untyped(serde, v) for k, v in body["channel_values"].items()}
+    if "extra" in body:
+        out.update(untyped(serde, body["extra"]))
+    return out
+
+
+def metadata_of(serde: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The LangGraph metadata a payload holds."""
+    if payload.get("metadata") is not None:
+        return dict(payload["metadata"])
+    if "metadata_typed" in payload:
+        return dict(untyped(serde, payload["metadata_typed"]))
+    return {}
+
+
+def is_langgraph(record: Checkpoint) -> bool:
+    """True for a record this integration wrote (pipeline ``langgraph``, phase ``checkpoint``)."""
+    return (
+        record.phase == PHASE
+        and record.pipeline is not None
+        and record.pipeline.name == PIPELINE
+        and isinstance(record.phase_payload, Mapping)
+        and isinstance(record.phase_payload.get("checkpoint_id"), str)
+    )
+
+
+# -- pending writes -----------------------------------------------------------------------------
+def writes_output(
+    serde: Any, checkpoint_id: str, task_id: str, task_path: str, writes: Iterable[tuple[int, str, Any]]
+) -> str:
+    """The ``output`` text of the progress event holding one ``put_writes`` call."""
+    doc = {
+        "checkpoint_id": checkpoint_id,
+        "task_id": task_id,
+        "task_path": task_path,
+        "writes": [{"idx": idx, "channel": ch, **typed(serde, value)} for idx, ch, value in writes],
+    }
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def writes_event(
+    record: Checkpoint, output: str, *, seq: int, prev_hash: str | None, now: datetime, timestamp: datetime | None = None
+) -> ProgressEvent:
+    """A progress event of ``record``'s attempt holding one ``put_writes`` call."""
+    raw = output.encode("utf-8")
+    step = (record.phase_payload or {}).get("metadata") or {}
+    return ProgressEvent(
+        ticket_id=record.ticket_id,
+        run_id=record.run_id,
+        phase=PHASE,
+        phase_ordinal=ORDINAL,
+        attempt_number=record.attempt_number,
+        seq=seq,
+        event="step",
+        timestamp=timestamp or now,
+        step=step.get("step") if isinstance(step.get("step"), int) and step.get("step") >= 0 else None,
+        provider=PROVIDER,
+        output=output,
+        output_sha256=hashlib.sha256(raw).hexdigest(),
+        output_length=len(raw),
+        prev_hash=prev_hash,
+    )
+
+
+def pending_writes(serde: Any, events: Sequence[ProgressEvent], checkpoint_id: str) -> list[tuple[str, str, Any]]:
+    """The checkpoint's pending writes, deduplicated as LangGraph's savers do, in
+    ``writes_sort_key`` order: a regular write (idx >= 0) is kept once per (task, idx), the first
+    one wins; a special write (ERROR, INTERRUPT, …: idx < 0) is replaced by a later one."""
+    chosen: dict[tuple[str, int], tuple[str, str, int, str, Mapping[str, Any]]] = {}
+    for ev in sorted(events, key=lambda e: e.seq):
+        doc = json.loads(ev.output or "{}")
+        if doc.get("checkpoint_id") != checkpoint_id:
+            continue
+        for w in doc.get("writes", []):
+            key = (doc["task_id"], int(w["idx"]))
+            if key in chosen and key[1] >= 0:
+                continue
+            chosen[key] = (doc.get("task_path", ""), doc["task_id"], int(w["idx"]), w["channel"], w)
+    ordered = sorted(chosen.values(), key=lambda t: (t[0], t[1], t[2]))
+    return [(task_id, channel, untyped(serde, w)) for _path, task_id, _idx, channel, w in ordered]

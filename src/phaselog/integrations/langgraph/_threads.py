@@ -1,0 +1,277 @@
+"""The store side of the saver: append checkpoints and writes, find them again, quickly.
+
+Writes go straight through the store contract (``Store.append`` / ``Store.put_entry``) instead of
+``Ledger.write``: the payload is built here, so the generic path's pipeline lookup, payload-schema
+check and re-reads are not needed on every step. The invariants are the same ones the store
+enforces for every writer: ids validated, append-only (a taken attempt or sequence number is
+refused), ``prev_hash`` naming the previous attempt, and ``expected_latest`` making a stale
+writer re-read (``Conflict``) instead of forking the chain.
+
+A small per-run cache (latest attempt and its hash, checkpoint id → attempt) saves reads; it is
+only an accelerator: every answer is checked against what the store returns, and a stale entry
+is re-read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
+from phaselog.integrations.langgraph import _codec as C
+from phaselog.pipelines import builtin
+from phaselog.progress import event_name
+from phaselog.records import Checkpoint, ProgressEvent, entry_bytes, parse_entry
+from phaselog.stores import Damaged, Store, Stored
+
+MAX_RETRIES = 100
+#: Writes that arrive before their checkpoint (LangGraph's "async" durability submits both to a
+#: thread pool) wait here until the checkpoint is stored; at most this many checkpoints' worth.
+MAX_EARLY_WRITES = 1000
+
+
+@dataclass
+class RunState:
+    """What this saver knows of one run (thread namespace); re-read whenever it proves stale."""
+
+    latest: int = 0
+    latest_hash: str | None = None
+    latest_id: str | None = None
+    #: checkpoint id -> (attempt, content hash); the newest attempt wins for a repeated id.
+    ids: dict[str, tuple[int, str]] = field(default_factory=dict)
+    indexed: set[int] = field(default_factory=set)
+    #: attempt -> (last sequence number, last event hash) of its pending-write events.
+    tails: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+
+class Threads:
+    """Checkpoints and pending writes of LangGraph threads in one phaselog store."""
+
+    def __init__(self, store: Store, serde: Any, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.serde = serde
+        self.clock = clock
+        self.pipeline = builtin(C.PIPELINE).ref
+        self.lock = threading.RLock()
+        self._runs: dict[tuple[str, str], RunState] = {}
+        self._early: dict[tuple[str, str, str], list[tuple[str, str, list[tuple[int, str, Any]]]]] = {}
+
+    # -- run state --------------------------------------------------------------------------------
+    def state(self, thread: str, rid: str, *, refresh: bool = False) -> RunState:
+        """The cached state of a run; ``refresh`` re-reads the latest attempt from the store."""
+        st = self._runs.get((thread, rid))
+        if st is None or refresh:
+            st = st or RunState()
+            refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL]
+            present = {r.attempt_number for r in refs}
+            st.indexed &= present
+            st.ids = {k: v for k, v in st.ids.items() if v[0] in present}
+            st.tails = {a: t for a, t in st.tails.items() if a in present}
+            if not refs:
+                st.latest, st.latest_hash, st.latest_id = 0, None, None
+            else:
+                top = refs[-1].attempt_number
+                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, top)  # Corrupt: never chain onto it
+                st.latest = 0
+                self.note(st, stored.record)
+            if len(self._runs) > 10_000:
+                self._runs.clear()
+            self._runs[(thread, rid)] = st
+        return st
+
+    def forget(self, thread: str) -> None:
+        """Drop what is cached about a thread (after deleting or pruning it)."""
+        for key in [k for k in self._runs if k[0] == thread]:
+            del self._runs[key]
+
+    @staticmethod
+    def note(st: RunState, record: Checkpoint) -> None:
+        cid = (record.phase_payload or {}).get("checkpoint_id")
+        if isinstance(cid, str):
+            prev = st.ids.get(cid)
+            if prev is None or prev[0] <= record.attempt_number:
+                st.ids[cid] = (record.attempt_number, record.content_hash)
+        st.indexed.add(record.attempt_number)
+        if record.attempt_number >= st.latest:
+            st.latest, st.latest_hash = record.attempt_number, record.content_hash
+            st.latest_id = cid if isinstance(cid, str) else None
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def append(
+        self,
+        thread: str,
+        rid: str,
+        checkpoint_ns: str,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        parent_id: str | None,
+    ) -> Checkpoint:
+        """Append one checkpoint as the run's next attempt; return its record once durable."""
+        now = self.clock()
+        ts = C.parse_ts(checkpoint.get("ts"), now)
+        with self.lock:
+            st = self.state(thread, rid)
+            for i in range(MAX_RETRIES):
+                parent_hash = self._parent_hash(thread, rid, st, parent_id)
+                payload = C.checkpoint_payload(
+                    self.serde,
+                    checkpoint,
+                    metadata,
+                    checkpoint_ns=checkpoint_ns,
+                    parent_id=parent_id,
+                    parent_hash=parent_hash,
+                )
+                cid = payload["checkpoint_id"]
+                known = st.ids.get(cid)
+                if known is not None and i == 0:
+                    same = self._same_payload(thread, rid, known[0], payload)
+                    if same is not None:
+                        return same  # the same checkpoint put again (a retried call): nothing to add
+                record = C.make_record(
+                    thread, rid, st.latest + 1, payload, timestamp=ts, prev_hash=st.latest_hash, pipeline=self.pipeline
+                )
+                try:
+                    self.store.append(record, expected_latest=st.latest)
+                except (Conflict, AlreadyExists):
+                    st = self.state(thread, rid, refresh=True)  # another writer appended: re-read, retry
+                    continue
+                self.note(st, record)
+                self._flush_early(thread, rid, record)
+                return record
+        raise Conflict(f"could not append a checkpoint to thread {thread} after {MAX_RETRIES} retries")
+
+    def _parent_hash(self, thread: str, rid: str, st: RunState, parent_id: str | None) -> str | None:
+        if parent_id is None:
+            return None
+        if parent_id == st.latest_id:
+            return st.latest_hash
+        found = self.find(thread, rid, parent_id)
+        return found.record.content_hash if found is not None else None
+
+    def _same_payload(self, thread: str, rid: str, attempt: int, payload: Mapping[str, Any]) -> Checkpoint | None:
+        try:
+            stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, attempt)
+        except (NotFound, Corrupt, UnsupportedVersion):
+            return None
+        old = dict(stored.record.phase_payload or {})
+        return stored.record if old == dict(payload) else None
+
+    def find(self, thread: str, rid: str, checkpoint_id: str) -> Stored | None:
+        """The record of a checkpoint id (None if absent); Corrupt if it was damaged or edited."""
+        with self.lock:
+            st = self.state(thread, rid)
+            for round_ in range(2):
+                hit = st.ids.get(checkpoint_id)
+                if hit is None:
+                    if round_:
+                        return None
+                    self._index(thread, rid, st)
+                    continue
+                try:
+                    stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, hit[0])
+                except NotFound:
+                    stored = None
+                if stored is not None and (stored.record.phase_payload or {}).get("checkpoint_id") == checkpoint_id:
+                    return stored
+                # The attempt was pruned or its number reused: re-read the run and look again.
+                st = self.state(thread, rid, refresh=True)
+                st.ids.pop(checkpoint_id, None)
+                self._index(thread, rid, st)
+            return None
+
+    def _index(self, thread: str, rid: str, st: RunState) -> None:
+        """Index every attempt of the run not indexed yet (reads only those)."""
+        for ref in self.store.attempts(thread, rid):
+            if ref.phase_ordinal != C.ORDINAL or not ref.completed or ref.attempt_number in st.indexed:
+                continue
+            try:
+                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, ref.attempt_number)
+            except (NotFound, Corrupt, UnsupportedVersion):
+                continue  # a damaged record is reported by get_tuple/verify when it is asked for
+            self.note(st, stored.record)
+
+    def latest(self, thread: str, rid: str) -> Stored | None:
+        """The run's newest checkpoint (None if it has none); Corrupt if it is damaged."""
+        with self.lock:
+            refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL and r.completed]
+            if not refs:
+                return None
+            stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, refs[-1].attempt_number)
+            self.note(self.state(thread, rid), stored.record)
+            return stored
+
+    def records(self, thread: str, rid: str) -> tuple[list[Stored], list[Damaged]]:
+        """Every record of a run (oldest first) and the damaged entries apart."""
+        good: list[Stored] = []
+        bad: list[Damaged] = []
+        for entry in self.store.iter_records(thread, rid):
+            if isinstance(entry, Damaged):
+                bad.append(entry)
+            elif C.is_langgraph(entry.record):
+                good.append(entry)
+        return good, bad
+
+    # -- pending writes -------------------------------------------------------------------------
+    def events(self, thread: str, rid: str, attempt: int | None = None) -> dict[int, list[ProgressEvent]]:
+        """Pending-write events by attempt (one attempt, or the whole run); Corrupt if one is damaged."""
+        prefix = C.attempt_prefix(attempt) if attempt is not None else ""
+        out: dict[int, list[ProgressEvent]] = {}
+        for name, location, data in self.store.entries("progress", thread, rid, prefix):
+            number = C.attempt_of_event_name(name)
+            if number is None:
+                continue
+            if isinstance(data, Corrupt):
+                raise data
+            ev = parse_entry(ProgressEvent, data, location)
+            out.setdefault(number, []).append(ev)
+        for lst in out.values():
+            lst.sort(key=lambda e: e.seq)
+        return out
+
+    def add_writes(
+        self, thread: str, rid: str, checkpoint_id: str, task_id: str, task_path: str, writes: Sequence[Any]
+    ) -> None:
+        """Record one ``put_writes`` call as a progress event of its checkpoint's attempt."""
+        with self.lock:
+            stored = self.find(thread, rid, checkpoint_id)
+            if stored is None:
+                # Its checkpoint is still on its way (LangGraph's async durability): keep them
+                # until it is stored. Should the process die first, the checkpoint was never
+                # stored either, and a resume starts from its parent, without these writes.
+                if len(self._early) >= MAX_EARLY_WRITES:
+                    self._early.pop(next(iter(self._early)))
+                self._early.setdefault((thread, rid, checkpoint_id), []).append((task_id, task_path, list(writes)))
+                return
+            self.append_event(thread, rid, stored.record, C.writes_output(self.serde, checkpoint_id, task_id, task_path, writes))
+
+    def _flush_early(self, thread: str, rid: str, record: Checkpoint) -> None:
+        cid = str((record.phase_payload or {}).get("checkpoint_id"))
+        for task_id, task_path, writes in self._early.pop((thread, rid, cid), []):
+            self.append_event(thread, rid, record, C.writes_output(self.serde, cid, task_id, task_path, writes))
+
+    def append_event(
+        self, thread: str, rid: str, record: Checkpoint, output: str, timestamp: datetime | None = None
+    ) -> ProgressEvent:
+        st = self.state(thread, rid)
+        attempt = record.attempt_number
+        tail = st.tails.get(attempt)
+        for _ in range(MAX_RETRIES):
+            if tail is None:
+                evs = self.events(thread, rid, attempt).get(attempt, [])
+                tail = (evs[-1].seq, evs[-1].content_hash) if evs else (0, "")
+            ev = C.writes_event(
+                record, output, seq=tail[0] + 1, prev_hash=tail[1] or None, now=self.clock(), timestamp=timestamp
+            )
+            try:
+                self.store.put_entry(
+                    "progress", thread, rid, event_name(C.ORDINAL, C.PHASE, attempt, ev.seq), entry_bytes(ev)
+                )
+            except AlreadyExists:
+                tail = None  # another writer took this number: re-read, retry
+                continue
+            st.tails[attempt] = (ev.seq, ev.content_hash)
+            return ev
+        raise Conflict(f"could not append pending writes to thread {thread} after {MAX_RETRIES} retries")
