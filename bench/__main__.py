@@ -24,7 +24,7 @@ from typing import Any
 from bench import _data, _sqldata
 from bench._timing import Section, print_section, print_summary
 
-NAMES = ("write", "read", "status", "list", "start", "growth", "concurrent", "memory", "runner", "sql")
+NAMES = ("write", "read", "status", "list", "start", "growth", "concurrent", "memory", "runner", "sql", "langgraph")
 FULL: dict[str, dict[str, int]] = {
     "write": {"rounds": 600},
     "read": {"rounds": 300},
@@ -36,6 +36,7 @@ FULL: dict[str, dict[str, int]] = {
     "memory": {},
     "runner": {"rounds": 60},
     "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
+    "langgraph": {"rounds": 200, "checkpoints": 100},
 }
 QUICK: dict[str, dict[str, int]] = {
     "write": {"rounds": 30},
@@ -48,6 +49,7 @@ QUICK: dict[str, dict[str, int]] = {
     "memory": {"scales": (1_000, 10_000)},
     "runner": {"rounds": 6},
     "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
+    "langgraph": {"rounds": 20, "checkpoints": 30},
 }
 
 
@@ -138,6 +140,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
     from bench import (
         bench_concurrent,
         bench_growth,
+        bench_langgraph,
         bench_list,
         bench_memory,
         bench_read,
@@ -159,6 +162,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "memory": bench_memory,
         "runner": bench_runner,
         "sql": bench_sql,
+        "langgraph": bench_langgraph,
     }
     extra: dict[str, Any] = {}
     if name == "sql":

@@ -112,7 +112,9 @@ def phaselog_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "phaselog", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "phaselog", *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +184,8 @@ def edit_a_checkpoint(backend: str, url: str, tmp_path: Path) -> None:
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(
             f'UPDATE "{query}".phaselog_checkpoints SET body = replace(body, \'"step":\', \'"step":10\') '
-            f'WHERE ticket_id = %s AND run_id = %s AND attempt = (SELECT MAX(attempt) FROM "{query}".phaselog_checkpoints '
-            "WHERE ticket_id = %s AND run_id = %s)",
+            "WHERE ticket_id = %s AND run_id = %s AND attempt = "
+            f'(SELECT MAX(attempt) FROM "{query}".phaselog_checkpoints WHERE ticket_id = %s AND run_id = %s)',
             (THREAD, rid, THREAD, rid),
         )
 
@@ -197,7 +199,11 @@ def test_async_graph_matches_langgraph(tmp_path: Path, reference: dict[str, Any]
             config: Any = {"configurable": {"thread_id": THREAD}}
             first = await graph.ainvoke({"topic": "otters", "log": []}, config)
             await graph.ainvoke(Command(resume="yes"), config)
-            waiting = [s async for s in graph.aget_state_history(config) if s.next == ("review",)][0]
+            waiting = None
+            async for s in graph.aget_state_history(config):
+                if s.next == ("review",) and waiting is None:
+                    waiting = s
+            assert waiting is not None
             fork = await graph.aupdate_state(waiting.config, {"draft": "edited by hand"})
             await graph.ainvoke(None, fork)
             await graph.ainvoke(Command(resume="no"), config)

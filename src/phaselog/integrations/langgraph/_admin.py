@@ -26,9 +26,7 @@ def langgraph_runs(threads: Threads, thread: str) -> list[tuple[str, list[Stored
     out = []
     for rid in threads.store.runs(thread):
         good, bad = threads.records(thread, rid)
-        others = [
-            r for r in threads.store.attempts(thread, rid) if r.phase_ordinal != C.ORDINAL or r.phase != C.PHASE
-        ]
+        others = [r for r in threads.store.attempts(thread, rid) if r.phase_ordinal != C.ORDINAL or r.phase != C.PHASE]
         if good and not others:
             out.append((rid, good, bool(bad)))
     return out
@@ -54,7 +52,9 @@ def delete_for_runs(threads: Threads, ledger: Any, run_ids: Iterable[str]) -> Pr
         for thread in threads.store.tickets():
             for rid, records, damaged in langgraph_runs(threads, thread):
                 doomed = [
-                    s.record for s in records if C.metadata_of(threads.serde, s.record.phase_payload or {}).get("run_id") in wanted
+                    s.record
+                    for s in records
+                    if C.metadata_of(threads.serde, s.record.phase_payload or {}).get("run_id") in wanted
                 ]
                 if not doomed:
                     continue

@@ -213,11 +213,18 @@ def writes_output(
 
 
 def writes_event(
-    record: Checkpoint, output: str, *, seq: int, prev_hash: str | None, now: datetime, timestamp: datetime | None = None
+    record: Checkpoint,
+    output: str,
+    *,
+    seq: int,
+    prev_hash: str | None,
+    now: datetime,
+    timestamp: datetime | None = None,
 ) -> ProgressEvent:
     """A progress event of ``record``'s attempt holding one ``put_writes`` call."""
     raw = output.encode("utf-8")
-    step = (record.phase_payload or {}).get("metadata") or {}
+    md = (record.phase_payload or {}).get("metadata") or {}
+    step = md.get("step")
     return ProgressEvent(
         ticket_id=record.ticket_id,
         run_id=record.run_id,
@@ -227,7 +234,7 @@ def writes_event(
         seq=seq,
         event="step",
         timestamp=timestamp or now,
-        step=step.get("step") if isinstance(step.get("step"), int) and step.get("step") >= 0 else None,
+        step=step if isinstance(step, int) and step >= 0 else None,
         provider=PROVIDER,
         output=output,
         output_sha256=hashlib.sha256(raw).hexdigest(),

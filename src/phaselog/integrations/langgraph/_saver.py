@@ -7,6 +7,7 @@ are blocking), one store operation at a time per saver (a lock, as LangGraph's S
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import random
@@ -57,9 +58,12 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        owned = store is None or isinstance(store, str | os.PathLike)
-        self.store: Store = open_store(store) if owned else store  # type: ignore[arg-type]
-        self._owns_store = owned
+        if store is None or isinstance(store, str | os.PathLike):
+            self.store: Store = open_store(store)
+            self._owns_store = True
+        else:
+            self.store = store
+            self._owns_store = False
         self.ledger = Ledger(self.store)
         self._threads = Threads(self.store, self.serde, lambda: datetime.now(UTC))
 
@@ -113,7 +117,9 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "") or ""
         md = get_serializable_checkpoint_metadata(config, metadata)
         self._threads.append(thread, C.ns_run_id(ns), ns, checkpoint, md, conf.get("checkpoint_id"))
-        return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+        return {
+            "configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
+        }
 
     def put_writes(
         self,
@@ -156,7 +162,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         self,
         config: RunnableConfig | None,
         *,
-        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's parameter name
+        filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
@@ -190,7 +196,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         checkpoint_id: str | None,
         flt: dict[str, Any] | None,
         before_id: str | None,
-    ) -> list[tuple[Any, Checkpoint, list[ProgressEvent]]]:
+    ) -> builtins.list[tuple[Any, Checkpoint, builtins.list[ProgressEvent]]]:
         records, damaged = self._threads.records(thread, rid)
         for d in damaged:
             log.warning("phaselog: skipping damaged checkpoint %s: %s", d.location, d.message)
@@ -268,7 +274,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         self,
         config: RunnableConfig | None,
         *,
-        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's parameter name
+        filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:

@@ -245,7 +245,9 @@ class Threads:
                     self._early.pop(next(iter(self._early)))
                 self._early.setdefault((thread, rid, checkpoint_id), []).append((task_id, task_path, list(writes)))
                 return
-            self.append_event(thread, rid, stored.record, C.writes_output(self.serde, checkpoint_id, task_id, task_path, writes))
+            self.append_event(
+                thread, rid, stored.record, C.writes_output(self.serde, checkpoint_id, task_id, task_path, writes)
+            )
 
     def _flush_early(self, thread: str, rid: str, record: Checkpoint) -> None:
         cid = str((record.phase_payload or {}).get("checkpoint_id"))
