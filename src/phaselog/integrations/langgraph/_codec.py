@@ -24,8 +24,8 @@ from typing import Any
 
 from phaselog.errors import InvalidIdentifier, InvalidRecord
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.progress import event_name
 from phaselog.records import Checkpoint, PipelineRef, ProgressEvent
+from phaselog.stores.names import event_prefix, parse_event_name
 
 PIPELINE = "langgraph"
 PHASE = "checkpoint"
@@ -34,8 +34,6 @@ NS_PREFIX = "ns:"
 PROVIDER = "langgraph"
 #: Checkpoint keys stored as plain JSON; any other key goes, serialised, under ``extra``.
 _JSON_KEYS = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
-#: Progress-entry name prefix of an attempt's events (the entry name format is progress.event_name).
-_EVENT_PREFIX = event_name(ORDINAL, PHASE, 0, 0).split("_a", 1)[0] + "_a"
 
 
 def thread_ticket(thread_id: object) -> str:
@@ -57,15 +55,15 @@ def ns_run_id(checkpoint_ns: object) -> str:
 
 def attempt_prefix(attempt: int) -> str:
     """Entry-name prefix of every progress event of one attempt."""
-    return event_name(ORDINAL, PHASE, attempt, 0).rsplit("_s", 1)[0] + "_s"
+    return event_prefix(ORDINAL, PHASE, attempt)
 
 
 def attempt_of_event_name(name: str) -> int | None:
     """The attempt an event entry name belongs to (None: not a ``checkpoint`` event)."""
-    if not name.startswith(_EVENT_PREFIX):
+    parsed = parse_event_name(name)
+    if parsed is None or parsed.ordinal != ORDINAL or parsed.phase != PHASE:
         return None
-    head = name[len(_EVENT_PREFIX) :].split("_s", 1)[0]
-    return int(head) if head.isdigit() else None
+    return parsed.attempt
 
 
 # -- values -------------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ from typing import Any
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
 from phaselog.integrations.langgraph import _codec as C
 from phaselog.pipelines import builtin
-from phaselog.progress import event_name
 from phaselog.records import Checkpoint, ProgressEvent, entry_bytes, parse_entry
 from phaselog.stores import Damaged, Store, Stored
+from phaselog.stores.names import event_name
 
 MAX_RETRIES = 100
 #: Writes that arrive before their checkpoint (LangGraph's "async" durability submits both to a
