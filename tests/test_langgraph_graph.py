@@ -11,60 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import operator
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
+from _langgraph import THREAD, build, phaselog_url
 from phaselog.errors import Corrupt
 from phaselog.integrations.langgraph import PhaselogSaver, ns_run_id
-
-THREAD = "lg-thread-1"
-
-
-class State(TypedDict):
-    topic: str
-    draft: str
-    approved: bool
-    log: Annotated[list[str], operator.add]
-
-
-def research(state: State) -> dict[str, Any]:
-    return {"draft": f"notes on {state['topic']}", "log": ["research"]}
-
-
-def write(state: State) -> dict[str, Any]:
-    return {"draft": state["draft"] + " -> draft", "log": ["write"]}
-
-
-def review(state: State) -> dict[str, Any]:
-    answer = interrupt({"question": "publish this?", "draft": state["draft"]})
-    return {"approved": answer == "yes", "log": [f"review:{answer}"]}
-
-
-def publish(state: State) -> dict[str, Any]:
-    return {"log": ["published" if state["approved"] else "discarded"]}
-
-
-def build(saver: BaseCheckpointSaver[Any]) -> Any:
-    g = StateGraph(State)
-    for name, fn in (("research", research), ("write", write), ("review", review), ("publish", publish)):
-        g.add_node(name, fn)
-    g.add_edge(START, "research")
-    g.add_edge("research", "write")
-    g.add_edge("write", "review")
-    g.add_edge("review", "publish")
-    g.add_edge("publish", END)
-    return g.compile(checkpointer=saver)
 
 
 def snapshot_view(snap: Any, index: dict[str, int]) -> dict[str, Any]:
@@ -101,14 +62,6 @@ def scenario(saver: BaseCheckpointSaver[Any]) -> dict[str, Any]:
     out["history"] = [snapshot_view(s, index) for s in history]
     out["filtered"] = [s.metadata.get("step") for s in graph.get_state_history(config, filter={"source": "update"})]
     return out
-
-
-def phaselog_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if backend == "files":
-        return str(tmp_path / "store")
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.db'}"
-    return str(request.getfixturevalue("pg_schema_url"))
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
