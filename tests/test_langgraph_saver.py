@@ -327,3 +327,32 @@ def test_phaselog_copy_carries_threads_to_another_store(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     with PhaselogSaver(dst) as saver:
         assert [(t.checkpoint, t.metadata, t.pending_writes) for t in saver.list(cfg())] == want
+
+
+@pytest.mark.all_stores
+def test_delete_for_runs_of_the_newest_checkpoint_keeps_verify_passing(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with PhaselogSaver(phaselog_url(backend, tmp_path, request)) as saver:
+        kept = put_chain(saver, 2, run_id="keep")
+        cid = kept[-1]
+        saver.put_writes(cfg(T, cid), [("ch", "pending")], "task")
+        put_chain_from(saver, cid, 2, run_id="rollback")
+        saver.delete_for_runs(["rollback"])
+        got = saver.get_tuple(cfg())
+        assert got is not None
+        assert got.checkpoint["id"] == cid  # the thread resumes from the newest survivor, writes and all
+        assert got.pending_writes == [("task", "ch", "pending")]
+        assert [t.checkpoint["id"] for t in saver.list(cfg())] == kept[::-1]
+        assert phaselog.Ledger(saver.store).verify(T).ok
+        put_chain_from(saver, cid, 1, run_id="next")
+        assert phaselog.Ledger(saver.store).verify(T).ok
+
+
+def put_chain_from(saver: Any, parent: str, n: int, **md: Any) -> list[str]:
+    ids = [parent]
+    for i in range(n):
+        cp = checkpoint({"i": 100 + i})
+        saver.put(cfg(T, ids[-1]), cp, {"source": "loop", "step": 100 + i, **md}, {})
+        ids.append(cp["id"])
+    return ids[1:]

@@ -23,9 +23,9 @@ moves the folder aside, then deletes it). ``dry_run`` reports without deleting. 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from collections.abc import Callable
 from typing import Any
 
 from phaselog.errors import NotFound, UsageError

@@ -694,9 +694,11 @@ class SqlStore(SqlRetentionMixin):
         """Every entry of a kind as (name, location, bytes), sorted by name."""
         key = self._entry_key(kind, ticket_id, run_id)
         order = f"ORDER BY name{self.dialect.collate}"  # a fixed collation clause; values are bound
-        rows = self._query(
-            "SELECT name, body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? " + order, key
-        )
+        # The prefix is matched in the database, so only the wanted bodies travel (one attempt's
+        # progress events, not the whole run's).
+        where = "WHERE kind = ? AND ticket_id = ? AND run_id = ? " + ("AND substr(name, 1, ?) = ? " if prefix else "")
+        params = (*key, len(prefix), prefix) if prefix else key
+        rows = self._query("SELECT name, body FROM phaselog_entries " + where + order, params)
         rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
 

@@ -1,8 +1,8 @@
 """Retention and copies for LangGraph threads: ``delete_thread``, ``delete_for_runs``, ``prune``,
 ``copy_thread``.
 
-Deleting goes through :func:`phaselog.retention.remove_records`, the one place phaselog deletes:
-a partial removal leaves a prune note, so ``phaselog verify`` accepts the ``prev_hash`` links it
+Deleting goes through :func:`phaselog.retention.prune_chosen`, as ``phaselog prune`` does: under
+the run's lock, a prune note first, so ``phaselog verify`` accepts the ``prev_hash`` links it
 breaks. Only runs this integration wrote are touched (a ticket may hold other pipelines' runs).
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from phaselog.errors import Corrupt, UsageError
+from phaselog.errors import Conflict, Corrupt, UsageError
 from phaselog.integrations.langgraph import _codec as C
 from phaselog.integrations.langgraph._threads import Threads
 from phaselog.records import Checkpoint
-from phaselog.retention import PruneReport, remove_records
+from phaselog.retention import PruneReport, prune_chosen
 from phaselog.stores import Stored
 
 STRATEGIES = ("keep_latest", "delete")
@@ -37,31 +37,63 @@ def delete_thread(threads: Threads, ledger: Any, thread: str) -> PruneReport:
     rep = PruneReport(dry_run=False)
     with threads.lock:
         for rid, _records, _damaged in langgraph_runs(threads, thread):
-            remove_records(ledger, thread, rid, [], whole=True, rep=rep)
+            prune_chosen(ledger, thread, rid, lambda records, _damaged: (records, True), rep)
         threads.forget(thread)
     return rep
 
 
 def delete_for_runs(threads: Threads, ledger: Any, run_ids: Iterable[str]) -> PruneReport:
-    """Remove every checkpoint (and its writes) whose metadata names one of ``run_ids``."""
+    """Remove every checkpoint (and its writes) whose metadata names one of ``run_ids``.
+
+    When the newest checkpoint of a namespace goes and older ones stay, the newest survivor is
+    first restated as the namespace's next attempt (same payload, same pending writes): the
+    thread then resumes from it, as with LangGraph's savers, and the hash chain keeps a head that
+    is stored (phaselog never prunes the newest attempt of a phase).
+    """
     wanted = {str(r) for r in run_ids}
     rep = PruneReport(dry_run=False)
     if not wanted:
         return rep
+
+    def doomed(records: Sequence[Checkpoint]) -> list[Checkpoint]:
+        return [r for r in records if C.metadata_of(threads.serde, r.phase_payload or {}).get("run_id") in wanted]
+
     with threads.lock:
         for thread in threads.store.tickets():
-            for rid, records, damaged in langgraph_runs(threads, thread):
-                doomed = [
-                    s.record
-                    for s in records
-                    if C.metadata_of(threads.serde, s.record.phase_payload or {}).get("run_id") in wanted
-                ]
-                if not doomed:
+            for rid, stored, damaged in langgraph_runs(threads, thread):
+                records = [s.record for s in stored]
+                gone = doomed(records)
+                if not gone:
                     continue
-                whole = len(doomed) == len(records) and not damaged
-                remove_records(ledger, thread, rid, [] if whole else doomed, whole=whole, rep=rep)
+                survivors = [r for r in records if r not in gone]
+                newest = max(records, key=lambda r: r.attempt_number)
+                if survivors and newest in gone:
+                    restate(threads, thread, rid, max(survivors, key=lambda r: r.attempt_number))
+
+                def choose(now: list[Checkpoint], damaged: bool) -> tuple[list[Checkpoint], bool]:
+                    picked = doomed(now)
+                    if len(picked) == len(now) and not damaged:
+                        return picked, True
+                    top = max(now, key=lambda r: r.attempt_number)
+                    return [r for r in picked if r is not top], False  # never the newest (raced)
+
+                prune_chosen(ledger, thread, rid, choose, rep)
                 threads.forget(thread)
     return rep
+
+
+def restate(threads: Threads, thread: str, rid: str, record: Checkpoint) -> Checkpoint:
+    """Append ``record``'s checkpoint again as the run's next attempt, with its pending writes."""
+    events = threads.events(thread, rid, record.attempt_number).get(record.attempt_number, [])
+    st = threads.state(thread, rid, refresh=True)
+    for _ in range(100):
+        copy = threads.try_append(thread, rid, st, dict(record.phase_payload or {}), record.timestamp_utc)
+        if copy is not None:
+            for ev in events:
+                threads.append_event(thread, rid, copy, ev.output or "{}", timestamp=ev.timestamp)
+            return copy
+        st = threads.state(thread, rid, refresh=True)
+    raise Conflict(f"could not restate a checkpoint of thread {thread}")
 
 
 def prune(threads: Threads, ledger: Any, thread_ids: Sequence[str], strategy: str) -> PruneReport:
@@ -72,6 +104,11 @@ def prune(threads: Threads, ledger: Any, thread_ids: Sequence[str], strategy: st
             f"strategy: must be one of {', '.join(STRATEGIES)} (got {strategy!r})", field="strategy", rule="enum"
         )
     rep = PruneReport(dry_run=False)
+
+    def choose(records: list[Checkpoint], _damaged: bool) -> tuple[list[Checkpoint], bool]:
+        keep = needed_by_latest(threads.serde, records)
+        return [r for r in records if r.attempt_number not in keep], False
+
     for thread in thread_ids:
         if strategy == "delete":
             sub = delete_thread(threads, ledger, thread)
@@ -79,11 +116,8 @@ def prune(threads: Threads, ledger: Any, thread_ids: Sequence[str], strategy: st
             rep.bytes_freed += sub.bytes_freed
             continue
         with threads.lock:
-            for rid, records, _damaged in langgraph_runs(threads, thread):
-                keep = needed_by_latest(threads.serde, [s.record for s in records])
-                doomed = [s.record for s in records if s.record.attempt_number not in keep]
-                if doomed:
-                    remove_records(ledger, thread, rid, doomed, whole=False, rep=rep)
+            for rid, _records, _damaged in langgraph_runs(threads, thread):
+                prune_chosen(ledger, thread, rid, choose, rep)
             threads.forget(thread)
     return rep
 
@@ -129,38 +163,18 @@ def copy_thread(threads: Threads, source: str, target: str) -> int:
                 )
             events = threads.events(source, rid)
             new_hash: dict[str, str] = {}
+            st = threads.state(target, rid)
             for s in records:
                 old = s.record
                 payload = dict(old.phase_payload or {})
                 if payload.get("parent_hash") is not None:
                     payload["parent_hash"] = new_hash.get(str(payload["parent_hash"]))
-                record = _append_copy(threads, target, rid, old, payload)
+                record = threads.try_append(target, rid, st, payload, old.timestamp_utc)
+                while record is None:
+                    st = threads.state(target, rid, refresh=True)
+                    record = threads.try_append(target, rid, st, payload, old.timestamp_utc)
                 new_hash[old.content_hash] = record.content_hash
                 for ev in events.get(old.attempt_number, []):
                     threads.append_event(target, rid, record, ev.output or "{}", timestamp=ev.timestamp)
                 copied += 1
     return copied
-
-
-def _append_copy(threads: Threads, thread: str, rid: str, old: Checkpoint, payload: dict[str, Any]) -> Checkpoint:
-    from phaselog.errors import AlreadyExists, Conflict
-
-    st = threads.state(thread, rid)
-    for _ in range(100):
-        record = C.make_record(
-            thread,
-            rid,
-            st.latest + 1,
-            payload,
-            timestamp=old.timestamp_utc,
-            prev_hash=st.latest_hash,
-            pipeline=threads.pipeline,
-        )
-        try:
-            threads.store.append(record, expected_latest=st.latest)
-        except (Conflict, AlreadyExists):
-            st = threads.state(thread, rid, refresh=True)
-            continue
-        threads.note(st, record)
-        return record
-    raise Conflict(f"could not copy a checkpoint into thread {thread}")

@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from phaselog.errors import InvalidIdentifier, InvalidRecord
@@ -50,6 +51,11 @@ def ns_run_id(checkpoint_ns: object) -> str:
     """The run id (a UUID) of a checkpoint namespace."""
     if not isinstance(checkpoint_ns, str):
         raise InvalidIdentifier("checkpoint_ns: must be a string", field="checkpoint_ns", rule="type")
+    return _ns_run_id(checkpoint_ns)
+
+
+@lru_cache(maxsize=4096)
+def _ns_run_id(checkpoint_ns: str) -> str:
     return normalize_run_id(NS_PREFIX + checkpoint_ns, field="checkpoint_ns")
 
 

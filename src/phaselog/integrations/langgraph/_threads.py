@@ -23,6 +23,7 @@ from typing import Any
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
 from phaselog.integrations.langgraph import _codec as C
 from phaselog.pipelines import builtin
+from phaselog.pruned import read_notes
 from phaselog.records import Checkpoint, ProgressEvent, entry_bytes, parse_entry
 from phaselog.stores import Damaged, Store, Stored
 from phaselog.stores.names import event_name
@@ -31,15 +32,20 @@ MAX_RETRIES = 100
 #: Writes that arrive before their checkpoint (LangGraph's "async" durability submits both to a
 #: thread pool) wait here until the checkpoint is stored; at most this many checkpoints' worth.
 MAX_EARLY_WRITES = 1000
+PARSED_EVENTS = 4096
 
 
 @dataclass
 class RunState:
     """What this saver knows of one run (thread namespace); re-read whenever it proves stale."""
 
+    #: The newest stored attempt (what ``Store.append`` checks as ``expected_latest``).
     latest: int = 0
     latest_hash: str | None = None
     latest_id: str | None = None
+    #: The head of the hash chain: the newest stored or pruned attempt, and its hash.
+    head: int = 0
+    head_hash: str | None = None
     #: checkpoint id -> (attempt, content hash); the newest attempt wins for a repeated id.
     ids: dict[str, tuple[int, str]] = field(default_factory=dict)
     indexed: set[int] = field(default_factory=set)
@@ -57,11 +63,14 @@ class Threads:
         self.pipeline = builtin(C.PIPELINE).ref
         self.lock = threading.RLock()
         self._runs: dict[tuple[str, str], RunState] = {}
+        #: Events parsed (and hash-checked) before, by their exact stored bytes: the same bytes
+        #: give the same immutable event, so reading a checkpoint again skips the re-hash.
+        self._parsed: dict[bytes, ProgressEvent] = {}
         self._early: dict[tuple[str, str, str], list[tuple[str, str, list[tuple[int, str, Any]]]]] = {}
 
     # -- run state --------------------------------------------------------------------------------
     def state(self, thread: str, rid: str, *, refresh: bool = False) -> RunState:
-        """The cached state of a run; ``refresh`` re-reads the latest attempt from the store."""
+        """The cached state of a run; ``refresh`` re-reads the newest attempt from the store."""
         st = self._runs.get((thread, rid))
         if st is None or refresh:
             st = st or RunState()
@@ -70,13 +79,15 @@ class Threads:
             st.indexed &= present
             st.ids = {k: v for k, v in st.ids.items() if v[0] in present}
             st.tails = {a: t for a, t in st.tails.items() if a in present}
-            if not refs:
-                st.latest, st.latest_hash, st.latest_id = 0, None, None
-            else:
-                top = refs[-1].attempt_number
-                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, top)  # Corrupt: never chain onto it
-                st.latest = 0
-                self.note(st, stored.record)
+            st.latest, st.latest_hash, st.latest_id, st.head, st.head_hash = 0, None, None, 0, None
+            if refs:
+                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, refs[-1].attempt_number)  # Corrupt: never
+                self.note(st, stored.record)  # chain onto a damaged record
+            # The chain runs through pruned records too: an attempt after a pruned newest one
+            # names the pruned record (the prune note vouches for it).
+            for (phase, attempt), pruned in read_notes(self.store, thread, rid).records.items():
+                if phase == C.PHASE and attempt > st.head:
+                    st.head, st.head_hash = attempt, pruned.content_hash
             if len(self._runs) > 10_000:
                 self._runs.clear()
             self._runs[(thread, rid)] = st
@@ -98,6 +109,8 @@ class Threads:
         if record.attempt_number >= st.latest:
             st.latest, st.latest_hash = record.attempt_number, record.content_hash
             st.latest_id = cid if isinstance(cid, str) else None
+        if record.attempt_number >= st.head:
+            st.head, st.head_hash = record.attempt_number, record.content_hash
 
     # -- checkpoints ----------------------------------------------------------------------------
     def append(
@@ -114,34 +127,43 @@ class Threads:
         ts = C.parse_ts(checkpoint.get("ts"), now)
         with self.lock:
             st = self.state(thread, rid)
-            for i in range(MAX_RETRIES):
-                parent_hash = self._parent_hash(thread, rid, st, parent_id)
+            cid = str(checkpoint["id"])
+            known = st.ids.get(cid)
+            for _ in range(MAX_RETRIES):
                 payload = C.checkpoint_payload(
                     self.serde,
                     checkpoint,
                     metadata,
                     checkpoint_ns=checkpoint_ns,
                     parent_id=parent_id,
-                    parent_hash=parent_hash,
+                    parent_hash=self._parent_hash(thread, rid, st, parent_id),
                 )
-                cid = payload["checkpoint_id"]
-                known = st.ids.get(cid)
-                if known is not None and i == 0:
+                if known is not None:
                     same = self._same_payload(thread, rid, known[0], payload)
                     if same is not None:
                         return same  # the same checkpoint put again (a retried call): nothing to add
-                record = C.make_record(
-                    thread, rid, st.latest + 1, payload, timestamp=ts, prev_hash=st.latest_hash, pipeline=self.pipeline
-                )
-                try:
-                    self.store.append(record, expected_latest=st.latest)
-                except (Conflict, AlreadyExists):
+                    known = None
+                record = self.try_append(thread, rid, st, payload, ts)
+                if record is None:
                     st = self.state(thread, rid, refresh=True)  # another writer appended: re-read, retry
                     continue
-                self.note(st, record)
                 self._flush_early(thread, rid, record)
                 return record
         raise Conflict(f"could not append a checkpoint to thread {thread} after {MAX_RETRIES} retries")
+
+    def try_append(
+        self, thread: str, rid: str, st: RunState, payload: Mapping[str, Any], ts: datetime
+    ) -> Checkpoint | None:
+        """Append ``payload`` after the chain's head; None if another writer appended first."""
+        record = C.make_record(
+            thread, rid, st.head + 1, payload, timestamp=ts, prev_hash=st.head_hash, pipeline=self.pipeline
+        )
+        try:
+            self.store.append(record, expected_latest=st.latest)
+        except (Conflict, AlreadyExists):
+            return None
+        self.note(st, record)
+        return record
 
     def _parent_hash(self, thread: str, rid: str, st: RunState, parent_id: str | None) -> str | None:
         if parent_id is None:
@@ -225,7 +247,12 @@ class Threads:
                 continue
             if isinstance(data, Corrupt):
                 raise data
-            ev = parse_entry(ProgressEvent, data, location)
+            ev = self._parsed.get(data)
+            if ev is None:
+                ev = parse_entry(ProgressEvent, data, location)  # Corrupt if edited after writing
+                if len(self._parsed) >= PARSED_EVENTS:
+                    self._parsed.clear()
+                self._parsed[data] = ev
             out.setdefault(number, []).append(ev)
         for lst in out.values():
             lst.sort(key=lambda e: e.seq)
