@@ -16,6 +16,7 @@ files store) and every type the serializer handles round-trips.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -81,7 +82,7 @@ def typed(serde: Any, value: Any) -> dict[str, str]:
 
 def untyped(serde: Any, doc: Mapping[str, Any]) -> Any:
     """The value a :func:`typed` document holds."""
-    return serde.loads_typed((doc["type"], base64.b64decode(doc["data"])))
+    return serde.loads_typed((doc["type"], binascii.a2b_base64(doc["data"])))
 
 
 def _plain_json(value: Any) -> Any | None:

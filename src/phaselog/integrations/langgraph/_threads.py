@@ -216,13 +216,30 @@ class Threads:
             self.note(st, stored.record)
 
     def latest(self, thread: str, rid: str) -> Stored | None:
-        """The run's newest checkpoint (None if it has none); Corrupt if it is damaged."""
+        """The run's newest checkpoint (None if it has none); Corrupt if it is damaged.
+
+        Asks the store for the attempt after the newest one this saver knows and, when there is
+        none, for that newest one (two key lookups); only when either answer differs from what
+        is cached does it list the run's attempts. New attempts are always ``head + 1`` (this
+        module writes them), so an attempt beyond a missing number is never skipped.
+        """
         with self.lock:
+            st = self.state(thread, rid)
+            if st.latest:
+                try:
+                    self.store.get(thread, rid, C.ORDINAL, C.PHASE, st.latest + 1)
+                except NotFound:
+                    try:
+                        stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, st.latest)
+                    except NotFound:
+                        stored = None
+                    if stored is not None and stored.record.content_hash == st.latest_hash:
+                        return stored
             refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL and r.completed]
             if not refs:
                 return None
             stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, refs[-1].attempt_number)
-            self.note(self.state(thread, rid), stored.record)
+            self.state(thread, rid, refresh=True)
             return stored
 
     def records(self, thread: str, rid: str) -> tuple[list[Stored], list[Damaged]]:
