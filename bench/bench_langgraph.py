@@ -114,11 +114,20 @@ def run(
     try:
         conn = sqlite3.connect(base / "sqlitesaver.db", check_same_thread=False)
         stack.callback(conn.close)
-        lg = _Thread(SqliteSaver(conn))
+        lg_saver = SqliteSaver(conn)
+        lg_saver.setup()
+        default_sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+        # The same durability for every saver: phaselog's SQLite store commits with
+        # synchronous=FULL; LangGraph's savers use the connection's default, which may be lower.
+        conn.execute("PRAGMA synchronous=FULL")
+        lg = _Thread(lg_saver)
         pl = _Thread(stack.enter_context(PhaselogSaver(f"sqlite:///{base / 'phaselog.db'}")))
         alg_cm = AsyncSqliteSaver.from_conn_string(str(base / "asyncsqlitesaver.db"))
-        alg = _Thread(loop.run_until_complete(alg_cm.__aenter__()), loop)
+        alg_saver = loop.run_until_complete(alg_cm.__aenter__())
         stack.callback(lambda: loop.run_until_complete(alg_cm.__aexit__(None, None, None)))
+        loop.run_until_complete(alg_saver.setup())
+        loop.run_until_complete(alg_saver.conn.execute("PRAGMA synchronous=FULL"))
+        alg = _Thread(alg_saver, loop)
         apl = _Thread(stack.enter_context(PhaselogSaver(f"sqlite:///{base / 'phaselog-async.db'}")), loop)
         data = [_checkpoint(n, None) for n in range(checkpoints)]
         for t in (lg, pl, alg, apl):
@@ -155,7 +164,8 @@ def run(
             "langgraph",
             f"LangGraph savers on SQLite: a thread of {checkpoints} checkpoints with pending writes",
             notes=[
-                "each saver has its own SQLite database (WAL, a durable commit per write)",
+                "each saver has its own SQLite database: WAL, synchronous=FULL on every connection "
+                f"(LangGraph's connections default to synchronous={default_sync}; set to FULL here)",
                 "ratio = median(PhaselogSaver) / median(LangGraph's saver); goal <= 1.0",
             ],
         )

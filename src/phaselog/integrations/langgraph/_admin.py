@@ -142,8 +142,7 @@ def needed_by_latest(serde: Any, records: Sequence[Checkpoint]) -> set[int]:
         if parent is None:
             break
         keep.add(parent.attempt_number)
-        values = (parent.phase_payload or {}).get("checkpoint", {}).get("channel_values", {})
-        missing -= set(values)
+        missing -= set((parent.phase_payload or {}).get("channels") or ())
         cursor = parent
     return keep
 

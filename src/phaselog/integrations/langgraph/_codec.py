@@ -8,9 +8,10 @@
 * pending writes are progress events of the checkpoint's own attempt (one event per
   ``put_writes`` call).
 
-Values go through LangGraph's serializer protocol (``serde.dumps_typed``/``loads_typed``) and are
-kept as ``{"type", "data"}`` with the bytes in base64, so the records stay JSON (and YAML in the
-files store) and every type the serializer handles round-trips.
+The checkpoint and each write's value go through LangGraph's serializer protocol
+(``serde.dumps_typed``/``loads_typed``) and are kept as ``{"type", "data"}`` with the bytes in
+base64, so the records stay JSON (and YAML in the files store) and every type the serializer
+handles round-trips.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from phaselog.errors import InvalidIdentifier, InvalidRecord
+from phaselog.errors import InvalidIdentifier
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import Checkpoint, PipelineRef, ProgressEvent
 from phaselog.stores.names import event_prefix, parse_event_name
@@ -34,8 +35,6 @@ PHASE = "checkpoint"
 ORDINAL = 1
 NS_PREFIX = "ns:"
 PROVIDER = "langgraph"
-#: Checkpoint keys stored as plain JSON; any other key goes, serialised, under ``extra``.
-_JSON_KEYS = ("v", "id", "ts", "channel_versions", "versions_seen", "updated_channels")
 
 
 def thread_ticket(thread_id: object) -> str:
@@ -103,22 +102,11 @@ def checkpoint_payload(
     parent_id: str | None,
     parent_hash: str | None,
 ) -> dict[str, Any]:
-    """The ``checkpoint`` phase payload of one LangGraph checkpoint."""
-    body: dict[str, Any] = {}
-    for key in _JSON_KEYS:
-        if key in checkpoint:
-            plain = _plain_json(checkpoint[key])
-            if plain is None and checkpoint[key] is not None:
-                raise InvalidRecord(
-                    f"checkpoint.{key}: must be JSON (str/int/float keys and values)",
-                    errors=[{"field": f"checkpoint.{key}", "rule": "json", "message": "not JSON"}],
-                )
-            body[key] = plain
-    body.setdefault("updated_channels", None)
-    body["channel_values"] = {str(k): typed(serde, v) for k, v in checkpoint.get("channel_values", {}).items()}
-    extra = {k: v for k, v in checkpoint.items() if k not in _JSON_KEYS and k != "channel_values"}
-    if extra:
-        body["extra"] = typed(serde, extra)
+    """The ``checkpoint`` phase payload of one LangGraph checkpoint.
+
+    The checkpoint itself is one serialised value (as LangGraph's own savers keep it); beside it,
+    readable, the ids, the metadata and the names of the channels that hold a value.
+    """
     payload: dict[str, Any] = {
         "phase": PHASE,
         "checkpoint_id": str(checkpoint["id"]),
@@ -126,7 +114,8 @@ def checkpoint_payload(
         "parent_hash": parent_hash,
         "checkpoint_ns": checkpoint_ns,
         "metadata": None,
-        "checkpoint": body,
+        "channels": sorted(str(k) for k in checkpoint.get("channel_values", {})),
+        "checkpoint": typed(serde, dict(checkpoint)),
     }
     plain_md = _plain_json(dict(metadata))
     if plain_md is None:
@@ -175,12 +164,7 @@ def make_record(
 
 def checkpoint_of(serde: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
     """The LangGraph checkpoint a payload holds."""
-    body = payload["checkpoint"]
-    out: dict[str, Any] = {k: body[k] for k in _JSON_KEYS if k in body}
-    out["channel_values"] = {k: untyped(serde, v) for k, v in body["channel_values"].items()}
-    if "extra" in body:
-        out.update(untyped(serde, body["extra"]))
-    return out
+    return dict(untyped(serde, payload["checkpoint"]))
 
 
 def metadata_of(serde: Any, payload: Mapping[str, Any]) -> dict[str, Any]:
