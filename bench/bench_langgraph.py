@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import re
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -24,22 +26,33 @@ from typing import Any
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
 
 GOAL = 1.0
+_VOCAB = """
+    the of and to in is was for on that with as by at from his an were are which this be or had not but
+    all their have one new more been can its also after first two other into may some time would when
+    checkpoint graph state node agent tool message review draft publish resume thread run step value
+    otter river stone water light market signal model token reason answer question plan search result
+"""
+_WORDS = tuple(re.findall(r"\w+", _VOCAB))
 THREAD = "bench-thread"
 
 
 def _checkpoint(n: int, parent: dict[str, Any] | None) -> dict[str, Any]:
     from langgraph.checkpoint.base.id import uuid6
 
+    rnd = random.Random(n)  # text that compresses like prose (about 2-3x), not like "lorem ipsum" * 8
+
+    def text(words: int) -> str:
+        return " ".join(rnd.choice(_WORDS) for _ in range(words))
+
     messages = [
-        {"role": "user" if i % 2 else "assistant", "content": f"message {i} of step {n}: " + "lorem ipsum " * 8}
-        for i in range(6)
+        {"role": "user" if i % 2 else "assistant", "content": f"message {i} of step {n}: " + text(16)} for i in range(6)
     ]
     versions = {"messages": f"{n + 1:032}.0", "draft": f"{n + 1:032}.0", "counter": f"{n + 1:032}.0"}
     return {
         "v": 4,
         "id": str(uuid6(clock_seq=n)),
         "ts": datetime.now(UTC).isoformat(),
-        "channel_values": {"messages": messages, "draft": "draft text " * 40, "counter": n},
+        "channel_values": {"messages": messages, "draft": text(80), "counter": n},
         "channel_versions": versions,
         "versions_seen": {"agent": dict(versions), "tools": dict(versions)},
         "updated_channels": ["messages", "draft", "counter"],
