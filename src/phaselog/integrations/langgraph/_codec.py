@@ -20,7 +20,6 @@ import base64
 import binascii
 import hashlib
 import json
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -36,9 +35,6 @@ PHASE = "checkpoint"
 ORDINAL = 1
 NS_PREFIX = "ns:"
 PROVIDER = "langgraph"
-#: Serialised values this long or longer are zlib-compressed when that pays (see :func:`typed`).
-COMPRESS_FROM = 512
-ZLIB = "zlib+"
 
 
 def thread_ticket(thread_id: object) -> str:
@@ -78,25 +74,14 @@ def attempt_of_event_name(name: str) -> int | None:
 
 # -- values -------------------------------------------------------------------------------------
 def typed(serde: Any, value: Any) -> dict[str, str]:
-    """``{"type", "data"}``: the serializer's type tag and its bytes in base64.
-
-    Bytes of at least :data:`COMPRESS_FROM` that zlib shrinks by a tenth or more are stored
-    compressed, their type tagged ``zlib+<type>``: a smaller row is a cheaper durable commit.
-    """
+    """``{"type", "data"}``: the serializer's type tag and its bytes in base64."""
     kind, data = serde.dumps_typed(value)
-    if len(data) >= COMPRESS_FROM:
-        packed = zlib.compress(data, 1)
-        if len(packed) <= len(data) * 0.9:
-            kind, data = f"{ZLIB}{kind}", packed
     return {"type": kind, "data": base64.b64encode(data).decode("ascii")}
 
 
 def untyped(serde: Any, doc: Mapping[str, Any]) -> Any:
     """The value a :func:`typed` document holds."""
-    kind, data = str(doc["type"]), binascii.a2b_base64(doc["data"])
-    if kind.startswith(ZLIB):
-        kind, data = kind[len(ZLIB) :], zlib.decompress(data)
-    return serde.loads_typed((kind, data))
+    return serde.loads_typed((str(doc["type"]), binascii.a2b_base64(doc["data"])))
 
 
 def _plain_json(value: Any) -> Any | None:
