@@ -170,3 +170,23 @@ def test_async_graph_matches_langgraph(tmp_path: Path, reference: dict[str, Any]
 
     got = asyncio.run(run())
     assert got == {k: reference[k] for k in ("interrupt", "final", "history")}
+
+
+def test_the_documented_example_runs_and_its_commands_work(tmp_path: Path) -> None:
+    """examples/langgraph_interrupt.py (docs/langgraph.md's example) and the commands it suggests."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "langgraph_interrupt.py"
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = subprocess.run(
+        [sys.executable, str(example), store], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "paused: {'question': 'publish this?', 'draft': 'notes on otters -> draft'}" in done.stdout
+    assert "waiting at: ('review',)" in done.stdout
+    assert "done: ['research', 'write', 'review:yes', 'published']" in done.stdout
+    history = cli("history", "--ticket-id", "REPORT-7", "--store", store, "--format", "table")
+    assert history.returncode == 0, history.stderr
+    assert "checkpoint" in history.stdout
+    diff = cli("diff", "--ticket-id", "REPORT-7", "--store", store, "--run-id", "ns:", "--phase", "checkpoint")
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert "metadata" in diff.stdout
+    assert cli("verify", "--ticket-id", "REPORT-7", "--store", store).returncode == 0
