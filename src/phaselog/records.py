@@ -236,7 +236,20 @@ def canonical_bytes(cp: Checkpoint) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def _jsonable(value: Any) -> Any:
+    # Exact built-in types first: an isinstance check against the Mapping ABC costs more than the
+    # rest of this function, and a record's values are nearly all plain JSON (hashing a record
+    # walks it twice per write). Anything else takes the general path below, as before.
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _jsonable(v) for k, v in value.items()}
+    if kind is list:
+        return [_jsonable(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
