@@ -103,3 +103,34 @@ def test_the_status_of_a_long_history_reads_what_the_state_depends_on(store: Sto
     assert sorted(snap.records) == [(1, 41), (2, 1)]
     full = store.snapshot("T-1", phaselog.normalize_run_id("r1"), history=True)
     assert len(full.records) == 42
+
+
+def test_a_backends_snapshot_is_the_one_the_contract_builds(store: Store) -> None:
+    """Whatever shortcut a backend takes (one walk, two queries), its snapshot is the generic one:
+    records, in-flight events, approvals, marker — with and without history."""
+    from phaselog.stores.snapshot import build_snapshot
+
+    led = phaselog.Ledger(store)
+    led.init_ticket("V-9", title="Launch", pipeline="video-pipeline")
+    led.write("V-9", "r1", "research", {"summary": "s", "sources": ["https://x.test/a"]})
+    led.write("V-9", "r1", "research", None, status="failed", error="boom")
+    led.write("V-9", "r1", "research", {"summary": "t", "sources": ["https://x.test/b"]})
+    led.write("V-9", "r1", "proposal", {"title": "T", "concept": "C"})
+    led.reject("V-9", "r1", "proposal", by="ana", comment="no")
+    led.progress("V-9", "r1", "proposal", "start")
+    led.progress("V-9", "r1", "proposal", "step", step=2, output="half")
+    led.progress("V-9", "new-run", "research", "start")  # a run with events only: marker needed
+    for run in ("r1", "new-run", "nothing-here"):
+        rid = phaselog.normalize_run_id(run)
+        for history in (False, True):
+            mine = store.snapshot("V-9", rid, history=history)
+            generic = build_snapshot(store, "V-9", rid, history=history)
+            assert mine.attempts == generic.attempts
+            assert mine.records == generic.records
+            assert mine.event_names == generic.event_names
+            assert sorted(mine.events) == sorted(generic.events)
+            assert mine.approvals == generic.approvals
+            assert mine.markers == generic.markers
+    st = led.status("V-9", "r1")
+    assert st.phase("proposal").state == "in_progress"
+    assert st.phase("research").attempts == 3

@@ -711,9 +711,9 @@ class SqlStore(SqlRetentionMixin):
 
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
-        from phaselog.stores.snapshot import build_snapshot
+        from phaselog.stores.sql_snapshot import sql_snapshot
 
-        return build_snapshot(self, validate_ticket_id(ticket_id), run_id, history=history)
+        return sql_snapshot(self, ticket_id, run_id, history=history)
 
     def close(self) -> None:
         """Close the connection (SQLite: after moving the WAL into the database file). Idempotent."""
