@@ -301,8 +301,8 @@ class Guard:
 
             try:
                 job = (runner or partial(run_job, grace_s=cfg.kill_grace_s))(command, env, on_start)
-            except GateRefused as exc:
-                raise exc.__cause__ or StoreError(str(exc)) from None
+            except GateRefused as exc:  # nothing ran: the lock could not name the job, or no gate
+                raise exc.__cause__ or StoreError(str(exc), rule="gate") from None
             ended = self.env.clock()
             stdout = tail_text(job.stdout_tail, TAIL_BYTES) if cfg.outcome_from_output else None
             outcome = outcome_of(job.exit_code, stdout)

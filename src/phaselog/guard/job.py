@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,10 +173,13 @@ def run_job(
 
     Raises GateRefused (nothing ran) when ``on_start`` raises.
     """
+    python = sys.executable or shutil.which("python3")
+    if not python:  # an embedded interpreter that cannot name itself
+        raise GateRefused("cannot start the job's gate: no Python interpreter found (sys.executable is empty)")
     gate_r, gate_w = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", GATE, str(gate_r), *command],
+            [python, "-I", "-S", "-c", GATE, str(gate_r), *command],
             env=env,
             stdin=None,
             stdout=subprocess.PIPE,
