@@ -109,7 +109,7 @@ def test_history_has_every_kind_of_record_in_time_order(led: phaselog.Ledger, cl
     assert times(h) == sorted(times(h))
     assert h[3]["summary"] == "research attempt 1 failed: source down"
     assert h[6]["summary"] == "proposal attempt 1 rejected by bo: too long"
-    assert h[2]["summary"] == "research attempt 1 step step 1"
+    assert h[2]["summary"] == "research attempt 1 step 1"  # once "step step 1" (issue 9)
     assert h[0]["record"]["title"] == "Launch"
     assert h[-1]["record"]["revision"] == 2
     assert h[4]["record"]["checkpoint_path"].endswith("phase_1_research_a2.yaml")

@@ -150,7 +150,10 @@ class AuditMixin:
                 for ev in events:
                     if phase_name and ev.phase != phase_name:
                         continue
-                    detail = f" step {ev.step}" if ev.step is not None else ""
+                    if ev.event == "step":  # "step 3", never "step step 3"
+                        what = f"step {ev.step}" if ev.step is not None else "step"
+                    else:
+                        what = f"{ev.event} (step {ev.step})" if ev.step is not None else ev.event
                     out.append(
                         _entry(
                             ev.timestamp,
@@ -159,7 +162,7 @@ class AuditMixin:
                             ev.phase,
                             attempt,
                             ev.seq,
-                            f"{ev.phase} attempt {attempt} {ev.event}{detail}",
+                            f"{ev.phase} attempt {attempt} {what}",
                             ev.content_hash,
                             ev.to_json(),
                             ordinal=ordinal,

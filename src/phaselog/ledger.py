@@ -16,6 +16,7 @@ hashing, attempt numbering and its retry, basis and prev_hash. A store only appe
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -225,12 +226,22 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
                 if marker is not None:
                     recorded = PipelineRef(marker.pipeline, "", "")
         if requested is None:
-            return self.load_pipeline(recorded.name if recorded else None)
+            if recorded is None:  # nothing says which pipeline: the default, and say so if a phase is unknown
+                return dataclasses.replace(
+                    self.load_pipeline(None),
+                    fallback_note=(
+                        f"run {run_id} has no checkpoint and ticket {ticket_id} no marker, so the default "
+                        f"pipeline {DEFAULT_PIPELINE} was used: name the pipeline (--pipeline NAME or "
+                        f"--pipeline-file FILE; Python: pipeline=...), or record it for the ticket once with "
+                        f"`phaselog init --ticket-id {ticket_id} --title TEXT --pipeline NAME`"
+                    ),
+                )
+            return self.load_pipeline(recorded.name)
         pipeline = self.load_pipeline(requested)
         if recorded is not None and recorded.name != pipeline.name:
             raise PipelineMismatch(
-                f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}; "
-                "omit --pipeline or start a new run",
+                f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}: use "
+                f"{recorded.name!r} (or name no pipeline, and the run's own is used), or start a new run",
                 recorded=recorded.name,
                 requested=pipeline.name,
             )
@@ -620,7 +631,12 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
-        return self._status_from(snap, self.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap))
+        st = self._status_from(snap, self.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap))
+        if snap.empty and not snap.approvals:
+            known = self.store.runs(ticket_id)  # a second store call, only for a run with nothing in it
+            if run_id not in known:  # nothing at all: a run about to start, or a mistyped id
+                st = dataclasses.replace(st, recorded=False, known_runs=tuple(known))
+        return st
 
     def _status_from(self, snap: RunSnapshot, pl: Pipeline) -> RunStatus:
         """The state of a run as a snapshot shows it."""

@@ -145,6 +145,8 @@ class Pipeline:
     description: str = ""
     order: str = "strict"
     source: str = "<python>"
+    #: Why this pipeline was chosen when nothing named it (added to an unknown-phase error).
+    fallback_note: str = field(default="", compare=False, repr=False)
 
     @cached_property
     def manifest_hash(self) -> str:
@@ -181,8 +183,9 @@ class Pipeline:
                 if p.name == name_or_ordinal:
                     return p
         valid = ", ".join(f"{p.ordinal}={p.name}" for p in self.phases)
+        note = f"; {self.fallback_note}" if self.fallback_note else ""
         raise UnknownPhase(
-            f"unknown phase {name_or_ordinal!r} for pipeline {self.name}; valid phases: {valid}",
+            f"unknown phase {name_or_ordinal!r} for pipeline {self.name}; valid phases: {valid}{note}",
             field="phase",
             valid_phases=self.phase_names,
         )
@@ -301,6 +304,12 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
     return Execution(**kw)
 
 
+#: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
+MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases"})
+#: The keys a phase of a manifest may have: its own, and the runner's.
+PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", *EXECUTION_KEYS})
+
+
 def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
     """Build a Pipeline from a parsed manifest, checking every field."""
     where = f"pipeline manifest {source}"
@@ -348,7 +357,7 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
                 field=f"{at}.requires_approval",
             )
         desc = raw.get("description", "") or ""
-        unknown = set(raw) - {"name", "description", "payload_schema", "requires_approval", *EXECUTION_KEYS}
+        unknown = set(raw) - PHASE_KEYS
         if unknown:
             raise PipelineError(
                 f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
@@ -358,7 +367,7 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
             )
         execution = execution_from_dict(raw, where, at)
         phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution))
-    unknown_top = set(doc) - {"name", "version", "description", "order", "phases"}
+    unknown_top = set(doc) - MANIFEST_KEYS
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
     return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source)

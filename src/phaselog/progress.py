@@ -29,7 +29,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from phaselog.errors import (
     AlreadyExists,
@@ -233,11 +233,16 @@ class ProgressMixin:
         tokens: int | None = None,
         provider: str | None = None,
         status: str | None = None,
-        pid: int | None = None,
+        pid: int | Literal["self"] | None = "self",
         pipeline: Any = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> ProgressEvent:
-        """Append a progress event to the attempt in flight (``start`` opens a new attempt)."""
+        """Append a progress event to the attempt in flight (``start`` opens a new attempt).
+
+        ``pid`` (with ``start``): the process that runs the phase and lives until its checkpoint.
+        ``"self"`` (the default) is this process; an int is a process you vouch for; None records
+        none, and the attempt is then judged abandoned only by the age of its last event.
+        """
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         if event not in EVENTS:
             raise UsageError(f"--event must be one of {', '.join(EVENTS)} (got {event!r})", field="event")
@@ -247,7 +252,7 @@ class ProgressMixin:
                     f"{name}: must be an integer >= 0 (got {value!r})",
                     errors=[{"field": name, "rule": "minimum", "message": "must be >= 0"}],
                 )
-        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= MAX_PID):
+        if pid not in (None, "self") and (isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= MAX_PID):
             raise UsageError(f"--pid: must be a process id from 1 to {MAX_PID} (got {pid!r})", field="pid", rule="pid")
         if attempt is not None:
             check_attempt(attempt)
@@ -347,7 +352,7 @@ class ProgressMixin:
         tokens: int | None,
         provider: str | None,
         status: str | None,
-        pid: int | None,
+        pid: int | Literal["self"] | None,
     ) -> ProgressEvent:
         now = self.clock()
         last = history[-1] if history else None
@@ -360,8 +365,8 @@ class ProgressMixin:
         host = pid_ = started = None
         if event == "start":
             host = socket.gethostname()
-            pid_ = pid if pid is not None else os.getpid()
-            started = process_start_time(pid_)
+            pid_ = os.getpid() if pid == "self" else pid
+            started = process_start_time(pid_) if pid_ is not None else None
         elapsed = round(max((now - start.timestamp).total_seconds(), 0.0), 6) if start else 0.0
         return ProgressEvent(
             ticket_id=ticket_id,

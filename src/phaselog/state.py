@@ -46,6 +46,7 @@ class PhaseState:
     latest_timestamp: datetime | None = None
     #: The completed attempt that counts for this phase (None if none).
     completed_attempt: int | None = None
+    #: How many attempts the phase has: recorded (completed or failed), damaged, and in flight.
     attempts: int = 0
     reason: str | None = None
     damaged_attempts: tuple[int, ...] = ()
@@ -82,6 +83,18 @@ class RunStatus:
     pipeline: str
     phases: tuple[PhaseState, ...]
     warnings: tuple[str, ...] = field(default=())
+    #: False when nothing at all is recorded for the run (a new run, or a mistyped run id).
+    recorded: bool = True
+    #: With ``recorded`` false: the runs the ticket does have (canonical ids).
+    known_runs: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str | None:
+        """What a person should know first: that nothing is recorded for the run, and what is."""
+        if self.recorded:
+            return None
+        runs = ", ".join(self.known_runs) if self.known_runs else "none"
+        return f"nothing is recorded for run {self.run_id} of ticket {self.ticket_id}; its runs: {runs}"
 
     @property
     def next_phase(self) -> str | None:
@@ -119,6 +132,8 @@ class RunStatus:
             "done": self.done,
             "phases": [p.to_json() for p in self.phases],
             "warnings": list(self.warnings),
+            "recorded": self.recorded,
+            **({"message": self.message, "known_runs": list(self.known_runs)} if not self.recorded else {}),
         }
 
 
@@ -196,6 +211,9 @@ def _phase_state(
     }
     top = attempts[-1].attempt_number if attempts else 0
     n_attempts = count if count is not None else len(attempts)
+    # The attempt in flight is an attempt too: "attempts" must agree with "latest_attempt".
+    if flight is not None and flight["attempt_number"] > top:
+        n_attempts += 1
     if damaged and max(damaged) > top and (flight is None or max(damaged) > flight["attempt_number"]):
         lc = latest_completed.get(phase.name)
         return PhaseState(

@@ -225,8 +225,20 @@ def _check_payload(cp: Checkpoint, phase: Any, rep: Report) -> None:
         return
     _check_payload_phase(cp, rep)
     if phase is not None:
-        for path, rule, message in phase.check_payload(_plain(cp.phase_payload)):
+        for path, rule, message in phase.check_payload(user_payload(phase.payload_schema, _plain(cp.phase_payload))):
             rep.error(path, f"payload_schema:{rule}", message)
+
+
+def user_payload(schema: Any, payload: Any) -> Any:
+    """The payload as its author wrote it: without the ``phase`` key phaselog adds for the seed file,
+    unless the schema itself speaks of ``phase`` (then the author validates it, as the built-ins do)."""
+    if not isinstance(payload, dict) or "phase" not in payload or not isinstance(schema, Mapping):
+        return payload
+    props = schema.get("properties")
+    required = schema.get("required")
+    if (isinstance(props, Mapping) and "phase" in props) or (isinstance(required, list) and "phase" in required):
+        return payload
+    return {k: v for k, v in payload.items() if k != "phase"}
 
 
 def _plain(value: Any) -> Any:

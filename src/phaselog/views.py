@@ -127,7 +127,7 @@ def progress_event(event: ProgressEvent, *, with_output: bool = False) -> dict[s
     return d
 
 
-def approval(judgement: Approval, phase_state: str, warnings: Sequence[str]) -> dict[str, Any]:
+def approval(judgement: Approval, phase_state: str | None, warnings: Sequence[str]) -> dict[str, Any]:
     """An approval or rejection, and the state of its phase afterwards."""
     return {
         "approval": {**judgement.to_json(), "content_hash": judgement.content_hash},

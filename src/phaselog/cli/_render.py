@@ -48,13 +48,30 @@ def error_text(err: PhaselogError, correlation_id: str | None = None) -> str:
     return json_text(out)
 
 
+#: No column is squeezed below this many characters (or its own width, when narrower).
+MIN_COLUMN = 12
+#: Columns at most this wide are never wrapped (short hashes, run ids, states, phase names).
+SHORT_COLUMN = 16
+
+
+def terminal_width() -> int:
+    """The terminal's width (``COLUMNS`` when set; 80 when not a terminal)."""
+    from rich.console import Console
+
+    return Console().width
+
+
 def table(
     rows: Sequence[Sequence[Any]],
     headers: Sequence[str],
     title: str | None = None,
     empty: str = "nothing to show",
 ) -> str:
-    """A table as text (rich), or ``title: empty`` when there are no rows."""
+    """A table as text (rich) that fits the terminal, or ``title: empty`` when there are no rows.
+
+    Every column keeps at least ``MIN_COLUMN`` characters (or its natural width when narrower), so
+    none is squeezed to nothing; wide columns fold their text instead.
+    """
     if not rows:
         return (": ".join(x for x in (title, empty) if x) or "nothing to show") + "\n"
     import io
@@ -62,22 +79,64 @@ def table(
     from rich.console import Console
     from rich.table import Table
 
+    cells = [["" if v is None else str(v) for v in r] for r in rows]
     t = Table(title=title, show_lines=False, header_style="bold")
+    least = 1  # the narrowest the table can be without squeezing a column: its minimums and borders
     for i, h in enumerate(headers):
-        last = i == len(headers) - 1
-        t.add_column(h, overflow="fold", no_wrap=not last)  # only the last column wraps
-    for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        natural = max([len(h), *(max(map(len, r[i].splitlines() or [""])) for r in cells)])
+        short = natural <= SHORT_COLUMN
+        # Short columns (ids, hashes, times, states) stay whole; long ones fold their text.
+        t.add_column(h, overflow="fold", min_width=min(natural, MIN_COLUMN), no_wrap=short)
+        least += (natural if short else min(natural, MIN_COLUMN)) + 3
+    for r in cells:
+        t.add_row(*r)
     terminal = Console()
     buf = io.StringIO()
     Console(
         file=buf,
-        width=max(120, terminal.width),
+        # Fit the terminal; on one too narrow for the minimums, overflow rather than squeeze a column away.
+        width=max(terminal.width, least),
         soft_wrap=False,
         force_terminal=terminal.is_terminal,
         color_system=terminal.color_system,  # type: ignore[arg-type]  # a name rich gave us itself
     ).print(t)
     return buf.getvalue()
+
+
+def without_path(message: str, path: str) -> str:
+    """``message`` without a leading or embedded copy of ``path`` (a table shows the path already)."""
+    if not path:
+        return message
+    out = message.replace(f"{path}: ", "").replace(path, "…")
+    return out or message
+
+
+def short_time(stamp: str | None) -> str:
+    """An ISO-8601 UTC timestamp to the second, for tables (``2025-01-02 03:04:05``)."""
+    if not stamp:
+        return ""
+    return stamp[:19].replace("T", " ") if len(stamp) >= 19 and stamp[10] == "T" else stamp
+
+
+def human_error(err: PhaselogError) -> str:
+    """The error for people (``--format table``): what went wrong, then its details, one per line."""
+    out = [f"error: {err.message}"]
+    for key, value in err.to_dict().items():
+        if key in ("success", "error", "correlation_id"):
+            continue
+        if key == "errors" and isinstance(value, list):
+            for e in value:
+                if isinstance(e, dict):
+                    out.append(f"  - {e.get('field', '?')}: {e.get('message', '')} ({e.get('rule', '')})")
+            continue
+        if isinstance(value, list | tuple):
+            shown = ", ".join(map(str, value))
+        elif isinstance(value, dict):
+            shown = json.dumps(value, ensure_ascii=False)
+        else:
+            shown = str(value)
+        out.append(f"  {key}: {shown}")
+    return "\n".join(out) + "\n"
 
 
 def lines(*items: str) -> str:

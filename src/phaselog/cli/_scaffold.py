@@ -38,11 +38,41 @@ TableFn = Callable[[dict[str, Any]], str]
 
 
 # -- the group ------------------------------------------------------------------------------------
+#: Sections of ``phaselog --help``, in this order; a command declared without one is listed under "Other".
+SECTIONS = ("Record", "Resume", "Runner", "Audit", "Gates", "Tickets and pipelines", "Guard", "Stores")
+
+
 class PhaselogGroup(click.Group):
-    """Lists commands in the order they were added (the order of a pipeline's life)."""
+    """Lists commands in the order they were added, and the top-level help by section."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sections: dict[str, str] = {}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Every command by section, subcommands by their full name (``guard run``), one list."""
+        grouped: dict[str, list[tuple[str, click.Command]]] = {}
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            rows = grouped.setdefault(self.sections.get(name, "Other"), [])
+            if not isinstance(cmd, click.Group) or cmd.invoke_without_command:
+                rows.append((name, cmd))  # a group that does something itself (progress) has a row too
+            if isinstance(cmd, click.Group):
+                rows += [(f"{name} {n}", sub) for n, sub in cmd.commands.items() if not sub.hidden]
+        order = [*SECTIONS, *sorted(k for k in grouped if k not in SECTIONS and k != "Other"), "Other"]
+        pad = max((len(label) for rows in grouped.values() for label, _ in rows), default=0)
+        limit = max(formatter.width - formatter.current_indent - pad - 4, 30)
+        for section in order:
+            if grouped.get(section):
+                with formatter.section(section):
+                    formatter.write_dl(
+                        [(label.ljust(pad), cmd.get_short_help_str(limit=limit)) for label, cmd in grouped[section]]
+                    )
 
 
 @click.group(cls=PhaselogGroup, context_settings=CONTEXT)
@@ -50,14 +80,9 @@ class PhaselogGroup(click.Group):
 def cli() -> None:
     """Durable checkpoints for multi-phase pipelines: record, resume, validate, audit.
 
-    \b
-    Seed-compatible commands:  write, read, validate, list
-    Resume and integrity:      status, resume, verify
-    Pipelines:                 pipelines
-    Runner:                    run, explain, step
-
     Output is JSON on stdout (--format table for people). Exit 0 on success, 1 when an
-    operation fails or a check says no, 2 for bad usage.
+    operation fails or a check says no, 2 for bad usage. `phaselog COMMAND --help` shows a
+    command's options and an example.
     """
 
 
@@ -77,10 +102,28 @@ class Result:
     envelope: bool = True
 
 
-def fail(err: PhaselogError, correlation_id: str | None = None) -> NoReturn:
-    """Print ``err`` as the JSON error object and exit with its exit code."""
-    _render.write(_render.error_text(err, correlation_id))
+def fail(err: PhaselogError, correlation_id: str | None = None, fmt: str = "json") -> NoReturn:
+    """Print ``err`` (the JSON error object, or lines for people under ``--format table``) and exit
+    with its exit code."""
+    if fmt == "json":
+        _render.write(_render.error_text(err, correlation_id))
+    else:
+        sys.stderr.write(_render.human_error(err))
+        sys.stderr.flush()
     sys.exit(err.exit_code)
+
+
+def _format_in(args: list[str]) -> str:
+    """The ``--format`` given on a command line click could not parse (for its error message)."""
+    fmt = "json"
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--format" and i + 1 < len(args):
+            fmt = args[i + 1]
+        elif arg.startswith("--format="):
+            fmt = arg.partition("=")[2]
+    return fmt if fmt in ("table", "text") else "json"
 
 
 # -- the invocation -------------------------------------------------------------------------------
@@ -241,13 +284,15 @@ def command(
     format_help: str = "JSON for scripts and agents, or a readable table.",
     as_group: bool = False,
     writes: bool = False,
+    section: str | None = None,
     **settings: Any,
 ) -> Callable[[Callable[..., Result | None]], click.Command]:
     """Make ``fn(call, **options) -> Result | None`` a command of ``group`` with the shared options.
 
     ``store``: ``--root`` (and ``--store`` unless ``store_help`` is None); ``pipeline``:
     ``--pipeline/--pipeline-file``; ``formats``: the ``--format`` choices (None: JSON only);
-    ``correlation``: ``--correlation-id``; ``writes``: the command records something (a store
+    ``correlation``: ``--correlation-id``; ``section``: where ``phaselog --help`` lists it (one of
+    :data:`SECTIONS`, or a new one); ``writes``: the command records something (a store
     that does not exist yet may be created; read-only commands must not create one).
     A body returning None has printed its own output.
     """
@@ -271,7 +316,7 @@ def command(
             finally:
                 call.close()  # always, also when the body raised something unexpected
             if error is not None:
-                fail(error, call.correlation_id)
+                fail(error, call.correlation_id, call.fmt)
             if text:
                 _render.write(text)
             if result is not None and result.exit_code:
@@ -296,9 +341,20 @@ def command(
         # The command's own options first, then the shared ones (click lists them in reverse).
         run.__click_params__ = run.__click_params__ + params_before  # type: ignore[attr-defined]
         factory = group.group if as_group else group.command
-        return factory(name, context_settings={**CONTEXT, **settings.pop("context_settings", {})}, **settings)(run)
+        cmd = factory(name, context_settings={**CONTEXT, **settings.pop("context_settings", {})}, **settings)(run)
+        if section is not None:
+            in_section(cmd, section, group)
+        return cmd
 
     return decorate
+
+
+def in_section(cmd: click.Command, section: str, group: click.Command | None = None) -> click.Command:
+    """List ``cmd`` under ``section`` in ``phaselog --help`` (for groups made with ``cli.group``)."""
+    parent = group if group is not None else cli
+    if isinstance(parent, PhaselogGroup) and cmd.name:
+        parent.sections[cmd.name] = section
+    return cmd
 
 
 # -- entry point ----------------------------------------------------------------------------------
@@ -338,23 +394,24 @@ def _main(argv: list[str] | None = None) -> None:
         if (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
             with contextlib.suppress(AttributeError, ValueError):
                 stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    fmt = _format_in(args)
     try:
         cli.main(args=args, prog_name="phaselog", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.NoSuchOption as exc:
-        fail(UsageError(f"{exc.format_message()} (see --help)", field=exc.option_name))
+        fail(UsageError(f"{exc.format_message()} (see --help)", field=exc.option_name), fmt=fmt)
     except click.exceptions.MissingParameter as exc:  # before BadParameter: it is a subclass
-        fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"))
+        fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"), fmt=fmt)
     except click.exceptions.BadParameter as exc:
         field = exc.param.name if exc.param is not None else None
-        fail(UsageError(exc.format_message(), field=field))
+        fail(UsageError(exc.format_message(), field=field), fmt=fmt)
     except click.ClickException as exc:
-        fail(UsageError(exc.format_message()))
+        fail(UsageError(exc.format_message()), fmt=fmt)
     except click.exceptions.Abort:
-        fail(PhaselogError("interrupted"))
+        fail(PhaselogError("interrupted"), fmt=fmt)
     except PhaselogError as exc:
-        fail(exc)
+        fail(exc, fmt=fmt)
     except BrokenPipeError:
         os._exit(0)  # the reader went away (e.g. `| head`): not an error of ours
     except Exception as exc:
@@ -363,5 +420,8 @@ def _main(argv: list[str] | None = None) -> None:
         if isinstance(exc, UnicodeEncodeError):
             bad = exc.object[exc.start : exc.end]
             if all("\udc80" <= c <= "\udcff" for c in bad):  # bytes in argv that are not UTF-8
-                fail(UsageError(f"an argument is not valid UTF-8 text ({bad!r})", rule="utf-8"))
-        fail(PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"))
+                fail(UsageError(f"an argument is not valid UTF-8 text ({bad!r})", rule="utf-8"), fmt=fmt)
+        fail(
+            PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"),
+            fmt=fmt,
+        )

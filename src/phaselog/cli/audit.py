@@ -9,7 +9,7 @@ import click
 from phaselog import views
 from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import read_output
-from phaselog.cli._render import lines, table
+from phaselog.cli._render import lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, cli, command
 from phaselog.errors import PhaselogError, UsageError
 
@@ -37,7 +37,7 @@ def _events_table(events: list[dict[str, Any]]) -> str:
     )
 
 
-@command(cli, pipeline=True, as_group=True, writes=True, invoke_without_command=True)
+@command(cli, pipeline=True, as_group=True, writes=True, section="Resume", invoke_without_command=True)
 @click.option("--ticket-id")
 @click.option("--run-id")
 @click.option("--phase", help="Phase name or ordinal.")
@@ -49,7 +49,13 @@ def _events_table(events: list[dict[str, Any]]) -> str:
 @click.option("--tokens", type=click.IntRange(min=0), help="Cumulative token count so far.")
 @click.option("--provider", metavar="NAME", help="Model or service provider.")
 @click.option("--status", "status_text", metavar="TEXT", help="Free-text task status.")
-@click.option("--pid", type=int, help="With start: the pipeline's process id (default: the parent of this command).")
+@click.option(
+    "--pid",
+    type=int,
+    help="With start: the process that runs the phase and lives until its checkpoint, e.g. --pid $$ in the "
+    "script that runs it. Without it no process is recorded, and the attempt is judged abandoned only "
+    "when its last event is too old (a short-lived caller such as a make recipe line cannot vouch for it).",
+)
 def progress(
     call: Call,
     ticket_id: str | None,
@@ -91,8 +97,6 @@ def progress(
     assert run_id is not None
     assert phase is not None
     assert event is not None
-    import os
-
     ledger = call.ledger
     ev = ledger.progress(
         ticket_id,
@@ -105,7 +109,7 @@ def progress(
         tokens=tokens,
         provider=provider,
         status=status_text,
-        pid=pid if pid is not None else os.getppid(),
+        pid=pid,  # None: no process recorded (this command's parent may be gone at once, e.g. under make)
         pipeline=call.pipeline,
     )
     return Result({"event": views.progress_event(ev)}, lambda d: _events_table([d["event"]]))
@@ -169,7 +173,12 @@ def _judge_command(decision: str) -> click.Command:
         by: str,
         comment: str | None,
     ) -> Result:
+        from phaselog.ids import normalize_run_id, validate_ticket_id
+
         ledger = call.ledger
+        # Resolve the pipeline once, before anything is recorded, and judge and report with that
+        # same object: the state read afterwards cannot fail on a pipeline lookup.
+        pipeline = ledger.pipeline_for(validate_ticket_id(ticket_id), normalize_run_id(run_id), call.pipeline)
         approval, warnings = ledger.approve(
             ticket_id,
             run_id,
@@ -178,18 +187,25 @@ def _judge_command(decision: str) -> click.Command:
             comment=comment,
             attempt=_attempt(attempt),
             decision=decision,
-            pipeline=call.pipeline,
+            pipeline=pipeline,
         )
-        state = ledger.status(ticket_id, run_id, pipeline=call.pipeline).phase(approval.phase).state
+        try:
+            state = ledger.status(ticket_id, run_id, pipeline=pipeline).phase(approval.phase).state
+        except PhaselogError as exc:  # recorded: the command succeeded; say what could not be read
+            state = None
+            warnings = [*warnings, f"recorded, but the phase's state could not be read: {exc.message}"]
         return Result(views.approval(approval, state, warnings), _approval_table)
 
     judge.__name__ = decision
+    example = f"phaselog {decision} --ticket-id T --run-id R --phase proposal --by ana" + (
+        ' --comment "too long"' if decision == "reject" else ""
+    )
+    # "\b" (a real backspace character) tells click to keep the example's line as it is.
     judge.__doc__ = (
         f"{verb} a gated phase's checkpoint; the judgement is bound to its content hash.\n\n"
-        f"    \\b\n    Example:\n      phaselog {decision} --ticket-id T --run-id R --phase proposal --by ana"
-        + (' --comment "too long"' if decision == "reject" else "")
+        f"    \b\n    Example:\n      {example}\n"
     )
-    return command(cli, decision, pipeline=True, writes=True)(judge)
+    return command(cli, decision, pipeline=True, writes=True, section="Gates")(judge)
 
 
 approve = _judge_command("approve")
@@ -205,7 +221,7 @@ def _marker_table(d: dict[str, Any]) -> str:
     )
 
 
-@command(cli, "init", writes=True)
+@command(cli, "init", writes=True, section="Tickets and pipelines")
 @click.option("--ticket-id", required=True)
 @click.option("--title", required=True, metavar="TEXT")
 @click.option("--pipeline", "pipeline_name", metavar="NAME", help="The ticket's pipeline (default ticket-pipeline).")
@@ -228,7 +244,7 @@ def init_cmd(call: Call, ticket_id: str, title: str, pipeline_name: str | None, 
 
 
 # -- decisions / history ------------------------------------------------------------------------------
-@command(cli)
+@command(cli, section="Audit")
 @click.option("--ticket-id", required=True)
 def decisions(call: Call, ticket_id: str) -> Result:
     """The ticket's merged decision log across runs (seed 002's decision_log.json shape).
@@ -258,7 +274,7 @@ def decisions(call: Call, ticket_id: str) -> Result:
     )
 
 
-@command(cli)
+@command(cli, section="Audit")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="Only this run.")
 @click.option("--phase", help="Only this phase (name or ordinal).")
@@ -273,7 +289,10 @@ def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -
     return Result(
         views.history(entries),
         lambda d: table(
-            [[e["at"], (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]] for e in d["history"]],
+            [
+                [short_time(e["at"]), (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]]
+                for e in d["history"]
+            ],
             ["at", "run", "kind", "what", "hash"],
             title=f"history of {ticket_id}",
         ),
@@ -283,6 +302,7 @@ def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -
 # -- diff / fork ---------------------------------------------------------------------------------------
 @command(
     cli,
+    section="Audit",
     formats=("json", "text", "table"),
     format_help="json, or readable text (table is the same as text).",
     correlation=False,
@@ -319,7 +339,7 @@ def diff(call: Call, a: str | None, b: str | None, ticket_id: str, run_id: str |
     )
 
 
-@command(cli, writes=True)
+@command(cli, writes=True, section="Resume")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True, help="The run to fork from.")
 @click.option("--through", required=True, metavar="PHASE", help="Reuse checkpoints up to and including this phase.")
@@ -348,7 +368,7 @@ def fork(call: Call, ticket_id: str, run_id: str, through: str, new_run_id: str 
 def _doctor_table(d: dict[str, Any]) -> str:
     return lines(
         table(
-            [[f["kind"], f["path"], f["message"]] for f in d["findings"]],
+            [[f["kind"], f["path"], without_path(f["message"], f["path"])] for f in d["findings"]],
             ["finding", "path", "detail"],
             title=f"{d['tickets']} ticket(s), {d['runs']} run(s): {'healthy' if d['healthy'] else 'needs attention'}",
         ),
@@ -357,7 +377,7 @@ def _doctor_table(d: dict[str, Any]) -> str:
     )
 
 
-@command(cli)
+@command(cli, section="Audit")
 @click.option("--ticket-id", help="Only this ticket (default: every ticket).")
 @click.option("--quarantine", is_flag=True, help="Move damaged files into <root>/quarantine/ (with a note each).")
 def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:

@@ -10,7 +10,7 @@ import click
 
 from phaselog.cli._args import duration
 from phaselog.cli._render import table
-from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command
+from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
 from phaselog.errors import UsageError
 
 STORE_HELP = "Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines)."
@@ -38,6 +38,9 @@ def guard() -> None:
     Example (crontab):
       */15 * * * * phaselog guard run --name closeout --max-failures 3 --cooldown 2h -- ./closeout.sh
     """
+
+
+in_section(guard, "Guard")
 
 
 @command(

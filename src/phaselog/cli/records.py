@@ -10,7 +10,7 @@ import click
 from phaselog import views
 from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import json_opt
-from phaselog.cli._render import lines, table
+from phaselog.cli._render import lines, short_time, table
 from phaselog.cli._scaffold import Call, Result, cli, command
 from phaselog.errors import PhaselogError, UsageError
 
@@ -23,7 +23,7 @@ def _written_table(d: dict[str, Any]) -> str:
     )
 
 
-@command(cli, pipeline=True, writes=True)
+@command(cli, pipeline=True, writes=True, section="Record")
 @click.option("--ticket-id", required=True, help="Ticket id, e.g. PROJ-1234.")
 @click.option("--run-id", required=True, help="Run id: a UUID, or any string (mapped to UUID v5).")
 @click.option("--phase", required=True, help="Phase name or ordinal.")
@@ -116,7 +116,7 @@ def _record_table(d: dict[str, Any]) -> str:
     return table(rows, ["field", "value"], title=d.get("checkpoint_path"))
 
 
-@command(cli, pipeline=True)
+@command(cli, pipeline=True, section="Record")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
 @click.option("--phase", required=True, help="Phase name or ordinal.")
@@ -139,7 +139,7 @@ def _validation_table(d: dict[str, Any]) -> str:
     return table(rows, ["severity", "field", "rule", "message"], title=f"{d['checkpoint_path']}: {verdict}")
 
 
-@command(cli, pipeline=True)
+@command(cli, pipeline=True, section="Record")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
 @click.option("--phase", required=True, help="Phase name or ordinal.")
@@ -165,7 +165,7 @@ def validate(
 
 
 # -- list -----------------------------------------------------------------------------------------
-@command(cli, "list")
+@command(cli, "list", section="Record")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="Only this run.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many records (then use --after).")
@@ -187,7 +187,7 @@ def list_cmd(call: Call, ticket_id: str, run_id: str | None, limit: int | None, 
                 f"{s.record.phase_ordinal} {s.record.phase}",
                 s.record.attempt_number,
                 s.record.status,
-                s.record.seed_dict()["timestamp_utc"],
+                short_time(s.record.seed_dict()["timestamp_utc"]),
                 s.record.content_hash[:12],
             ]
             for s in page.items
@@ -199,7 +199,7 @@ def list_cmd(call: Call, ticket_id: str, run_id: str | None, limit: int | None, 
         rows.sort(key=lambda r: (r[0], int(str(r[1]).split()[0]), r[2]))
         return lines(
             table(
-                rows, ["run", "phase", "attempt", "status", "timestamp_utc", "hash / note"], title=f"ticket {ticket_id}"
+                rows, ["run", "phase", "attempt", "status", "time (UTC)", "hash / note"], title=f"ticket {ticket_id}"
             ),
             f"more: --after {page.next_after}" if page.next_after else "",
         )

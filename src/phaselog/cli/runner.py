@@ -53,7 +53,7 @@ def _run_table(d: dict[str, Any]) -> str:
     return table(rows, ["phase", "outcome", "attempts", "note"], title=head)
 
 
-@command(cli, pipeline=True, writes=True)
+@command(cli, pipeline=True, writes=True, section="Runner")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="The run to start or resume (default: a new run; its id is printed).")
 @click.option(
@@ -115,7 +115,7 @@ def _explain_table(d: dict[str, Any]) -> str:
     )
 
 
-@command(cli, pipeline=True)
+@command(cli, pipeline=True, section="Runner")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
 @click.option("--workdir", type=click.Path(file_okay=False), help="Where artifacts are checked (default: here).")
@@ -135,7 +135,7 @@ def explain(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Res
     return Result(views.explanation(e), _explain_table)
 
 
-@command(cli, writes=True, formats=None, correlation=False)
+@command(cli, writes=True, formats=None, correlation=False, section="Runner")
 @click.argument("step", type=click.IntRange(min=0))
 @click.option("--output-file", type=click.Path(dir_okay=False), help="The output so far, read from this file.")
 @click.option("--output", metavar="-", help="'-': read the output so far from standard input.")

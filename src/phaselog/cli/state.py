@@ -11,27 +11,35 @@ from typing import Any
 import click
 
 from phaselog import views
-from phaselog.cli._render import lines, table
+from phaselog.cli._render import lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, cli, command
 
 
 # -- status / resume / verify -----------------------------------------------------------------------
 def _status_table(d: dict[str, Any]) -> str:
     rows = [
-        [p["ordinal"], p["phase"], p["state"], p["latest_attempt"], p["latest_timestamp"], p["reason"] or ""]
+        [
+            p["ordinal"],
+            p["phase"],
+            p["state"],
+            p["latest_attempt"],
+            short_time(p["latest_timestamp"]),
+            p["reason"] or "",
+        ]
         for p in d["phases"]
     ]
     return lines(
+        f"note: {d['message']}" if d.get("message") else "",
         table(
             rows,
-            ["#", "phase", "state", "attempt", "latest_timestamp", "note"],
+            ["#", "phase", "state", "attempt", "latest (UTC)", "note"],
             title=f"run {d['run_id']} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
         ),
         *[f"warning: {w}" for w in d.get("warnings", [])],
     )
 
 
-@command(cli, pipeline=True)
+@command(cli, pipeline=True, section="Resume")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
 def status(call: Call, ticket_id: str, run_id: str) -> Result:
@@ -65,7 +73,7 @@ def _skip_table(d: dict[str, Any]) -> str:
     return lines(*out)
 
 
-@command(cli, pipeline=True)
+@command(cli, pipeline=True, section="Resume")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
 @click.option("--skip-to", required=True, metavar="PHASE", help="Phase name or ordinal to skip to.")
@@ -87,14 +95,14 @@ def resume(call: Call, ticket_id: str, run_id: str, skip_to: str, artifacts_root
 def _verify_table(d: dict[str, Any]) -> str:
     verdict = "ok" if d["ok"] else f"{len(d['problems'])} problem(s)"
     return table(
-        [[p["path"], p["rule"], p["message"]] for p in d["problems"]],
+        [[p["path"], p["rule"], without_path(p["message"], p["path"])] for p in d["problems"]],
         ["path", "rule", "problem"],
         title=f"verified {d['checked']} record(s): {verdict}",
         empty="",
     )
 
 
-@command(cli)
+@command(cli, section="Audit")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="Only this run.")
 def verify(call: Call, ticket_id: str, run_id: str | None) -> Result:
@@ -127,6 +135,7 @@ def _pipelines_table(d: dict[str, Any]) -> str:
 
 @command(
     cli,
+    section="Tickets and pipelines",
     store_help=None,
     correlation=False,
     root_help="Store root (its pipelines/ folder is searched).",

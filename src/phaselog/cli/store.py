@@ -9,11 +9,19 @@ from typing import Any
 import click
 
 from phaselog.cli._render import table
-from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command
+from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
 from phaselog.errors import UsageError
 
 
-@command(cli, "export", formats=None, correlation=False, root_help="Files store root.", store_help="Store URL.")
+@command(
+    cli,
+    "export",
+    section="Stores",
+    formats=None,
+    correlation=False,
+    root_help="Files store root.",
+    store_help="Store URL.",
+)
 @click.option("--ticket-id", help="Only this ticket (default: every ticket).")
 def export_cmd(call: Call, ticket_id: str | None) -> None:
     """Write every record with its content hash as JSON Lines on stdout, in a stable order.
@@ -29,7 +37,7 @@ def export_cmd(call: Call, ticket_id: str | None) -> None:
     sys.stdout.flush()
 
 
-@command(cli, "import", writes=True)
+@command(cli, "import", writes=True, section="Stores")
 @click.option(
     "--input",
     "input_path",
@@ -74,6 +82,7 @@ def import_cmd(call: Call, input_path: str) -> Result:
 @command(
     cli,
     "copy",
+    section="Stores",
     formats=None,
     correlation=False,
     root_help="Source files store root when --from is not given (default ~/.phaselog). Env: PHASELOG_HOME.",
@@ -132,7 +141,7 @@ def _given_on_command_line(param: str) -> bool:
     return ctx.get_parameter_source(param) == ParameterSource.COMMANDLINE
 
 
-@command(cli, "prune")
+@command(cli, "prune", section="Stores")
 @click.option("--ticket-id", help="Only this ticket (required with --run-id).")
 @click.option(
     "--older-than", metavar="DURATION", help="Remove attempts older than this (e.g. 30d); whole runs if all is older."
@@ -188,6 +197,9 @@ def store_group() -> None:
     Example:
       phaselog store migrate --store postgresql://postgres@127.0.0.1/test
     """
+
+
+in_section(store_group, "Stores")
 
 
 @command(store_group, "migrate", writes=True)
