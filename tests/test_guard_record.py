@@ -138,7 +138,8 @@ def test_history_table_shows_the_last_line_of_a_failed_pass(tmp_path: Path) -> N
     assert cli("guard", "run", "--name", NAME, "--", *job, env=env).rc == 4
     hist = cli("guard", "history", "--name", NAME, env=env).json["history"]
     assert hist[0]["stderr_tail"].endswith("LAST-ERR [bold]x[/bold]\n")
-    table = cli("guard", "history", "--name", NAME, "--format", "table", env=env)
+    # A wide terminal: tables fit the terminal (80 columns when not one), and a long line folds.
+    table = cli("guard", "history", "--name", NAME, "--format", "table", env={**env, "COLUMNS": "200"})
     assert table.rc == 0
     assert "LAST-ERR [bold]x[/bold]" in table.out, "the last line, shown literally (not as markup)"
 
