@@ -257,6 +257,7 @@ def test_verify_table_does_not_repeat_the_path(root: Path) -> None:
     ],
 )
 def test_errors_under_format_table_are_for_people(root: Path, args: list[str], code: int, needle: str) -> None:
+    ok(root, "write", "--ticket-id", T, "--run-id", "r1", "--phase", "implement", "--payload", json.dumps(IMPLEMENT))
     res = run(root, *args, "--format", "table")
     assert res.rc == code
     assert res.out == ""
