@@ -169,9 +169,13 @@ def copy_thread(threads: Threads, source: str, target: str) -> int:
                 if payload.get("parent_hash") is not None:
                     payload["parent_hash"] = new_hash.get(str(payload["parent_hash"]))
                 record = threads.try_append(target, rid, st, payload, old.timestamp_utc)
-                while record is None:
-                    st = threads.state(target, rid, refresh=True)
+                for _ in range(100):
+                    if record is not None:
+                        break
+                    st = threads.state(target, rid, refresh=True)  # another writer appended: re-read
                     record = threads.try_append(target, rid, st, payload, old.timestamp_utc)
+                if record is None:
+                    raise Conflict(f"could not copy a checkpoint into thread {target}")
                 new_hash[old.content_hash] = record.content_hash
                 for ev in events.get(old.attempt_number, []):
                     threads.append_event(target, rid, record, ev.output or "{}", timestamp=ev.timestamp)

@@ -218,11 +218,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
             chosen.append(s.record)
         if not chosen:
             return []
-        try:
-            events = self._threads.events(thread, rid)
-        except Exception as exc:  # a damaged write event: refuse the writes, as get_tuple does
-            log.warning("phaselog: pending writes of thread %s are damaged: %s", thread, exc)
-            raise
+        events = self._threads.events(thread, rid)  # Corrupt for an edited write event, as in get_tuple
         return [(original, r, events.get(r.attempt_number, [])) for r in chosen]
 
     def _tuple(self, thread_id: Any, record: Checkpoint, events: Sequence[ProgressEvent]) -> CheckpointTuple:
