@@ -24,8 +24,22 @@ from typing import Any
 from bench import _data, _sqldata
 from bench._timing import Section, print_section, print_summary
 
-NAMES = ("write", "read", "status", "list", "start", "growth", "concurrent", "memory", "runner", "sql", "langgraph")
+NAMES = (
+    "write",
+    "read",
+    "status",
+    "list",
+    "start",
+    "growth",
+    "concurrent",
+    "memory",
+    "runner",
+    "sql",
+    "langgraph",
+    "ui",
+)
 FULL: dict[str, dict[str, int]] = {
+    "ui": {"rounds": 15, "checkpoints": 10_000, "long_run": 1_000},
     "write": {"rounds": 600},
     "read": {"rounds": 300},
     "status": {"rounds": 100, "attempts": 100},
@@ -39,6 +53,7 @@ FULL: dict[str, dict[str, int]] = {
     "langgraph": {"rounds": 200, "checkpoints": 100},
 }
 QUICK: dict[str, dict[str, int]] = {
+    "ui": {"rounds": 4, "checkpoints": 1_000, "long_run": 200},
     "write": {"rounds": 30},
     "read": {"rounds": 30},
     "status": {"rounds": 8, "attempts": 100},
@@ -148,6 +163,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         bench_sql,
         bench_start,
         bench_status,
+        bench_ui,
         bench_write,
     )
 
@@ -163,6 +179,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "runner": bench_runner,
         "sql": bench_sql,
         "langgraph": bench_langgraph,
+        "ui": bench_ui,
     }
     extra: dict[str, Any] = {}
     if name == "sql":

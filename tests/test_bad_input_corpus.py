@@ -154,6 +154,11 @@ CORPUS: list[Bad] = [
     bad("prune", "--ticket-id", T, "--keep-last", "0", exit=2, code="usage"),
     bad("prune", "--ticket-id", T, "--older-than", "soon", exit=2, code="usage"),
     bad("prune", "--ticket-id", T, "--older-than", f"{HUGE}d", exit=2, code="usage"),
+    # `phaselog ui` refuses before it listens: none of these starts a server
+    bad("ui", "--host", "0.0.0.0", "--port", "0", exit=2, code="usage"),  # beyond loopback without a token
+    bad("ui", "--token", "short", "--port", "0", exit=2, code="usage"),
+    bad("ui", "--port", "70000", exit=2, code="usage"),
+    bad("ui", "--host", "\x00", "--port", "0", exit=2, code="usage"),
 ]
 
 

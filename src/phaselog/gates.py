@@ -8,6 +8,7 @@ attempt it judges: the phase stays ``rejected`` until a new attempt is written a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,8 +16,8 @@ from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, Phaselog
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import check_text, is_control, json_loads
 from phaselog.pipelines import Phase
-from phaselog.records import Approval, entry_bytes, read_entries
-from phaselog.state import APPROVED, REJECTED
+from phaselog.records import Approval, entry_bytes, format_timestamp, read_entries
+from phaselog.state import APPROVED, AWAITING_APPROVAL, REJECTED
 from phaselog.stores.names import approval_name, parse_approval_name
 
 _KIND = "approvals"
@@ -106,11 +107,14 @@ class GatesMixin:
         attempt: int | None = None,
         decision: str = "approve",
         pipeline: Any = None,
+        checkpoint_hash: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record that ``by`` approves (or rejects) a checkpoint of a gated phase.
 
-        ``attempt`` defaults to the latest completed attempt. Returns the approval and warnings
-        (approving a superseded attempt is recorded but does not approve the phase).
+        ``attempt`` defaults to the latest completed attempt. ``checkpoint_hash``: the content hash
+        the person was shown; the judgement is refused (rule ``hash_mismatch``) unless the judged
+        checkpoint still has exactly that hash. Returns the approval and warnings (approving a
+        superseded attempt is recorded but does not approve the phase).
         """
         if decision not in ("approve", "reject"):
             raise UsageError("decision must be approve or reject", field="decision")
@@ -139,6 +143,13 @@ class GatesMixin:
                 rule="not_completed",
             )
         target = self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt).record
+        if checkpoint_hash is not None and checkpoint_hash != target.content_hash:
+            raise GateRefused(
+                f"attempt {attempt} of phase {ph.name} has content hash {target.content_hash[:12]}, not the "
+                f"{str(checkpoint_hash)[:12]} that was judged; look at it again before judging",
+                phase=ph.name,
+                rule="hash_mismatch",
+            )
         warnings = []
         if attempt != completed[-1]:
             warnings.append(
@@ -191,3 +202,55 @@ class GatesMixin:
     def reject(self, ticket_id: str, run_id: str, phase: str | int, **kw: Any) -> tuple[Approval, list[str]]:
         """Record a rejection (see :meth:`approve`)."""
         return self.approve(ticket_id, run_id, phase, decision="reject", **kw)
+
+
+@dataclass(frozen=True)
+class Awaiting:
+    """A gated phase whose latest checkpoint waits for a person's judgement."""
+
+    ticket_id: str
+    run_id: str
+    phase: str
+    attempt_number: int
+    content_hash: str
+    since: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "attempt_number": self.attempt_number,
+            "content_hash": self.content_hash,
+            "since": format_timestamp(self.since),
+        }
+
+
+def approval_queue(ledger: Any, ticket_ids: Iterable[str] | None = None) -> tuple[list[Awaiting], list[str]]:
+    """Everything awaiting approval (oldest first) across tickets, and the runs that could not be read."""
+    queue: list[Awaiting] = []
+    problems: list[str] = []
+    tickets = list(ticket_ids) if ticket_ids is not None else ledger.store.tickets()
+    for ticket_id in tickets:
+        for run_id in ledger.store.runs(ticket_id):
+            try:
+                status = ledger.status(ticket_id, run_id)
+                for ps in status.phases:
+                    if ps.state != AWAITING_APPROVAL or ps.completed_attempt is None:
+                        continue
+                    stored = ledger.read(ticket_id, run_id, ps.phase, ps.completed_attempt)
+                    queue.append(
+                        Awaiting(
+                            ticket_id,
+                            run_id,
+                            ps.phase,
+                            ps.completed_attempt,
+                            stored.record.content_hash,
+                            stored.record.timestamp_utc,
+                        )
+                    )
+            except PhaselogError as exc:
+                problems.append(f"{ticket_id}/{run_id}: {exc.message}")
+    queue.sort(key=lambda a: (a.since, a.ticket_id, a.run_id))
+    return queue, problems

@@ -33,6 +33,10 @@ PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
 IN_PROGRESS, AWAITING_APPROVAL, REJECTED = "in_progress", "awaiting_approval", "rejected"
 DAMAGED = "damaged"
 APPROVED = "approved"
+#: RunStatus.summary: ``running`` (an attempt in flight), ``stuck`` (only abandoned attempts in
+#: flight), ``awaiting_approval``, ``failed`` (the next phase failed, was rejected or is damaged),
+#: ``pending`` (the next phase has not started, or must be redone because it is stale), ``complete``.
+RUN_SUMMARIES = ("running", "stuck", "awaiting_approval", "failed", "pending", "complete")
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,29 @@ class RunStatus:
         return None
 
     @property
+    def summary(self) -> str:
+        """One word for the whole run, as a dashboard badge shows it (see RUN_SUMMARIES)."""
+        if self.done:
+            return "complete"
+        flights = [p.in_flight for p in self.phases if p.state == IN_PROGRESS and p.in_flight is not None]
+        if any(not f.get("abandoned") for f in flights):
+            return "running"
+        if flights:
+            return "stuck"
+        nxt = next(p for p in self.phases if p.state != COMPLETED)
+        if nxt.state == AWAITING_APPROVAL:
+            return "awaiting_approval"
+        if nxt.state in (FAILED, REJECTED, DAMAGED):
+            return "failed"
+        return "pending"
+
+    @property
+    def last_activity(self) -> datetime | None:
+        """The newest checkpoint or progress event of the run (None: nothing recorded)."""
+        times = [p.latest_timestamp for p in self.phases if p.latest_timestamp is not None]
+        return max(times) if times else None
+
+    @property
     def completed_phases(self) -> list[str]:
         """Phases whose state is ``completed``."""
         return [p.phase for p in self.phases if p.state == COMPLETED]
@@ -130,6 +157,8 @@ class RunStatus:
             "next_phase": self.next_phase,
             "completed_phases": self.completed_phases,
             "done": self.done,
+            "summary": self.summary,
+            "last_activity": format_timestamp(self.last_activity) if self.last_activity else None,
             "phases": [p.to_json() for p in self.phases],
             "warnings": list(self.warnings),
             "recorded": self.recorded,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from phaselog.cli._scaffold import cli, main
 
 # Importing an area registers its commands on ``cli``; the order here is the help order.
-from phaselog.cli import records, state, audit, runner, guard, store  # noqa: F401  # isort: skip
+from phaselog.cli import records, state, audit, runner, guard, store, ui  # noqa: F401  # isort: skip
 
 __all__ = ["cli", "main"]
 

@@ -14,6 +14,7 @@ from phaselog.guard.core import (
     GuardConfig,
     RunResult,
     breaker,
+    guard_names,
     outcome_of,
 )
 from phaselog.guard.job import JobResult
@@ -35,6 +36,7 @@ __all__ = [
     "RunResult",
     "breaker",
     "group_members",
+    "guard_names",
     "judge_holder",
     "outcome_of",
     "process_start_time",

@@ -112,6 +112,17 @@ def _age(td: timedelta) -> str:
     return f"{secs // 60} min" if secs >= 60 else f"{secs} s"
 
 
+def guard_names(root: str | os.PathLike[str] | Any) -> list[str]:
+    """Every guard of a store: a files-store root (path or store) or an open SQL store."""
+    if hasattr(root, "dialect"):
+        from phaselog.guard.sql import sql_guard_names
+
+        return sql_guard_names(root)
+    from phaselog.guard.files import file_guard_names
+
+    return file_guard_names(root.root if hasattr(root, "root") and not isinstance(root, str | os.PathLike) else root)
+
+
 class Guard:
     """One named guard over a store root."""
 

@@ -282,3 +282,21 @@ class FileGuardStore:
             except (ValueError, StoreError) as exc:
                 out.append({"seq": n[:-5], "kind": "damaged", "error": str(exc)})
         return out
+
+
+def file_guard_names(root: str | os.PathLike[str]) -> list[str]:
+    """Every guard with state, a lock or history under a files-store root."""
+    from phaselog.errors import UsageError
+
+    folder = Path(root).expanduser().absolute() / "pipeline_checkpoints"
+    try:
+        entries = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = set()
+    for entry in entries:
+        for suffix in ("-state.yaml", ".lock", ".history"):
+            if entry.endswith(suffix) and not entry.startswith("."):
+                with contextlib.suppress(UsageError):  # not a guard's file: someone else's
+                    found.add(validate_name(entry[: -len(suffix)]))
+    return sorted(found)

@@ -247,3 +247,12 @@ class SqlGuardStore:
             except ValueError as exc:
                 out.append({"kind": "damaged", "error": str(exc)})
         return out
+
+
+def sql_guard_names(store: Any) -> list[str]:
+    """Every guard with state, a lease or history in a SQL store."""
+    rows = store._query(
+        "SELECT name FROM phaselog_guard_state UNION SELECT name FROM phaselog_guard_lease "
+        "UNION SELECT name FROM phaselog_guard_history"
+    )
+    return sorted({str(r[0]) for r in rows})

@@ -1,0 +1,89 @@
+"""Change stamps: a cheap token per run that changes whenever a record is added to it or removed.
+
+A listing that remembers per-run summaries (``phaselog.catalog``) asks for the stamps of a
+ticket's runs and recomputes only the runs whose stamp changed. A stamp is never data: it only
+says "this run may have changed". ``None`` means "cannot tell, do not remember" — a files-store
+folder modified in the last second (a second write within the filesystem's timestamp
+granularity would not move its mtime again, the "racy git" problem).
+
+* files: (inode, mtime) of the run folder and of its ``.progress``, ``.approvals`` and
+  ``.pruned`` folders — adding or removing an entry moves its folder's mtime;
+* SQL: per run, the count and the sum of attempt numbers of its checkpoints and the count and
+  the greatest name of its entries — one query per kind for the whole ticket.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from phaselog.ids import is_canonical_uuid, validate_ticket_id
+
+#: A folder changed this recently (seconds) gets no stamp: it may change again unseen.
+RACY_WINDOW_S = 1.0
+_RUN_FOLDERS = ("", ".progress", ".approvals", ".pruned")
+
+
+def run_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
+    """Every run of a ticket with its stamp (None: do not remember what was read)."""
+    ticket_id = validate_ticket_id(ticket_id)
+    if hasattr(store, "dialect"):
+        return _sql_stamps(store, ticket_id)
+    if hasattr(store, "checkpoints_root"):
+        return _files_stamps(store, ticket_id)
+    return dict.fromkeys(store.runs(ticket_id))  # an unknown store: nothing is remembered
+
+
+def ticket_stamp(store: Any, ticket_id: str) -> str | None:
+    """A stamp of the ticket's own entries (its marker revisions)."""
+    ticket_id = validate_ticket_id(ticket_id)
+    if hasattr(store, "dialect"):
+        rows = store._query(
+            "SELECT COUNT(*), MAX(name) FROM phaselog_entries WHERE kind = ? AND ticket_id = ?",
+            ("markers", ticket_id),
+        )
+        return f"{rows[0][0]}:{rows[0][1]}" if rows else "0"
+    if hasattr(store, "checkpoints_root"):
+        return _folder_stamp(os.path.join(store.checkpoints_root, ticket_id, ".markers"), time.time())
+    return None
+
+
+def _folder_stamp(path: str, now: float) -> str | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return "-"
+    if now - st.st_mtime < RACY_WINDOW_S:
+        return None
+    return f"{st.st_ino}.{st.st_mtime_ns}"
+
+
+def _files_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
+    base = os.path.join(store.checkpoints_root, ticket_id)
+    now = time.time()
+    out: dict[str, str | None] = {}
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return out
+    for run_id in sorted(n for n in names if is_canonical_uuid(n)):
+        parts = [_folder_stamp(os.path.join(base, run_id, sub), now) for sub in _RUN_FOLDERS]
+        out[run_id] = None if any(p is None for p in parts) else "/".join(p or "" for p in parts)
+    return out
+
+
+def _sql_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
+    stamps: dict[str, list[str]] = {run_id: [] for run_id in store.runs(ticket_id)}
+    for run_id, count, total in store._query(
+        "SELECT run_id, COUNT(*), SUM(attempt) FROM phaselog_checkpoints WHERE ticket_id = ? GROUP BY run_id",
+        (ticket_id,),
+    ):
+        stamps.setdefault(str(run_id), []).append(f"c{count}.{total}")
+    for run_id, kind, count, last in store._query(
+        "SELECT run_id, kind, COUNT(*), MAX(name) FROM phaselog_entries WHERE ticket_id = ? AND run_id <> '' "
+        "GROUP BY run_id, kind",
+        (ticket_id,),
+    ):
+        stamps.setdefault(str(run_id), []).append(f"{kind}{count}.{last}")
+    return {run_id: "|".join(sorted(parts)) for run_id, parts in stamps.items()}

@@ -1,0 +1,179 @@
+"""The timeline of a run: every attempt of every phase as a span on a time axis.
+
+A span starts at the attempt's ``start`` progress event and ends at its checkpoint (completed or
+failed); an attempt still in flight ends, for now, at its latest event. An attempt written
+without progress events has no known start: its span is a point at the checkpoint's time and its
+duration is unknown (``None``) — durations come from progress events only, never from guesses.
+
+Derived from the records like everything else (``docs/ui.md`` shows the chart drawn from it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from phaselog.records import Checkpoint, ProgressEvent, format_timestamp
+
+#: Span states: a finished attempt's status, or where an attempt in flight stands.
+SPAN_STATES = ("completed", "failed", "in_progress", "abandoned", "damaged")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One attempt of one phase on the time axis."""
+
+    phase: str
+    ordinal: int
+    attempt: int
+    state: str
+    started_at: datetime | None
+    ended_at: datetime | None
+    #: Seconds from the start event to the checkpoint (or the latest event while in flight).
+    duration_sec: float | None = None
+    #: For a gated phase's completed attempt: ``approved``, ``rejected`` or None (not judged).
+    approval: str | None = None
+    events: int = 0
+    last_step: int | None = None
+    error: str | None = None
+    content_hash: str | None = None
+    location: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "phase": self.phase,
+            "ordinal": self.ordinal,
+            "attempt_number": self.attempt,
+            "state": self.state,
+            "started_at": format_timestamp(self.started_at) if self.started_at else None,
+            "ended_at": format_timestamp(self.ended_at) if self.ended_at else None,
+            "duration_sec": self.duration_sec,
+            "approval": self.approval,
+            "events": self.events,
+            "last_step": self.last_step,
+            "error": self.error,
+            "content_hash": self.content_hash,
+            "location": self.location,
+        }
+
+
+def spans(
+    records: Iterable[tuple[Checkpoint, str]],
+    events: Mapping[tuple[int, int], Sequence[ProgressEvent]],
+    *,
+    verdicts: Mapping[str, str] | None = None,
+    gated: Iterable[str] = (),
+    abandoned: Iterable[tuple[int, int]] = (),
+    damaged: Iterable[tuple[str, int, int]] = (),
+) -> list[Span]:
+    """Spans of a run's attempts, ordered by (phase ordinal, attempt).
+
+    ``records``: (checkpoint, location) pairs; ``events``: progress events by (ordinal, attempt);
+    ``verdicts``: checkpoint content hash → approved / rejected; ``gated``: names of gated phases;
+    ``abandoned``: (ordinal, attempt) of attempts in flight judged abandoned; ``damaged``:
+    (phase, ordinal, attempt) of attempts that exist but cannot be read.
+    """
+    verdicts = verdicts or {}
+    gates = set(gated)
+    gone = set(abandoned)
+    out: dict[tuple[int, int], Span] = {}
+    for cp, location in records:
+        evs = events.get((cp.phase_ordinal, cp.attempt_number), ())
+        start = _start(evs)
+        duration = (cp.timestamp_utc - start).total_seconds() if start is not None else None
+        out[(cp.phase_ordinal, cp.attempt_number)] = Span(
+            phase=cp.phase,
+            ordinal=cp.phase_ordinal,
+            attempt=cp.attempt_number,
+            state="completed" if cp.completed else "failed",
+            started_at=start,
+            ended_at=cp.timestamp_utc,
+            duration_sec=round(duration, 3) if duration is not None else None,
+            approval=verdicts.get(cp.content_hash) if cp.phase in gates and cp.completed else None,
+            events=len(evs),
+            last_step=_last_step(evs),
+            error=cp.error,
+            content_hash=cp.content_hash,
+            location=location,
+        )
+    for (ordinal, attempt), evs in events.items():
+        if (ordinal, attempt) in out or not evs:
+            continue
+        last = evs[-1]
+        start = _start(evs)
+        elapsed = last.elapsed_sec
+        if elapsed is None and start is not None:
+            elapsed = (last.timestamp - start).total_seconds()
+        out[(ordinal, attempt)] = Span(
+            phase=last.phase,
+            ordinal=ordinal,
+            attempt=attempt,
+            state="abandoned" if (ordinal, attempt) in gone else "in_progress",
+            started_at=start or evs[0].timestamp,
+            ended_at=last.timestamp,
+            duration_sec=round(float(elapsed), 3) if elapsed is not None else None,
+            events=len(evs),
+            last_step=_last_step(evs),
+        )
+    for phase, ordinal, attempt in damaged:
+        out.setdefault(
+            (ordinal, attempt),
+            Span(phase=phase, ordinal=ordinal, attempt=attempt, state="damaged", started_at=None, ended_at=None),
+        )
+    return [out[k] for k in sorted(out)]
+
+
+def bounds(items: Sequence[Span]) -> tuple[datetime, datetime] | None:
+    """The earliest start (or end) and the latest end of ``items``; None when none has a time."""
+    times = [t for s in items for t in (s.started_at, s.ended_at) if t is not None]
+    if not times:
+        return None
+    return min(times), max(times)
+
+
+def _start(events: Sequence[ProgressEvent]) -> datetime | None:
+    return next((e.timestamp for e in events if e.event == "start"), None)
+
+
+def _last_step(events: Sequence[ProgressEvent]) -> int | None:
+    steps = [e.step for e in events if e.step is not None]
+    return steps[-1] if steps else None
+
+
+def run_timeline(ledger: Any, ticket_id: str, run_id: str) -> list[Span]:
+    """Every attempt of a run as a span (see :func:`spans`), read through ``ledger``."""
+    from phaselog.gates import judge
+    from phaselog.ids import normalize_run_id, validate_ticket_id
+
+    ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+    pipeline = ledger.pipeline_for(ticket_id, run_id)
+    items, damaged = ledger.run_records(ticket_id, run_id)
+    flights = ledger.in_flight(ticket_id, run_id)
+    return spans(
+        ((s.record, s.location) for s in items),
+        ledger.event_index(ticket_id, run_id),
+        verdicts=judge(ledger.approvals(ticket_id, run_id)),
+        gated=[p.name for p in pipeline.phases if p.requires_approval],
+        abandoned=[(f.phase_ordinal, f.attempt_number) for f in flights.values() if f.abandoned],
+        damaged=[(d.phase, d.phase_ordinal, d.attempt_number) for d in damaged],
+    )
+
+
+def run_version(ledger: Any, ticket_id: str, run_id: str) -> str:
+    """A short fingerprint of what a run holds, from names alone: it changes whenever a
+    checkpoint, progress event or approval is added (or pruned). Live views poll it."""
+    import hashlib
+
+    from phaselog.ids import normalize_run_id, validate_ticket_id
+
+    ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+    parts = [
+        f"{r.phase_ordinal}:{r.attempt_number}:{int(r.completed)}" for r in ledger.store.attempts(ticket_id, run_id)
+    ]
+    for kind in ("progress", "approvals"):
+        parts.append(f"-{kind}-")
+        parts.extend(ledger.store.entry_names(kind, ticket_id, run_id))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -1,0 +1,165 @@
+"""Geometry of the server-drawn SVG charts (no chart library, nothing to download).
+
+The data comes from the library (``phaselog.timeline`` spans, the guard's history); this module
+only maps times and durations to coordinates. Templates draw the shapes and escape every label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from phaselog.timeline import Span, bounds
+
+WIDTH = 1000
+LABEL_W = 170
+RIGHT_PAD = 24
+ROW_H = 30
+TOP = 30
+BAR_H = 18
+MIN_BAR_W = 4.0
+
+
+def _fmt_duration(sec: float | None) -> str:
+    if sec is None:
+        return "duration unknown (no progress events)"
+    if sec < 1:
+        return f"{sec * 1000:.0f} ms"
+    if sec < 120:
+        return f"{sec:.1f} s"
+    if sec < 7200:
+        return f"{sec / 60:.1f} min"
+    return f"{sec / 3600:.1f} h"
+
+
+def duration(sec: float | None) -> str:
+    """A duration for people (``850 ms``, ``12.4 s``, ``3.5 min``, ``2.1 h``)."""
+    return _fmt_duration(sec) if sec is not None else "—"
+
+
+def _ticks(t0: datetime, t1: datetime, x_of: Callable[[datetime], float], count: int = 6) -> list[dict[str, Any]]:
+    span = (t1 - t0).total_seconds()
+    same_day = t0.date() == t1.date()
+    out = []
+    for i in range(count):
+        t = t0 + timedelta(seconds=span * i / (count - 1))
+        label = t.strftime("%H:%M:%S") if same_day else t.strftime("%m-%d %H:%M")
+        out.append({"x": round(x_of(t), 1), "label": label})
+    return out
+
+
+def timeline(
+    items: Sequence[Span],
+    phases: Sequence[str],
+    link: Callable[[Span], str | None],
+) -> dict[str, Any] | None:
+    """Rows (one per phase), bars (one per attempt) and time ticks; None when nothing has a time."""
+    edges = bounds(items)
+    if edges is None:
+        return None
+    t0, t1 = edges
+    if t1 <= t0:
+        t1 = t0 + timedelta(seconds=1)
+    total = (t1 - t0).total_seconds()
+    plot_w = WIDTH - LABEL_W - RIGHT_PAD
+
+    def x_of(t: datetime) -> float:
+        return LABEL_W + (t - t0).total_seconds() / total * plot_w
+
+    row_of = {name: i for i, name in enumerate(phases)}
+    extra = [s.phase for s in items if s.phase not in row_of]
+    for name in extra:
+        row_of.setdefault(name, len(row_of))
+    rows = [{"label": name, "y": TOP + i * ROW_H, "mid": TOP + i * ROW_H + ROW_H / 2} for name, i in row_of.items()]
+    bars = []
+    points = []
+    for s in items:
+        y = TOP + row_of[s.phase] * ROW_H + (ROW_H - BAR_H) / 2
+        title = (
+            f"{s.phase} attempt {s.attempt}: {s.state}"
+            + (f" ({s.approval})" if s.approval else "")
+            + f" — {_fmt_duration(s.duration_sec)}"
+            + (f" — {s.error}" if s.error else "")
+        )
+        cls = f"st-{s.state}" + (f" ap-{s.approval}" if s.approval else "")
+        if s.started_at is not None and s.ended_at is not None:
+            x0, x1 = x_of(s.started_at), x_of(s.ended_at)
+            bars.append(
+                {
+                    "x": round(x0, 1),
+                    "y": round(y, 1),
+                    "w": round(max(x1 - x0, MIN_BAR_W), 1),
+                    "h": BAR_H,
+                    "cls": cls,
+                    "title": title,
+                    "href": link(s),
+                    "label": f"a{s.attempt}" if x1 - x0 > 26 else "",
+                    "tx": round(x0 + 4, 1),
+                    "ty": round(y + BAR_H - 5, 1),
+                }
+            )
+        elif s.ended_at is not None:
+            points.append(
+                {
+                    "cx": round(x_of(s.ended_at), 1),
+                    "cy": round(y + BAR_H / 2, 1),
+                    "cls": cls,
+                    "title": title,
+                    "href": link(s),
+                }
+            )
+    height = TOP + len(rows) * ROW_H + 8
+    return {
+        "width": WIDTH,
+        "height": height,
+        "label_w": LABEL_W,
+        "plot_right": WIDTH - RIGHT_PAD,
+        "rows": rows,
+        "bars": bars,
+        "points": points,
+        "ticks": _ticks(t0, t1, x_of),
+        "axis_y": TOP - 8,
+        "from": t0,
+        "to": t1,
+    }
+
+
+def passes(history: Sequence[Mapping[str, Any]], limit: int = 60, width: int = WIDTH) -> dict[str, Any] | None:
+    """Bars of the guard's recent passes: height = duration, class = outcome; None without passes."""
+    runs = [h for h in history if h.get("kind") == "pass"][-limit:]
+    if not runs:
+        return None
+    height, top, bottom, left = 160, 14, 26, 56
+    plot_h = height - top - bottom
+    longest: float = max(float(h.get("duration_sec") or 0.0) for h in runs) or 1.0
+    slot = (width - left - RIGHT_PAD) / max(len(runs), 1)
+    bar_w = min(max(slot * 0.7, 2.0), 36.0)
+    bars = []
+    for i, h in enumerate(runs):
+        dur = float(h.get("duration_sec") or 0.0)
+        bar_h = max(plot_h * dur / longest, 2.0)
+        outcome = str(h.get("outcome") or "unknown")
+        bars.append(
+            {
+                "x": round(left + i * slot + (slot - bar_w) / 2, 1),
+                "y": round(top + plot_h - bar_h, 1),
+                "w": round(bar_w, 1),
+                "h": round(bar_h, 1),
+                "cls": f"out-{outcome}",
+                "title": f"pass {h.get('pass')}: {outcome}, {_fmt_duration(dur)}, exit {h.get('exit_code')}, "
+                f"{h.get('started_at')}",
+            }
+        )
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "top": top,
+        "base": top + plot_h,
+        "right": width - RIGHT_PAD,
+        "bars": bars,
+        "max_label": _fmt_duration(longest),
+        "first": runs[0].get("pass"),
+        "last": runs[-1].get("pass"),
+    }

@@ -1,0 +1,384 @@
+"""The pages (GET): each reads through the library and renders its JSON views.
+
+No page computes a state, a hash or a verdict of its own: states come from ``Ledger.status``,
+spans from :mod:`phaselog.timeline`, diffs from ``Ledger.diff``, verdicts from ``validate``,
+``verify`` and ``doctor``, guard states from ``Guard.status``. Pages only filter, paginate and lay out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from phaselog import views
+from phaselog.errors import Corrupt, NotFound, PhaselogError, UsageError
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ui import charts, urls
+
+if TYPE_CHECKING:
+    from phaselog.ui.app import UI
+
+TIMELINE_MAX = 400  # spans drawn at once; older ones are a page away
+_EPOCH = datetime.min.replace(tzinfo=UTC)  # sort key of a span without any time (damaged)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _page_number(request: Request) -> int:
+    raw = request.query_params.get("page", "1")
+    if not raw.isdigit() or int(raw) < 1:
+        raise UsageError(f"page: must be a whole number >= 1 (got {raw!r})", field="page")
+    return int(raw)
+
+
+def paginate(items: Sequence[Any], page: int, size: int) -> dict[str, Any]:
+    """One page of ``items`` and the numbers around it."""
+    total = len(items)
+    pages = max(1, -(-total // size))
+    page = min(page, pages)
+    start = (page - 1) * size
+    return {"items": list(items[start : start + size]), "page": page, "pages": pages, "total": total}
+
+
+def _params(request: Request) -> tuple[str, str]:
+    ticket = validate_ticket_id(request.path_params["ticket"])
+    run = normalize_run_id(request.path_params["run"], field="run")
+    return ticket, run
+
+
+# -- tickets --------------------------------------------------------------------------------------
+def home(ui: UI, request: Request) -> Response:
+    """``/`` is the tickets page."""
+    return RedirectResponse(urls.tickets(), status_code=303)
+
+
+def tickets(ui: UI, request: Request) -> Response:
+    """Every ticket: pipeline, last activity, runs, state badge; filter by state and text."""
+    q = request.query_params.get("q", "").strip()
+    state = request.query_params.get("state", "").strip()
+    rows = [t.to_json() for t in ui.catalog.tickets(ui.ledger)]
+    if q:
+        needle = q.lower()
+        rows = [
+            r for r in rows if any(needle in str(r.get(k) or "").lower() for k in ("ticket_id", "title", "pipeline"))
+        ]
+    if state:
+        rows = [r for r in rows if r["state"] == state]
+    listing = paginate(rows, _page_number(request), ui.settings.page_size)
+    return ui.render(
+        request, "tickets.html", listing=listing, q=q, state=state, states=_SUMMARY_STATES, title="Tickets"
+    )
+
+
+_SUMMARY_STATES = ("running", "stuck", "awaiting_approval", "failed", "pending", "complete")
+
+
+def ticket(ui: UI, request: Request) -> Response:
+    """One ticket: its runs, newest activity first."""
+    ticket_id = validate_ticket_id(request.path_params["ticket"])
+    ledger = ui.ledger
+    runs = ui.catalog.runs(ledger, ticket_id)
+    marker = ledger.marker(ticket_id)
+    if not runs and marker is None:
+        raise NotFound(f"no ticket {ticket_id} in this store", ticket_id=ticket_id)
+    listing = paginate([r.to_json() for r in runs], _page_number(request), ui.settings.page_size)
+    return ui.render(
+        request,
+        "ticket.html",
+        ticket_id=ticket_id,
+        marker=marker.to_json() if marker else None,
+        listing=listing,
+        title=ticket_id,
+    )
+
+
+# -- a run ----------------------------------------------------------------------------------------
+def run(ui: UI, request: Request) -> Response:
+    """A run: timeline, phase table, next phase, blockers, attempts (paginated), live refresh."""
+    from phaselog.timeline import run_timeline, run_version
+
+    ticket_id, run_id = _params(request)
+    ledger = ui.ledger
+    if not ledger.store.attempts(ticket_id, run_id) and not ledger.event_index(ticket_id, run_id):
+        raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id)
+    st = views.run_status(ledger.status(ticket_id, run_id))
+    pipeline = ledger.pipeline_for(ticket_id, run_id)
+    skip = views.skip_decision(ledger.can_skip_to(ticket_id, run_id, st["next_phase"])) if st["next_phase"] else None
+    spans = run_timeline(ledger, ticket_id, run_id)
+    chronological = sorted(spans, key=lambda s: (s.ended_at or s.started_at or _EPOCH, s.ordinal, s.attempt))
+    newest_first = list(reversed(chronological))
+    previous: dict[tuple[str, int], int] = {}
+    last_seen: dict[str, int] = {}
+    for s in spans:  # ordered by (phase, attempt): the attempt before each one, for "diff with previous"
+        if s.phase in last_seen and s.content_hash:
+            previous[(s.phase, s.attempt)] = last_seen[s.phase]
+        if s.content_hash:
+            last_seen[s.phase] = s.attempt
+    listing = paginate(newest_first, _page_number(request), ui.settings.page_size)
+    # The chart shows the window of the listed page (and, on page 1, everything up to TIMELINE_MAX).
+    window = newest_first[:TIMELINE_MAX] if listing["page"] == 1 else listing["items"]
+    chart = charts.timeline(
+        window,
+        [p.name for p in pipeline.phases],
+        lambda s: urls.checkpoint(ticket_id, run_id, s.phase, s.attempt) if s.content_hash else None,
+    )
+    return ui.render(
+        request,
+        "run.html",
+        ticket_id=ticket_id,
+        run_id=run_id,
+        status=st,
+        pipeline=views.pipeline(pipeline, full=False),
+        skip=skip,
+        chart=chart,
+        charted=len(window),
+        listing={
+            **listing,
+            "items": [{**s.to_json(), "previous": previous.get((s.phase, s.attempt))} for s in listing["items"]],
+        },
+        pick=_default_pair(run_id, spans),
+        attempt_refs=[(urls.ref(run_id, s.phase, s.attempt), f"{s.phase} a{s.attempt}") for s in chronological],
+        version=run_version(ledger, ticket_id, run_id),
+        title=f"{ticket_id} · run {run_id[:8]}",
+    )
+
+
+def _default_pair(run_id: str, spans: Sequence[Any]) -> tuple[str, str]:
+    """The diff picker's preselection: the two newest attempts of the phase that has more than one."""
+    by_phase: dict[str, list[int]] = {}
+    for s in spans:
+        if s.content_hash:
+            by_phase.setdefault(s.phase, []).append(s.attempt)
+    retried = [(name, nums) for name, nums in by_phase.items() if len(nums) > 1]
+    if not retried:
+        return ("", "")
+    name, nums = retried[-1]
+    return (urls.ref(run_id, name, nums[-2]), urls.ref(run_id, name, nums[-1]))
+
+
+def run_version(ui: UI, request: Request) -> Response:
+    """The run's fingerprint, polled by the live view (JSON)."""
+    from phaselog.timeline import run_version as version
+
+    ticket_id, run_id = _params(request)
+    return JSONResponse({"version": version(ui.ledger, ticket_id, run_id)})
+
+
+def explain(ui: UI, request: Request) -> Response:
+    """What a runner would do with this run now, phase by phase, and why (``phaselog explain``)."""
+    from phaselog.runner.explain import explain as explain_run
+
+    ticket_id, run_id = _params(request)
+    result = explain_run(ui.ledger, ticket_id, run_id, workdir=ui.settings.artifacts_root)
+    return ui.render(
+        request,
+        "explain.html",
+        ticket_id=ticket_id,
+        run_id=run_id,
+        data=result.to_json(),
+        title=f"explain · {ticket_id} · run {run_id[:8]}",
+    )
+
+
+# -- a checkpoint ---------------------------------------------------------------------------------
+def _checkpoint_views(ui: UI, ticket_id: str, run_id: str, phase: str, attempt: int) -> dict[str, Any]:
+    ledger = ui.ledger
+    stored, report = ledger.validate(ticket_id, run_id, phase, attempt, artifacts_root=ui.settings.artifacts_root)
+    return {"stored": stored, "validation": views.validation(stored, report), "read": views.read(stored)}
+
+
+def checkpoint(ui: UI, request: Request) -> Response:
+    """One attempt: payload, commit map, artifacts, basis, hash, verify status, approvals, gate form."""
+    ticket_id, run_id = _params(request)
+    phase, attempt = request.path_params["phase"], int(request.path_params["attempt"])
+    ledger = ui.ledger
+    pipeline = ledger.pipeline_for(ticket_id, run_id)
+    ph = pipeline.phase(phase)
+    try:
+        found = _checkpoint_views(ui, ticket_id, run_id, ph.name, attempt)
+    except Corrupt as exc:
+        return ui.render(
+            request,
+            "checkpoint.html",
+            status_code=409,
+            damaged=exc.to_dict(),
+            ticket_id=ticket_id,
+            run_id=run_id,
+            phase=ph.name,
+            attempt=attempt,
+            title=f"{ph.name} attempt {attempt} (damaged)",
+        )
+    stored = found["stored"]
+    cp = stored.record
+    st = ledger.status(ticket_id, run_id)
+    ps = st.phase(ph.name)
+    judgements = [a.to_json() for a in ledger.approvals(ticket_id, run_id) if a.checkpoint_hash == cp.content_hash]
+    issues_by_field: dict[str, list[dict[str, Any]]] = {}
+    for issue in found["validation"]["issues"]:
+        issues_by_field.setdefault(str(issue.get("field")), []).append(issue)
+    recorded = getattr(cp, "artifact_hashes", None) or {}
+    artifacts = [
+        {
+            "path": path,
+            "recorded_hash": recorded.get(path),
+            "issues": issues_by_field.get(f"artifact_paths[{i}]", []),
+        }
+        for i, path in enumerate(cp.artifact_paths)
+    ]
+    gate = None
+    if ph.requires_approval and cp.completed:
+        gate = {
+            "state": ps.state,
+            "is_latest": ps.completed_attempt == attempt,
+            "judgeable": ps.completed_attempt == attempt and ps.state == "awaiting_approval",
+        }
+    basis = [{"phase": name, "attempt": entry.attempt, "hash": entry.hash} for name, entry in (cp.basis or {}).items()]
+    previous = max(
+        (
+            r.attempt_number
+            for r in ledger.store.attempts(ticket_id, run_id)
+            if r.phase_ordinal == ph.ordinal and r.attempt_number < attempt
+        ),
+        default=None,
+    )
+    return ui.render(
+        request,
+        "checkpoint.html",
+        damaged=None,
+        ticket_id=ticket_id,
+        run_id=run_id,
+        phase=ph.name,
+        attempt=attempt,
+        view=found["read"],
+        validation=found["validation"],
+        content_hash=cp.content_hash,
+        status_word=cp.status,
+        error_text=cp.error,
+        payload=cp.phase_payload,
+        commit_map=dict(cp.repo_commit_map),
+        artifacts=artifacts,
+        artifacts_checked=ui.settings.artifacts_root is not None,
+        basis=basis,
+        previous=previous,
+        prev_hash=cp.prev_hash,
+        forked_from=cp.forked_from,
+        judgements=judgements,
+        gate=gate,
+        phase_state=ps.to_json(),
+        by_cookie=request.cookies.get("phaselog_name", ""),
+        title=f"{ph.name} attempt {attempt}",
+    )
+
+
+def raw(ui: UI, request: Request) -> Response:
+    """The checkpoint as a download: ``.yaml`` (the seed fields, as the files store keeps them) or
+    ``.json`` (the record with phaselog's metadata, as ``phaselog read`` prints it)."""
+    ticket_id, run_id = _params(request)
+    phase, attempt, fmt = request.path_params["phase"], int(request.path_params["attempt"]), request.path_params["fmt"]
+    stored = ui.ledger.read(ticket_id, run_id, phase, attempt)
+    name = f"{ticket_id}_{run_id[:8]}_{stored.record.phase}_a{attempt}"
+    if fmt == "json":
+        body = json.dumps(views.read(stored), indent=2, ensure_ascii=False) + "\n"
+        media = "application/json"
+    elif fmt == "yaml":
+        from phaselog import _yaml
+
+        body = _yaml.dump(stored.record.seed_dict())
+        media = "application/x-yaml"
+    else:
+        raise NotFound(f"no .{fmt} download: use .yaml or .json", rule="format")
+    return Response(
+        body,
+        media_type=media,
+        headers={"content-disposition": f'attachment; filename="{name}.{fmt}"'},
+    )
+
+
+# -- diff -----------------------------------------------------------------------------------------
+def diff(ui: UI, request: Request) -> Response:
+    """Field-level differences of two attempts (or two progress events), side by side."""
+    ticket_id = request.query_params.get("ticket", "").strip()
+    a = request.query_params.get("a", "").strip()
+    b = request.query_params.get("b", "").strip()
+    result = None
+    if ticket_id and a and b:
+        result = ui.ledger.diff(ticket_id, a, b)
+    return ui.render(request, "diff.html", ticket_id=ticket_id, a=a, b=b, result=result, title="Diff")
+
+
+# -- approvals ------------------------------------------------------------------------------------
+def approvals(ui: UI, request: Request) -> Response:
+    """Everything awaiting approval, across tickets (oldest first)."""
+    from phaselog.gates import approval_queue
+
+    queue, problems = approval_queue(ui.ledger)
+    listing = paginate([a.to_json() for a in queue], _page_number(request), ui.settings.page_size)
+    return ui.render(request, "approvals.html", listing=listing, problems=problems, title="Approvals")
+
+
+# -- guards ---------------------------------------------------------------------------------------
+def _guard(ui: UI, name: str) -> Any:
+    from phaselog.guard import Guard
+
+    return Guard(ui.ledger.store, name)
+
+
+def guards(ui: UI, request: Request) -> Response:
+    """Every guard: state, breaker, lock holder, recent passes."""
+    from phaselog.guard import guard_names
+
+    rows = []
+    for name in guard_names(ui.ledger.store):
+        g = _guard(ui, name)
+        try:
+            status = g.status()
+            history = g.history()
+            error = None
+        except PhaselogError as exc:
+            status, history, error = None, [], exc.message
+        rows.append(
+            {"name": name, "status": status, "chart": charts.passes(history, limit=30, width=520), "error": error}
+        )
+    return ui.render(request, "guards.html", rows=rows, title="Guards")
+
+
+def guard(ui: UI, request: Request) -> Response:
+    """One guard: state, breaker, lock holder, a chart of recent passes, history, reset."""
+    from phaselog.guard import guard_names, validate_name
+
+    name = validate_name(request.path_params["name"])
+    if name not in guard_names(ui.ledger.store):
+        raise NotFound(f"no guard named {name} in this store", name=name)
+    g = _guard(ui, name)
+    status = g.status()
+    history = g.history()
+    listing = paginate(list(reversed(history)), _page_number(request), ui.settings.page_size)
+    return ui.render(
+        request,
+        "guard.html",
+        name=name,
+        status=status,
+        chart=charts.passes(history),
+        listing=listing,
+        by_cookie=request.cookies.get("phaselog_name", ""),
+        title=f"guard {name}",
+    )
+
+
+# -- health ---------------------------------------------------------------------------------------
+def health(ui: UI, request: Request) -> Response:
+    """``verify`` and ``doctor`` for one ticket, or ``doctor`` for the whole store."""
+    from phaselog.doctor import doctor
+
+    ticket_id = request.query_params.get("ticket", "").strip()
+    ledger = ui.ledger
+    verify = None
+    if ticket_id:
+        ticket_id = validate_ticket_id(ticket_id)
+        verify = views.verify_report(ledger.verify(ticket_id))
+    report = doctor(ledger, ticket_id or None).to_json()
+    return ui.render(request, "health.html", ticket_id=ticket_id, verify=verify, doctor=report, title="Health")
