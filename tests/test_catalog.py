@@ -54,7 +54,7 @@ def test_summaries_are_the_library_state(sample: tuple[Ledger, dict[str, str]]) 
     assert vid.last_activity == st.last_activity
     (run,) = cat.runs(ledger, "PROJ-1234")
     assert run == summarize_run(ledger, "PROJ-1234", runs["proj"])
-    assert run.attempts == 3
+    assert run.attempts == 4  # implement a1 (failed), a2, local_review a1, and create_pr a1 in flight
     assert run.next_phase == "create_pr"
     # newest activity first
     order = [t.ticket_id for t in cat.tickets(ledger)]
