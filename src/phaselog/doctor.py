@@ -48,8 +48,12 @@ class DoctorReport:
         }
 
 
-def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = False) -> DoctorReport:
-    """Examine one ticket (or every ticket) of ``ledger``'s store."""
+def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = False, finish: bool = True) -> DoctorReport:
+    """Examine one ticket (or every ticket) of ``ledger``'s store.
+
+    ``finish=False`` only looks: interrupted prunes are not finished (a read-only reader such as
+    the dashboard); what they left is still reported by the store's leftovers.
+    """
     store = ledger.store
     if quarantine and not hasattr(store, "quarantine"):
         raise UsageError(f"--quarantine applies to the files store, not {store.url}", field="quarantine")
@@ -60,7 +64,8 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
 
     for tid in tickets:
         # First finish what an interrupted prune had decided, so what follows sees the result.
-        rep.finished.extend(finish_interrupted(ledger, tid))
+        if finish:
+            rep.finished.extend(finish_interrupted(ledger, tid))
         if hasattr(store, "leftovers"):
             for item in store.leftovers(tid):
                 rep.add(item["kind"], item["path"], item["message"], age_sec=item.get("age_sec"))

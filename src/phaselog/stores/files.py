@@ -88,10 +88,12 @@ class FilesStore(FilesAdminMixin):
         *,
         create: bool = True,
         max_record_bytes: int | None = None,
+        read_only: bool = False,
     ) -> None:
         """Open the store at ``root``; nothing is created until the first write.
 
         ``create=False``: the root must exist (StoreNotFound otherwise), as a read requires.
+        ``read_only``: every write, lock or folder creation is refused (StoreError, rule ``read_only``).
         """
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.root = self.root.absolute()
@@ -104,9 +106,16 @@ class FilesStore(FilesAdminMixin):
         self.max_entry_bytes = 4 * self.max_record_bytes
         # A sidecar is the stored document plus the YAML file's hash.
         self._sidecar_cap = self.max_record_bytes + SIDECAR_SLACK_BYTES
+        #: Opened for reading only: nothing is ever written, locked or created through this object.
+        self.read_only = read_only
         #: A missing root may be created by a write (else every access raises StoreNotFound).
-        self.may_create = create
+        self.may_create = create and not read_only
         self._check_root()
+
+    def refuse_if_read_only(self, what: str) -> None:
+        """Raise StoreError (rule ``read_only``) when this store object was opened read-only."""
+        if self.read_only:
+            raise StoreError(f"{self.url} is open read-only: cannot {what}", rule="read_only", path=str(self.root))
 
     def _missing(self) -> StoreNotFound:
         return StoreNotFound(
@@ -225,8 +234,8 @@ class FilesStore(FilesAdminMixin):
                 os.close(ticket_fd)
         raise StoreError(f"run {ticket_id}/{run_id} kept being removed while waiting for its lock")
 
-    @staticmethod
-    def _mkdir(parent_fd: int, name: str) -> int:
+    def _mkdir(self, parent_fd: int, name: str) -> int:
+        self.refuse_if_read_only(f"create {name}")
         try:
             os.mkdir(name, 0o700, dir_fd=parent_fd)
             os.fsync(parent_fd)  # the new directory entry must survive a crash too
@@ -254,6 +263,7 @@ class FilesStore(FilesAdminMixin):
         ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
         if _names.parse_checkpoint_name(cp_name(ordinal, phase, attempt)) != (ordinal, phase, attempt) or attempt < 1:
             raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
+        self.refuse_if_read_only("append a record")
         # Serialise (and check the size) before creating anything: a refused record leaves no trace.
         files = self._serialise(record)
         run_fd, lock_fd = self._open_run(record.ticket_id, record.run_id, create=True)
@@ -294,6 +304,7 @@ class FilesStore(FilesAdminMixin):
         return self._rel(record)
 
     def _lock(self, run_fd: int, *, shared: bool = False) -> int:
+        self.refuse_if_read_only("lock a run")  # only writers lock (and creating .lock is a write)
         fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run_fd)
         try:
             os.fchmod(fd, 0o600)
@@ -638,6 +649,7 @@ class FilesStore(FilesAdminMixin):
 
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
+        self.refuse_if_read_only("record an audit entry")
         if not _ENTRY_RE.fullmatch(name):
             raise StoreError(f"entry name {name!r} is not safe as a file name")
         if len(body) > self.max_entry_bytes:

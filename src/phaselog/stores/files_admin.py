@@ -118,6 +118,9 @@ class FilesAdminMixin:
     ) -> tuple[int, int]:  # pragma: no cover
         raise NotImplementedError
 
+    def refuse_if_read_only(self, what: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
     def runs(self, ticket_id: str) -> list[str]:  # pragma: no cover
         raise NotImplementedError
 
@@ -128,6 +131,7 @@ class FilesAdminMixin:
     @contextlib.contextmanager
     def locked_run(self, ticket_id: str, run_id: str) -> Iterator[_RunHandle | None]:
         """Hold the run's append lock (exclusive); yield a handle, or None if there is no such run."""
+        self.refuse_if_read_only("lock a run for pruning")
         validate_ticket_id(ticket_id)
         if not is_canonical_uuid(run_id):
             raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
@@ -144,6 +148,7 @@ class FilesAdminMixin:
 
     def put_note(self, handle: object, name: str, body: bytes) -> str:
         """Publish a prune note (inside locked_run): temp file, fsync, link, fsync the folder."""
+        self.refuse_if_read_only("write a prune note")
         h = _handle(handle)
         if _names.parse_note_name(name) is None:
             raise StoreError(f"{name!r} is not a prune note name")
@@ -177,6 +182,7 @@ class FilesAdminMixin:
         then its sidecar; a crash in between leaves an invisible sidecar that doctor removes when
         it finishes the prune. What is already gone is skipped, so finishing can repeat this.
         """
+        self.refuse_if_read_only("delete records")
         h = _handle(handle)
         count = freed = 0
         try:
@@ -221,6 +227,7 @@ class FilesAdminMixin:
         (``.removing-<run>-<hex>`` is not a run name, so nothing reads it). A crash before the
         deletion ends leaves that folder; ``doctor`` finishes it (:meth:`finish_removals`).
         """
+        self.refuse_if_read_only("remove a run")
         h = _handle(handle)
         try:
             freed = _tree_bytes(h.run_fd)
@@ -242,6 +249,7 @@ class FilesAdminMixin:
 
     def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:
         """Delete the folders of whole-run removals a crash interrupted (doctor)."""
+        self.refuse_if_read_only("finish an interrupted prune")
         try:
             ticket_fd = self._open_dir("checkpoints", validate_ticket_id(ticket_id))
         except NotFound:
@@ -333,6 +341,7 @@ class FilesAdminMixin:
         Files are moved by ``link`` + ``unlink`` (never overwriting), with a note beside each
         recording where it came from, why, and its SHA-256. Returns one entry per move.
         """
+        self.refuse_if_read_only("quarantine a file")
         segs = location.split("/")
         if len(segs) < 3 or any(s in ("", ".", "..") or "\\" in s for s in segs):
             raise StoreError(f"not a file location in this store: {location!r}")

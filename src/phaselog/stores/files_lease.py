@@ -113,6 +113,7 @@ class FileRunLeases:
         self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge
     ) -> LeaseState:
         """Lock the run's lease file; RunHeld if a live runner (or what it left running) holds it."""
+        self.store.refuse_if_read_only("take a run lease")
         if (ticket_id, run_id) in self._held:
             raise RunHeld(f"run {run_id} is already held by this process", rule="reentrant")
         run_fd = self._run_dir(ticket_id, run_id, create=True)

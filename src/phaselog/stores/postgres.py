@@ -60,7 +60,9 @@ class PostgresDialect(Dialect):
         try:
             # Autocommit: a read is one round trip (no BEGIN before it, no ROLLBACK after it);
             # writes open their transaction explicitly (begin_write) and end it with COMMIT/ROLLBACK.
-            conn = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            # A store opened read-only gets a read-only session: the server refuses any write.
+            extra = {"options": "-c default_transaction_read_only=on"} if self.read_only else {}
+            conn = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10, **extra)
         except self.psycopg.OperationalError as exc:
             raise StoreError(
                 f"cannot connect to PostgreSQL at {self.describe()}: {str(exc).strip()}", rule="connect"
@@ -81,6 +83,7 @@ class PostgresDialect(Dialect):
     def begin_write(self, conn: Any) -> None:
         """Open the write transaction (the connection is in autocommit mode; psycopg's commit()
         and rollback() end it, as they act on the server's transaction status)."""
+        self.check_writable()
         conn.execute("BEGIN")
 
     def lock_for_migration(self, conn: Any) -> None:

@@ -117,8 +117,17 @@ class Dialect:
     def connect(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    #: Set by the store: refuse every write transaction (see check_writable).
+    read_only = False
+
+    def check_writable(self) -> None:
+        """StoreError (rule ``read_only``) when the store was opened read-only."""
+        if self.read_only:
+            raise StoreError(f"{self.describe()} is open read-only: nothing can be written", rule="read_only")
+
     def begin_write(self, conn: Any) -> None:
         """Start a transaction that will write."""
+        self.check_writable()
         conn.execute("BEGIN")
 
     def lock_for_migration(self, conn: Any) -> None:
@@ -172,8 +181,12 @@ class SqlStore(SqlRetentionMixin):
         create: bool = True,
         migrate: bool = False,
         max_record_bytes: int | None = None,
+        read_only: bool = False,
     ) -> None:
         """Open the store; nothing is created or written here (unless ``migrate``).
+
+        ``read_only``: every write is refused (StoreError, rule ``read_only``) before it reaches the
+        database, and the database is told so too (SQLite ``mode=ro``, PostgreSQL read-only sessions).
 
         The schema version is checked now: too new → UnsupportedVersion, too old →
         MigrationNeeded. A database or schema that does not exist is StoreNotFound unless
@@ -182,6 +195,10 @@ class SqlStore(SqlRetentionMixin):
         """
         self.url = url
         self.dialect = dialect
+        #: Opened for reading only: no transaction that writes is ever started through this object.
+        self.read_only = dialect.read_only = read_only
+        if read_only:
+            create = False
         self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
         self._held = False  # inside locked_run (one transaction; no retries)
@@ -347,6 +364,7 @@ class SqlStore(SqlRetentionMixin):
         return self._write_tx(fn)
 
     def _write_tx(self, fn: Callable[[Any], Any]) -> Any:
+        self.dialect.check_writable()
         conn = self.conn
         try:
             self.dialect.begin_write(conn)
@@ -717,7 +735,7 @@ class SqlStore(SqlRetentionMixin):
 
     def close(self) -> None:
         """Close the connection (SQLite: after moving the WAL into the database file). Idempotent."""
-        if self._conn is not None:
+        if self._conn is not None and not self.read_only:
             with contextlib.suppress(Exception):  # best effort: a read-only file cannot be checkpointed
                 self.dialect.before_close(self._conn)
         self._reset()

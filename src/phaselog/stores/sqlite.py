@@ -96,16 +96,18 @@ class SqliteDialect(Dialect):
         self.may_create = True
 
     def connect(self) -> Any:
-        fresh = self.may_create and not self.exists()
-        # mode=rw never creates the file: only creating the store (migrate) may, with mode=rwc.
-        uri = f"file:{quote(str(self.path))}?mode={'rwc' if fresh else 'rw'}"
+        fresh = self.may_create and not self.read_only and not self.exists()
+        # mode=rw never creates the file: only creating the store (migrate) may, with mode=rwc;
+        # a store opened read-only is opened mode=ro, so SQLite itself refuses any write.
+        mode = "ro" if self.read_only else "rwc" if fresh else "rw"
+        uri = f"file:{quote(str(self.path))}?mode={mode}"
         try:
             conn = sqlite3.connect(
                 uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
             )
             if fresh:
                 os.chmod(self.path, 0o600)
-            if fresh or self.may_create:
+            if (fresh or self.may_create) and not self.read_only:
                 conn.execute("PRAGMA journal_mode=WAL")  # persistent: set once, when the store is made
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -116,6 +118,7 @@ class SqliteDialect(Dialect):
         return _Conn(conn)
 
     def begin_write(self, conn: Any) -> None:
+        self.check_writable()
         conn.execute("BEGIN IMMEDIATE")
 
     def is_unique_violation(self, exc: BaseException) -> bool:

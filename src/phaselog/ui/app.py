@@ -76,8 +76,9 @@ class Ledgers:
         ledger = getattr(self._local, "ledger", None)
         if ledger is None:
             from phaselog.ledger import Ledger
+            from phaselog.stores import open_store
 
-            ledger = Ledger(_open(self.store, read_only=True))
+            ledger = Ledger(open_store(self.store, read_only=True))
             self._local.ledger = ledger
             with self._lock:
                 self._all.append(ledger)
@@ -87,8 +88,9 @@ class Ledgers:
     def writer(self) -> Iterator[Any]:
         """A writable ledger for one action, closed afterwards."""
         from phaselog.ledger import Ledger
+        from phaselog.stores import open_store
 
-        ledger = Ledger(_open(self.store, create=True))
+        ledger = Ledger(open_store(self.store, create=False))
         try:
             yield ledger
         finally:
@@ -100,15 +102,6 @@ class Ledgers:
             while self._all:
                 with contextlib.suppress(Exception):
                     self._all.pop().close()
-
-
-def _open(url: str | None, **kw: Any) -> Any:
-    import inspect
-
-    from phaselog.stores import open_store
-
-    accepted = inspect.signature(open_store).parameters
-    return open_store(url, **{k: v for k, v in kw.items() if k in accepted})  # TEMP until stores lands
 
 
 def _environment() -> jinja2.Environment:
@@ -288,7 +281,8 @@ def serve(
     settings.port = sock.getsockname()[1]
     app = create_app(settings)
     ui: UI = app.ui  # type: ignore[attr-defined]  # set by create_app
-    store_url = str(ui.ledger.store.url)  # opens the store now: a bad --store fails before serving
+    ui.ledger.store.tickets()  # a missing or unreadable store fails now, not on the first page
+    store_url = str(ui.ledger.store.url)
     config = uvicorn.Config(
         app,
         log_level=os.environ.get("PHASELOG_UI_LOG_LEVEL", "warning"),

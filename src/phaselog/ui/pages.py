@@ -380,5 +380,5 @@ def health(ui: UI, request: Request) -> Response:
     if ticket_id:
         ticket_id = validate_ticket_id(ticket_id)
         verify = views.verify_report(ledger.verify(ticket_id))
-    report = doctor(ledger, ticket_id or None).to_json()
+    report = doctor(ledger, ticket_id or None, finish=False).to_json()  # look only: never finish a prune
     return ui.render(request, "health.html", ticket_id=ticket_id, verify=verify, doctor=report, title="Health")
