@@ -140,6 +140,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="diagnostic: statements, driver vs Python time, cProfile and query plans of the SQL "
         "stores' write/read/status/list (at the first --scale, default 10k)",
     )
+    p.add_argument(
+        "--profile-runner",
+        action="store_true",
+        help="diagnostic: statements, commits and cProfile buckets of a no-op phase under the runner (SQLite)",
+    )
     p.add_argument("--profile", action="store_true", help="every diagnostic")
     return p.parse_args(argv)
 
@@ -197,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
     workdir = _data.make_workdir(args.dir)
-    profiling = args.profile or args.profile_write or args.profile_start or args.profile_sql
+    profiling = args.profile or args.profile_write or args.profile_start or args.profile_sql or args.profile_runner
     print(f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     for line in _data.environment():
         print(f"  {line}")
@@ -217,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench import profile_start
 
                 profile_start.run(workdir, quick=args.quick)
+            if args.profile or args.profile_runner:
+                from bench import profile_runner
+
+                profile_runner.run(workdir, quick=args.quick)
             if args.profile or args.profile_sql:
                 from bench import profile_sql
 

@@ -321,3 +321,13 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_the_runner_checks_prerequisites_when_it_plans_not_at_every_write(ledger: Ledger) -> None:
+    # A strict pipeline refuses a later phase before the earlier ones, unless the caller says it
+    # checked them itself (the runner does, under its lease, when it plans with explain).
+    pipe = phaselog.pipeline("strict-job", phases=["a", "b"])
+    with pytest.raises(phaselog.errors.Prerequisite):
+        ledger.write("P-1", "r", "b", {}, pipeline=pipe.pipeline)
+    written = ledger.write("P-1", "r", "b", {}, pipeline=pipe.pipeline, check_prerequisites=False)
+    assert written.record.phase == "b"

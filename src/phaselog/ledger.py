@@ -266,6 +266,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         artifacts_root: str | os.PathLike[str] | None = None,
         code_fingerprint: str | None = None,
         fence: RunFence | None = None,
+        check_prerequisites: bool = True,
     ) -> WriteResult:
         """Append a checkpoint for one attempt of ``phase``; return it once durable.
 
@@ -279,6 +280,9 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
         the hashes, so a later skip can tell that an artifact changed. ``code_fingerprint``: the
         phase's code hash, recorded for ``fingerprint: code``. ``fence``: write only while the
         run's lease still carries that fencing token (Fenced otherwise; see phaselog.runner).
+        ``check_prerequisites=False``: the caller has checked the earlier phases itself (the
+        runner does, when it plans the run under its lease); the write skips deriving the run's
+        state again.
         """
         return self._write(
             ticket_id,
@@ -296,6 +300,7 @@ class Ledger(ProgressMixin, GatesMixin, MarkersMixin, AuditMixin, VerifyMixin):
             artifact_hashes=hash_artifacts(artifacts_root, artifact_paths) if artifacts_root is not None else None,
             code_fingerprint=code_fingerprint,
             fence=fence,
+            check_prerequisites=check_prerequisites,
         )
 
     def _write(

@@ -130,11 +130,13 @@ class PipelineRunner:
         return dataclasses.replace(self.base, phases=tuple(phases))
 
     def fingerprints(self) -> dict[str, str]:
-        """The current code fingerprint of every phase that has code (function source or command)."""
+        """The current code fingerprint of every ``fingerprint: code`` phase (function source or command)."""
         from phaselog.runner.python_phase import code_fingerprint
 
         out: dict[str, str] = {}
-        for ph in self.base.phases:
+        for ph in self.pipeline.phases:
+            if ph.execution.fingerprint != "code":
+                continue  # reading source costs; only the phases that ask for it pay
             bound = self._bound.get(ph.name)
             if bound is not None:
                 out[ph.name] = code_fingerprint(bound.fn)

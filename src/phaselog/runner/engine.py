@@ -262,6 +262,8 @@ class Engine:
             "artifact_paths": ok.artifacts,
             "pipeline": self.pipeline,
             "fence": self.lease.fence if self.lease else None,
+            # Planned under the lease with explain: every earlier phase is complete and current.
+            "check_prerequisites": False,
         }
         if ok.artifacts:
             kwargs["artifacts_root"] = self.workdir
