@@ -331,3 +331,20 @@ def test_the_runner_checks_prerequisites_when_it_plans_not_at_every_write(ledger
         ledger.write("P-1", "r", "b", {}, pipeline=pipe.pipeline)
     written = ledger.write("P-1", "r", "b", {}, pipeline=pipe.pipeline, check_prerequisites=False)
     assert written.record.phase == "b"
+
+
+def test_backoff_grows_as_configured() -> None:
+    from phaselog.pipelines import Execution
+    from phaselog.runner.engine import backoff_delay
+
+    def around(ex: Execution, retry: int, expected: float) -> None:
+        for _ in range(20):
+            assert expected * 0.9 <= backoff_delay(ex, retry) <= expected * 1.1
+
+    around(Execution(backoff="exponential", retry_delay=2.0), 1, 2.0)
+    around(Execution(backoff="exponential", retry_delay=2.0), 3, 8.0)
+    around(Execution(backoff="linear", retry_delay=2.0), 3, 6.0)
+    around(Execution(backoff="fixed", retry_delay=2.0), 5, 2.0)
+    around(Execution(backoff="exponential", retry_delay=100.0), 10, 300.0)  # capped at 5 min
+    assert backoff_delay(Execution(backoff="none", retry_delay=2.0), 4) == 0.0
+    assert backoff_delay(Execution(backoff="exponential", retry_delay=0.0), 4) == 0.0

@@ -81,7 +81,7 @@ def test_a_failing_phase_exits_1_with_the_result(tmp_path: Path, env: dict[str, 
     out = json.loads(done.stdout)
     assert out["failed"] == "boom"
     assert out["error_code"] == "phase_failed"
-    assert "exited with 4" in out["error"]
+    assert "exited with 4; last output: no such table" in out["error"]
     status = cli("status", "--ticket-id", "T-2", "--run-id", "r", "--pipeline-file", str(job), cwd=tmp_path, env=env)
     assert json.loads(status.stdout)["phases"][0]["state"] == "failed"
 
@@ -132,3 +132,41 @@ def test_run_needs_a_pipeline_and_step_needs_a_phase(tmp_path: Path, env: dict[s
     err = json.loads(refused.stdout)
     assert err["error_code"] == "pipeline_error"
     assert err["field"] == "phases[0].retries"
+
+
+def test_sigint_records_a_python_phase_as_interrupted_and_exits_130(tmp_path: Path, env: dict[str, str]) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys, time, phaselog\n"
+        "pipe = phaselog.pipeline('sleepy', phases=['nap', 'after'])\n"
+        "@pipe.phase('nap')\n"
+        "def nap(ctx):\n"
+        "    print('napping', flush=True)\n"
+        "    time.sleep(30)\n"
+        "    return {}\n"
+        "pipe.phase('after')(lambda ctx: {})\n"
+        "try:\n"
+        "    pipe.run('INT-1', 'r')\n"
+        "except phaselog.RunInterrupted as exc:\n"
+        "    print(exc.result.to_json()['interrupted'], flush=True)\n"
+        "    sys.exit(exc.exit_code)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "napping"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert out.strip() == str(int(signal.SIGINT))
+    import phaselog
+
+    ledger = phaselog.open(env["PHASELOG_HOME"])
+    try:
+        pl = phaselog.pipeline("sleepy", phases=["nap", "after"]).pipeline
+        rec = ledger.read("INT-1", "r", "nap", 1, pipeline=pl).record
+        assert rec.status == "failed"
+        assert rec.error == "interrupted: interrupted by SIGINT"
+        assert rec.phase_payload["failure"]["signal"] == "SIGINT"  # type: ignore[index]
+        assert ledger.status("INT-1", "r", pipeline=pl).phase("after").state == "pending"
+    finally:
+        ledger.close()

@@ -180,3 +180,33 @@ def test_a_lease_on_sqlite_expires_without_heartbeats_for_a_remote_holder(tmp_pa
         assert "expired" in (taken.took_over or {}).get("reason", "")
     finally:
         store.close()
+
+
+def test_the_heartbeat_keeps_a_long_phase_s_sql_lease_alive(tmp_path: Path) -> None:
+    """A phase that runs past the lease's ttl without a step: the heartbeat renews the lease, so a
+    runner on another machine would still see it held (not expired) halfway through."""
+    url = f"sqlite:///{tmp_path}/l.db"
+    pipe = phaselog.pipeline("long", phases=["wait"])
+    seen: list[Any] = []
+
+    @pipe.phase("wait")
+    def wait(ctx: Any) -> Any:
+        import time
+
+        time.sleep(1.5)  # five ttls of 0.3 s, no ctx.step
+        other = open_store(url)
+        try:
+            seen.append(other.run_leases().read(ctx.ticket_id, ctx.run_id))  # type: ignore[attr-defined]
+        finally:
+            other.close()
+        return {}
+
+    pipe.run("HB-1", "r", store=url, workdir=tmp_path, ttl=0.3, handle_signals=False)
+    state = seen[0]
+    assert state.holder is not None
+    assert state.expires_at is not None
+    assert state.expires_at > state.now  # renewed within the last ttl
+    assert state.renewed_at is not None
+    assert state.now - state.renewed_at < 0.3
+    remote = leasing.judge(state, host="another-machine")
+    assert not remote.take  # a runner elsewhere would wait for it

@@ -78,7 +78,7 @@ def test_a_failing_command_records_its_exit_code_and_log_tail(ledger: Ledger, tm
     assert failure["exit_code"] == 7
     assert "disk full" in failure["log_tail"]
     assert Path(failure["log"]).read_text().count("loading") == 1
-    assert records[0].record.error == "exit_code: the command exited with 7"
+    assert records[0].record.error == "exit_code: the command exited with 7; last output: disk full"
 
 
 def test_a_timeout_kills_the_whole_command(ledger: Ledger, tmp_path: Path) -> None:

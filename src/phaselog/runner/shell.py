@@ -122,11 +122,13 @@ class ShellPhase:
                 )
             except OSError as exc:
                 return Failure("exit_code", f"cannot start /bin/sh: {exc.strerror}", {"log": str(log_path)})
-            ctx._lease.renew(child_pgid=proc.pid, phase=phase.name, attempt=ctx.attempt)
             reader = _Reader(proc, log, self.tee)
             deadline = time.monotonic() + ex.timeout if ex.timeout else None
             stopped: Failure | None = None
             try:
+                # The lease names the command's process group: a runner that would take over from
+                # us, dead, waits until the group is gone (a signal here still stops the command).
+                ctx._lease.renew(child_pgid=proc.pid, phase=phase.name, attempt=ctx.attempt)
                 while not reader.done:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
@@ -150,11 +152,15 @@ class ShellPhase:
                 with contextlib.suppress(Exception):
                     ctx._lease.renew(child_pgid=None, phase=None, attempt=None)
         detail = {"log": str(log_path), "log_tail": tail(reader.tail), "exit_code": _code(code)}
+        last = _last_line(reader.tail)
         if stopped is not None:
             stopped.detail.update(detail)
+            if last and stopped.rule == "timeout":
+                stopped.message += f"; last output: {last}"
             return stopped
         if code != 0:
-            return Failure("exit_code", f"the command exited with {_code(code)}", detail)
+            said = f"; last output: {last}" if last else ""
+            return Failure("exit_code", f"the command exited with {_code(code)}{said}", detail)
         payload = _payload(payload_file, reader.last_json)
         if isinstance(payload, Failure):
             payload.detail.update(detail)
@@ -234,6 +240,15 @@ def _stop(proc: subprocess.Popen[bytes], reader: _Reader, first: int = signal.SI
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     reader.drain(1.0)
+
+
+def _last_line(text: str, limit: int = 200) -> str:
+    """The output's last non-empty line (for a failed attempt's ``error``), shortened."""
+    for raw in reversed(text.splitlines()):
+        line = raw.strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
 
 
 def _code(code: int) -> int:
