@@ -68,12 +68,21 @@ class Heartbeat:
             self._write_start(ledger, ticket_id, run_id, phase, attempt, pipeline)
 
     def stop(self) -> None:
-        """End the thread and close its connection."""
+        """End the thread; it closes its own connection on the way out.
+
+        The join is short: waiting for a sleeping thread to be scheduled cost more than a quick
+        phase (a thread still ending writes nothing: no attempt is current, and a renewal of a
+        released lease changes no row).
+        """
         with self._cond:
             self._stop = True
             self._cond.notify()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=0.05)
+        else:
+            self._close_side()
+
+    def _close_side(self) -> None:
         if self._side is not None:
             with contextlib.suppress(Exception):
                 self._side.close()
@@ -87,6 +96,12 @@ class Heartbeat:
             self._thread.start()
 
     def _loop(self) -> None:
+        try:
+            self._beat()
+        finally:
+            self._close_side()
+
+    def _beat(self) -> None:
         while True:
             with self._cond:
                 if self._stop:
