@@ -814,7 +814,7 @@ def test_uniqueness_is_enforced_by_constraints_not_by_the_code(
 
 # -- SQLite settings -------------------------------------------------------------------------------
 def test_sqlite_runs_with_wal_full_sync_busy_timeout_and_immediate_writes(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "s.db")
+    store = SqliteStore(tmp_path / "s.db", migrate=True)  # the test reads pragmas before any write
     try:
         conn = store.conn
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
