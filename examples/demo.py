@@ -122,7 +122,7 @@ def main() -> int:
     files = sorted(p.name for p in (ROOT / "store" / "checkpoints" / TICKET).rglob("phase_*.yaml"))
     print(f"\nseed-format files on disk ({ROOT / 'store'}): {', '.join(files)}")
     print(f"demo finished in {time.monotonic() - started:.1f} s")
-    banner("6. look at these runs in a browser (the dashboard; Ctrl-C stops it)")
+    banner("7. look at these runs in a browser (the dashboard; Ctrl-C stops it)")
     ui = command(("ui", "--store", str(ROOT / "store"), "--open"))
     print(f"  {shlex.join(ui)}", flush=True)
     return 0
