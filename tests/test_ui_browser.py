@@ -96,8 +96,10 @@ def page(browser: Any) -> Iterator[Any]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    # A refused request (400/403) is what some tests provoke; anything else logged as an error is a bug.
-    refused = ("status of 400", "status of 403")
+    # A refused request (400/403) is what some tests provoke; a resource whose connection is refused
+    # is the live refresh polling while the test's server stops (a network failure, not a script
+    # error); anything else logged as an error is a bug.
+    refused = ("status of 400", "status of 403", "net::ERR_CONNECTION_REFUSED")
     pg.on(
         "console",
         lambda msg: (
