@@ -108,7 +108,7 @@ class SqliteDialect(Dialect):
             if fresh:
                 os.chmod(self.path, 0o600)
             if (fresh or self.may_create) and not self.read_only:
-                conn.execute("PRAGMA journal_mode=WAL")  # persistent: set once, when the store is made
+                _set_wal(conn)  # persistent: set once, when the store is made
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         except sqlite3.Error as exc:
@@ -218,3 +218,18 @@ class SqliteStore(SqlStore):
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` ('ok' when the database is sound)."""
         return str(self._query("PRAGMA integrity_check")[0][0])
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """Switch a new database to WAL. Several processes creating the same store at once can get
+    "database is locked" here without the busy handler being consulted: retry for a while."""
+    import time
+
+    for i in range(100):
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or i == 99:
+                raise
+            time.sleep(0.05)
