@@ -6,7 +6,7 @@ One pass builds every database of a scale (SQLite, PostgreSQL) with the same rec
   through the real API (``Ledger.write`` into a throwaway SQLite store), and every other run is a
   clone of it: ``Checkpoint.evolve`` with the ticket, run id and timestamps changed and the basis
   and prev_hash links re-pointed at the clone's own earlier records, so that phaselog itself
-  recomputes every content hash and ``_meta_bytes`` (the store's serialiser) produces every body.
+  recomputes every content hash and ``record_document`` (the store's serialiser) produces every body.
   Cloning the template's own run reproduces its rows byte for byte (checked before each build),
   and a cloned run passes ``Ledger.verify`` afterwards (checked after each build). The rows go in
   with the store's own ``INSERT`` statement, thousands per transaction.
@@ -36,7 +36,7 @@ from typing import Any
 from bench import _data
 from phaselog.ledger import Ledger
 from phaselog.records import BasisEntry, Checkpoint
-from phaselog.stores.files import _meta_bytes
+from phaselog.stores.kernel import record_document
 
 #: Runs of 8 checkpoints per ticket: 1,000 checkpoints per ticket (the ticket that is listed).
 RUNS_PER_TICKET = 125
@@ -186,7 +186,7 @@ class Template:
                 prev_hash=prev,
             )
             hashes[(new.phase, new.attempt_number)] = new.content_hash
-            body = _meta_bytes(new, None).decode()
+            body = record_document(new, None).decode()
             row: Row = (
                 ticket,
                 run,
@@ -212,7 +212,7 @@ class Template:
             timestamp_utc=datetime.now(UTC),
             prev_hash=base.content_hash,
         )
-        body = _meta_bytes(cp, None).decode()
+        body = record_document(cp, None).decode()
         row: Row = (
             ticket,
             run,

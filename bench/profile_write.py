@@ -85,8 +85,8 @@ TARGETS: list[tuple[str, str, str]] = [
     ("os:unlink", "os.unlink", TEMP),
     ("phaselog._yaml:dump", "YAML emission (_yaml.dump)", "YAML emission"),
     (
-        "phaselog.stores.files:_meta_bytes",
-        "JSON sidecar (_meta_bytes incl. json.dumps)",
+        "phaselog.stores.kernel:record_document",
+        "JSON sidecar (record_document incl. json.dumps)",
         "JSON sidecar",
     ),
     ("phaselog.records:Checkpoint.seed_dict", "Checkpoint.seed_dict", "record -> dicts"),

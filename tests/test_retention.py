@@ -166,7 +166,8 @@ def _replace_record(store: Store, old: Any, new: Any) -> None:
     import hashlib
 
     from phaselog import _yaml
-    from phaselog.stores.files import FilesStore, _meta_bytes
+    from phaselog.stores.files import FilesStore
+    from phaselog.stores.kernel import record_document
 
     assert (old.phase, old.attempt_number) == (new.phase, new.attempt_number)
     if isinstance(store, FilesStore):
@@ -174,11 +175,11 @@ def _replace_record(store: Store, old: Any, new: Any) -> None:
         stem = f"{old.phase_ordinal}_{old.phase}_a{old.attempt_number}"
         seed = _yaml.dump(new.seed_dict()).encode()
         (run_dir / f"phase_{stem}.yaml").write_bytes(seed)
-        (run_dir / f".meta_{stem}.json").write_bytes(_meta_bytes(new, hashlib.sha256(seed).hexdigest()))
+        (run_dir / f".meta_{stem}.json").write_bytes(record_document(new, hashlib.sha256(seed).hexdigest()))
         return
     import sqlite3
 
-    body = _meta_bytes(new, None).decode()
+    body = record_document(new, None).decode()
     key = (new.content_hash, body, T, old.run_id, old.phase_ordinal, old.attempt_number)
     sql = (
         "UPDATE phaselog_checkpoints SET content_hash = ?, body = ? WHERE ticket_id = ? AND run_id = ? "

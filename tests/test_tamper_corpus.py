@@ -125,21 +125,21 @@ class Tamper:
     def forge_checkpoint(self, record: Checkpoint) -> None:
         """Store ``record`` in place of the stored attempt, consistently: a recomputed content hash."""
         from phaselog import _yaml
-        from phaselog.stores.files import _meta_bytes
+        from phaselog.stores.kernel import record_document
 
         if self.is_files:
             yaml_bytes = _yaml.dump(record.seed_dict()).encode()
             path = self.seed_file(record.phase_ordinal, record.phase, record.attempt_number, record.ticket_id)
             path.write_bytes(yaml_bytes)
             self.sidecar(record.phase_ordinal, record.phase, record.attempt_number, record.ticket_id).write_bytes(
-                _meta_bytes(record, hashlib.sha256(yaml_bytes).hexdigest())
+                record_document(record, hashlib.sha256(yaml_bytes).hexdigest())
             )
         else:
             self.sql(
                 "UPDATE phaselog_checkpoints SET body = ?, content_hash = ? WHERE ticket_id = ? AND run_id = ? "
                 "AND phase_ordinal = ? AND attempt = ?",
                 (
-                    _meta_bytes(record, None).decode(),
+                    record_document(record, None).decode(),
                     record.content_hash,
                     record.ticket_id,
                     record.run_id,
@@ -714,10 +714,10 @@ def test_a_bare_seed_file_written_after_phaselog_is_not_trusted(tmp_path: Path) 
         ledger.read(T, R, "implement")
     assert info.value.context["rule"] == "missing_sidecar"
     # Restoring the sidecar restores the record: nothing was moved or rewritten.
-    from phaselog.stores.files import _meta_bytes
+    from phaselog.stores.kernel import record_document
 
     yaml_bytes = t.seed_file(1, "implement", 2).read_bytes()
-    t.sidecar(1, "implement", 2).write_bytes(_meta_bytes(second, hashlib.sha256(yaml_bytes).hexdigest()))
+    t.sidecar(1, "implement", 2).write_bytes(record_document(second, hashlib.sha256(yaml_bytes).hexdigest()))
     assert ledger.read(T, R, "implement").record == second
     assert ledger.verify(T).ok
 

@@ -38,9 +38,9 @@ def entry_hash(kind: str, document: Any) -> str:
 
 
 def _checkpoint_document(store: Store, record: Checkpoint) -> dict[str, Any]:
-    from phaselog.stores.files import _meta_bytes
+    from phaselog.stores.kernel import record_document
 
-    doc: dict[str, Any] = json.loads(_meta_bytes(record, None))
+    doc: dict[str, Any] = json.loads(record_document(record))
     doc.pop("checkpoint_file_sha256", None)
     return doc
 

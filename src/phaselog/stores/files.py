@@ -22,7 +22,6 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import os
 import secrets
 import stat
@@ -35,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from phaselog import _faults
 from phaselog.errors import (
     AlreadyExists,
-    Conflict,
     Corrupt,
     InvalidIdentifier,
     NotFound,
@@ -46,31 +44,27 @@ from phaselog.errors import (
     UnsupportedVersion,
 )
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.limits import MAX_RECORD_BYTES, SIDECAR_SLACK_BYTES, check_record_size, json_loads
-from phaselog.records import SCHEMA_VERSION, Checkpoint, checkpoint_from_seed, parse_timestamp
+from phaselog.limits import SIDECAR_SLACK_BYTES
+from phaselog.records import Checkpoint, parse_timestamp
+from phaselog.stores import kernel
 from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files_admin import FilesAdminMixin
-from phaselog.stores.names import ENTRY_KINDS, failed_name, meta_name
 from phaselog.stores.names import checkpoint_name as cp_name
+from phaselog.stores.names import failed_name, meta_name
 
 if TYPE_CHECKING:
     from phaselog.stores.files_lease import FileRunLeases
     from phaselog.stores.snapshot import RunSnapshot
 
-DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES
-#: How many more bytes a sidecar's ``checkpoint_file_sha256`` takes than ``null``.
-_SHA_FIELD_EXTRA = len('"' + 64 * "0" + '"') - len("null")
 TEMP_MAX_AGE_S = 60.0
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO planted under a record's name must not hang the reader; fstat
 # then refuses it as "not a regular file". Regular files ignore the flag.
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_META_KIND = "phaselog.checkpoint"
 # Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
 # ``<run>/.pruned/`` (notes of what prune removed), ``<ticket>/.markers/``. Every name format
 # lives in phaselog.stores.names.
-_ENTRY_RE = _names.ENTRY_NAME_RE
 
 
 def default_root() -> Path:
@@ -98,12 +92,12 @@ class FilesStore(FilesAdminMixin):
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.root = self.root.absolute()
         self.url = f"file://{self.root}"
-        self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
+        self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
         self._root_fd: int | None = None
         self._leases: FileRunLeases | None = None
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
-        self.max_entry_bytes = 4 * self.max_record_bytes
+        self.max_entry_bytes = kernel.entry_cap(self.max_record_bytes)
         # A sidecar is the stored document plus the YAML file's hash.
         self._sidecar_cap = self.max_record_bytes + SIDECAR_SLACK_BYTES
         #: Opened for reading only: nothing is ever written, locked or created through this object.
@@ -257,12 +251,8 @@ class FilesStore(FilesAdminMixin):
     # -- appending --------------------------------------------------------------------------------
     def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
         """Append ``record`` (see Store.append)."""
-        validate_ticket_id(record.ticket_id)
-        if not is_canonical_uuid(record.run_id):
-            raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
-        ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
-        if _names.parse_checkpoint_name(cp_name(ordinal, phase, attempt)) != (ordinal, phase, attempt) or attempt < 1:
-            raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
+        kernel.check_record_key(record)
+        ordinal, attempt = record.phase_ordinal, record.attempt_number
         self.refuse_if_read_only("append a record")
         # Serialise (and check the size) before creating anything: a refused record leaves no trace.
         files = self._serialise(record)
@@ -271,24 +261,14 @@ class FilesStore(FilesAdminMixin):
             try:
                 names = os.listdir(run_fd)
                 self._clean_temps(run_fd, names)
-                mine = [r for r in _parse_names(names) if r.phase_ordinal == ordinal]
-                if any(r.attempt_number == attempt for r in mine):
-                    raise AlreadyExists(
-                        f"attempt {attempt} of phase {phase} already exists "
-                        f"({self._rel(record)}); write attempt "
-                        f"{max(r.attempt_number for r in mine) + 1} instead",
-                        path=self._rel(record),
-                    )
-                latest = max((r.attempt_number for r in mine), default=0)
-                if fence is not None:
-                    from phaselog.stores.files_lease import check_fence
-
-                    check_fence(run_fd, fence)
-                if latest != expected_latest:
-                    raise Conflict(
-                        f"phase {phase} changed while writing: latest attempt is {latest}, expected {expected_latest}",
-                        latest_attempt=latest,
-                    )
+                mine = [r.attempt_number for r in _parse_names(names) if r.phase_ordinal == ordinal]
+                kernel.decide_append(
+                    record,
+                    exists=attempt in mine,
+                    latest=max(mine, default=0),
+                    expected_latest=expected_latest,
+                    check_fence=None if fence is None else lambda: _check_fence(run_fd, fence),
+                )
                 if record.completed:
                     self._publish_completed(run_fd, record, set(names), files)
                 else:
@@ -317,19 +297,9 @@ class FilesStore(FilesAdminMixin):
     def _serialise(self, record: Checkpoint) -> tuple[bytes, bytes]:
         """The sidecar (or failed record) and the YAML seed file (empty for a failed attempt), size-checked."""
         if not record.completed:
-            meta_bytes = _meta_bytes(record, None)
-            check_record_size(len(meta_bytes), None, self.max_record_bytes, path=self._rel(record))
-            return meta_bytes, b""
-        from phaselog import _yaml  # imported on write: reading phaselog's records needs no YAML
-
-        yaml_bytes = _yaml.dump(record.seed_dict()).encode("utf-8")
-        meta_bytes = _meta_bytes(record, hashlib.sha256(yaml_bytes).hexdigest())
-        # The stored document is the sidecar without the YAML's hash ("<64 hex>" in place of null),
-        # byte for byte what a SQL row holds: every store counts the same bytes.
-        check_record_size(
-            len(meta_bytes) - _SHA_FIELD_EXTRA, len(yaml_bytes), self.max_record_bytes, path=self._rel(record)
-        )
-        return meta_bytes, yaml_bytes
+            return kernel.encode_record(record, self.max_record_bytes), b""
+        yaml_bytes = kernel.render_seed_file(record)
+        return kernel.encode_record(record, self.max_record_bytes, seed_file=yaml_bytes), yaml_bytes
 
     def _publish_completed(self, run_fd: int, record: Checkpoint, names: set[str], files: tuple[bytes, bytes]) -> None:
         ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
@@ -484,8 +454,8 @@ class FilesStore(FilesAdminMixin):
                     f"no attempt {attempt} of phase {phase} in run {run_id}",
                     path=f"{rel_dir}/{cp_file}",
                 )
-            doc = _parse_meta(raw, f"{rel_dir}/{failed_file}")
-            stored = self._from_meta(doc, None, ordinal, f"{rel_dir}/{failed_file}")
+            doc = kernel.decode_document(raw, f"{rel_dir}/{failed_file}")
+            stored = kernel.record_from_document(doc, ordinal, f"{rel_dir}/{failed_file}")
         else:
             location = f"{rel_dir}/{cp_file}"
             meta_raw = self._read(run_fd, meta_name(ordinal, phase, attempt), rel_dir, self._sidecar_cap)
@@ -494,36 +464,24 @@ class FilesStore(FilesAdminMixin):
                 # without this check its seed part alone would pass for a seed-tool checkpoint.
                 raise NotFound(f"no attempt {attempt} of phase {phase} in run {run_id}", path=location)
             if meta_raw is None:
-                tree = _yaml_or_corrupt(cp_bytes, location)
-                cp, warns = _seed_or_corrupt(tree, ordinal, None, location)
+                tree = kernel.decode_seed_file(cp_bytes, location)
+                cp, warns = kernel.checkpoint_at(tree, ordinal, None, location)
                 stored = Stored(cp, location, None, tuple(warns))
                 (run_view or _RunView(self, run_fd, rel_dir)).check_unsidecared(cp, location)
             else:
-                doc = _parse_meta(meta_raw, f"{rel_dir}/{meta_name(ordinal, phase, attempt)}")
-                stored = self._from_meta(doc, cp_bytes, ordinal, location)
-        _check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
-        return stored
-
-    def _from_meta(self, doc: dict[str, Any], cp_bytes: bytes | None, ordinal: int, location: str) -> Stored:
-        warns: list[str] = []
-        seed = doc.get("checkpoint")
-        if cp_bytes is not None and doc.get("checkpoint_file_sha256") != hashlib.sha256(cp_bytes).hexdigest():
-            # The seed file changed after it was written: trust the file, flag the difference.
-            seed = _yaml_or_corrupt(cp_bytes, location)
-            warns.append(f"{location}: file changed since phaselog wrote it")
-        cp, read_warns = _seed_or_corrupt(seed, ordinal, doc.get("phaselog") or {}, location)
-        warns.extend(read_warns)
-        recorded = doc.get("content_hash")
-        stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
-        if stored.tampered:
-            # Damaged from outside (edited or truncated after it was written): never used as a
-            # record. read/validate/verify name it, list skips it, doctor can quarantine it.
-            raise Corrupt(
-                f"{location}: content changed after it was written (recorded hash "
-                f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
-                path=location,
-                rule="content_hash",
-            )
+                doc = kernel.decode_document(meta_raw, f"{rel_dir}/{meta_name(ordinal, phase, attempt)}")
+                if doc.get("checkpoint_file_sha256") == hashlib.sha256(cp_bytes).hexdigest():
+                    stored = kernel.record_from_document(doc, ordinal, location)
+                else:
+                    # The seed file changed after it was written: trust the file, flag the difference.
+                    stored = kernel.record_from_document(
+                        doc,
+                        ordinal,
+                        location,
+                        seed=kernel.decode_seed_file(cp_bytes, location),
+                        warnings=(f"{location}: file changed since phaselog wrote it",),
+                    )
+        kernel.check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
         return stored
 
     def _read(self, dir_fd: int, name: str, rel_dir: str, cap: int | None = None) -> bytes | None:
@@ -615,18 +573,7 @@ class FilesStore(FilesAdminMixin):
                             run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number, view
                         )
                     except (Corrupt, UnsupportedVersion) as exc:
-                        yield Damaged(
-                            location=exc.context.get("path")
-                            or f"{ticket_id}/{rid}/{cp_name(ref.phase_ordinal, ref.phase, ref.attempt_number)}",
-                            ticket_id=ticket_id,
-                            run_id=rid,
-                            phase=ref.phase,
-                            phase_ordinal=ref.phase_ordinal,
-                            attempt_number=ref.attempt_number,
-                            error_code=exc.error_code,
-                            message=exc.message,
-                            rule=exc.context.get("rule"),
-                        )
+                        yield kernel.damaged_from(exc, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number)
             finally:
                 os.close(run_fd)
 
@@ -636,28 +583,14 @@ class FilesStore(FilesAdminMixin):
 
     @staticmethod
     def _entry_dir_segments(kind: str, ticket_id: str, run_id: str | None) -> list[str]:
-        if kind not in ENTRY_KINDS:
-            raise StoreError(f"unknown entry kind {kind!r}")
-        validate_ticket_id(ticket_id)
-        segs = ["checkpoints", ticket_id]
-        if run_id is not None:
-            if not is_canonical_uuid(run_id):
-                raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
-            segs.append(run_id)
-        segs.append(f".{kind}")
-        return segs
+        kernel.check_entry_key(kind, ticket_id, run_id)
+        return ["checkpoints", ticket_id, *([] if run_id is None else [run_id]), f".{kind}"]
 
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
         self.refuse_if_read_only("record an audit entry")
-        if not _ENTRY_RE.fullmatch(name):
-            raise StoreError(f"entry name {name!r} is not safe as a file name")
-        if len(body) > self.max_entry_bytes:
-            raise TooLarge(
-                f"entry of {len(body)} bytes exceeds the cap of {self.max_entry_bytes} bytes",
-                rule="max_record_bytes",
-            )
-        rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
+        kernel.check_entry(name, body, self.max_record_bytes)
+        rel = kernel.entry_location(kind, ticket_id, run_id, name)
         lock_fd = None
         if run_id is None:
             dir_fd = self._entry_dir(kind, ticket_id, run_id, create=True)
@@ -705,7 +638,7 @@ class FilesStore(FilesAdminMixin):
         except NotFound:
             return []
         try:
-            return sorted(n[:-5] for n in os.listdir(dir_fd) if n.endswith(".json") and _ENTRY_RE.fullmatch(n[:-5]))
+            return sorted(n[:-5] for n in os.listdir(dir_fd) if n.endswith(".json") and _names.is_entry_name(n[:-5]))
         finally:
             os.close(dir_fd)
 
@@ -720,14 +653,14 @@ class FilesStore(FilesAdminMixin):
             dir_fd = self._entry_dir(kind, ticket_id, run_id, create=False)
         except NotFound:
             return []
-        rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
+        rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)
         out: list[tuple[str, str, bytes | Corrupt]] = []
         try:
             for n in sorted(os.listdir(dir_fd)):
                 if not n.endswith(".json") or not n.startswith(prefix):
                     continue
                 stem = n[:-5]
-                if not _ENTRY_RE.fullmatch(stem):
+                if not _names.is_entry_name(stem):
                     continue
                 try:
                     data = self._read(dir_fd, n, rel_dir, self.max_entry_bytes)
@@ -742,16 +675,9 @@ class FilesStore(FilesAdminMixin):
 
     def location(self, record: Checkpoint) -> str:
         """Path of ``record`` relative to the checkpoints root."""
-        return self._rel(record)
+        return kernel.record_location(record)
 
-    @staticmethod
-    def _rel(record: Checkpoint) -> str:
-        name = (
-            cp_name(record.phase_ordinal, record.phase, record.attempt_number)
-            if record.completed
-            else failed_name(record.phase_ordinal, record.phase, record.attempt_number)
-        )
-        return f"{record.ticket_id}/{record.run_id}/{name}"
+    _rel = staticmethod(kernel.record_location)
 
     def run_leases(self) -> FileRunLeases:
         """The run-lease service (one per store object: it keeps held leases' locks open)."""
@@ -810,7 +736,7 @@ class _RunView:
             for n in sidecars:
                 try:
                     raw = self.store._read(self.run_fd, n, self.rel_dir, self.store._sidecar_cap)
-                    doc = _parse_meta(raw, f"{self.rel_dir}/{n}") if raw is not None else None
+                    doc = kernel.decode_document(raw, f"{self.rel_dir}/{n}") if raw is not None else None
                     if doc is None:
                         continue
                     meta = doc.get("phaselog") or {}
@@ -909,65 +835,7 @@ def _parse_names(listing: list[str]) -> list[AttemptRef]:
     return list(refs.values())
 
 
-def _meta_bytes(record: Checkpoint, file_sha: str | None) -> bytes:
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": _META_KIND,
-        "content_hash": record.content_hash,
-        "checkpoint_file_sha256": file_sha,
-        "checkpoint": record.seed_dict(),
-        "phaselog": record.meta_dict(),
-    }
-    return (json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode()
+def _check_fence(run_fd: int, fence: RunFence) -> None:
+    from phaselog.stores.files_lease import check_fence
 
-
-def _parse_meta(raw: bytes, location: str) -> dict[str, Any]:
-    try:
-        doc = json_loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise Corrupt(f"{location}: not valid JSON ({exc})", path=location, rule="json") from None
-    if not isinstance(doc, dict) or doc.get("kind") != _META_KIND:
-        raise Corrupt(f"{location}: not a phaselog record", path=location)
-    try:
-        from phaselog.records import check_schema_version
-
-        check_schema_version(doc.get("schema_version"))
-    except (Corrupt, UnsupportedVersion) as exc:
-        exc.context["path"] = location
-        exc.message = f"{location}: {exc.message}"
-        raise
-    return doc
-
-
-def _yaml_or_corrupt(raw: bytes, location: str) -> Any:
-    from phaselog import _yaml
-
-    try:
-        return _yaml.load(raw, json_only=True)
-    except Corrupt as exc:
-        raise Corrupt(f"{location}: {exc.message}", path=location, rule=exc.context.get("rule")) from None
-
-
-def _seed_or_corrupt(
-    tree: Any, ordinal: int, meta: dict[str, Any] | None, location: str
-) -> tuple[Checkpoint, list[str]]:
-    try:
-        return checkpoint_from_seed(tree, phase_ordinal=ordinal, meta=meta)
-    except (Corrupt, UnsupportedVersion) as exc:
-        exc.context["path"] = location
-        exc.message = f"{location}: {exc.message}"
-        raise
-
-
-def _check_identity(stored: Stored, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int) -> None:
-    cp = stored.record
-    found = (cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, cp.attempt_number)
-    expected = (ticket_id, run_id, ordinal, phase, attempt)
-    if found != expected:
-        names = ("ticket_id", "run_id", "phase ordinal", "phase", "attempt_number")
-        diffs = [f"{n} {f!r} (path says {e!r})" for n, f, e in zip(names, found, expected, strict=True) if f != e]
-        raise Corrupt(
-            f"{stored.location}: content does not match its location: {'; '.join(diffs)}",
-            path=stored.location,
-            rule="location_mismatch",
-        )
+    check_fence(run_fd, fence)

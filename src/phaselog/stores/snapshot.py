@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
 from phaselog.records import PipelineRef
-from phaselog.stores.names import checkpoint_name, event_prefix, parse_event_name
+from phaselog.stores.kernel import damaged_from
+from phaselog.stores.names import event_prefix, parse_event_name
 
 if TYPE_CHECKING:
     from phaselog.stores.base import AttemptRef, Damaged, Store, Stored
@@ -186,25 +187,6 @@ def _get(store: Store, ticket_id: str, run_id: str, ref: AttemptRef) -> Stored |
         return store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
     except (Corrupt, UnsupportedVersion) as exc:
         return damaged_from(exc, ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
-
-
-def damaged_from(
-    exc: Corrupt | UnsupportedVersion, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int
-) -> Damaged:
-    """The Damaged entry for a record that exists but cannot be read (every store builds it here)."""
-    from phaselog.stores.base import Damaged
-
-    return Damaged(
-        location=str(exc.context.get("path") or f"{ticket_id}/{run_id}/{checkpoint_name(ordinal, phase, attempt)}"),
-        ticket_id=ticket_id,
-        run_id=run_id,
-        phase=phase,
-        phase_ordinal=ordinal,
-        attempt_number=attempt,
-        error_code=exc.error_code,
-        message=exc.message,
-        rule=exc.context.get("rule"),
-    )
 
 
 def _flight_events(

@@ -31,22 +31,12 @@ from phaselog.errors import (
     PhaselogError,
     StoreError,
     StoreNotFound,
-    TooLarge,
     UnsupportedVersion,
 )
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.limits import check_record_size, yaml_size_matters
+from phaselog.ids import validate_ticket_id
 from phaselog.records import Checkpoint
-from phaselog.stores import sql_lease
+from phaselog.stores import kernel, sql_lease
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
-from phaselog.stores.files import (
-    DEFAULT_MAX_RECORD_BYTES,
-    _meta_bytes,
-    _parse_meta,
-    _seed_or_corrupt,
-)
-from phaselog.stores.names import ENTRY_KINDS, failed_name, is_entry_name
-from phaselog.stores.names import checkpoint_name as cp_name
 from phaselog.stores.sql_retention import SqlRetentionMixin
 
 if TYPE_CHECKING:
@@ -199,7 +189,7 @@ class SqlStore(SqlRetentionMixin):
         self.read_only = dialect.read_only = read_only
         if read_only:
             create = False
-        self.max_record_bytes = max_record_bytes or DEFAULT_MAX_RECORD_BYTES
+        self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
         self._held = False  # inside locked_run (one transaction; no retries)
         self._hashes: dict[tuple[int, str], str] = {}
@@ -432,21 +422,10 @@ class SqlStore(SqlRetentionMixin):
     # -- appending --------------------------------------------------------------------------------
     def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
         """Append ``record`` (see Store.append): constraints decide, the first writer wins."""
-        validate_ticket_id(record.ticket_id)
-        if not is_canonical_uuid(record.run_id):
-            raise StoreError(f"run_id {record.run_id!r} is not a canonical UUID")
-        raw_body = _meta_bytes(record, None)
-        body = raw_body.decode()
+        kernel.check_record_key(record)
+        body = kernel.encode_record(record, self.max_record_bytes).decode()
         key = (record.ticket_id, record.run_id, record.phase_ordinal, record.attempt_number)
-        location = self.location(record)
-        # The same two sizes the files store checks (bytes, not characters): the stored document,
-        # and the YAML checkpoint file this record would be in a files store.
-        yaml_size = None
-        if record.completed and yaml_size_matters(len(raw_body), self.max_record_bytes):
-            from phaselog import _yaml
-
-            yaml_size = len(_yaml.dump(record.seed_dict()).encode("utf-8"))
-        check_record_size(len(raw_body), yaml_size, self.max_record_bytes, path=location)
+        location = kernel.record_location(record)
 
         def insert(conn: Any) -> None:
             # One statement (one round trip): the phase's latest attempt, and this attempt's hash if
@@ -461,21 +440,17 @@ class SqlStore(SqlRetentionMixin):
                 ),
                 (*key[:3], *key[:3], record.attempt_number),
             ).fetchone()
-            latest = latest or 0
-            if fence is not None:
-                sql_lease.check_fence(self, conn, fence)
-            if existing is not None:
-                raise AlreadyExists(
-                    f"attempt {record.attempt_number} of phase {record.phase} already exists ({location})",
-                    path=location,
-                    _same=existing == record.content_hash,
+            try:
+                kernel.decide_append(
+                    record,
+                    exists=existing is not None,
+                    latest=latest or 0,
+                    expected_latest=expected_latest,
+                    check_fence=None if fence is None else lambda: sql_lease.check_fence(self, conn, fence),
                 )
-            if latest != expected_latest:
-                raise Conflict(
-                    f"phase {record.phase} changed while writing: latest attempt is {latest}, "
-                    f"expected {expected_latest}",
-                    latest_attempt=latest,
-                )
+            except AlreadyExists as exc:
+                exc.context["_same"] = existing == record.content_hash
+                raise
             conn.execute(
                 self._sql(
                     "INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, "
@@ -546,7 +521,7 @@ class SqlStore(SqlRetentionMixin):
         if not rows or rows[0][0] != phase:
             raise NotFound(
                 f"no attempt {attempt} of phase {phase} in run {run_id}",
-                path=f"{ticket_id}/{run_id}/{cp_name(phase_ordinal, phase, attempt)}",
+                path=kernel.attempt_location(ticket_id, run_id, phase_ordinal, phase, attempt, completed=True),
             )
         return self._stored(ticket_id, run_id, phase_ordinal, phase, attempt, rows[0][1], rows[0][3], rows[0][2])
 
@@ -561,25 +536,12 @@ class SqlStore(SqlRetentionMixin):
         body: str,
         column_hash: str | None,
     ) -> Stored:
-        name = cp_name(ordinal, phase, attempt) if status == "completed" else failed_name(ordinal, phase, attempt)
-        location = f"{ticket_id}/{run_id}/{name}"
-        doc = _parse_meta(body.encode("utf-8"), location)
-        cp, warns = _seed_or_corrupt(doc.get("checkpoint"), ordinal, doc.get("phaselog") or {}, location)
-        found = (cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, cp.attempt_number)
-        if found != (ticket_id, run_id, ordinal, phase, attempt):
-            raise Corrupt(f"{location}: content does not match its key", path=location, rule="location_mismatch")
-        recorded = doc.get("content_hash")
+        location = kernel.attempt_location(ticket_id, run_id, ordinal, phase, attempt, completed=status == "completed")
+        doc = kernel.decode_document(body.encode("utf-8"), location)
         known = self._hashes.get((ordinal, body))
-        if known is not None:
-            cp.__dict__["content_hash"] = known  # the cached_property's value: same input, same hash
-        stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, tuple(warns))
-        if stored.tampered:
-            raise Corrupt(
-                f"{location}: content changed after it was written (recorded hash "
-                f"{(stored.recorded_hash or '')[:12]}, content now hashes to {cp.content_hash[:12]})",
-                path=location,
-                rule="content_hash",
-            )
+        stored = kernel.record_from_document(doc, ordinal, location, known_hash=known)
+        kernel.check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
+        cp = stored.record
         # The key columns decide what readers see without reading the body (attempts() lists the
         # status column): each must say what the hashed body says, or the row is damaged.
         if status != cp.status or column_hash != stored.recorded_hash:
@@ -630,48 +592,23 @@ class SqlStore(SqlRetentionMixin):
             try:
                 yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash)
             except (Corrupt, UnsupportedVersion) as exc:
-                yield Damaged(
-                    str(exc.context.get("path", f"{ticket_id}/{rid}")),
-                    ticket_id,
-                    rid,
-                    phase,
-                    ordinal,
-                    attempt,
-                    exc.error_code,
-                    exc.message,
-                    exc.context.get("rule"),
-                )
+                yield kernel.damaged_from(exc, ticket_id, rid, ordinal, phase, attempt)
 
     def location(self, record: Checkpoint) -> str:
         """The record's logical path (the same string the files store uses)."""
-        name = (
-            cp_name(record.phase_ordinal, record.phase, record.attempt_number)
-            if record.completed
-            else failed_name(record.phase_ordinal, record.phase, record.attempt_number)
-        )
-        return f"{record.ticket_id}/{record.run_id}/{name}"
+        return kernel.record_location(record)
 
     # -- audit entries ----------------------------------------------------------------------------
     @staticmethod
     def _entry_key(kind: str, ticket_id: str, run_id: str | None) -> tuple[str, str, str]:
-        if kind not in ENTRY_KINDS:
-            raise StoreError(f"unknown entry kind {kind!r}")
-        validate_ticket_id(ticket_id)
-        if run_id is not None and not is_canonical_uuid(run_id):
-            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        kernel.check_entry_key(kind, ticket_id, run_id)
         return kind, ticket_id, run_id or ""
 
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Insert an audit entry; AlreadyExists if the name is taken."""
         key = self._entry_key(kind, ticket_id, run_id)
-        if not is_entry_name(name):
-            raise StoreError(f"entry name {name!r} is not safe")
-        if len(body) > 4 * self.max_record_bytes:  # room for escaped progress output, as in the files store
-            raise TooLarge(
-                f"entry of {len(body)} bytes exceeds the cap of {4 * self.max_record_bytes} bytes",
-                rule="max_record_bytes",
-            )
-        rel = "/".join(filter(None, [ticket_id, run_id, f".{kind}", f"{name}.json"]))
+        kernel.check_entry(name, body, self.max_record_bytes)
+        rel = kernel.entry_location(kind, ticket_id, run_id, name)
         text = body.decode("utf-8")
 
         def insert(conn: Any) -> None:
@@ -720,7 +657,7 @@ class SqlStore(SqlRetentionMixin):
         where = "WHERE kind = ? AND ticket_id = ? AND run_id = ? " + ("AND substr(name, 1, ?) = ? " if prefix else "")
         params = (*key, len(prefix), prefix) if prefix else key
         rows = self._query("SELECT name, body FROM phaselog_entries " + where + order, params)
-        rel_dir = "/".join(filter(None, [ticket_id, run_id, f".{kind}"]))
+        rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
 
     def run_leases(self) -> sql_lease.SqlRunLeases:

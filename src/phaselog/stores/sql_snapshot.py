@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from phaselog.errors import Corrupt, UnsupportedVersion
 from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import AttemptRef, Damaged, Stored
+from phaselog.stores.kernel import damaged_from
 from phaselog.stores.names import parse_event_name
-from phaselog.stores.snapshot import Entry, RunSnapshot, damaged_from
+from phaselog.stores.snapshot import Entry, RunSnapshot
 
 if TYPE_CHECKING:
     from phaselog.stores.sql import SqlStore
