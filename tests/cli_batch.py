@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from helpers import Result
 
 _DRIVER = r"""
 import base64, contextlib, io, json, sys
@@ -38,13 +39,10 @@ sys.__stdout__.write(json.dumps(results))
 
 
 @dataclass
-class Outcome:
-    """What one command line did."""
+class Outcome(Result):
+    """What one command line did (``argv`` besides exit code, stdout and stderr)."""
 
     argv: list[str]
-    rc: int
-    out: str
-    err: str
 
     @property
     def json(self) -> Any:
@@ -57,13 +55,6 @@ class Outcome:
     def describe(self) -> str:
         """A one-paragraph account for assertion messages."""
         return f"phaselog {' '.join(self.argv)}\n  rc={self.rc}\n  stdout={self.out[:600]}\n  stderr={self.err[:600]}"
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without any PHASELOG_* variable, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    env.update(extra)
-    return env
 
 
 def run_batch(
@@ -83,7 +74,7 @@ def run_batch(
     if proc.returncode != 0:
         raise AssertionError(f"the batch process died (rc={proc.returncode}):\n{proc.stderr.decode()[-3000:]}")
     results = json.loads(proc.stdout)
-    return [Outcome(argv, r["rc"], r["out"], r["err"]) for (argv, _), r in zip(commands, results, strict=True)]
+    return [Outcome(r["rc"], r["out"], r["err"], argv) for (argv, _), r in zip(commands, results, strict=True)]
 
 
 def run_one(
@@ -108,5 +99,5 @@ def run_one(
         preexec_fn=preexec_fn,
     )
     return Outcome(
-        argv, proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+        proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"), argv
     )

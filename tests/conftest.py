@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import phaselog
+from helpers import Clock
 from phaselog.ledger import Ledger
 from phaselog.stores.base import Store
 from phaselog.stores.files import FilesStore
@@ -134,6 +135,18 @@ def files_store(root: Path) -> FilesStore:
 def ledger(store: Store) -> Ledger:
     """A ledger over ``store``."""
     return phaselog.Ledger(store)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock the test moves by hand, at helpers.T0."""
+    return Clock()
+
+
+@pytest.fixture
+def led(store: Store, clock: Clock) -> Ledger:
+    """A ledger over the store under test, with a hand-moved clock."""
+    return phaselog.Ledger(store, clock=clock)
 
 
 @pytest.fixture

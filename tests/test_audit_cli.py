@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,9 @@ import pytest
 
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
+from helpers import Result, tree
+from helpers import cli_env as env_for
+from helpers import run_cli as cli
 from phaselog.ids import normalize_run_id
 from phaselog.progress import DEFAULT_MAX_OUTPUT_BYTES
 from phaselog.stores.files import FilesStore
@@ -45,43 +46,6 @@ DECISION = {
 }
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        try:
-            return json.loads(self.out)
-        except ValueError:
-            pytest.fail(f"stdout is not one JSON document (rc={self.rc}):\n{self.out}\n{self.err}")
-
-
-def env_for(root: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    env["PHASELOG_HOME"] = str(root)
-    env["HOME"] = str(root.parent / "user-home")
-    env.update(extra)
-    return env
-
-
-def cli(root: Path, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> Result:
-    proc = subprocess.run(
-        [sys.executable, "-m", "phaselog", *args],
-        input=stdin,
-        capture_output=True,
-        env=env or env_for(root),
-        cwd=root.parent,
-        timeout=120,  # a guard against a hang, not a measurement
-        check=False,
-    )
-    out, err = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
-    assert "Traceback" not in out + err, out + err
-    return Result(proc.returncode, out, err)
-
-
 def ok(root: Path, *args: str, **kw: Any) -> dict[str, Any]:
     res = cli(root, *args, **kw)
     assert res.rc == 0, res.out + res.err
@@ -98,16 +62,6 @@ def fails(res: Result, rc: int, code: str) -> dict[str, Any]:
     assert data["error"].strip()
     assert res.rc == rc, (res.rc, data)
     return data  # type: ignore[no-any-return]
-
-
-def tree(root: Path) -> dict[str, str]:
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def prog(root: Path, event: str, *extra: str, ticket: str = T, phase: str = "implement", **kw: Any) -> dict[str, Any]:

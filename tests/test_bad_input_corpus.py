@@ -28,8 +28,9 @@ from typing import Any
 
 import pytest
 
-from cli_batch import Outcome, clean_env, run_batch, run_one
+from cli_batch import Outcome, run_batch, run_one
 from conftest import IMPLEMENT, make_store
+from helpers import clean_env
 from phaselog.ledger import Ledger
 from phaselog.limits import MAX_ATTEMPT, MAX_INPUT_BYTES
 from phaselog.stores.base import Store

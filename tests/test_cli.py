@@ -9,20 +9,18 @@ library or plain files.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import Result, cli_env, tree
+from helpers import run_cli as run
 from phaselog.cli import cli, main
 from phaselog.ids import normalize_run_id
 from phaselog.ledger import Ledger
@@ -110,55 +108,6 @@ def seed_args(example: str, ticket: str = TICKET) -> list[str]:
 
 
 # -- running the CLI -------------------------------------------------------------------------------
-@dataclass
-class Result:
-    """What one CLI run produced."""
-
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        """stdout parsed as one JSON document (fails the test if it is not)."""
-        try:
-            return json.loads(self.out)
-        except ValueError:
-            pytest.fail(f"stdout is not one JSON document (rc={self.rc}):\n{self.out}\n{self.err}")
-
-
-def cli_env(root: Path, **extra: str) -> dict[str, str]:
-    """A clean environment: no PHASELOG_* from outside, HOME under tmp_path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    env["PHASELOG_HOME"] = str(root)
-    env["HOME"] = str(root.parent / "user-home")
-    env.update(extra)
-    return env
-
-
-def run(
-    root: Path,
-    *args: str | bytes,
-    stdin: str | bytes | None = None,
-    env: dict[str, str] | None = None,
-) -> Result:
-    """Run ``python -m phaselog ARGS`` in a subprocess; never a traceback, always UTF-8 out."""
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    proc = subprocess.run(
-        [sys.executable, "-m", "phaselog", *args],
-        input=data if data is not None else b"",
-        capture_output=True,
-        env=env if env is not None else cli_env(root),
-        cwd=root.parent,
-        timeout=120,  # a guard against a hang, not a measurement
-        check=False,
-    )
-    out, err = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
-    assert "Traceback" not in out, out
-    assert "Traceback" not in err, err
-    return Result(proc.returncode, out, err)
-
-
 def call(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
     """Run ``phaselog.cli.main`` in process (PHASELOG_HOME comes from monkeypatch)."""
     try:
@@ -192,17 +141,6 @@ def assert_error(res: Result, rc: int, code: str) -> dict[str, Any]:
     assert data.get("error_code") == code, data
     assert res.rc == rc, (res.rc, data)
     return data
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every file below ``root`` (lock files aside) with a hash of its bytes."""
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ import pytest
 
 import phaselog
 from conftest import IMPLEMENT, REPO
+from helpers import Result, run_cli
+from helpers import cli_env as env_for
 from phaselog.cli import cli
 from phaselog.errors import PipelineMismatch, UnknownPhase
 from phaselog.ids import normalize_run_id
@@ -45,38 +46,8 @@ phases:
 """
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        try:
-            return json.loads(self.out)
-        except ValueError:
-            pytest.fail(f"stdout is not one JSON document (rc={self.rc}):\n{self.out}\n{self.err}")
-
-
-def env_for(root: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    env.update(PHASELOG_HOME=str(root), HOME=str(root.parent / "home"), **extra)
-    return env
-
-
 def run(root: Path, *args: str, **extra: str) -> Result:
-    proc = subprocess.run(
-        [sys.executable, "-m", "phaselog", *args],
-        capture_output=True,
-        text=True,
-        env=env_for(root, **extra),
-        cwd=root.parent,
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    return run_cli(root, *args, env=env_for(root, **extra))
 
 
 def ok(root: Path, *args: str, **extra: str) -> Any:

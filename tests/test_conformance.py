@@ -20,7 +20,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import pytest
 
 import phaselog
 from conftest import CREATE_PR, IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
+from helpers import T0, Clock
 from phaselog import (
     AlreadyExists,
     Conflict,
@@ -57,7 +58,6 @@ pytestmark = pytest.mark.all_stores
 T = "CONF-1"
 R1, R2 = "run-a", "run-b"
 RUN1, RUN2 = normalize_run_id(R1), normalize_run_id(R2)
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 VIDEO = {
     "research": {"summary": "Who watches launch videos", "sources": ["https://example.org/a"]},
     "proposal": {"title": "Launch", "concept": "Ninety seconds, one idea"},
@@ -83,30 +83,6 @@ def decision(did: str, selected: str = "a") -> dict[str, Any]:
         "selected": selected,
         "reason": "fits the brand",
     }
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, seconds: float = 1) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def led(store: Store, clock: Clock) -> Ledger:
-    """A ledger over the store under test, with a hand-moved clock."""
-    return Ledger(store, clock=clock)
 
 
 # -- damage from outside ---------------------------------------------------------------------------

@@ -14,13 +14,14 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
+from helpers import Clock, tree
 from phaselog.doctor import doctor
 from phaselog.ids import normalize_run_id
 from phaselog.stores.files import FilesStore
@@ -28,25 +29,6 @@ from phaselog.stores.files import FilesStore
 T = "DOC-1"
 R = "run-1"
 RUN = normalize_run_id(R)
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def tree(root: Path) -> dict[str, str]:
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def run_dir(root: Path, ticket: str = T) -> Path:

@@ -8,7 +8,6 @@ whose earlier phases are missing, failed, stale, rejected or unapproved — nami
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 import phaselog
+from helpers import tree
 from phaselog import Corrupt, InvalidRecord, NotFound, UsageError
 from phaselog.errors import Prerequisite
 from phaselog.gates import GateRefused, judge
@@ -46,16 +46,6 @@ def vid(ledger: phaselog.Ledger) -> phaselog.Ledger:
     """A ledger whose ticket T follows the video pipeline (strict order, gated phases)."""
     ledger.init_ticket(T, title="Launch video", pipeline=VIDEO)
     return ledger
-
-
-def tree(root: Path) -> dict[str, str]:
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def w(led: phaselog.Ledger, phase: str, run: str = R, **kw: Any) -> phaselog.WriteResult:

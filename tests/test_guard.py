@@ -28,6 +28,8 @@ import psutil
 import pytest
 import yaml
 
+from helpers import Clock, catches_term, wait_for
+from helpers import alive as running
 from phaselog.errors import UsageError
 from phaselog.guard import (
     Environment,
@@ -56,19 +58,6 @@ TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, now: datetime = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
-
-
 OnStart = Callable[[int, float | None], None]
 
 
@@ -127,35 +116,6 @@ def history(root: Path, name: str = NAME) -> list[dict[str, Any]]:
     return [json.loads(p.read_bytes()) for p in sorted(d.glob("*.json"))]
 
 
-def running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie has exited: it does not run)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def catches_term(pid: int) -> bool:
-    """True once ``pid`` has a SIGTERM handler (a guard forwards TERM to its command)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
-    return bool(mask & (1 << (signal.SIGTERM - 1)))
-
-
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll ``pred`` until it is truthy (a generous deadline against hangs, not a measurement)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def reaped(proc: subprocess.Popen[bytes]) -> threading.Thread:
     """Reap ``proc`` as soon as it exits, as cron (its real parent) would."""
     t = threading.Thread(target=proc.wait, daemon=True)
@@ -191,7 +151,7 @@ def dead_process() -> tuple[int, float]:
 
 
 def guard(root: Path, clock: Callable[[], datetime] | None = None, name: str = NAME, **env: Any) -> Guard:
-    return Guard(root, name, Environment(clock=clock or Clock(), **env))
+    return Guard(root, name, Environment(clock=clock or Clock(T0), **env))
 
 
 def append_cmd(out: Path, text: str = "ran") -> list[str]:
@@ -210,7 +170,7 @@ def no_temp_files(root: Path) -> bool:
 # -- a plain pass ----------------------------------------------------------------------------------
 def test_pass_runs_real_command_and_records_state_and_history(tmp_path: Path) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
-    clock = Clock()
+    clock = Clock(T0)
     res = guard(root, clock).run(append_cmd(out))
     assert (res.action, res.exit_code, res.outcome) == ("ran", 0, "success")
     assert lines(out) == ["ran"]
@@ -397,7 +357,7 @@ def test_lock_file_is_readable_while_running(tmp_path: Path) -> None:
         seen.update(yaml.safe_load(lock_path(root).read_text("utf-8")))
         return JobResult(0)
 
-    guard(root, Clock()).run(["job"], runner=runner)
+    guard(root, Clock(T0)).run(["job"], runner=runner)
     assert seen["pid"] == os.getpid()
     assert seen["host"] == HOST
     assert seen["process_start"] == pytest.approx(process_start_time(os.getpid()))
@@ -601,7 +561,7 @@ def test_race_exactly_one_of_32_takes_a_stale_lock(tmp_path: Path) -> None:
 @pytest.mark.parametrize("n", [1, 3])
 def test_breaker_trips_after_exactly_n_failures(tmp_path: Path, n: int) -> None:
     root = tmp_path / "store"
-    clock = Clock()
+    clock = Clock(T0)
     runner = Runner(code=2)
     g = guard(root, clock)
     cfg = GuardConfig(max_failures=n)
@@ -631,7 +591,7 @@ def test_breaker_trips_after_exactly_n_failures(tmp_path: Path, n: int) -> None:
 
 def test_breaker_with_real_failing_command(tmp_path: Path) -> None:
     root, out = tmp_path / "store", tmp_path / "out.txt"
-    g = guard(root, Clock())
+    g = guard(root, Clock(T0))
     cmd = ["sh", "-c", 'echo x >> "$0"; exit 5', str(out)]
     codes = [g.run(cmd, GuardConfig(max_failures=2)).exit_code for _ in range(3)]
     assert codes == [5, 5, 1]
@@ -662,7 +622,7 @@ def test_success_and_noop_zero_the_failure_count(tmp_path: Path) -> None:
 
 def test_reset_closes_the_breaker_and_records_who_and_when(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "store"
-    clock = Clock()
+    clock = Clock(T0)
     g = guard(root, clock)
     cfg = GuardConfig(max_failures=2)
     for _ in range(2):
@@ -701,7 +661,7 @@ def _trip(g: Guard, clock: Clock, cfg: GuardConfig) -> None:
 
 def test_cooldown_lets_exactly_one_probe_through_and_a_failed_probe_reopens(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    clock = Clock()
+    clock = Clock(T0)
     g = guard(root, clock)
     cfg = GuardConfig(max_failures=2, cooldown=timedelta(hours=1))
     _trip(g, clock, cfg)
@@ -732,7 +692,7 @@ def test_cooldown_lets_exactly_one_probe_through_and_a_failed_probe_reopens(tmp_
 
 def test_cooldown_probe_success_closes_the_breaker(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    clock = Clock()
+    clock = Clock(T0)
     g = guard(root, clock)
     cfg = GuardConfig(max_failures=2, cooldown=timedelta(minutes=30))
     _trip(g, clock, cfg)

@@ -13,8 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,10 @@ from typing import Any
 import psutil
 import pytest
 import yaml
+
+from helpers import Result, catches_term, cli_env, wait_for
+from helpers import alive as running
+from helpers import run_cli as run
 
 HOST = socket.gethostname()
 NAME = "closeout"
@@ -37,46 +40,8 @@ SEED_FIELDS = [
 TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        try:
-            return json.loads(self.out)
-        except ValueError:
-            pytest.fail(f"stdout is not one JSON document (rc={self.rc}):\n{self.out}\n{self.err}")
-
-
-def cli_env(root: Path, **extra: str) -> dict[str, str]:
-    """A clean environment: no PHASELOG_* from outside, the store root in PHASELOG_HOME."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    env["PHASELOG_HOME"] = str(root)
-    env["HOME"] = str(root.parent / "user-home")
-    env.update(extra)
-    return env
-
-
 def argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "phaselog", *args]
-
-
-def run(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
-    """One CLI invocation; never a traceback."""
-    proc = subprocess.run(
-        argv(*args),
-        capture_output=True,
-        env=env or cli_env(root),
-        cwd=root.parent,
-        timeout=120,  # a guard against a hang, not a measurement
-        check=False,
-    )
-    out, err = proc.stdout.decode(), proc.stderr.decode()
-    assert "Traceback" not in out + err, out + err
-    return Result(proc.returncode, out, err)
 
 
 def guard_run(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
@@ -101,35 +66,6 @@ def lines(path: Path) -> list[str]:
 
 def append(out: Path, text: str = "ran") -> list[str]:
     return ["sh", "-c", f'echo {text} >> "$0"', str(out)]
-
-
-def running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie has exited: it does not run)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def catches_term(pid: int) -> bool:
-    """True once ``pid`` has a SIGTERM handler (a guard forwards TERM to its command)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    mask = next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:")), 0)
-    return bool(mask & (1 << (signal.SIGTERM - 1)))
-
-
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll ``pred`` until it is truthy (a generous deadline against hangs, not a measurement)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture

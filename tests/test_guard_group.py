@@ -19,13 +19,15 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 import yaml
+
+from helpers import alive, wait_for
+from helpers import clean_env as cli_env
 
 NAME = "closeout"
 
@@ -64,12 +66,6 @@ JOB = textwrap.dedent("""\
 """)
 
 
-def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    env.update(extra)
-    return env
-
-
 def events(log: Path) -> list[tuple[str, int]]:
     if not log.exists():
         return []
@@ -78,24 +74,6 @@ def events(log: Path) -> list[tuple[str, int]]:
         word, pid = line.split()
         out.append((word, int(pid)))
     return out
-
-
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Poll ``pred`` until it is truthy (a generous deadline against hangs, not a measurement)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.fixture

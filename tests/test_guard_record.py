@@ -17,8 +17,6 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import PG_URL
+from helpers import Result, alive, cli_env, run_cli, wait_for
 from phaselog.durations import MAX_DAYS, parse_duration
 from phaselog.errors import Corrupt, UsageError
 from phaselog.guard import Guard, Holder
@@ -38,53 +37,10 @@ from phaselog.stores import open_store
 NAME = "closeout"
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def cli_env(root: Path | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_")}
-    if root is not None:
-        env["PHASELOG_HOME"] = str(root)
-    env.update(extra)
-    return env
-
-
 def cli(*args: str, env: dict[str, str]) -> Result:
-    proc = subprocess.run(
-        [sys.executable, "-m", "phaselog", *args], capture_output=True, env=env, timeout=120, check=False
-    )
-    out, err = proc.stdout.decode(), proc.stderr.decode()
-    assert "Traceback" not in out + err, out + err
-    assert "internal error" not in out + err, out + err
-    return Result(proc.returncode, out, err)
-
-
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Poll ``pred`` until it is truthy (a generous deadline against hangs, not a measurement)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    res = run_cli(None, *args, env=env)
+    assert "internal error" not in res.out + res.err, res.out + res.err
+    return res
 
 
 def store_target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, str]:

@@ -14,7 +14,7 @@ import hashlib
 import random
 import shutil
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import phaselog
 from conftest import IMPLEMENT, PAYLOADS
+from helpers import Clock, tree
 from phaselog import InvalidRecord, NotFound, PhaselogError, UnknownPhase, UsageError
 from phaselog.diff import diff_values, parse_ref, render_text
 from phaselog.errors import Prerequisite
@@ -35,43 +36,11 @@ from phaselog.stores.files import FilesStore
 T = "HIST-1"
 R1, R2 = "run-1", "run-2"
 RUN1, RUN2 = normalize_run_id(R1), normalize_run_id(R2)
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 VIDEO: dict[str, dict[str, Any]] = {
     "research": {"summary": "s", "sources": ["https://example.org/a"]},
     "proposal": {"title": "Launch", "concept": "c"},
     "script": {"script_path": "script.md", "word_count": 120},
 }
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, seconds: float = 1) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def led(store: FilesStore, clock: Clock) -> phaselog.Ledger:
-    return phaselog.Ledger(store, clock=clock)
-
-
-def tree(root: Path) -> dict[str, str]:
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def times(entries: list[dict[str, Any]]) -> list[datetime]:

@@ -7,9 +7,7 @@ write could still change the log. In phaselog the log is derived from stored che
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import yaml
 
 import phaselog
 from conftest import IMPLEMENT
+from helpers import Clock, tree
 from phaselog import InvalidRecord, PipelineError, PipelineMismatch, UsageError
 from phaselog.errors import Prerequisite
 from phaselog.ids import normalize_run_id
@@ -28,38 +27,6 @@ T = "VID-9"
 R1, R2 = "run-1", "run-2"
 RESEARCH = {"summary": "s", "sources": ["https://example.org/a"]}
 PROPOSAL = {"title": "Launch", "concept": "c"}
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, seconds: float = 1) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def led(store: FilesStore, clock: Clock) -> phaselog.Ledger:
-    return phaselog.Ledger(store, clock=clock)
-
-
-def tree(root: Path) -> dict[str, str]:
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def decision(did: str, selected: str = "a", **extra: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pytest
 
 import phaselog
 from conftest import IMPLEMENT
+from helpers import T0, Clock, tree
 from phaselog import Conflict, InvalidRecord, NotFound, TooLarge, UsageError
 from phaselog.ids import normalize_run_id
 from phaselog.progress import (
@@ -40,44 +41,7 @@ from phaselog.stores.files import FilesStore
 T = "PROG-1"
 R = "run-1"
 RUN = normalize_run_id(R)
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 CTX = mp.get_context("fork")
-
-
-class Clock:
-    """An injectable clock that moves only when told to."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> datetime:
-        self.now += timedelta(**kw)
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def led(store: FilesStore, clock: Clock) -> phaselog.Ledger:
-    """A ledger over the files store with an injected clock."""
-    return phaselog.Ledger(store, clock=clock)
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every file below ``root`` (lock files aside) with a hash of its bytes."""
-    if not root.exists():
-        return {}
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def progress_dir(root: Path, ticket: str = T, run: str = RUN) -> Path:

@@ -6,12 +6,13 @@ The races with writers and the crash tests are in tests/test_prune_races.py.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from conftest import IMPLEMENT, LOCAL_REVIEW
+from helpers import T0, Clock
 from phaselog.errors import NotFound
 from phaselog.ids import normalize_run_id
 from phaselog.ledger import Ledger
@@ -24,7 +25,6 @@ pytestmark = pytest.mark.all_stores
 T = "RET-1"
 R1 = "run-a"
 RUN1 = normalize_run_id(R1)
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 DATA = pipeline_from_dict(
     {
@@ -38,26 +38,6 @@ DATA = pipeline_from_dict(
         ],
     }
 )
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def led(store: Store, clock: Clock) -> Ledger:
-    return Ledger(store, clock=clock)
 
 
 def impl(i: int) -> dict[str, Any]:

@@ -29,8 +29,9 @@ from typing import Any
 import pytest
 
 import phaselog
-from cli_batch import clean_env, run_batch
+from cli_batch import run_batch
 from conftest import IMPLEMENT, LOCAL_REVIEW, make_store
+from helpers import clean_env
 from phaselog import Corrupt, PhaselogError
 from phaselog.ids import normalize_run_id
 from phaselog.ledger import Ledger
