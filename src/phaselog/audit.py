@@ -8,52 +8,49 @@ from __future__ import annotations
 
 import itertools
 import json
-import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import InvalidRecord, Prerequisite, UsageError
+from phaselog.errors import UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import Checkpoint, format_timestamp, parse_timestamp
+
+if TYPE_CHECKING:
+    from phaselog.gates import Gates
+    from phaselog.markers import Markers
+    from phaselog.progress import Progress
+    from phaselog.reads import Reads
+    from phaselog.resolve import PipelineResolver
+    from phaselog.stores import Store
 
 DECISION_LOG_VERSION = "1.0"
 _KIND_ORDER = {"marker": 0, "progress": 1, "checkpoint": 2, "approval": 3}
 _NO_TIME = datetime.min.replace(tzinfo=UTC)  # damaged entries have no time: they sort first
 
 
-class AuditMixin:
-    """Decision log, history and fork methods of :class:`phaselog.ledger.Ledger`."""
+class Audit:
+    """The decision log, history and diffs of a ticket, read from one store.
 
-    store: Any
-    clock: Callable[[], datetime]
+    Takes the services it reads through: ``pipelines`` (a run's phases), ``reads`` (a run's
+    records), ``events`` (progress events), ``gates`` (approvals) and ``tickets`` (markers).
+    """
 
-    # provided by Ledger and the other mixins
-    def run_records(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def event_index(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def approvals(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def markers(self, ticket_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def pipeline_for(self, ticket_id: str, run_id: str, requested: Any = None) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def can_skip_to(
-        self, ticket_id: str, run_id: str, phase: Any, *, pipeline: Any = None, artifacts_root: Any = None
-    ) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def status(self, ticket_id: str, run_id: str, *, pipeline: Any = None) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def _write(self, *args: Any, **kw: Any) -> Any:  # pragma: no cover
-        raise NotImplementedError
+    def __init__(
+        self,
+        store: Store,
+        *,
+        pipelines: PipelineResolver,
+        reads: Reads,
+        events: Progress,
+        gates: Gates,
+        tickets: Markers,
+    ) -> None:
+        self.store = store
+        self.pipelines = pipelines
+        self.reads = reads
+        self.events = events
+        self.gates = gates
+        self.tickets = tickets
 
     # -- decision log -------------------------------------------------------------------------------
     def decisions(self, ticket_id: str) -> dict[str, Any]:
@@ -66,7 +63,7 @@ class AuditMixin:
         ticket_id = validate_ticket_id(ticket_id)
         sources: list[Checkpoint] = []
         for run_id in self.store.runs(ticket_id):
-            items, _damaged = self.run_records(ticket_id, run_id)
+            items, _damaged = self.reads.run_records(ticket_id, run_id)
             sources.extend(s.record for s in items if s.record.completed and s.record.decisions)
         sources.sort(key=lambda c: (c.timestamp_utc, c.run_id, c.phase_ordinal, c.attempt_number))
         merged: dict[str, dict[str, Any]] = {}
@@ -110,7 +107,7 @@ class AuditMixin:
         runs = [normalize_run_id(run_id)] if run_id is not None else self.store.runs(ticket_id)
         out: list[dict[str, Any]] = []
         if run_id is None and phase is None:
-            for m in self.markers(ticket_id):
+            for m in self.tickets.markers(ticket_id):
                 out.append(
                     _entry(
                         m.timestamp,
@@ -125,8 +122,8 @@ class AuditMixin:
                     )
                 )
         for rid in runs:
-            phase_name = self.pipeline_for(ticket_id, rid).phase(phase).name if phase is not None else None
-            items, damaged = self.run_records(ticket_id, rid)
+            phase_name = self.pipelines.for_run(ticket_id, rid).phase(phase).name if phase is not None else None
+            items, damaged = self.reads.run_records(ticket_id, rid)
             for s in items:
                 cp = s.record
                 if phase_name and cp.phase != phase_name:
@@ -146,7 +143,7 @@ class AuditMixin:
                         ordinal=cp.phase_ordinal,
                     )
                 )
-            for (ordinal, attempt), events in self.event_index(ticket_id, rid).items():
+            for (ordinal, attempt), events in self.events.event_index(ticket_id, rid).items():
                 for ev in events:
                     if phase_name and ev.phase != phase_name:
                         continue
@@ -168,7 +165,7 @@ class AuditMixin:
                             ordinal=ordinal,
                         )
                     )
-            for a in self.approvals(ticket_id, rid):
+            for a in self.gates.approvals(ticket_id, rid):
                 if phase_name and a.phase != phase_name:
                     continue
                 verb = "approved" if a.approved else "rejected"
@@ -233,7 +230,7 @@ class AuditMixin:
     def diff_phase(self, ticket_id: str, run_id: str, phase: str | int) -> list[dict[str, Any]]:
         """Diffs of every consecutive pair of attempts of one phase."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-        ph = self.pipeline_for(ticket_id, run_id).phase(phase)
+        ph = self.pipelines.for_run(ticket_id, run_id).phase(phase)
         attempts = sorted(
             r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal
         )
@@ -245,11 +242,11 @@ class AuditMixin:
     def _diff_view(self, ticket_id: str, ref: Any) -> dict[str, Any]:
         from phaselog.errors import NotFound
 
-        ph = self.pipeline_for(ticket_id, ref.run_id).phase(ref.phase)
-        if not self.store.attempts(ticket_id, ref.run_id) and not self.event_index(ticket_id, ref.run_id):
+        ph = self.pipelines.for_run(ticket_id, ref.run_id).phase(ref.phase)
+        if not self.store.attempts(ticket_id, ref.run_id) and not self.events.event_index(ticket_id, ref.run_id):
             raise NotFound(f"no run {ref.run_id} for ticket {ticket_id}", run_id=ref.run_id)
         label = f"{ref.run_id}:{ph.name}:{ref.attempt}" + (f":{ref.seq}" if ref.seq is not None else "")
-        events = self.event_index(ticket_id, ref.run_id).get((ph.ordinal, ref.attempt), [])
+        events = self.events.event_index(ticket_id, ref.run_id).get((ph.ordinal, ref.attempt), [])
         if ref.seq is not None:
             ev = next((e for e in events if e.seq == ref.seq), None)
             if ev is None:
@@ -269,71 +266,6 @@ class AuditMixin:
         else:
             view["progress"] = None
         return view
-
-    # -- fork -----------------------------------------------------------------------------------------
-    def fork(
-        self, ticket_id: str, run_id: str, *, through: str | int, new_run_id: str | None = None
-    ) -> tuple[str, list[Any]]:
-        """Start a new run whose phases up to ``through`` reuse this run's checkpoints.
-
-        Every reused checkpoint must be completed, current and valid (checked first: nothing is
-        written otherwise). The new run's checkpoints record ``forked_from`` (the source run,
-        attempt and content hash), so ``verify`` can check the lineage and approvals carry over.
-        """
-        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-        pl = self.pipeline_for(ticket_id, run_id)
-        last = pl.phase(through)
-        following = pl.phase_by_ordinal(last.ordinal + 1)
-        decision = self.can_skip_to(ticket_id, run_id, following.name) if following else None
-        if decision is not None:
-            blockers = list(decision.blockers)
-        else:  # forking through the last phase: every phase must be complete
-            st = self.status(ticket_id, run_id)
-            blockers = [p for p in st.phases if p.state != "completed"]
-        if blockers:
-            details = [{"phase": b.phase, "state": b.state, "reason": b.reason or b.state} for b in blockers]
-            raise Prerequisite(
-                f"cannot fork run {run_id} through {last.name}: "
-                + "; ".join(f"{d['phase']} is {d['state']} ({d['reason']})" for d in details),
-                blockers=details,
-            )
-        target = normalize_run_id(new_run_id) if new_run_id is not None else str(uuid.uuid4())
-        if target == run_id:
-            raise UsageError("--new-run-id must differ from the source run", field="new_run_id")
-        if self.store.attempts(ticket_id, target):
-            raise InvalidRecord(
-                f"run {target} already has checkpoints; fork into a new run id",
-                errors=[{"field": "new_run_id", "rule": "fresh_run", "message": "run exists"}],
-            )
-        st = self.status(ticket_id, run_id)
-        written = []
-        for ps in st.phases:
-            if ps.ordinal > last.ordinal:
-                break
-            src = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt).record
-            result = self._write(
-                ticket_id,
-                target,
-                src.phase,
-                dict(src.phase_payload or {}),
-                repo_commit_map=dict(src.repo_commit_map),
-                artifact_paths=list(src.artifact_paths),
-                timestamp=src.timestamp_utc,
-                pipeline=pl,
-                decisions=list(src.decisions),
-                artifact_hashes=src.artifact_hashes,
-                code_fingerprint=src.code_fingerprint,
-                forked_from={
-                    "ticket_id": ticket_id,
-                    "run_id": run_id,
-                    "phase": src.phase,
-                    "attempt_number": src.attempt_number,
-                    "content_hash": src.content_hash,
-                },
-                check_prerequisites=False,
-            )
-            written.append(result)
-        return target, written
 
 
 def _entry(

@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import check_text, is_control, json_loads
-from phaselog.pipelines import Phase
 from phaselog.records import Approval, entry_bytes, format_timestamp, read_entries
 from phaselog.state import APPROVED, AWAITING_APPROVAL, REJECTED
 from phaselog.stores.names import approval_name, parse_approval_name
+
+if TYPE_CHECKING:
+    from phaselog.resolve import PipelineResolver
+    from phaselog.stores import Store
 
 _KIND = "approvals"
 MAX_BY = 200
@@ -75,26 +78,27 @@ def pruned_judgements(store: Any, ticket_id: str, run_id: str) -> dict[int, tupl
     return out
 
 
-class GatesMixin:
-    """Approval methods of :class:`phaselog.ledger.Ledger`."""
+def read_approvals(store: Store, ticket_id: str, run_id: str) -> tuple[list[Approval], list[Corrupt]]:
+    """Every usable approval and rejection of a run (in the order recorded), and the damaged ones."""
+    out, damaged = read_entries(store, _KIND, Approval, ticket_id, run_id)
+    return sorted(out, key=lambda a: a.seq), damaged
 
-    store: Any
-    clock: Callable[[], datetime]
 
-    def _phase(
-        self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any
-    ) -> Phase:  # pragma: no cover - provided by Ledger
-        raise NotImplementedError
+class Gates:
+    """Approvals and rejections over one store; ``pipelines`` finds a run's gated phases."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime], pipelines: PipelineResolver) -> None:
+        self.store = store
+        self.clock = clock
+        self.pipelines = pipelines
 
     def approvals(self, ticket_id: str, run_id: str) -> list[Approval]:
         """Every approval and rejection of a run, in the order they were recorded."""
-        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-        out, _damaged = read_entries(self.store, _KIND, Approval, ticket_id, run_id)
-        return sorted(out, key=lambda a: a.seq)
+        return read_approvals(self.store, validate_ticket_id(ticket_id), normalize_run_id(run_id))[0]
 
     def damaged_approvals(self, ticket_id: str, run_id: str) -> list[Corrupt]:
         """Approvals that exist but cannot be used (damaged or edited after writing): not counted."""
-        return read_entries(self.store, _KIND, Approval, validate_ticket_id(ticket_id), normalize_run_id(run_id))[1]
+        return read_approvals(self.store, validate_ticket_id(ticket_id), normalize_run_id(run_id))[1]
 
     def approve(
         self,
@@ -122,7 +126,7 @@ class GatesMixin:
         by = _check_person(by)
         if comment is not None:
             check_text(comment, field="comment", max_chars=MAX_COMMENT, multiline=True)
-        ph = self._phase(ticket_id, run_id, phase, pipeline)
+        ph = self.pipelines.phase(ticket_id, run_id, phase, pipeline)
         if not ph.requires_approval:
             raise GateRefused(
                 f"phase {ph.name} has no approval gate (requires_approval is false in its pipeline)",
@@ -199,9 +203,30 @@ class GatesMixin:
             return approval, warnings
         raise Conflict("could not record the approval")
 
-    def reject(self, ticket_id: str, run_id: str, phase: str | int, **kw: Any) -> tuple[Approval, list[str]]:
+    def reject(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        by: str,
+        comment: str | None = None,
+        attempt: int | None = None,
+        pipeline: Any = None,
+        checkpoint_hash: str | None = None,
+    ) -> tuple[Approval, list[str]]:
         """Record a rejection (see :meth:`approve`)."""
-        return self.approve(ticket_id, run_id, phase, decision="reject", **kw)
+        return self.approve(
+            ticket_id,
+            run_id,
+            phase,
+            by=by,
+            comment=comment,
+            attempt=attempt,
+            decision="reject",
+            pipeline=pipeline,
+            checkpoint_hash=checkpoint_hash,
+        )
 
 
 @dataclass(frozen=True)

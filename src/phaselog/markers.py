@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
 from phaselog.ids import validate_ticket_id
@@ -16,34 +16,49 @@ from phaselog.limits import check_text
 from phaselog.records import Marker, entry_bytes, read_entries
 from phaselog.stores.names import marker_name
 
+if TYPE_CHECKING:
+    from phaselog.pipelines import Pipeline
+    from phaselog.stores import Store
+
 _KIND = "markers"
 MAX_TITLE = 500
 MAX_META_VALUE = 10_000
 
 
-class MarkersMixin:
-    """Ticket-marker methods of :class:`phaselog.ledger.Ledger`."""
+def read_markers(store: Store, ticket_id: str) -> tuple[list[Marker], list[Corrupt]]:
+    """Every usable revision of a ticket's marker (oldest first), and the damaged ones."""
+    out, damaged = read_entries(store, _KIND, Marker, ticket_id, None)
+    return sorted(out, key=lambda m: m.revision), damaged
 
-    store: Any
-    clock: Callable[[], datetime]
 
-    def load_pipeline(self, pipeline: Any) -> Any:  # pragma: no cover - provided by Ledger
-        raise NotImplementedError
+def current_marker(store: Store, ticket_id: str) -> Marker | None:
+    """The current revision of a ticket's marker, or None."""
+    revs = read_markers(store, ticket_id)[0]
+    return revs[-1] if revs else None
+
+
+class Markers:
+    """Ticket markers over one store: read the revisions, record (or confirm) a ticket's identity.
+
+    ``load_pipeline`` resolves the pipeline named at ``init`` (the Ledger's pipeline resolver).
+    """
+
+    def __init__(self, store: Store, clock: Callable[[], datetime], load_pipeline: Callable[[Any], Pipeline]) -> None:
+        self.store = store
+        self.clock = clock
+        self.load_pipeline = load_pipeline
 
     def markers(self, ticket_id: str) -> list[Marker]:
         """Every revision of a ticket's marker, oldest first (empty if never initialised)."""
-        ticket_id = validate_ticket_id(ticket_id)
-        out, _damaged = read_entries(self.store, _KIND, Marker, ticket_id, None)
-        return sorted(out, key=lambda m: m.revision)
+        return read_markers(self.store, validate_ticket_id(ticket_id))[0]
 
     def damaged_markers(self, ticket_id: str) -> list[Corrupt]:
         """Marker revisions that exist but cannot be used (damaged or edited after writing)."""
-        return read_entries(self.store, _KIND, Marker, validate_ticket_id(ticket_id), None)[1]
+        return read_markers(self.store, validate_ticket_id(ticket_id))[1]
 
     def marker(self, ticket_id: str) -> Marker | None:
         """The current revision of a ticket's marker, or None."""
-        revs = self.markers(ticket_id)
-        return revs[-1] if revs else None
+        return current_marker(self.store, validate_ticket_id(ticket_id))
 
     def init_ticket(
         self,

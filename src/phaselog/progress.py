@@ -44,9 +44,11 @@ from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.pipelines import Phase
 from phaselog.records import EVENTS, ProgressEvent, entry_bytes, parse_entries, read_entries
-from phaselog.stores.names import event_name, event_prefix, parse_event_name
+from phaselog.stores.names import event_name, event_prefix
 
 if TYPE_CHECKING:
+    from phaselog.resolve import PipelineResolver
+    from phaselog.stores import Store
     from phaselog.stores.snapshot import RunSnapshot
 
 DEFAULT_MAX_OUTPUT_BYTES = MAX_OUTPUT_BYTES
@@ -133,16 +135,19 @@ def judge_abandoned(
     return None
 
 
-class ProgressMixin:
-    """Progress-event methods of :class:`phaselog.ledger.Ledger`."""
+class Progress:
+    """Progress events over one store: append them, read them, find the attempts in flight.
 
-    store: Any
-    clock: Callable[[], datetime]
+    ``pipelines`` names the run's phases; ``clock`` stamps the events and ages the flights.
+    """
 
-    def _phase(
-        self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any
-    ) -> Phase:  # pragma: no cover - provided by Ledger
-        raise NotImplementedError
+    def __init__(self, store: Store, clock: Callable[[], datetime], pipelines: PipelineResolver) -> None:
+        self.store = store
+        self.clock = clock
+        self.pipelines = pipelines
+
+    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any) -> Phase:
+        return self.pipelines.phase(ticket_id, run_id, phase, pipeline)
 
     # -- reading ------------------------------------------------------------------------------
     def progress_events(
@@ -183,15 +188,6 @@ class ProgressMixin:
             if ev.seq == seq:
                 return ev
         raise NotFound(f"no event {seq} in attempt {attempt} of phase {ph.name}", seq=seq)
-
-    def _started_attempts(self, ticket_id: str, run_id: str, ph: Phase) -> list[int]:
-        """Attempts of ``ph`` that have progress events, from entry names alone (sorted)."""
-        found = set()
-        for name in self.store.entry_names(_KIND, ticket_id, run_id):
-            parsed = parse_event_name(name)
-            if parsed is not None and (parsed.ordinal, parsed.phase) == (ph.ordinal, ph.name):
-                found.add(parsed.attempt)
-        return sorted(found)
 
     def _events(self, ticket_id: str, run_id: str, ph: Phase, attempt: int) -> list[ProgressEvent]:
         prefix = event_prefix(ph.ordinal, ph.name, attempt)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Corrupt, NotFound, PhaselogError, UnsupportedVersion
 from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -17,6 +17,13 @@ from phaselog.records import Checkpoint
 from phaselog.stores import Stored
 from phaselog.stores.names import parse_approval_name
 from phaselog.validation import check_links
+
+if TYPE_CHECKING:
+    from phaselog.gates import Gates
+    from phaselog.markers import Markers
+    from phaselog.progress import Progress
+    from phaselog.reads import Reads
+    from phaselog.stores import Store
 
 
 @dataclass
@@ -36,32 +43,16 @@ class VerifyReport:
         self.problems.append({"path": path, "rule": rule, "message": message, "damaged": damaged})
 
 
-class VerifyMixin:
-    """The ``verify`` method of :class:`phaselog.ledger.Ledger`."""
+class Verifier:
+    """``verify`` over one store, reading through ``reads`` (records), ``events`` (progress events),
+    ``gates`` (approvals) and ``tickets`` (markers)."""
 
-    store: Any
-
-    # provided by Ledger and the other mixins
-    def run_records(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def approvals(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def event_index(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def markers(self, ticket_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def damaged_markers(self, ticket_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def damaged_approvals(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def damaged_events(self, ticket_id: str, run_id: str) -> Any:  # pragma: no cover
-        raise NotImplementedError
+    def __init__(self, store: Store, *, reads: Reads, events: Progress, gates: Gates, tickets: Markers) -> None:
+        self.store = store
+        self.reads = reads
+        self.events = events
+        self.gates = gates
+        self.tickets = tickets
 
     def verify(self, ticket_id: str, run_id: str | None = None) -> VerifyReport:
         """Recompute every hash and link of a ticket (or one run); report what is broken.
@@ -75,7 +66,7 @@ class VerifyMixin:
         rep = VerifyReport()
         runs = [run] if run is not None else self.store.runs(ticket_id)
         for rid in runs:
-            items, damaged = self.run_records(ticket_id, rid)
+            items, damaged = self.reads.run_records(ticket_id, rid)
             for d in damaged:
                 rep.add(d.location, d.rule or d.error_code, d.message, damaged=True)
             by_key = {(s.record.phase, s.record.attempt_number): s.record for s in items}
@@ -114,9 +105,9 @@ class VerifyMixin:
                         rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")
             self._verify_audit(ticket_id, rid, by_key, rep, pruned)
         if run is None:
-            for exc in self.damaged_markers(ticket_id):
+            for exc in self.tickets.damaged_markers(ticket_id):
                 _damaged(rep, exc, ticket_id)
-            revs = self.markers(ticket_id)
+            revs = self.tickets.markers(ticket_id)
             for i, m in enumerate(revs):
                 rep.checked += 1
                 want = revs[i - 1].content_hash if i else None
@@ -202,9 +193,9 @@ class VerifyMixin:
         rep: VerifyReport,
         pruned: Mapping[tuple[str, int], Any],
     ) -> None:
-        for exc in [*self.damaged_approvals(ticket_id, run_id), *self.damaged_events(ticket_id, run_id)]:
+        for exc in [*self.gates.damaged_approvals(ticket_id, run_id), *self.events.damaged_events(ticket_id, run_id)]:
             _damaged(rep, exc, run_id)
-        approvals = self.approvals(ticket_id, run_id)
+        approvals = self.gates.approvals(ticket_id, run_id)
         self._verify_judgement_chains(ticket_id, run_id, approvals, rep)
         for a in approvals:
             rep.checked += 1
@@ -216,7 +207,7 @@ class VerifyMixin:
                     f"{a.decision} by {a.by} judges attempt {a.attempt_number} of {a.phase} with hash "
                     f"{a.checkpoint_hash[:12]}, which is not the stored checkpoint",
                 )
-        groups = self.event_index(ticket_id, run_id)
+        groups = self.events.event_index(ticket_id, run_id)
         for (_ordinal, attempt), events in groups.items():
             prev = None
             for i, ev in enumerate(events, start=1):

@@ -1,0 +1,108 @@
+"""Which pipeline a run follows: the one it recorded, else its ticket's marker, else the default.
+
+:class:`PipelineResolver` is the Ledger's pipeline lookup. Every service that needs a run's
+pipeline (writes, reads, status, progress, approvals, audit) is handed this object; it holds the
+store and the folder manifests are looked up in, and remembers each run's recorded pipeline
+(a run's pipeline never changes once recorded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from phaselog.errors import Corrupt, NotFound, PipelineMismatch, UnsupportedVersion
+from phaselog.markers import current_marker
+from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
+from phaselog.records import Marker, PipelineRef, parse_entries
+from phaselog.stores import Store
+from phaselog.stores.snapshot import RunSnapshot
+
+#: A pipeline as callers name it: the object, a manifest name, or None (the run's own / the default).
+PipelineArg = Pipeline | str | None
+_CACHE_LIMIT = 10_000
+
+
+class PipelineResolver:
+    """Resolve pipeline names and find the pipeline a run follows."""
+
+    def __init__(self, store: Store, pipelines_root: str | os.PathLike[str] | None) -> None:
+        self.store = store
+        self.pipelines_root = pipelines_root
+        self._recorded: dict[tuple[str, str], PipelineRef] = {}
+
+    def load(self, pipeline: PipelineArg) -> Pipeline:
+        """Resolve a Pipeline object, a name, or None (the default pipeline)."""
+        if isinstance(pipeline, Pipeline):
+            return pipeline
+        name = pipeline or DEFAULT_PIPELINE
+        if name == DEFAULT_PIPELINE and self.pipelines_root is None:
+            return builtin(name)
+        return find_pipeline(name, self.pipelines_root)
+
+    def recorded(self, ticket_id: str, run_id: str) -> PipelineRef | None:
+        """The pipeline a run recorded with its first phaselog checkpoint (None: none yet)."""
+        cached = self._recorded.get((ticket_id, run_id))
+        if cached is not None:
+            return cached
+        found = self._find_recorded(ticket_id, run_id)
+        if found is not None:
+            if len(self._recorded) > _CACHE_LIMIT:
+                self._recorded.clear()
+            self._recorded[(ticket_id, run_id)] = found
+        return found
+
+    def _find_recorded(self, ticket_id: str, run_id: str) -> PipelineRef | None:
+        for ref in self.store.attempts(ticket_id, run_id):
+            try:
+                stored = self.store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
+            except (Corrupt, UnsupportedVersion, NotFound):
+                continue
+            if stored.record.pipeline is not None:
+                return stored.record.pipeline
+        return None
+
+    def for_run(
+        self, ticket_id: str, run_id: str, requested: PipelineArg = None, *, snapshot: RunSnapshot | None = None
+    ) -> Pipeline:
+        """The run's pipeline; refuse one that differs from what the run recorded.
+
+        With ``snapshot`` the recorded pipeline (and the ticket's marker) come from it: no store call.
+        """
+        if snapshot is not None:
+            recorded = snapshot.pipeline_ref()
+            if recorded is None and snapshot.markers:
+                revs = sorted(parse_entries(Marker, snapshot.markers)[0], key=lambda m: m.revision)
+                if revs:
+                    recorded = PipelineRef(revs[-1].pipeline, "", "")
+        else:
+            recorded = self.recorded(ticket_id, run_id)
+            if recorded is None:
+                marker = current_marker(self.store, ticket_id)
+                if marker is not None:
+                    recorded = PipelineRef(marker.pipeline, "", "")
+        if requested is None:
+            if recorded is None:  # nothing says which pipeline: the default, and say so if a phase is unknown
+                return dataclasses.replace(
+                    self.load(None),
+                    fallback_note=(
+                        f"run {run_id} has no checkpoint and ticket {ticket_id} no marker, so the default "
+                        f"pipeline {DEFAULT_PIPELINE} was used: name the pipeline (--pipeline NAME or "
+                        f"--pipeline-file FILE; Python: pipeline=...), or record it for the ticket once with "
+                        f"`phaselog init --ticket-id {ticket_id} --title TEXT --pipeline NAME`"
+                    ),
+                )
+            return self.load(recorded.name)
+        pipeline = self.load(requested)
+        if recorded is not None and recorded.name != pipeline.name:
+            raise PipelineMismatch(
+                f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}: use "
+                f"{recorded.name!r} (or name no pipeline, and the run's own is used), or start a new run",
+                recorded=recorded.name,
+                requested=pipeline.name,
+            )
+        return pipeline
+
+    def phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: PipelineArg = None) -> Phase:
+        """One phase of the run's pipeline (by name or ordinal); the pipeline's error lists the valid ones."""
+        return self.for_run(ticket_id, run_id, pipeline).phase(phase)

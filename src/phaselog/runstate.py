@@ -1,0 +1,175 @@
+"""The state of a run, derived from one snapshot: ``status`` and ``can_skip_to``.
+
+:class:`RunStates` reads a run once (``Store.snapshot``), finds the attempts in flight
+(:func:`phaselog.progress.flights`), judges the approvals (:func:`phaselog.gates.judge`, with the
+verdicts a forked checkpoint inherits from its source) and hands the rest to the pure
+:func:`phaselog.state.derive_status`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from phaselog.errors import Corrupt, NotFound, UsageError
+from phaselog.gates import judge, read_approvals
+from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.pipelines import Pipeline
+from phaselog.progress import flights
+from phaselog.reads import Reads
+from phaselog.records import Approval, Checkpoint, parse_entries
+from phaselog.resolve import PipelineArg, PipelineResolver
+from phaselog.state import COMPLETED, RunStatus, derive_status
+from phaselog.stores import Store
+from phaselog.stores.snapshot import RunSnapshot
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why resume may not skip past a phase."""
+
+    phase: str
+    state: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        """Return the JSON form."""
+        return {"phase": self.phase, "state": self.state, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class SkipDecision:
+    """Whether a run may skip to a phase."""
+
+    target: str
+    allowed: bool
+    blockers: tuple[Blocker, ...] = ()
+    status: RunStatus | None = None
+    #: The target phase's attempt in flight, if any: where to restart it (``resume_from_step``).
+    in_flight: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "skip_to": self.target,
+            "allowed": self.allowed,
+            "blockers": [b.to_json() for b in self.blockers],
+            "next_phase": self.status.next_phase if self.status else None,
+            "completed_phases": self.status.completed_phases if self.status else [],
+            "in_progress": self.in_flight,
+        }
+
+
+class RunStates:
+    """Derive run states from one store; ``reads`` checks the checkpoints a skip relies on."""
+
+    def __init__(self, store: Store, clock: Callable[[], datetime], pipelines: PipelineResolver, reads: Reads) -> None:
+        self.store = store
+        self.clock = clock
+        self.pipelines = pipelines
+        self.reads = reads
+
+    def status(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> RunStatus:
+        """Derive the state of every phase of a run, and the next phase (one store call)."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        snap = self.store.snapshot(ticket_id, run_id)
+        st = self.status_from(snap, self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap))
+        if snap.empty and not snap.approvals:
+            known = self.store.runs(ticket_id)  # a second store call, only for a run with nothing in it
+            if run_id not in known:  # nothing at all: a run about to start, or a mistyped id
+                st = dataclasses.replace(st, recorded=False, known_runs=tuple(known))
+        return st
+
+    def status_from(self, snap: RunSnapshot, pl: Pipeline) -> RunStatus:
+        """The state of a run as a snapshot shows it."""
+        damaged = snap.damaged()
+        records = [s.record for s in snap.stored()]
+        flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
+        counts: dict[str, int] = {}
+        for ref in snap.attempts:
+            counts[ref.phase] = counts.get(ref.phase, 0) + 1
+        verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
+        st = derive_status(
+            pl,
+            records,
+            ticket_id=snap.ticket_id,
+            run_id=snap.run_id,
+            damaged=[(d.phase, d.attempt_number) for d in damaged],
+            judgements=self._inherited(verdicts, records),
+            flights=flying,
+            counts=counts,
+        )
+        if damaged:
+            extra = tuple(f"{d.location}: {d.message}" for d in damaged)
+            st = RunStatus(st.ticket_id, st.run_id, st.pipeline, st.phases, st.warnings + extra)
+        return st
+
+    def _inherited(self, verdicts: dict[str, str], records: Sequence[Checkpoint]) -> dict[str, str]:
+        """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals."""
+        sources: dict[str, dict[str, str]] = {}
+        for cp in records:
+            src = cp.forked_from
+            if not src or cp.content_hash in verdicts:
+                continue
+            key = f"{src.get('ticket_id')}/{src.get('run_id')}"
+            if key not in sources:
+                try:
+                    other = (validate_ticket_id(str(src.get("ticket_id"))), normalize_run_id(str(src.get("run_id"))))
+                    sources[key] = judge(read_approvals(self.store, *other)[0])
+                except (Corrupt, NotFound, UsageError):
+                    sources[key] = {}
+            inherited = sources[key].get(str(src.get("content_hash")))
+            if inherited is not None:
+                verdicts[cp.content_hash] = inherited
+        return verdicts
+
+    def can_skip_to(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> SkipDecision:
+        """May the run skip to ``phase``? Only if every earlier phase is completed, current,
+        and its checkpoint validates; otherwise every blocking phase is named with its reason."""
+        ticket_id = validate_ticket_id(ticket_id)
+        run_id = normalize_run_id(run_id)
+        pl = self.pipelines.for_run(ticket_id, run_id, pipeline)
+        target = pl.phase(phase)
+        st = self.status(ticket_id, run_id, pipeline=pl)
+        blockers: builtins.list[Blocker] = []
+        for ps in st.phases:
+            if ps.ordinal >= target.ordinal:
+                break
+            if ps.state != COMPLETED:
+                reason = {
+                    "pending": "no checkpoint yet",
+                    "failed": f"latest attempt {ps.latest_attempt} failed: {ps.reason}",
+                }.get(ps.state, ps.reason or ps.state)
+                if ps.in_flight is not None:
+                    reason = (
+                        f"attempt {ps.in_flight['attempt_number']} is in progress; restart it from step "
+                        f"{ps.in_flight['resume_from_step']}"
+                        + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
+                    )
+                blockers.append(Blocker(ps.phase, ps.state, reason))
+                continue
+            newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]
+            if newer_damage:
+                blockers.append(
+                    Blocker(ps.phase, "damaged", f"attempt(s) {newer_damage} are damaged; run `phaselog verify`")
+                )
+                continue
+            stored = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0)
+            report = self.reads.full_report(stored, pl, artifacts_root)
+            if not report.is_valid:
+                blockers.append(Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors)))
+        return SkipDecision(target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight)
