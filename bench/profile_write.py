@@ -55,13 +55,12 @@ OTHER, LISTING, READS, TEMP = (
     "temp files, links",
 )
 TARGETS: list[tuple[str, str, str]] = [
-    ("phaselog.ledger:Ledger.write", "Ledger.write own code (Checkpoint, retry loop)", OTHER),
-    ("phaselog.ledger:Ledger._write", "Ledger._write own code (Checkpoint, retry loop)", OTHER),
-    ("phaselog.ledger:Ledger.pipeline_for", "Ledger.pipeline_for own code", OTHER),
-    ("phaselog.ledger:Ledger.recorded_pipeline", "Ledger.recorded_pipeline own code", OTHER),
-    ("phaselog.ledger:Ledger._basis", "Ledger._basis own code", OTHER),
-    ("phaselog.ledger:Ledger._started_attempts", "Ledger._started_attempts (progress)", LISTING),
-    ("phaselog.ledger:Ledger._check_prerequisites", "Ledger._check_prerequisites", OTHER),
+    ("phaselog.writes:Writes.write", "Writes.write own code (artifact hashes)", OTHER),
+    ("phaselog.writes:Writes.write_record", "Writes.write_record own code (Checkpoint, retry loop)", OTHER),
+    ("phaselog.resolve:PipelineResolver.for_run", "PipelineResolver.for_run own code", OTHER),
+    ("phaselog.resolve:PipelineResolver.recorded", "PipelineResolver.recorded own code", OTHER),
+    ("phaselog.writes:_basis", "writes._basis own code", OTHER),
+    ("phaselog.writes:Writes._check_prerequisites", "Writes._check_prerequisites", OTHER),
     ("phaselog.stores.files:FilesStore.attempts", "FilesStore.attempts (listdir, names)", LISTING),
     ("phaselog.stores.files:FilesStore.entry_names", "FilesStore.entry_names", LISTING),
     (
@@ -92,7 +91,7 @@ TARGETS: list[tuple[str, str, str]] = [
     ("phaselog.records:Checkpoint.seed_dict", "Checkpoint.seed_dict", "record -> dicts"),
     ("phaselog.records:Checkpoint.meta_dict", "Checkpoint.meta_dict", "record -> dicts"),
     ("phaselog.records:canonical_bytes", "content hash: canonical JSON", "content hash"),
-    ("phaselog.ledger:check_record", "validation: check_record own rules", "validation"),
+    ("phaselog.writes:check_record", "validation: check_record own rules", "validation"),
     ("phaselog.pipelines:Phase.check_payload", "validation: jsonschema", "validation (jsonschema)"),
 ]
 FSYNC_FILE = ("fsync of files (2 per write)", "fsync")

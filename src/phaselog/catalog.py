@@ -17,11 +17,14 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import PhaselogError
 from phaselog.records import format_timestamp
 from phaselog.stores.stamps import run_stamps, ticket_stamp
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 #: Summaries kept per Catalog (runs); beyond it the memo starts over.
 MAX_REMEMBERED = 200_000
@@ -81,7 +84,7 @@ class TicketSummary:
         }
 
 
-def summarize_run(ledger: Any, ticket_id: str, run_id: str) -> RunSummary:
+def summarize_run(ledger: Ledger, ticket_id: str, run_id: str) -> RunSummary:
     """A run's summary, read now."""
     try:
         st = ledger.status(ticket_id, run_id)
@@ -110,7 +113,7 @@ class Catalog:
         self._markers: dict[str, tuple[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def runs(self, ledger: Any, ticket_id: str) -> list[RunSummary]:
+    def runs(self, ledger: Ledger, ticket_id: str) -> list[RunSummary]:
         """Every run of a ticket, most recently active first."""
         out = []
         for run_id, stamp in run_stamps(ledger.store, ticket_id).items():
@@ -129,7 +132,7 @@ class Catalog:
             out.append(summary)
         return _newest_first(out)
 
-    def _marker(self, ledger: Any, ticket_id: str) -> Any:
+    def _marker(self, ledger: Ledger, ticket_id: str) -> Any:
         stamp = ticket_stamp(ledger.store, ticket_id)
         with self._lock:
             known = self._markers.get(ticket_id)
@@ -141,7 +144,7 @@ class Catalog:
                 self._markers[ticket_id] = (stamp, marker)
         return marker
 
-    def ticket(self, ledger: Any, ticket_id: str) -> TicketSummary:
+    def ticket(self, ledger: Ledger, ticket_id: str) -> TicketSummary:
         """One ticket's summary."""
         runs = self.runs(ledger, ticket_id)
         marker = self._marker(ledger, ticket_id)
@@ -157,6 +160,6 @@ class Catalog:
             latest_run=latest.run_id if latest else None,
         )
 
-    def tickets(self, ledger: Any) -> list[TicketSummary]:
+    def tickets(self, ledger: Ledger) -> list[TicketSummary]:
         """Every ticket of the store, most recently active first."""
         return _newest_first(self.ticket(ledger, t) for t in ledger.store.tickets())

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import NotFound, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -34,6 +34,9 @@ from phaselog.pruned import PrunedRecord, PruneNote, legacy_hash, read_notes
 from phaselog.records import Checkpoint
 from phaselog.stores.base import PruneTarget, Retention
 from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_note_name
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 
 def note_hash(document: Any) -> str:
@@ -73,7 +76,7 @@ class _Plan:
     kept: list[dict[str, Any]] = field(default_factory=list)
 
 
-def pruned_hashes(ledger: Any, ticket_id: str, run_id: str) -> dict[tuple[str, int], str]:
+def pruned_hashes(ledger: Ledger, ticket_id: str, run_id: str) -> dict[tuple[str, int], str]:
     """(phase, attempt) → content hash of every record pruned from a run."""
     return {k: r.content_hash for k, r in read_notes(ledger.store, ticket_id, run_id).records.items()}
 
@@ -85,7 +88,7 @@ def _retention(store: Any) -> Retention:
 
 
 def prune(
-    ledger: Any,
+    ledger: Ledger,
     ticket_id: str | None = None,
     *,
     older_than: timedelta | None = None,
@@ -124,7 +127,7 @@ def prune(
 
 
 def _decide(
-    ledger: Any,
+    ledger: Ledger,
     tid: str,
     rid: str,
     now: datetime,
@@ -214,7 +217,7 @@ def _decide(
     return plan
 
 
-def _apply(ledger: Any, store: Retention, handle: object, tid: str, rid: str, plan: _Plan, rep: PruneReport) -> None:
+def _apply(ledger: Ledger, store: Retention, handle: object, tid: str, rid: str, plan: _Plan, rep: PruneReport) -> None:
     """Report a plan and (unless a dry run) carry it out, still under the run's lock."""
     rep.kept.extend(plan.kept)
     if not plan.doomed and not plan.whole:
@@ -277,7 +280,7 @@ def _target(c: Checkpoint | PrunedRecord) -> PruneTarget:
     return PruneTarget(c.phase_ordinal, c.phase, c.attempt_number, completed, c.content_hash)
 
 
-def finish_interrupted(ledger: Any, ticket_id: str) -> list[dict[str, Any]]:
+def finish_interrupted(ledger: Ledger, ticket_id: str) -> list[dict[str, Any]]:
     """Finish the prunes of a ticket that a crash interrupted (``doctor``); one entry per run.
 
     A whole-run removal is finished by the store; a partial prune by deleting what its note lists
@@ -322,7 +325,7 @@ def finish_interrupted(ledger: Any, ticket_id: str) -> list[dict[str, Any]]:
 
 
 def prune_chosen(
-    ledger: Any,
+    ledger: Ledger,
     tid: str,
     rid: str,
     choose: Callable[[list[Checkpoint], bool], tuple[list[Checkpoint], bool]],

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.records import Checkpoint, ProgressEvent, format_timestamp
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 #: Span states: a finished attempt's status, or where an attempt in flight stands.
 SPAN_STATES = ("completed", "failed", "in_progress", "abandoned", "damaged")
@@ -143,7 +146,7 @@ def _last_step(events: Sequence[ProgressEvent]) -> int | None:
     return steps[-1] if steps else None
 
 
-def run_timeline(ledger: Any, ticket_id: str, run_id: str) -> list[Span]:
+def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
     """Every attempt of a run as a span (see :func:`spans`), read through ``ledger``."""
     from phaselog.gates import judge
     from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -162,7 +165,7 @@ def run_timeline(ledger: Any, ticket_id: str, run_id: str) -> list[Span]:
     )
 
 
-def run_version(ledger: Any, ticket_id: str, run_id: str) -> str:
+def run_version(ledger: Ledger, ticket_id: str, run_id: str) -> str:
     """A short fingerprint of what a run holds, from names alone: it changes whenever a
     checkpoint, progress event or approval is added (or pruned). Live views poll it."""
     import hashlib
