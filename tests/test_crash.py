@@ -28,7 +28,8 @@ import phaselog
 from conftest import IMPLEMENT, PAYLOADS
 from phaselog.ledger import Ledger
 from phaselog.stores import files as files_module
-from phaselog.stores.files import TEMP_MAX_AGE_S, FilesStore
+from phaselog.stores.files import FilesStore
+from phaselog.stores.files_io import TEMP_MAX_AGE_S
 
 pytestmark = pytest.mark.slow
 

@@ -284,7 +284,7 @@ def test_approval_of_content_that_is_not_stored(healthy: phaselog.Ledger, root: 
 
 def test_approval_bound_to_content_that_is_not_stored(healthy: phaselog.Ledger, root: Path) -> None:
     # The same broken link, written consistently (hash recomputed): reported as a broken link.
-    from phaselog.records import Approval, entry_bytes
+    from phaselog.entries import Approval, entry_bytes
 
     approval = next((run_dir(root, "VID-1") / ".approvals").glob("*.json"))
     doc = json.loads(approval.read_text("utf-8"))

@@ -26,7 +26,8 @@ from phaselog import (
     UsageError,
 )
 from phaselog.ledger import Ledger
-from phaselog.stores.files import TEMP_MAX_AGE_S, FilesStore
+from phaselog.stores.files import FilesStore
+from phaselog.stores.files_io import TEMP_MAX_AGE_S
 
 T = "PROJ-1234"
 RUN = "a1b2c3d4"

@@ -18,10 +18,10 @@ import yaml
 import phaselog
 from helpers import tree
 from phaselog import Corrupt, InvalidRecord, NotFound, UsageError
+from phaselog.entries import Approval
 from phaselog.errors import Prerequisite
 from phaselog.gates import GateRefused, judge
 from phaselog.ids import normalize_run_id
-from phaselog.records import Approval
 from phaselog.stores.files import FilesStore
 
 T = "VID-7"

@@ -18,9 +18,9 @@ import phaselog
 from conftest import IMPLEMENT
 from helpers import Clock, tree
 from phaselog import InvalidRecord, PipelineError, PipelineMismatch, UsageError
+from phaselog.entries import Marker
 from phaselog.errors import Prerequisite
 from phaselog.ids import normalize_run_id
-from phaselog.records import Marker
 from phaselog.stores.files import FilesStore
 
 T = "VID-9"

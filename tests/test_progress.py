@@ -27,6 +27,7 @@ import phaselog
 from conftest import IMPLEMENT
 from helpers import T0, Clock, tree
 from phaselog import Conflict, InvalidRecord, NotFound, TooLarge, UsageError
+from phaselog.entries import ProgressEvent
 from phaselog.ids import normalize_run_id
 from phaselog.progress import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -35,7 +36,6 @@ from phaselog.progress import (
     judge_abandoned,
     process_start_time,
 )
-from phaselog.records import ProgressEvent
 from phaselog.stores.files import FilesStore
 
 T = "PROG-1"

@@ -557,7 +557,7 @@ def judgement_of_another_phase_deleted(ledger: Ledger, t: Tamper) -> Expect:
 def approval_forged_for_other_content(ledger: Ledger, t: Tamper) -> Expect:
     # A well-formed approval (its own content hash recomputed) naming a checkpoint hash that is not
     # the stored checkpoint's.
-    from phaselog.records import Approval, entry_bytes
+    from phaselog.entries import Approval, entry_bytes
 
     video_history(ledger)
     name = t.entry_names("approvals", V, RUN)[-1]

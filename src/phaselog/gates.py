@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from phaselog.entries import Approval, entry_bytes, read_entries
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import check_text, is_control, json_loads
-from phaselog.records import Approval, entry_bytes, format_timestamp, read_entries
+from phaselog.records import format_timestamp
 from phaselog.state import APPROVED, AWAITING_APPROVAL, REJECTED
 from phaselog.stores.names import approval_name, parse_approval_name
 

@@ -22,10 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phaselog.entries import Approval, Marker, ProgressEvent
 from phaselog.errors import Corrupt, InvalidRecord, PhaselogError, UnsupportedVersion
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.pruned import NoteEntry, PrunedIndex, PruneNote, check_notes, is_legacy, read_notes
-from phaselog.records import Approval, Checkpoint, Marker, ProgressEvent, checkpoint_from_seed
+from phaselog.records import Checkpoint, checkpoint_from_seed
 from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
 from phaselog.validation import check_record
 

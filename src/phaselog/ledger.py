@@ -43,6 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from phaselog.audit import Audit
+from phaselog.entries import Approval, ProgressEvent
 from phaselog.fork import Forks
 from phaselog.gates import Gates
 from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -50,7 +51,6 @@ from phaselog.markers import Markers
 from phaselog.pipelines import Pipeline
 from phaselog.progress import Flight, Progress
 from phaselog.reads import Page, Reads
-from phaselog.records import Approval, ProgressEvent
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.runstate import RunStates, SkipDecision
 from phaselog.state import RunStatus

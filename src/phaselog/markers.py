@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from phaselog.entries import Marker, entry_bytes, read_entries
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
 from phaselog.ids import validate_ticket_id
 from phaselog.limits import check_text
-from phaselog.records import Marker, entry_bytes, read_entries
 from phaselog.stores.names import marker_name
 
 if TYPE_CHECKING:

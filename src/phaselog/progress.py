@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from phaselog.entries import EVENTS, ProgressEvent, entry_bytes, parse_entries, read_entries
 from phaselog.errors import (
     AlreadyExists,
     Conflict,
@@ -43,7 +44,6 @@ from phaselog.errors import (
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.pipelines import Phase
-from phaselog.records import EVENTS, ProgressEvent, entry_bytes, parse_entries, read_entries
 from phaselog.stores.names import event_name, event_prefix
 
 if TYPE_CHECKING:

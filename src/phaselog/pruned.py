@@ -26,16 +26,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from phaselog.entries import AuditRecord, check_header
 from phaselog.errors import Corrupt
 from phaselog.limits import json_loads
-from phaselog.records import (
-    STATUSES,
-    _AuditRecord,
-    _check_header,
-    _req,
-    format_timestamp,
-    parse_timestamp,
-)
+from phaselog.records import STATUSES, format_timestamp, parse_timestamp, required_field
 from phaselog.stores.names import (
     parse_approval_name,
     parse_event_name,
@@ -66,7 +60,7 @@ def _flag(data: Mapping[str, Any], name: str) -> bool:
 
 
 def _positive(data: Mapping[str, Any], name: str) -> int:
-    value = _req(data, name, int, "an integer >= 1")
+    value = required_field(data, name, int, "an integer >= 1")
     if value < 1:
         raise Corrupt(f"{name}: must be an integer >= 1", field=name, rule="range")
     return int(value)
@@ -105,7 +99,7 @@ class PrunedRecord:
         if not isinstance(data, Mapping):
             raise Corrupt(f"{at}: must be an object", field=at, rule="type")
         try:
-            phase = _req(data, "phase", str, "a phase name")
+            phase = required_field(data, "phase", str, "a phase name")
             if not _PHASE_RE.fullmatch(phase):
                 raise Corrupt("phase: must match [a-z][a-z0-9_]*", field="phase", rule="phase")
             status = data.get("status")
@@ -140,7 +134,7 @@ def _judgement(data: Any, at: str) -> tuple[int, str, str]:
     if not isinstance(data, Mapping):
         raise Corrupt(f"{at}: must be an object", field=at, rule="type")
     try:
-        phase = _req(data, "phase", str, "a phase name")
+        phase = required_field(data, "phase", str, "a phase name")
         if not _PHASE_RE.fullmatch(phase):
             raise Corrupt("phase: must match [a-z][a-z0-9_]*", field="phase", rule="phase")
         return _positive(data, "seq"), phase, str(_hash(data.get("content_hash"), "content_hash"))
@@ -151,7 +145,7 @@ def _judgement(data: Any, at: str) -> tuple[int, str, str]:
 
 
 @dataclass(frozen=True)
-class PruneNote(_AuditRecord):
+class PruneNote(AuditRecord):
     """One prune of one run: what it removed, chained to the run's previous note."""
 
     ticket_id: str
@@ -185,7 +179,7 @@ class PruneNote(_AuditRecord):
     @classmethod
     def from_json(cls, data: Any) -> PruneNote:
         """Parse the stored form; Corrupt naming the field on a broken one."""
-        _check_header(data, KIND, "prune note")
+        check_header(data, KIND, "prune note")
         removed = data.get("removed")
         if not isinstance(removed, list) or not removed:
             raise Corrupt("removed: must be a non-empty list of removed records", field="removed", rule="type")
@@ -196,8 +190,8 @@ class PruneNote(_AuditRecord):
         if not isinstance(judgements, list):
             raise Corrupt("judgements: must be a list", field="judgements", rule="type")
         return cls(
-            ticket_id=_req(data, "ticket_id", str, "a string"),
-            run_id=_req(data, "run_id", str, "a string"),
+            ticket_id=required_field(data, "ticket_id", str, "a string"),
+            run_id=required_field(data, "run_id", str, "a string"),
             seq=_positive(data, "seq"),
             timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
             removed=tuple(PrunedRecord.from_json(r, f"removed[{i}]") for i, r in enumerate(removed)),

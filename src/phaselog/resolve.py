@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from phaselog.entries import Marker, parse_entries
 from phaselog.errors import Corrupt, NotFound, PipelineMismatch, UnsupportedVersion
 from phaselog.markers import current_marker
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
-from phaselog.records import Marker, PipelineRef, parse_entries
+from phaselog.records import PipelineRef
 from phaselog.stores import Store
 from phaselog.stores.snapshot import RunSnapshot
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from phaselog.entries import Approval, parse_entries
 from phaselog.errors import Corrupt, NotFound, UsageError
 from phaselog.gates import judge, read_approvals
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Pipeline
 from phaselog.progress import flights
 from phaselog.reads import Reads
-from phaselog.records import Approval, Checkpoint, parse_entries
+from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.state import COMPLETED, RunStatus, derive_status
 from phaselog.stores import Store

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from phaselog.records import Checkpoint, ProgressEvent, format_timestamp
+from phaselog.entries import ProgressEvent
+from phaselog.records import Checkpoint, format_timestamp
 
 if TYPE_CHECKING:
     from phaselog.ledger import Ledger

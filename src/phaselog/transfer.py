@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from phaselog.entries import Approval, Marker, ProgressEvent, entry_bytes
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.limits import MAX_RECORD_BYTES, json_loads
-from phaselog.records import Approval, Checkpoint, Marker, ProgressEvent, entry_bytes
+from phaselog.records import Checkpoint
 from phaselog.stores.base import Damaged, Store
 
 EXPORT_VERSION = 1

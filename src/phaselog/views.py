@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from phaselog.entries import Approval, Marker, ProgressEvent
     from phaselog.ledger import Page, SkipDecision, WriteResult
     from phaselog.pipelines import Pipeline
-    from phaselog.records import Approval, Marker, ProgressEvent
     from phaselog.runner.explain import Explanation
     from phaselog.runner.result import RunResult
     from phaselog.state import RunStatus

@@ -23,33 +23,39 @@ import errno
 import fcntl
 import hashlib
 import os
-import secrets
 import stat
-import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phaselog import _faults
 from phaselog.errors import (
     AlreadyExists,
     Corrupt,
-    InvalidIdentifier,
     NotFound,
     PhaselogError,
     StoreError,
     StoreNotFound,
-    TooLarge,
     UnsupportedVersion,
 )
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.limits import SIDECAR_SLACK_BYTES
-from phaselog.records import Checkpoint, parse_timestamp
+from phaselog.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files_admin import FilesAdminMixin
+from phaselog.stores.files_io import (
+    DIR_FLAGS,
+    check_segment,
+    clean_temps,
+    exists,
+    read_capped,
+    same_folder,
+    write_temp,
+)
+from phaselog.stores.files_publish import publish_completed, publish_failed
+from phaselog.stores.files_seed import RunView
 from phaselog.stores.names import checkpoint_name as cp_name
 from phaselog.stores.names import failed_name, meta_name
 
@@ -57,11 +63,6 @@ if TYPE_CHECKING:
     from phaselog.stores.files_lease import FileRunLeases
     from phaselog.stores.snapshot import RunSnapshot
 
-TEMP_MAX_AGE_S = 60.0
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK: opening a FIFO planted under a record's name must not hang the reader; fstat
-# then refuses it as "not a regular file". Regular files ignore the flag.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 # Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
 # ``<run>/.pruned/`` (notes of what prune removed), ``<ticket>/.markers/``. Every name format
 # lives in phaselog.stores.names.
@@ -168,7 +169,7 @@ class FilesStore(FilesAdminMixin):
     def _open_dir(self, *segments: str, create: bool = False) -> int:
         """Open ``root/segments…`` without following any symlink below the root."""
         for seg in segments:
-            _check_segment(seg, self.root)
+            check_segment(seg, self.root)
         # Only the root descriptor is cached: a cached descriptor of a folder below it would follow
         # that folder if it were moved away and replaced by a symlink (tests/test_security.py).
         fd = self._open_root(create=create)
@@ -184,9 +185,9 @@ class FilesStore(FilesAdminMixin):
 
     def _open_child(self, parent_fd: int, seg: str, *, create: bool, rel: str) -> int:
         """Open the folder ``seg`` below ``parent_fd`` (never through a symlink)."""
-        _check_segment(seg, self.root)
+        check_segment(seg, self.root)
         try:
-            return os.open(seg, _DIR_FLAGS, dir_fd=parent_fd)
+            return os.open(seg, DIR_FLAGS, dir_fd=parent_fd)
         except FileNotFoundError:
             if not create:
                 raise NotFound(f"{rel} does not exist in {self.root}", path=rel) from None
@@ -220,7 +221,7 @@ class FilesStore(FilesAdminMixin):
                 except BaseException:
                     os.close(run_fd)
                     raise
-                if _same_folder(ticket_fd, run_id, run_fd):
+                if same_folder(ticket_fd, run_id, run_fd):
                     return run_fd, lock_fd
                 os.close(lock_fd)
                 os.close(run_fd)
@@ -238,7 +239,7 @@ class FilesStore(FilesAdminMixin):
         except OSError as exc:  # a read-only or full filesystem, no permission: say so, typed
             raise StoreError(f"cannot create {name}: {exc.strerror}", path=name) from None
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise StoreError(f"refusing to follow a symlink at {name}", rule="no_symlinks") from None
@@ -260,7 +261,7 @@ class FilesStore(FilesAdminMixin):
         try:
             try:
                 names = os.listdir(run_fd)
-                self._clean_temps(run_fd, names)
+                clean_temps(run_fd, names)
                 mine = [r.attempt_number for r in _parse_names(names) if r.phase_ordinal == ordinal]
                 kernel.decide_append(
                     record,
@@ -270,9 +271,9 @@ class FilesStore(FilesAdminMixin):
                     check_fence=None if fence is None else lambda: _check_fence(run_fd, fence),
                 )
                 if record.completed:
-                    self._publish_completed(run_fd, record, set(names), files)
+                    publish_completed(run_fd, record, set(names), files)
                 else:
-                    self._publish_failed(run_fd, record, files[0])
+                    publish_failed(run_fd, record, files[0])
             finally:
                 os.close(lock_fd)  # releases the flock
         except PhaselogError:
@@ -300,113 +301,6 @@ class FilesStore(FilesAdminMixin):
             return kernel.encode_record(record, self.max_record_bytes), b""
         yaml_bytes = kernel.render_seed_file(record)
         return kernel.encode_record(record, self.max_record_bytes, seed_file=yaml_bytes), yaml_bytes
-
-    def _publish_completed(self, run_fd: int, record: Checkpoint, names: set[str], files: tuple[bytes, bytes]) -> None:
-        ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
-        meta_bytes, yaml_bytes = files
-        final_meta, final_cp = meta_name(ordinal, phase, attempt), cp_name(ordinal, phase, attempt)
-        temps: list[str] = []
-        fds: list[int] = []
-        try:
-            name, fd = self._create_temp(run_fd, meta_bytes)
-            temps.append(name)
-            fds.append(fd)
-            _faults.point("files.after_meta_temp")
-            name, fd = self._create_temp(run_fd, yaml_bytes)
-            temps.append(name)
-            fds.append(fd)
-            _faults.point("files.after_cp_temp")
-            # Both files must reach the disk before either is linked: fsync them concurrently
-            # (the journal commits them together), then link the sidecar, then the seed file.
-            _fsync_all(fds)
-            for fd in fds:
-                os.close(fd)
-            fds.clear()
-            _faults.point("files.after_temps_fsync")
-            if final_meta in names:
-                # A sidecar without its seed file is what a crash between the two links leaves
-                # behind. It was never visible as a record, and we hold the run's lock.
-                os.unlink(final_meta, dir_fd=run_fd)
-            os.link(temps[0], final_meta, src_dir_fd=run_fd, dst_dir_fd=run_fd)
-            _faults.point("files.after_meta_link")
-            try:
-                os.link(temps[1], final_cp, src_dir_fd=run_fd, dst_dir_fd=run_fd)
-            except FileExistsError:
-                # Another tool (the seed tool takes no lock) published this attempt first.
-                os.unlink(final_meta, dir_fd=run_fd)
-                raise AlreadyExists(
-                    f"attempt {attempt} of phase {phase} already exists ({self._rel(record)})",
-                    path=self._rel(record),
-                ) from None
-            _faults.point("files.after_cp_link")
-            os.fsync(run_fd)
-            _faults.point("files.after_dir_fsync")
-        finally:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            for t in temps:
-                with contextlib.suppress(OSError):
-                    os.unlink(t, dir_fd=run_fd)
-
-    def _publish_failed(self, run_fd: int, record: Checkpoint, meta_bytes: bytes) -> None:
-        final = failed_name(record.phase_ordinal, record.phase, record.attempt_number)
-        tmp = self._write_temp(run_fd, meta_bytes)
-        try:
-            _faults.point("files.after_failed_temp")
-            os.link(tmp, final, src_dir_fd=run_fd, dst_dir_fd=run_fd)
-            _faults.point("files.after_failed_link")
-            os.fsync(run_fd)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=run_fd)
-
-    @staticmethod
-    def _write_temp(dir_fd: int, data: bytes) -> str:
-        name, fd = FilesStore._create_temp(dir_fd, data)
-        try:
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dir_fd)
-            raise
-        os.close(fd)
-        return name
-
-    @staticmethod
-    def _create_temp(dir_fd: int, data: bytes) -> tuple[str, int]:
-        """Write ``data`` to a new temp file; return its name and open descriptor (not fsynced)."""
-        name = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
-        fd = os.open(
-            name,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
-        )
-        try:
-            os.fchmod(fd, 0o600)  # whatever the umask
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dir_fd)
-            raise
-        return name, fd
-
-    @staticmethod
-    def _clean_temps(dir_fd: int, names: list[str]) -> None:
-        now = time.time()
-        for n in names:
-            if n.startswith(".tmp-"):
-                try:
-                    st = os.stat(n, dir_fd=dir_fd, follow_symlinks=False)
-                    if now - st.st_mtime > TEMP_MAX_AGE_S:
-                        os.unlink(n, dir_fd=dir_fd)
-                except OSError:
-                    continue
 
     # -- reading ----------------------------------------------------------------------------------
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
@@ -441,14 +335,14 @@ class FilesStore(FilesAdminMixin):
         ordinal: int,
         phase: str,
         attempt: int,
-        run_view: _RunView | None = None,
+        run_view: RunView | None = None,
     ) -> Stored:
         rel_dir = f"{ticket_id}/{run_id}"
         cp_file = cp_name(ordinal, phase, attempt)
-        cp_bytes = self._read(run_fd, cp_file, rel_dir)
+        cp_bytes = read_capped(run_fd, cp_file, rel_dir, self.max_record_bytes)
         if cp_bytes is None:
             failed_file = failed_name(ordinal, phase, attempt)
-            raw = self._read(run_fd, failed_file, rel_dir, self._sidecar_cap)
+            raw = read_capped(run_fd, failed_file, rel_dir, self._sidecar_cap)
             if raw is None:
                 raise NotFound(
                     f"no attempt {attempt} of phase {phase} in run {run_id}",
@@ -458,8 +352,8 @@ class FilesStore(FilesAdminMixin):
             stored = kernel.record_from_document(doc, ordinal, f"{rel_dir}/{failed_file}")
         else:
             location = f"{rel_dir}/{cp_file}"
-            meta_raw = self._read(run_fd, meta_name(ordinal, phase, attempt), rel_dir, self._sidecar_cap)
-            if meta_raw is None and not _exists(run_fd, cp_file):
+            meta_raw = read_capped(run_fd, meta_name(ordinal, phase, attempt), rel_dir, self._sidecar_cap)
+            if meta_raw is None and not exists(run_fd, cp_file):
                 # Removed by a prune while we read it (the seed file goes first, then the sidecar):
                 # without this check its seed part alone would pass for a seed-tool checkpoint.
                 raise NotFound(f"no attempt {attempt} of phase {phase} in run {run_id}", path=location)
@@ -467,7 +361,7 @@ class FilesStore(FilesAdminMixin):
                 tree = kernel.decode_seed_file(cp_bytes, location)
                 cp, warns = kernel.checkpoint_at(tree, ordinal, None, location)
                 stored = Stored(cp, location, None, tuple(warns))
-                (run_view or _RunView(self, run_fd, rel_dir)).check_unsidecared(cp, location)
+                (run_view or RunView(self._sidecar_cap, run_fd, rel_dir)).check_unsidecared(cp, location)
             else:
                 doc = kernel.decode_document(meta_raw, f"{rel_dir}/{meta_name(ordinal, phase, attempt)}")
                 if doc.get("checkpoint_file_sha256") == hashlib.sha256(cp_bytes).hexdigest():
@@ -483,48 +377,6 @@ class FilesStore(FilesAdminMixin):
                     )
         kernel.check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
         return stored
-
-    def _read(self, dir_fd: int, name: str, rel_dir: str, cap: int | None = None) -> bytes | None:
-        limit = cap or self.max_record_bytes
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise Corrupt(
-                    f"{rel_dir}/{name} is a symlink; records are never read through symlinks",
-                    path=f"{rel_dir}/{name}",
-                    rule="no_symlinks",
-                ) from None
-            raise StoreError(f"cannot read {rel_dir}/{name}: {exc.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise Corrupt(f"{rel_dir}/{name} is not a regular file", path=f"{rel_dir}/{name}")
-            if st.st_size > limit:
-                raise TooLarge(
-                    f"{rel_dir}/{name} is {st.st_size} bytes, over the cap of {limit} bytes; not parsed",
-                    path=f"{rel_dir}/{name}",
-                    rule="max_record_bytes",
-                )
-            chunks = []
-            remaining = limit + 1
-            while remaining > 0:
-                chunk = os.read(fd, min(remaining, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
-            data = b"".join(chunks)
-            if len(data) > limit:
-                raise TooLarge(
-                    f"{rel_dir}/{name} grew over the cap while being read",
-                    path=f"{rel_dir}/{name}",
-                )
-            return data
-        finally:
-            os.close(fd)
 
     def tickets(self) -> list[str]:
         """Every ticket directory with a valid ticket id, sorted."""
@@ -566,7 +418,7 @@ class FilesStore(FilesAdminMixin):
                 continue
             try:
                 names = os.listdir(run_fd)
-                view = _RunView(self, run_fd, f"{ticket_id}/{rid}", names)
+                view = RunView(self._sidecar_cap, run_fd, f"{ticket_id}/{rid}", names)
                 for ref in sorted(_parse_names(names)):
                     try:
                         yield self._get_in(
@@ -608,8 +460,8 @@ class FilesStore(FilesAdminMixin):
                 os.close(run_fd)
         try:
             names = os.listdir(dir_fd)
-            self._clean_temps(dir_fd, names)
-            tmp = self._write_temp(dir_fd, body)
+            clean_temps(dir_fd, names)
+            tmp = write_temp(dir_fd, body)
             try:
                 _faults.point("files.after_entry_temp")
                 try:
@@ -663,7 +515,7 @@ class FilesStore(FilesAdminMixin):
                 if not _names.is_entry_name(stem):
                     continue
                 try:
-                    data = self._read(dir_fd, n, rel_dir, self.max_entry_bytes)
+                    data = read_capped(dir_fd, n, rel_dir, self.max_entry_bytes)
                 except Corrupt as exc:
                     out.append((stem, f"{rel_dir}/{n}", exc))
                     continue
@@ -709,110 +561,6 @@ class FilesStore(FilesAdminMixin):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-
-
-# -- helpers ------------------------------------------------------------------------------------
-class _RunView:
-    """What a run directory says about a seed file that has no sidecar (read lazily, once per listing).
-
-    A seed file without a sidecar is what the seed tool writes. In a run phaselog writes (it holds
-    sidecars) it is trusted only as history from before phaselog took the run over: a phaselog
-    record links to its hash, or it is older than every phaselog record of the run. Otherwise it
-    is a checkpoint phaselog wrote whose sidecar was deleted — and whose YAML may have been
-    edited with it — so it is damaged (rule ``missing_sidecar``), never silently used.
-    """
-
-    def __init__(self, store: FilesStore, run_fd: int, rel_dir: str, names: list[str] | None = None) -> None:
-        self.store, self.run_fd, self.rel_dir = store, run_fd, rel_dir
-        self.names = names
-        self._vouched: tuple[set[str], datetime | None, int] | None = None
-
-    def _load(self) -> tuple[set[str], datetime | None, int]:
-        if self._vouched is None:
-            names = self.names if self.names is not None else os.listdir(self.run_fd)
-            sidecars = [n for n in names if _names.parse_meta_name(n) or _names.parse_failed_name(n)]
-            hashes: set[str] = set()
-            earliest: datetime | None = None
-            for n in sidecars:
-                try:
-                    raw = self.store._read(self.run_fd, n, self.rel_dir, self.store._sidecar_cap)
-                    doc = kernel.decode_document(raw, f"{self.rel_dir}/{n}") if raw is not None else None
-                    if doc is None:
-                        continue
-                    meta = doc.get("phaselog") or {}
-                    hashes.add(str(meta.get("prev_hash")))
-                    for entry in (meta.get("basis") or {}).values():
-                        hashes.add(str(entry.get("hash")) if isinstance(entry, dict) else "")
-                    ts = parse_timestamp((doc.get("checkpoint") or {}).get("timestamp_utc"))
-                except (Corrupt, UnsupportedVersion, AttributeError):
-                    continue  # a damaged sidecar vouches for nothing (and is reported on its own)
-                earliest = ts if earliest is None or ts < earliest else earliest
-            self._vouched = (hashes, earliest, len(sidecars))
-        return self._vouched
-
-    def check_unsidecared(self, cp: Checkpoint, location: str) -> None:
-        """Raise Corrupt (rule ``missing_sidecar``) unless ``cp`` may be a seed-tool checkpoint."""
-        hashes, earliest, sidecars = self._load()
-        if not sidecars or cp.content_hash in hashes or (earliest is not None and cp.timestamp_utc < earliest):
-            return
-        raise Corrupt(
-            f"{location}: its sidecar {meta_name(cp.phase_ordinal, cp.phase, cp.attempt_number)} is missing in a "
-            "run phaselog writes, and no phaselog record vouches for it: it cannot be trusted (restore the "
-            "sidecar, or move it aside with `phaselog doctor --quarantine`)",
-            path=location,
-            rule="missing_sidecar",
-        )
-
-
-_POOL: tuple[int, Any] | None = None
-
-
-def _fsync_all(fds: list[int]) -> None:
-    """fsync every descriptor, the others concurrently with the first (os.fsync drops the GIL).
-
-    One worker thread per process, created on first use and re-created after a fork (a forked
-    child has no copy of the parent's threads).
-    """
-    global _POOL  # noqa: PLW0603 - a per-process cache of one worker thread
-    if len(fds) == 1:
-        os.fsync(fds[0])
-        return
-    if _POOL is None or _POOL[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=len(fds) - 1, thread_name_prefix="phaselog-fsync"))
-    futures = [_POOL[1].submit(os.fsync, fd) for fd in fds[1:]]
-    os.fsync(fds[0])
-    for f in futures:
-        f.result()
-
-
-def _check_segment(seg: Any, root: Path) -> None:
-    # O_NOFOLLOW only guards the last component of a path: a segment holding '/' or '..' (an
-    # unvalidated run id passed to get/attempts/iter_records) would walk out.
-    if not isinstance(seg, str) or seg in ("", ".", "..") or "/" in seg or "\x00" in seg:
-        raise InvalidIdentifier(
-            f"{seg!r} is not a single path segment; refusing to open it under {root}",
-            rule="traversal",
-        )
-
-
-def _same_folder(parent_fd: int, name: str, fd: int) -> bool:
-    """True while ``fd`` is still the folder named ``name`` in ``parent_fd``."""
-    try:
-        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    here = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (here.st_dev, here.st_ino)
-
-
-def _exists(dir_fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def _parse_names(listing: list[str]) -> list[AttemptRef]:

@@ -23,9 +23,9 @@ from typing import Any
 from phaselog import _faults
 from phaselog.errors import AlreadyExists, NotFound, PhaselogError, StoreError
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.stores import files as _f  # a cycle by design: names are looked up at call time
 from phaselog.stores import names as _names
 from phaselog.stores.base import PruneTarget
+from phaselog.stores.files_io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
 
 #: Prefix of a run folder being removed whole (moved aside first; not a run name).
 _REMOVING = ".removing-"
@@ -74,7 +74,7 @@ def _tree_bytes(dir_fd: int) -> int:
 
 def _rmtree(parent_fd: int, name: str) -> bool:
     """Delete a folder tree (fd-based: never follows a symlink); False if it was already gone."""
-    if not _f._exists(parent_fd, name):
+    if not exists(parent_fd, name):
         return False
 
     def skip_missing(_fn: Any, _path: str, exc: Any) -> None:
@@ -124,9 +124,6 @@ class FilesAdminMixin:
     def runs(self, ticket_id: str) -> list[str]:  # pragma: no cover
         raise NotImplementedError
 
-    def _write_temp(self, dir_fd: int, data: bytes) -> str:  # pragma: no cover
-        raise NotImplementedError
-
     # -- retention ------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked_run(self, ticket_id: str, run_id: str) -> Iterator[_RunHandle | None]:
@@ -156,7 +153,7 @@ class FilesAdminMixin:
         try:
             dir_fd = self._open_child(h.run_fd, ".pruned", create=True, rel=rel)
             try:
-                tmp = self._write_temp(dir_fd, body)
+                tmp = write_temp(dir_fd, body)
                 try:
                     os.link(tmp, f"{name}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
                 except FileExistsError:
@@ -260,7 +257,7 @@ class FilesAdminMixin:
                 if not n.startswith(_REMOVING):
                     continue
                 try:
-                    fd = os.open(n, _f._DIR_FLAGS, dir_fd=ticket_fd)
+                    fd = os.open(n, DIR_FLAGS, dir_fd=ticket_fd)
                 except OSError:
                     continue
                 lock = _wait_for_lock(fd)  # a prune still deleting it holds its lock
@@ -309,7 +306,7 @@ class FilesAdminMixin:
                             age = now - os.stat(n, dir_fd=fd, follow_symlinks=False).st_mtime
                         except OSError:
                             continue
-                        if age > _f.TEMP_MAX_AGE_S:
+                        if age > TEMP_MAX_AGE_S:
                             found.append(
                                 {
                                     "kind": "leftover_temp",
@@ -368,7 +365,7 @@ class FilesAdminMixin:
                 dest = f"{stamp}__{rel.replace('/', '__')}"
                 data = b""
                 if stat.S_ISREG(st.st_mode):
-                    fd = os.open(n, _f._READ_FLAGS, dir_fd=src_fd)
+                    fd = os.open(n, READ_FLAGS, dir_fd=src_fd)
                     try:
                         data = os.read(fd, st.st_size + 1)
                     finally:
@@ -380,7 +377,7 @@ class FilesAdminMixin:
                     "sha256": hashlib.sha256(data).hexdigest(),
                     "size": st.st_size,
                 }
-                tmp = self._write_temp(q_fd, (json.dumps(note, ensure_ascii=False, indent=2) + "\n").encode())
+                tmp = write_temp(q_fd, (json.dumps(note, ensure_ascii=False, indent=2) + "\n").encode())
                 try:
                     os.link(tmp, f"{dest}.note.json", src_dir_fd=q_fd, dst_dir_fd=q_fd)
                 finally:

@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from phaselog.errors import Corrupt, StoreError, UsageError
-from phaselog.stores.sql import Dialect, SqlStore
+from phaselog.stores.sql import SqlStore
+from phaselog.stores.sql_schema import Dialect
 from phaselog.stores.urls import bad_url, parse_store_url
 
 _MIGRATION_LOCK = 0x7068_6C67  # "phlg": advisory lock id that serialises migrations

@@ -16,7 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 from phaselog.errors import Corrupt, StoreError
-from phaselog.stores.sql import Dialect, SqlStore
+from phaselog.stores.sql import SqlStore
+from phaselog.stores.sql_schema import Dialect
 
 BUSY_TIMEOUT_MS = 30_000
 _NETWORK_FS = (

@@ -25,9 +25,10 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from phaselog.entries import ProgressEvent
 from phaselog.errors import InvalidIdentifier
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.records import Checkpoint, PipelineRef, ProgressEvent
+from phaselog.records import Checkpoint, PipelineRef
 from phaselog.stores.names import event_prefix, parse_event_name
 
 PIPELINE = "langgraph"

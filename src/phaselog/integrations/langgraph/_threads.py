@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from phaselog.entries import ProgressEvent, entry_bytes, parse_entry
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
 from phaselog.integrations.langgraph import _codec as C
 from phaselog.pipelines import builtin
 from phaselog.pruned import read_notes
-from phaselog.records import Checkpoint, ProgressEvent, entry_bytes, parse_entry
+from phaselog.records import Checkpoint
 from phaselog.stores import Damaged, Store, Stored
 from phaselog.stores.names import event_name
 
