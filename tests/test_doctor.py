@@ -336,8 +336,12 @@ def test_quarantine_of_a_file_that_is_not_there_moves_nothing(healthy: phaselog.
 
 
 def test_quarantine_needs_the_files_store(healthy: phaselog.Ledger) -> None:
+    from phaselog.stores.base import Capability
+
     class NoQuarantine:
         url = "memory://"
+        # What only the files store has, not declared (stores declare capabilities; nothing probes).
+        capabilities = healthy.store.capabilities - {Capability.QUARANTINE, Capability.LEFTOVERS}
 
         def __getattr__(self, name: str) -> object:
             if name in ("quarantine", "leftovers"):  # what only the files store has

@@ -14,6 +14,7 @@ from typing import Any
 
 from phaselog.errors import Corrupt, PhaselogError, UsageError
 from phaselog.ids import validate_ticket_id
+from phaselog.stores.base import Capability
 
 
 @dataclass
@@ -55,7 +56,7 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
     the dashboard); what they left is still reported by the store's leftovers.
     """
     store = ledger.store
-    if quarantine and not hasattr(store, "quarantine"):
+    if quarantine and Capability.QUARANTINE not in store.capabilities:
         raise UsageError(f"--quarantine applies to the files store, not {store.url}", field="quarantine")
     tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
     rep = DoctorReport(tickets=len(tickets))
@@ -66,7 +67,7 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
         # First finish what an interrupted prune had decided, so what follows sees the result.
         if finish:
             rep.finished.extend(finish_interrupted(ledger, tid))
-        if hasattr(store, "leftovers"):
+        if Capability.LEFTOVERS in store.capabilities:
             for item in store.leftovers(tid):
                 rep.add(item["kind"], item["path"], item["message"], age_sec=item.get("age_sec"))
         runs = store.runs(tid)

@@ -26,13 +26,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from phaselog.errors import NotFound, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pruned import PrunedRecord, PruneNote, legacy_hash, read_notes
 from phaselog.records import Checkpoint
-from phaselog.stores.base import PruneTarget, Retention
+from phaselog.stores.base import Capability, PruneTarget, Retention
 from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_note_name
 
 if TYPE_CHECKING:
@@ -82,9 +82,9 @@ def pruned_hashes(ledger: Ledger, ticket_id: str, run_id: str) -> dict[tuple[str
 
 
 def _retention(store: Any) -> Retention:
-    if not isinstance(store, Retention):
+    if Capability.RETENTION not in store.capabilities:
         raise UsageError(f"the store {store.url} does not support prune", field="store")
-    return store
+    return cast(Retention, store)
 
 
 def prune(
@@ -286,9 +286,9 @@ def finish_interrupted(ledger: Ledger, ticket_id: str) -> list[dict[str, Any]]:
     A whole-run removal is finished by the store; a partial prune by deleting what its note lists
     that is still there — a record only while it still has the hash the note recorded.
     """
-    store = ledger.store
-    if not isinstance(store, Retention):
+    if Capability.RETENTION not in ledger.store.capabilities:
         return []  # a store without prune has no prune to finish
+    store = cast(Retention, ledger.store)
     done: list[dict[str, Any]] = list(store.finish_removals(ticket_id))
     for rid in ledger.store.runs(ticket_id):
         if not ledger.store.entry_names("pruned", ticket_id, rid):

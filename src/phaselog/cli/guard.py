@@ -17,11 +17,10 @@ STORE_HELP = "Store URL; sqlite:// or postgresql:// keep the lock as a lease row
 
 
 def _home(call: Call) -> Any:
-    """The guard's home: a files-store root (path), or an open SQL store for --store URLs."""
+    """The guard's home: a files-store root (path), or the store named by --store (it keeps the guard)."""
     call.check_root_and_store()
     if call.store_url:  # --store wins over PHASELOG_HOME, as for every command
-        store = call.open_store(call.store_url)
-        return store if hasattr(store, "dialect") else store.root
+        return call.open_store(call.store_url)  # the store keeps the guard (Capability.GUARD_STORAGE)
     from phaselog.stores.files import default_root
 
     return call.root or str(default_root())

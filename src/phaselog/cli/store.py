@@ -213,7 +213,9 @@ def store_migrate(call: Call) -> Result:
     call.check_root_and_store()
     # The one place a schema is upgraded: opening a store (for anything else) only checks the version.
     store: Any = call.open_store(call.store_url or call.root, migrate=True)
-    if getattr(store, "migrated", None) is None:
+    from phaselog.stores.base import Capability
+
+    if Capability.MIGRATE not in store.capabilities or store.migrated is None:
         data = {"store": store.url, "message": "the files store has no schema to migrate"}
     else:
         before, after = store.migrated

@@ -113,14 +113,22 @@ def _age(td: timedelta) -> str:
 
 
 def guard_names(root: str | os.PathLike[str] | Any) -> list[str]:
-    """Every guard of a store: a files-store root (path or store) or an open SQL store."""
-    if hasattr(root, "dialect"):
-        from phaselog.guard.sql import sql_guard_names
+    """Every guard of a store: a files-store root (a path), or an open store that keeps guards."""
+    if isinstance(root, str | os.PathLike):
+        from phaselog.guard.files import file_guard_names
 
-        return sql_guard_names(root)
-    from phaselog.guard.files import file_guard_names
+        return file_guard_names(root)
+    names: list[str] = _guard_home(root).guard_names()
+    return names
 
-    return file_guard_names(root.root if hasattr(root, "root") and not isinstance(root, str | os.PathLike) else root)
+
+def _guard_home(store: Any) -> Any:
+    """``store``, when it can keep guards (``Capability.GUARD_STORAGE``); UsageError otherwise."""
+    from phaselog.stores.base import Capability
+
+    if Capability.GUARD_STORAGE not in store.capabilities:
+        raise UsageError(f"the store {store.url} cannot keep guards", field="store", rule="no_guard_storage")
+    return store
 
 
 class Guard:
@@ -129,14 +137,10 @@ class Guard:
     def __init__(self, root: str | os.PathLike[str] | Any, name: str, env: Environment | None = None) -> None:
         """``root``: a files-store root (path), or an open SQL store (its lease table is the lock)."""
         self.files: Any
-        if hasattr(root, "dialect"):
-            from phaselog.guard.sql import SqlGuardStore
-
-            self.files = SqlGuardStore(root, name)
-        elif hasattr(root, "root") and not isinstance(root, str | os.PathLike):
-            self.files = FileGuardStore(root.root, name)
-        else:
+        if isinstance(root, str | os.PathLike):
             self.files = FileGuardStore(root, name)
+        else:
+            self.files = _guard_home(root).guard_storage(name)
         self.name = self.files.name
         self.env = env or Environment()
 

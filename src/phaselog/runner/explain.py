@@ -270,9 +270,9 @@ def _rejections(ledger: Any, ticket_id: str, run_id: str) -> dict[str, str]:
 
 def _lease(ledger: Any, ticket_id: str, run_id: str) -> dict[str, Any] | None:
     from phaselog.runner.lease import judge, leases_of
-    from phaselog.stores.base import LeaseCapable
+    from phaselog.stores.base import Capability
 
-    if not isinstance(ledger.store, LeaseCapable):
+    if Capability.LEASES not in ledger.store.capabilities:
         return None
     state = leases_of(ledger.store).read(ticket_id, run_id)
     if state is None:

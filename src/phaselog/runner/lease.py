@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from phaselog.errors import RunHeld, UsageError
 from phaselog.records import format_timestamp
-from phaselog.stores.base import LeaseCapable, LeaseState, RunFence, RunLeases, Verdict
+from phaselog.stores.base import Capability, LeaseCapable, LeaseState, RunFence, RunLeases, Verdict
 
 #: Seconds a lease lasts without a heartbeat (SQL stores); heartbeats come every third of it.
 DEFAULT_TTL = 30.0
@@ -140,13 +140,13 @@ def _late(state: LeaseState) -> str | None:
 
 def leases_of(store: Any) -> RunLeases:
     """The store's run-lease service; UsageError for a store without one."""
-    if not isinstance(store, LeaseCapable):
+    if Capability.LEASES not in store.capabilities:
         raise UsageError(
             f"{type(store).__name__} cannot hold run leases; the runner needs a files, SQLite or PostgreSQL store",
             field="store",
             rule="no_leases",
         )
-    return store.run_leases()
+    return cast(LeaseCapable, store).run_leases()
 
 
 @dataclass

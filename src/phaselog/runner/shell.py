@@ -33,6 +33,7 @@ from phaselog.errors import NotFound
 from phaselog.pipelines import Phase, manifest_dict
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
+from phaselog.stores.base import local_root
 
 KILL_GRACE_S = 5.0
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
@@ -49,7 +50,7 @@ def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: 
     """Where a run's shell logs go: ``log_dir``, else ``<files root>/logs``, else ``<workdir>/.phaselog/logs``."""
     base = log_dir
     if base is None:
-        root = getattr(store, "root", None)
+        root = local_root(store)
         base = Path(root) / "logs" if root is not None else workdir / ".phaselog" / "logs"
     return base / ticket_id / run_id
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from phaselog.errors import Corrupt
@@ -77,11 +79,57 @@ class AttemptRef:
     completed: bool = field(compare=False, default=True)
 
 
+class Capability(StrEnum):
+    """An optional part of the contract. A store declares the ones it has in ``capabilities``;
+    callers test ``Capability.X in store.capabilities``, never ``hasattr``."""
+
+    #: ``run_leases()``: one runner per run, with fencing tokens (:class:`RunLeases`).
+    LEASES = "leases"
+    #: The :class:`Retention` protocol: ``prune`` and finishing an interrupted prune.
+    RETENTION = "retention"
+    #: ``quarantine(location, reason)``: move a damaged record aside (``doctor --quarantine``).
+    QUARANTINE = "quarantine"
+    #: ``leftovers(ticket_id)``: what crashes left behind (temp files, orphan sidecars).
+    LEFTOVERS = "leftovers"
+    #: ``migrate()``, ``schema_version()``, ``migrated``: a versioned schema, upgraded explicitly.
+    MIGRATE = "migrate"
+    #: ``guard_storage(name)``, ``guard_names()``: guards keep their lock and state in this store.
+    GUARD_STORAGE = "guard_storage"
+    #: ``run_stamps(ticket_id)``, ``ticket_stamp(ticket_id)``: cheap change detection for readers.
+    STAMPS = "stamps"
+    #: ``root``: the store is a folder on this machine (logs and pipelines default to beside it).
+    LOCAL_ROOT = "local_root"
+
+
+#: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
+#: that every backend declares exactly what it implements).
+CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
+    Capability.LEASES: ("run_leases",),
+    Capability.RETENTION: ("locked_run", "put_note", "delete_records", "remove_run", "finish_removals"),
+    Capability.QUARANTINE: ("quarantine",),
+    Capability.LEFTOVERS: ("leftovers",),
+    Capability.MIGRATE: ("migrate", "schema_version", "migrated"),
+    Capability.GUARD_STORAGE: ("guard_storage", "guard_names"),
+    Capability.STAMPS: ("run_stamps", "ticket_stamp"),
+    Capability.LOCAL_ROOT: ("root",),
+}
+
+
+def local_root(store: Store) -> Path | None:
+    """The store's folder on this machine, when it is one (``Capability.LOCAL_ROOT``)."""
+    if Capability.LOCAL_ROOT in store.capabilities:
+        root: Path = store.root  # type: ignore[attr-defined]  # declared by the capability
+        return root
+    return None
+
+
 @runtime_checkable
 class Store(Protocol):
     """What every backend provides. Methods raise :mod:`phaselog.errors` types."""
 
     url: str
+    #: The optional parts of the contract this store has (see :class:`Capability`).
+    capabilities: frozenset[Capability]
 
     def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
         """Append ``record`` atomically and durably; return its location.
@@ -221,9 +269,8 @@ class RunLeases(Protocol):
         ...
 
 
-@runtime_checkable
 class LeaseCapable(Protocol):
-    """A store that can hold run leases (every built-in store)."""
+    """A store that can hold run leases (``Capability.LEASES``; every built-in store)."""
 
     def run_leases(self) -> RunLeases:
         """The store's run-lease service."""
@@ -240,9 +287,9 @@ class PruneTarget:
     content_hash: str
 
 
-@runtime_checkable
 class Retention(Protocol):
-    """What ``prune`` (and ``doctor``, finishing an interrupted prune) needs of a store.
+    """What ``prune`` (and ``doctor``, finishing an interrupted prune) needs of a store
+    (``Capability.RETENTION``).
 
     Everything happens inside :meth:`locked_run`, which holds the same lock an append of that
     run takes (files: the run folder's ``flock``; SQL: the write transaction), so a prune decides

@@ -43,7 +43,7 @@ from phaselog.limits import SIDECAR_SLACK_BYTES
 from phaselog.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
-from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.base import AttemptRef, Capability, Damaged, RunFence, Stored
 from phaselog.stores.files_admin import FilesAdminMixin
 from phaselog.stores.files_io import (
     DIR_FLAGS,
@@ -76,6 +76,18 @@ def default_root() -> Path:
 
 class FilesStore(FilesAdminMixin):
     """Append-only checkpoint store on a local filesystem."""
+
+    capabilities = frozenset(
+        {
+            Capability.LEASES,
+            Capability.RETENTION,
+            Capability.QUARANTINE,
+            Capability.LEFTOVERS,
+            Capability.GUARD_STORAGE,
+            Capability.STAMPS,
+            Capability.LOCAL_ROOT,
+        }
+    )  # no MIGRATE: a folder tree has no schema
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
-"""The files store's administrative operations: retention deletes and doctor's support.
+"""The files store's optional capabilities: retention deletes, doctor's support, stamps, guards.
 
 Kept apart from the append/read path in :mod:`phaselog.stores.files`; these are the only
 operations of the files store that delete (``prune``) or move (``doctor --quarantine``) anything.
+Each is declared in ``FilesStore.capabilities`` (see :class:`phaselog.stores.base.Capability`).
 """
 
 from __future__ import annotations
@@ -281,6 +282,31 @@ class FilesAdminMixin:
         finally:
             os.close(ticket_fd)
         return done
+
+    # -- stamps and guards ------------------------------------------------------------------------
+    def run_stamps(self, ticket_id: str) -> dict[str, str | None]:
+        """Every run of a ticket with its change stamp (see :mod:`phaselog.stores.stamps`)."""
+        from phaselog.stores.stamps import files_run_stamps
+
+        return files_run_stamps(self.root / "checkpoints", validate_ticket_id(ticket_id))
+
+    def ticket_stamp(self, ticket_id: str) -> str | None:
+        """The change stamp of the ticket's own entries (its marker revisions)."""
+        from phaselog.stores.stamps import files_ticket_stamp
+
+        return files_ticket_stamp(self.root / "checkpoints", validate_ticket_id(ticket_id))
+
+    def guard_storage(self, name: str) -> Any:
+        """Where guard ``name`` keeps its lock, state and history: files beside the store."""
+        from phaselog.guard.files import FileGuardStore
+
+        return FileGuardStore(self.root, name)
+
+    def guard_names(self) -> list[str]:
+        """Every guard with state, a lock or history beside this store."""
+        from phaselog.guard.files import file_guard_names
+
+        return file_guard_names(self.root)
 
     # -- doctor support ---------------------------------------------------------------------------
     def leftovers(self, ticket_id: str) -> list[dict[str, Any]]:

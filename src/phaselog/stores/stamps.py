@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.stores.base import Capability
 
 #: A folder changed this recently (seconds) gets no stamp: it may change again unseen.
 RACY_WINDOW_S = 1.0
@@ -28,25 +29,33 @@ _RUN_FOLDERS = ("", ".progress", ".approvals", ".pruned")
 def run_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
     """Every run of a ticket with its stamp (None: do not remember what was read)."""
     ticket_id = validate_ticket_id(ticket_id)
-    if hasattr(store, "dialect"):
-        return _sql_stamps(store, ticket_id)
-    if hasattr(store, "checkpoints_root"):
-        return _files_stamps(store, ticket_id)
-    return dict.fromkeys(store.runs(ticket_id))  # an unknown store: nothing is remembered
+    if Capability.STAMPS in store.capabilities:
+        stamps: dict[str, str | None] = store.run_stamps(ticket_id)
+        return stamps
+    return dict.fromkeys(store.runs(ticket_id))  # a store without stamps: nothing is remembered
 
 
 def ticket_stamp(store: Any, ticket_id: str) -> str | None:
     """A stamp of the ticket's own entries (its marker revisions)."""
     ticket_id = validate_ticket_id(ticket_id)
-    if hasattr(store, "dialect"):
-        rows = store._query(
-            "SELECT COUNT(*), MAX(name) FROM phaselog_entries WHERE kind = ? AND ticket_id = ?",
-            ("markers", ticket_id),
-        )
-        return f"{rows[0][0]}:{rows[0][1]}" if rows else "0"
-    if hasattr(store, "checkpoints_root"):
-        return _folder_stamp(os.path.join(store.checkpoints_root, ticket_id, ".markers"), time.time())
+    if Capability.STAMPS in store.capabilities:
+        stamp: str | None = store.ticket_stamp(ticket_id)
+        return stamp
     return None
+
+
+def files_ticket_stamp(checkpoints_root: str | os.PathLike[str], ticket_id: str) -> str | None:
+    """The files store's ticket stamp: its ``.markers`` folder's (inode, mtime)."""
+    return _folder_stamp(os.path.join(checkpoints_root, ticket_id, ".markers"), time.time())
+
+
+def sql_ticket_stamp(store: Any, ticket_id: str) -> str | None:
+    """A SQL store's ticket stamp: the count and greatest name of its marker revisions."""
+    rows = store._query(
+        "SELECT COUNT(*), MAX(name) FROM phaselog_entries WHERE kind = ? AND ticket_id = ?",
+        ("markers", ticket_id),
+    )
+    return f"{rows[0][0]}:{rows[0][1]}" if rows else "0"
 
 
 def _folder_stamp(path: str, now: float) -> str | None:
@@ -59,8 +68,9 @@ def _folder_stamp(path: str, now: float) -> str | None:
     return f"{st.st_ino}.{st.st_mtime_ns}"
 
 
-def _files_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
-    base = os.path.join(store.checkpoints_root, ticket_id)
+def files_run_stamps(checkpoints_root: str | os.PathLike[str], ticket_id: str) -> dict[str, str | None]:
+    """The files store's run stamps (see the module docstring)."""
+    base = os.path.join(checkpoints_root, ticket_id)
     now = time.time()
     out: dict[str, str | None] = {}
     try:
@@ -73,7 +83,8 @@ def _files_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
     return out
 
 
-def _sql_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
+def sql_run_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
+    """A SQL store's run stamps (see the module docstring)."""
     stamps: dict[str, list[str]] = {run_id: [] for run_id in store.runs(ticket_id)}
     for run_id, count, total in store._query(
         "SELECT run_id, COUNT(*), SUM(attempt) FROM phaselog_checkpoints WHERE ticket_id = ? GROUP BY run_id",

@@ -1,0 +1,39 @@
+"""The SQL stores' change stamps and guard storage (optional capabilities, declared by SqlStore).
+
+Kept apart from the append/read path in :mod:`phaselog.stores.sql`; see
+:class:`phaselog.stores.base.Capability`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phaselog.ids import validate_ticket_id
+
+
+class SqlAdminMixin:
+    """Stamps and guard storage for :class:`phaselog.stores.sql.SqlStore`."""
+
+    def run_stamps(self, ticket_id: str) -> dict[str, str | None]:
+        """Every run of a ticket with its change stamp (see :mod:`phaselog.stores.stamps`)."""
+        from phaselog.stores.stamps import sql_run_stamps
+
+        return sql_run_stamps(self, validate_ticket_id(ticket_id))
+
+    def ticket_stamp(self, ticket_id: str) -> str | None:
+        """The change stamp of the ticket's own entries (its marker revisions)."""
+        from phaselog.stores.stamps import sql_ticket_stamp
+
+        return sql_ticket_stamp(self, validate_ticket_id(ticket_id))
+
+    def guard_storage(self, name: str) -> Any:
+        """Where guard ``name`` keeps its lock, state and history: rows in this database."""
+        from phaselog.guard.sql import SqlGuardStore
+
+        return SqlGuardStore(self, name)
+
+    def guard_names(self) -> list[str]:
+        """Every guard with state, a lease or history in this database."""
+        from phaselog.guard.sql import sql_guard_names
+
+        return sql_guard_names(self)
