@@ -28,6 +28,7 @@ import phaselog
 from conftest import IMPLEMENT, PAYLOADS
 from phaselog.ledger import Ledger
 from phaselog.stores import files as files_module
+from phaselog.stores import files_publish
 from phaselog.stores.files import FilesStore
 from phaselog.stores.files_io import TEMP_MAX_AGE_S
 
@@ -36,7 +37,8 @@ pytestmark = pytest.mark.slow
 T = "CRASH-1"
 RUN = "crash-run"
 RUN_UUID = phaselog.normalize_run_id(RUN)
-SRC = Path(files_module.__file__).read_text("utf-8")
+# The files store's fault points: its own (audit entries) and its publication sequence's.
+SRC = "".join(Path(m.__file__).read_text("utf-8") for m in (files_module, files_publish) if m.__file__)
 POINTS = re.findall(r"""_faults\.point\(\s*["']([^"']+)["']\s*\)""", SRC)
 
 # What a reader finds after the writer died at each point: the record is visible exactly from
@@ -109,8 +111,8 @@ def _assert_store_sound(ledger: Ledger, run_dir: Path, run: str | None = None) -
 
 
 def test_every_fault_point_has_an_expected_outcome() -> None:
-    # A new fault point in files.py must be added here (and so get a crash test).
-    assert POINTS, "no fault points found in files.py"
+    # A new fault point in files.py or files_publish.py must be added here (and so get a crash test).
+    assert POINTS, "no fault points found in files.py / files_publish.py"
     assert len(POINTS) == len(set(POINTS))
     assert set(POINTS) == set(OUTCOME) | set(ENTRY_OUTCOME)
 
