@@ -43,8 +43,8 @@ from phaselog.limits import SIDECAR_SLACK_BYTES
 from phaselog.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
-from phaselog.stores.base import AttemptRef, Capability, Damaged, RunFence, Stored
-from phaselog.stores.files_admin import FilesAdminMixin
+from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.files_admin import FILES_CAPABILITIES, FilesAdminMixin
 from phaselog.stores.files_io import (
     DIR_FLAGS,
     check_segment,
@@ -77,17 +77,7 @@ def default_root() -> Path:
 class FilesStore(FilesAdminMixin):
     """Append-only checkpoint store on a local filesystem."""
 
-    capabilities = frozenset(
-        {
-            Capability.LEASES,
-            Capability.RETENTION,
-            Capability.QUARANTINE,
-            Capability.LEFTOVERS,
-            Capability.GUARD_STORAGE,
-            Capability.STAMPS,
-            Capability.LOCAL_ROOT,
-        }
-    )  # no MIGRATE: a folder tree has no schema
+    capabilities = FILES_CAPABILITIES
 
     def __init__(
         self,

@@ -25,9 +25,21 @@ from phaselog import _faults
 from phaselog.errors import AlreadyExists, NotFound, PhaselogError, StoreError
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores import names as _names
-from phaselog.stores.base import PruneTarget
+from phaselog.stores.base import Capability, PruneTarget
 from phaselog.stores.files_io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
 
+#: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
+FILES_CAPABILITIES = frozenset(
+    {
+        Capability.LEASES,
+        Capability.RETENTION,
+        Capability.QUARANTINE,
+        Capability.LEFTOVERS,
+        Capability.GUARD_STORAGE,
+        Capability.STAMPS,
+        Capability.LOCAL_ROOT,
+    }
+)
 #: Prefix of a run folder being removed whole (moved aside first; not a run name).
 _REMOVING = ".removing-"
 

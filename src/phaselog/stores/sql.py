@@ -36,8 +36,8 @@ from phaselog.errors import (
 from phaselog.ids import validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores import kernel, sql_lease
-from phaselog.stores.base import AttemptRef, Capability, Damaged, RunFence, Stored
-from phaselog.stores.sql_admin import SqlAdminMixin
+from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.sql_admin import SQL_CAPABILITIES, SqlAdminMixin
 from phaselog.stores.sql_retention import SqlRetentionMixin
 from phaselog.stores.sql_schema import MIGRATIONS, SCHEMA_VERSION, Dialect
 
@@ -55,9 +55,7 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
     """A store over one SQL database (see the module docstring)."""
 
     url: str
-    capabilities = frozenset(
-        {Capability.LEASES, Capability.RETENTION, Capability.MIGRATE, Capability.GUARD_STORAGE, Capability.STAMPS}
-    )
+    capabilities = SQL_CAPABILITIES
 
     def __init__(
         self,

@@ -9,6 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from phaselog.ids import validate_ticket_id
+from phaselog.stores.base import Capability
+
+#: What the SQL stores have beyond the contract (no QUARANTINE, LEFTOVERS: rows are never moved
+#: aside and a transaction leaves nothing behind; no LOCAL_ROOT: a database is not a folder).
+SQL_CAPABILITIES = frozenset(
+    {Capability.LEASES, Capability.RETENTION, Capability.MIGRATE, Capability.GUARD_STORAGE, Capability.STAMPS}
+)
 
 
 class SqlAdminMixin:
