@@ -25,7 +25,19 @@ T = "VID-9"
 VIDEO = "video-pipeline"
 RESEARCH = {"summary": "Who watches launch videos", "sources": ["https://example.org/a"]}
 PROPOSAL = {"title": "Launch", "concept": "Ninety seconds, one idea"}
-SERVICES = ("resolve", "reads", "writes", "runstate", "progress", "gates", "markers", "audit", "fork", "verify")
+SERVICES = (
+    "resolve",
+    "reads",
+    "writes",
+    "runstate",
+    "progress",
+    "gates",
+    "markers",
+    "audit",
+    "fork",
+    "verify",
+    "retention",
+)
 SRC = Path(phaselog.__file__).parent
 
 
@@ -82,6 +94,9 @@ def test_a_gated_phase_end_to_end_through_the_run_facade(store: Store) -> None:
     ]
     assert [e["kind"] for e in run.history("research")] == ["checkpoint"]
     assert run.verify().ok
+    dry = ledger.prune(T, keep_last=1, dry_run=True)  # the rejected first proposal is the only one to go
+    assert [(r["phase"], r["attempt_number"]) for r in dry.removed if "content_hash" in r] == [("proposal", 1)]
+    assert sorted(r["kind"] for r in dry.removed if "kind" in r) == ["approvals", "progress", "progress"]
     with pytest.raises(NotFound):
         run.progress_events("script")  # nothing in flight there
 
@@ -90,9 +105,17 @@ def test_the_ledger_inherits_nothing_and_delegates_to_its_services(store: Store)
     assert Ledger.__mro__ == (Ledger, object)
     ledger = phaselog.Ledger(store)
     delegated = {name: d for name, d in vars(Ledger).items() if isinstance(d, delegate)}
-    assert {"write", "read", "status", "progress", "approve", "reject", "history", "in_flight", "verify"} <= set(
-        delegated
-    )
+    assert {
+        "write",
+        "read",
+        "status",
+        "progress",
+        "approve",
+        "reject",
+        "history",
+        "in_flight",
+        "verify",
+    } <= set(delegated)
     for name, d in delegated.items():
         service = getattr(ledger, d.service)
         bound = getattr(ledger, name)
@@ -100,7 +123,18 @@ def test_the_ledger_inherits_nothing_and_delegates_to_its_services(store: Store)
         assert bound.__doc__, name
         assert bound.__doc__ == Ledger.__dict__[name].__doc__, name
         assert inspect.signature(bound) == inspect.signature(getattr(service, d.method.__name__)), name
-    for service in ("reads", "writes", "states", "events", "gates", "tickets", "audit", "forks", "verifier"):
+    for service in (
+        "reads",
+        "writes",
+        "states",
+        "events",
+        "gates",
+        "tickets",
+        "audit",
+        "forks",
+        "verifier",
+        "retention",
+    ):
         assert getattr(ledger, service).store is store, service
 
 

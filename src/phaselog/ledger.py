@@ -26,13 +26,14 @@ attribute           service (module)                      what it does
 ``audit``           Audit (audit.py)                      decisions, history, diff
 ``forks``           Forks (fork.py)                       fork a run through a phase
 ``verifier``        Verifier (verify.py)                  verify the hash links
+``retention``       Pruner (retention.py)                 prune (and finish an interrupted prune)
 ==================  ====================================  ===========================================
 
 The Ledger's public methods (``write``, ``status``, ``approve`` …) are those services' methods,
 bound by :func:`delegate`: same signature, same docstring, one definition. ``Run`` is the facade
 a caller of one run needs (write, fail, read, status, progress, approve/reject, history,
-in_flight). Retention (``phaselog.retention``), import/export (``phaselog.transfer``) and the
-dashboard's queue (``phaselog.gates.approval_queue``) are functions over a Ledger.
+in_flight). Import/export (``phaselog.transfer``), ``doctor`` and the dashboard's queue
+(``phaselog.gates.approval_queue``) are functions over a Ledger.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from phaselog.audit import Audit
 from phaselog.entries import Approval, ProgressEvent
@@ -55,9 +57,13 @@ from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.runstate import RunStates, SkipDecision
 from phaselog.state import RunStatus
 from phaselog.stores import Store, Stored, open_store
+from phaselog.stores.base import local_root
 from phaselog.validation import Report
 from phaselog.verify import Verifier, VerifyReport
 from phaselog.writes import WriteResult, Writes
+
+if TYPE_CHECKING:
+    from phaselog.retention import Pruner, PruneReport
 
 __all__ = ["Ledger", "Page", "PipelineArg", "Run", "SkipDecision", "WriteResult", "delegate"]
 
@@ -102,8 +108,7 @@ class Ledger:
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.store: Store = store if store is not None else open_store()
-        root = getattr(self.store, "root", None)
-        self.pipelines_root = pipelines_root if pipelines_root is not None else root
+        self.pipelines_root = pipelines_root if pipelines_root is not None else local_root(self.store)
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         store, now = self.store, self.clock
         self.pipelines = PipelineResolver(store, self.pipelines_root)
@@ -183,6 +188,28 @@ class Ledger:
     diff_phase = delegate("audit", Audit.diff_phase)
     fork = delegate("forks", Forks.fork)
     verify = delegate("verifier", Verifier.verify)
+
+    # -- retention (retention.py, imported on first use: most commands never prune) ----------------
+    @cached_property
+    def retention(self) -> Pruner:
+        """The Pruner service over this Ledger's store."""
+        from phaselog.retention import Pruner
+
+        return Pruner(self.store, self.clock, reads=self.reads, events=self.events, gates=self.gates)
+
+    def prune(
+        self,
+        ticket_id: str | None = None,
+        *,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        run_id: str | None = None,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Remove old records: :meth:`phaselog.retention.Pruner.prune` (see :mod:`phaselog.retention`)."""
+        return self.retention.prune(
+            ticket_id, older_than=older_than, keep_last=keep_last, run_id=run_id, dry_run=dry_run
+        )
 
 
 class Run:
