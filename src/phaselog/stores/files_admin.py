@@ -23,10 +23,11 @@ from typing import Any
 
 from phaselog import _faults
 from phaselog.errors import AlreadyExists, NotFound, PhaselogError, StoreError
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.ids import validate_ticket_id
 from phaselog.stores import names as _names
 from phaselog.stores.base import Capability, PruneTarget
 from phaselog.stores.files_io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
+from phaselog.stores.kernel import check_run_key
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(
@@ -142,9 +143,7 @@ class FilesAdminMixin:
     def locked_run(self, ticket_id: str, run_id: str) -> Iterator[_RunHandle | None]:
         """Hold the run's append lock (exclusive); yield a handle, or None if there is no such run."""
         self.refuse_if_read_only("lock a run for pruning")
-        validate_ticket_id(ticket_id)
-        if not is_canonical_uuid(run_id):
-            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        check_run_key(ticket_id, run_id)
         try:
             run_fd, lock_fd = self._open_run(ticket_id, run_id, create=False)
         except NotFound:

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Fenced, NotFound, RunHeld, StoreError
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores.base import Judge, LeaseState, RunFence
+from phaselog.stores.kernel import check_run_key, fenced
 
 if TYPE_CHECKING:
     from phaselog.stores.files import FilesStore
@@ -87,13 +87,7 @@ def check_fence(run_fd: int, fence: RunFence) -> None:
         and (fence.runner_id is None or holder.get("runner_id") == fence.runner_id)
     )
     if not ok:
-        now = "no lease" if doc is None else f"token {doc.get('token')}" + ("" if holder else ", released")
-        raise Fenced(
-            f"run {fence.run_id}: this runner's lease (fencing token {fence.token}) was taken over ({now}); "
-            "nothing was written",
-            rule="fencing_token",
-            token=fence.token,
-        )
+        raise fenced(fence, None if doc is None else doc.get("token"), released=not holder)
 
 
 class FileRunLeases:
@@ -104,9 +98,7 @@ class FileRunLeases:
         self._held: dict[tuple[str, str], int] = {}  # (ticket, run) -> the locked descriptor
 
     def _run_dir(self, ticket_id: str, run_id: str, *, create: bool) -> int:
-        validate_ticket_id(ticket_id)
-        if not is_canonical_uuid(run_id):
-            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        check_run_key(ticket_id, run_id)
         return self.store._open_dir("checkpoints", ticket_id, run_id, create=create)
 
     def acquire(

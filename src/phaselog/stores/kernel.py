@@ -29,11 +29,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from phaselog.errors import AlreadyExists, Conflict, Corrupt, StoreError, TooLarge, UnsupportedVersion
+from phaselog.errors import AlreadyExists, Conflict, Corrupt, Fenced, StoreError, TooLarge, UnsupportedVersion
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.limits import MAX_RECORD_BYTES, check_record_size, json_loads, yaml_size_matters
 from phaselog.records import SCHEMA_VERSION, Checkpoint, check_schema_version, checkpoint_from_seed
-from phaselog.stores.base import Damaged, Stored
+from phaselog.stores.base import Damaged, RunFence, Stored
 from phaselog.stores.names import ENTRY_KINDS, checkpoint_name, is_entry_name, parse_checkpoint_name, record_name
 
 #: A store's cap on one record unless it is opened with another.
@@ -285,6 +285,17 @@ def decide_append(
             f"phase {record.phase} changed while writing: latest attempt is {latest}, expected {expected_latest}",
             latest_attempt=latest,
         )
+
+
+def fenced(fence: RunFence, token: object, *, released: bool) -> Fenced:
+    """The error for an append whose run lease moved on: ``token`` is the lease's now (None: no lease)."""
+    now = "no lease" if token is None else f"token {token}" + (", released" if released else "")
+    return Fenced(
+        f"run {fence.run_id}: this runner's lease (fencing token {fence.token}) was taken over ({now}); "
+        "nothing was written",
+        rule="fencing_token",
+        token=fence.token,
+    )
 
 
 # -- damage ----------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ long as it returns the same snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -143,63 +144,84 @@ def build_snapshot(store: Store, ticket_id: str, run_id: str, *, history: bool =
     if history:
         events = tuple(store.entries("progress", ticket_id, run_id))
     else:
-        events = tuple(_flight_events(store, ticket_id, run_id, refs, names))
+        events = tuple(
+            entry
+            for ordinal, phase, attempt in flight_attempts(refs, names)
+            for entry in store.entries("progress", ticket_id, run_id, event_prefix(ordinal, phase, attempt))
+        )
     approvals = tuple(store.entries("approvals", ticket_id, run_id))
-    snap = RunSnapshot(ticket_id, run_id, refs, records, names, events, approvals, None, history)
-    if snap.pipeline_ref() is None:
-        snap = RunSnapshot(
-            ticket_id, run_id, refs, records, names, events, approvals,
-            tuple(store.entries("markers", ticket_id, None)), history,
-        )  # fmt: skip
-    return snap
+    return assemble(
+        RunSnapshot(ticket_id, run_id, refs, records, names, events, approvals, None, history),
+        lambda: store.entries("markers", ticket_id, None),
+    )
+
+
+def assemble(snap: RunSnapshot, markers: Callable[[], Iterable[Entry]]) -> RunSnapshot:
+    """``snap`` with the ticket's marker revisions when no loaded record names the run's pipeline."""
+    if snap.pipeline_ref() is not None:
+        return snap
+    return dataclasses.replace(snap, markers=tuple(markers()))
 
 
 def _read_records(
     store: Store, ticket_id: str, run_id: str, refs: tuple[AttemptRef, ...], *, history: bool
 ) -> dict[tuple[int, int], Stored | Damaged]:
-    from phaselog.stores.base import Stored
 
     out: dict[tuple[int, int], Stored | Damaged] = {}
+    if history:
+        for ref in refs:
+            out[(ref.phase_ordinal, ref.attempt_number)] = get_or_damaged(store, ticket_id, run_id, ref)
+    else:
+        load_latest(refs, out, lambda ref: get_or_damaged(store, ticket_id, run_id, ref))
+    return out
+
+
+def load_latest(
+    refs: Iterable[AttemptRef],
+    records: dict[tuple[int, int], Stored | Damaged],
+    load: Callable[[AttemptRef], Stored | Damaged],
+) -> None:
+    """Fill ``records`` with what a write or a status needs, loading only what it lacks.
+
+    Per phase: the newest attempt, and the newest intact completed one (walking down past failed
+    or damaged attempts only as far as needed). ``refs`` are sorted; ``load`` reads one attempt.
+    """
+    from phaselog.stores.base import Stored
+
     by_phase: dict[int, list[AttemptRef]] = {}
     for ref in refs:
         by_phase.setdefault(ref.phase_ordinal, []).append(ref)
     for lst in by_phase.values():
-        if history:
-            for ref in lst:
-                out[(ref.phase_ordinal, ref.attempt_number)] = _get(store, ticket_id, run_id, ref)
-            continue
-        # The newest attempt, and the newest intact completed one (down past damaged ones only).
         newest = lst[-1]
-        out[(newest.phase_ordinal, newest.attempt_number)] = _get(store, ticket_id, run_id, newest)
+        if (newest.phase_ordinal, newest.attempt_number) not in records:
+            records[(newest.phase_ordinal, newest.attempt_number)] = load(newest)
         for ref in reversed(lst):
             if not ref.completed:
                 continue
             key = (ref.phase_ordinal, ref.attempt_number)
-            if key not in out:
-                out[key] = _get(store, ticket_id, run_id, ref)
-            if isinstance(out[key], Stored):
+            if key not in records:
+                records[key] = load(ref)
+            if isinstance(records[key], Stored):
                 break
-    return out
 
 
-def _get(store: Store, ticket_id: str, run_id: str, ref: AttemptRef) -> Stored | Damaged:
+def get_or_damaged(store: Store, ticket_id: str, run_id: str, ref: AttemptRef) -> Stored | Damaged:
+    """Read one attempt; a record that exists but cannot be read comes back as Damaged."""
     try:
         return store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
     except (Corrupt, UnsupportedVersion) as exc:
         return damaged_from(exc, ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
 
 
-def _flight_events(
-    store: Store, ticket_id: str, run_id: str, refs: tuple[AttemptRef, ...], names: tuple[str, ...]
-) -> Iterator[Entry]:
-    """The events of attempts newer than their phase's newest record: the attempts in flight."""
+def flight_attempts(refs: Iterable[AttemptRef], names: Iterable[str]) -> dict[tuple[int, str, int], list[str]]:
+    """The attempts in flight (events newer than their phase's newest record), sorted, with their
+    event names."""
     top: dict[int, int] = {}
     for ref in refs:
         top[ref.phase_ordinal] = max(top.get(ref.phase_ordinal, 0), ref.attempt_number)
-    wanted: set[tuple[int, str, int]] = set()
+    wanted: dict[tuple[int, str, int], list[str]] = {}
     for name in names:
         parsed = parse_event_name(name)
         if parsed is not None and parsed.attempt > top.get(parsed.ordinal, 0):
-            wanted.add((parsed.ordinal, parsed.phase, parsed.attempt))
-    for ordinal, phase, attempt in sorted(wanted):
-        yield from store.entries("progress", ticket_id, run_id, event_prefix(ordinal, phase, attempt))
+            wanted.setdefault((parsed.ordinal, parsed.phase, parsed.attempt), []).append(name)
+    return dict(sorted(wanted.items()))

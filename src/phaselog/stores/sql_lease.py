@@ -18,9 +18,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import Fenced, RunHeld, StoreError
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.errors import Fenced, RunHeld
 from phaselog.stores.base import Judge, LeaseState, RunFence
+from phaselog.stores.kernel import check_run_key, fenced
 
 if TYPE_CHECKING:
     from phaselog.stores.sql import SqlStore
@@ -57,13 +57,7 @@ def check_fence(store: SqlStore, conn: Any, fence: RunFence) -> None:
         (fence.ticket_id, fence.run_id),
     ).fetchone()
     if row is None or int(row[0]) != fence.token or not row[1]:
-        now = "no lease" if row is None else f"token {row[0]}" + ("" if row[1] else ", released")
-        raise Fenced(
-            f"run {fence.run_id}: this runner's lease (fencing token {fence.token}) was taken over ({now}); "
-            "nothing was written",
-            rule="fencing_token",
-            token=fence.token,
-        )
+        raise fenced(fence, None if row is None else row[0], released=not row[1])
 
 
 class SqlRunLeases:
@@ -74,9 +68,7 @@ class SqlRunLeases:
 
     @staticmethod
     def _key(ticket_id: str, run_id: str) -> tuple[str, str]:
-        validate_ticket_id(ticket_id)
-        if not is_canonical_uuid(run_id):
-            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        check_run_key(ticket_id, run_id)
         return ticket_id, run_id
 
     def _state(self, key: tuple[str, str], row: Any, now: float) -> LeaseState:

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from phaselog.errors import AlreadyExists, OutcomeUnknown, StoreError
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import PruneTarget
+from phaselog.stores.kernel import check_run_key
 from phaselog.stores.names import parse_note_name
 
 
@@ -48,9 +49,7 @@ class SqlRetentionMixin:
         until the prune of this run commits. Reads through this store inside the block run in
         the transaction and are not retried.
         """
-        validate_ticket_id(ticket_id)
-        if not is_canonical_uuid(run_id):
-            raise StoreError(f"run_id {run_id!r} is not a canonical UUID")
+        check_run_key(ticket_id, run_id)
         if self._held:
             raise StoreError("locked_run() does not nest")
         try:

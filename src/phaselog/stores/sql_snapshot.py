@@ -18,8 +18,7 @@ from phaselog.errors import Corrupt, UnsupportedVersion
 from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import AttemptRef, Damaged, Stored
 from phaselog.stores.kernel import damaged_from
-from phaselog.stores.names import parse_event_name
-from phaselog.stores.snapshot import Entry, RunSnapshot
+from phaselog.stores.snapshot import Entry, RunSnapshot, assemble, flight_attempts, get_or_damaged, load_latest
 
 if TYPE_CHECKING:
     from phaselog.stores.sql import SqlStore
@@ -58,8 +57,8 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
             )
         except (Corrupt, UnsupportedVersion) as exc:
             records[(ordinal, attempt)] = damaged_from(exc, ticket_id, run_id, ordinal, phase, attempt)
-    if not history:
-        _older_completed(store, ticket_id, run_id, refs, records)
+    if not history:  # when a phase's newest completed record is damaged, read down to an intact one
+        load_latest(refs, records, lambda ref: get_or_damaged(store, ticket_id, run_id, ref))
     order = f" ORDER BY kind, name{store.dialect.collate}"  # a fixed collation clause; values are bound
     entry_rows = store._query(_ENTRIES + order, (1 if history else 0, ticket_id, run_id))
     names: list[str] = []
@@ -78,56 +77,19 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
             markers.append((name, f"{ticket_id}/.markers/{name}.json", body.encode("utf-8")))
     if not history:
         events = _flight_events(store, ticket_id, run_id, refs, names)
-    snap = RunSnapshot(
-        ticket_id, run_id, tuple(refs), records, tuple(names), tuple(events), tuple(approvals), None, history
+    return assemble(
+        RunSnapshot(
+            ticket_id, run_id, tuple(refs), records, tuple(names), tuple(events), tuple(approvals), None, history
+        ),
+        lambda: markers,
     )
-    if snap.pipeline_ref() is None:
-        snap = RunSnapshot(
-            ticket_id, run_id, tuple(refs), records, tuple(names), tuple(events), tuple(approvals),
-            tuple(markers), history,
-        )  # fmt: skip
-    return snap
-
-
-def _older_completed(
-    store: SqlStore,
-    ticket_id: str,
-    run_id: str,
-    refs: list[AttemptRef],
-    records: dict[tuple[int, int], Stored | Damaged],
-) -> None:
-    """When a phase's newest completed record is damaged, read down to the newest intact one."""
-    by_phase: dict[int, list[AttemptRef]] = {}
-    for ref in refs:
-        by_phase.setdefault(ref.phase_ordinal, []).append(ref)
-    for lst in by_phase.values():
-        for ref in reversed(lst):
-            if not ref.completed:
-                continue
-            key = (ref.phase_ordinal, ref.attempt_number)
-            got = records.get(key)
-            if got is None:
-                try:
-                    got = store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
-                except (Corrupt, UnsupportedVersion) as exc:
-                    got = damaged_from(exc, ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)
-                records[key] = got
-            if isinstance(got, Stored):
-                break
 
 
 def _flight_events(
     store: SqlStore, ticket_id: str, run_id: str, refs: list[AttemptRef], names: list[str]
 ) -> list[Entry]:
     """The bodies of events newer than their phase's newest record (one query, only if any)."""
-    top: dict[int, int] = {}
-    for ref in refs:
-        top[ref.phase_ordinal] = max(top.get(ref.phase_ordinal, 0), ref.attempt_number)
-    wanted = []
-    for name in names:
-        parsed = parse_event_name(name)
-        if parsed is not None and parsed.attempt > top.get(parsed.ordinal, 0):
-            wanted.append(name)
+    wanted = [name for attempt_names in flight_attempts(refs, names).values() for name in attempt_names]
     if not wanted:
         return []
     marks = ", ".join("?" for _ in wanted)
