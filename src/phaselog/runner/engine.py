@@ -34,11 +34,13 @@ from phaselog.errors import (
 from phaselog.pipelines import Execution, Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
-from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, explain
+from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, plan_run
 from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER, Heartbeat
 from phaselog.runner.outcome import Failure, Success
-from phaselog.runner.result import PhaseOutcome, RunResult
+from phaselog.runner.result import PhaseOutcome, RunResult, after_writes
 from phaselog.runner.signals import Interrupt, SignalGuard, in_main_thread
+from phaselog.stores.base import Stored
+from phaselog.stores.snapshot import RunSnapshot
 
 #: Delays between tries of a checkpoint write that hit a store error (the phase itself succeeded).
 RECORD_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)
@@ -97,6 +99,10 @@ class Engine:
         self.heartbeat: Heartbeat | None = None
         self.outcomes: list[PhaseOutcome] = []
         self.payloads: dict[str, Mapping[str, Any]] = {}
+        #: The snapshot the run was planned from, and what this run wrote since (None: unknown,
+        #: an answer was lost): together, the run's state after it without reading it again.
+        self.snapshot: RunSnapshot | None = None
+        self.written: list[Stored] | None = []
 
     # -- the run --------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -141,14 +147,13 @@ class Engine:
         return result
 
     def _phases(self) -> str | None:
-        plan = explain(
+        plan, self.snapshot = plan_run(
             self.ledger,
             self.ticket_id,
             self.run_id,
-            pipeline=self.pipeline,
+            self.pipeline,
             workdir=self.workdir,
             fingerprints=self.fingerprints,
-            lease=False,
         )
         for i, p in enumerate(plan.phases):
             self.signals.check()
@@ -298,12 +303,15 @@ class Engine:
         with self.signals.critical():
             for delay in (*RECORD_RETRY_DELAYS, None):
                 try:
-                    self.ledger.write(self.ticket_id, self.run_id, ph.name, payload, **kwargs)
+                    done = self.ledger.write(self.ticket_id, self.run_id, ph.name, payload, **kwargs)
+                    if self.written is not None:
+                        self.written.append(done.stored)
                     return
                 except Fenced:
                     raise
                 except AlreadyExists as exc:
                     if last is not None and self._landed(ph, kwargs):
+                        self.written = None  # the state after the run is read again
                         return  # an earlier try was stored though its answer was lost
                     raise StoreError(
                         f"attempt {kwargs['attempt']} of {ph.name} was written by someone else while this runner "
@@ -343,7 +351,10 @@ class Engine:
 
     def _result(self, waiting: str | None, interrupted: int | None) -> RunResult:
         try:
-            status = self.ledger.status(self.ticket_id, self.run_id, pipeline=self.pipeline)
+            if self.snapshot is not None and self.written:
+                status = self.ledger._status_from(after_writes(self.snapshot, self.written), self.pipeline)
+            else:
+                status = self.ledger.status(self.ticket_id, self.run_id, pipeline=self.pipeline)
         except PhaselogError:
             status = None
         took = dict(self.lease.took_over) if self.lease and self.lease.took_over else None

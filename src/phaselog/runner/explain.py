@@ -29,6 +29,7 @@ from phaselog.state import (
     STALE,
     RunStatus,
 )
+from phaselog.stores.snapshot import RunSnapshot
 
 SKIP, RUN, WAIT, BLOCKED, NOT_REACHED = "skip", "run", "wait", "blocked", "not_reached"
 
@@ -136,8 +137,42 @@ def explain(
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline)
-    root = os.fspath(workdir) if workdir is not None else os.getcwd()
     st: RunStatus = ledger.status(ticket_id, run_id, pipeline=pl)
+    held = _lease(ledger, ticket_id, run_id) if lease else None
+    return _plan(ledger, ticket_id, run_id, pl, st, workdir, fingerprints, held)
+
+
+def plan_run(
+    ledger: Any,
+    ticket_id: str,
+    run_id: str,
+    pipeline: Pipeline,
+    *,
+    workdir: str | os.PathLike[str],
+    fingerprints: Mapping[str, str],
+) -> tuple[Explanation, RunSnapshot]:
+    """The runner's plan (``explain`` without the lease), and the snapshot it was made from.
+
+    The runner derives the run's state after its writes from this snapshot and the records it
+    wrote, instead of reading the run again.
+    """
+    snap: RunSnapshot = ledger.store.snapshot(ticket_id, run_id)
+    pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap)
+    st: RunStatus = ledger._status_from(snap, pl)
+    return _plan(ledger, ticket_id, run_id, pl, st, workdir, fingerprints, None), snap
+
+
+def _plan(
+    ledger: Any,
+    ticket_id: str,
+    run_id: str,
+    pl: Pipeline,
+    st: RunStatus,
+    workdir: str | os.PathLike[str] | None,
+    fingerprints: Mapping[str, str] | None,
+    held: Mapping[str, Any] | None,
+) -> Explanation:
+    root = os.fspath(workdir) if workdir is not None else os.getcwd()
     plans: list[PhasePlan] = []
     rerun: str | None = None  # the first earlier phase that runs again
     stop: str | None = None  # why the run stops before reaching later phases
@@ -197,7 +232,6 @@ def explain(
                 )
             )
             rerun = ps.phase
-    held = _lease(ledger, ticket_id, run_id) if lease else None
     return Explanation(ticket_id, run_id, pl.name, tuple(plans), held, st)
 
 

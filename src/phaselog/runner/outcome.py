@@ -81,12 +81,12 @@ def normalize(result: Any, workdir: Path) -> Success | Failure:
     if isinstance(artifacts, str | bytes) or not isinstance(artifacts, Sequence | set | frozenset):
         return Failure("bad_result", "artifacts must be a list of paths relative to the working directory")
     paths: list[str] = []
-    base = workdir.resolve()
     for a in artifacts:
         if not isinstance(a, str | Path):
             return Failure("bad_result", f"artifact {a!r} is not a path")
         p = Path(a)
         if p.is_absolute():
+            base = workdir.resolve()  # only here: a realpath costs a system call per folder
             try:
                 p = p.resolve().relative_to(base)
             except ValueError:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phaselog.state import RunStatus
+from phaselog.stores.base import AttemptRef, Stored
+from phaselog.stores.snapshot import RunSnapshot
 
 #: ``phaselog run`` exit codes (docs/runner.md).
 EXIT_OK, EXIT_FAILED, EXIT_WAITING, EXIT_HELD = 0, 1, 3, 75
@@ -112,3 +114,27 @@ class RunResult:
             "states": self.states,
             "took_over": self.took_over,
         }
+
+
+def after_writes(snap: RunSnapshot, written: list[Stored]) -> RunSnapshot:
+    """``snap`` with the records a runner appended since it was read (its state after the run).
+
+    The runner holds the run's lease, so nobody else appended meanwhile; every attempt it began
+    has its record among ``written`` (so no progress event of its own is in flight).
+    """
+    refs = [
+        AttemptRef(s.record.phase_ordinal, s.record.attempt_number, s.record.phase, s.record.completed) for s in written
+    ]
+    records = dict(snap.records)
+    records.update({(s.record.phase_ordinal, s.record.attempt_number): s for s in written})
+    return RunSnapshot(
+        ticket_id=snap.ticket_id,
+        run_id=snap.run_id,
+        attempts=tuple(sorted([*snap.attempts, *refs])),
+        records=records,
+        event_names=snap.event_names,
+        events=snap.events,
+        approvals=snap.approvals,
+        markers=snap.markers,
+        history=snap.history,
+    )
