@@ -51,16 +51,3 @@ def _bounded(seconds: float, text: str, field: str) -> timedelta:
             rule="duration_max",
         )
     return timedelta(seconds=seconds)
-
-
-def format_duration(td: timedelta) -> str:
-    """Render a timedelta compactly (``1h30m``, ``45s``)."""
-    secs = int(td.total_seconds())
-    if secs < 60:
-        return f"{td.total_seconds():g}s"
-    out = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        q, secs = divmod(secs, size)
-        if q:
-            out.append(f"{q}{unit}")
-    return "".join(out)

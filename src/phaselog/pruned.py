@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -409,9 +409,3 @@ def check_notes(
                 )
             )
     return problems
-
-
-def sequence_of(names: Sequence[str]) -> int:
-    """The next note sequence number given a run's note names."""
-    seqs = [s for s in (parse_note_name(n) for n in names) if s is not None]
-    return max(seqs, default=0) + 1

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from phaselog.errors import NotFound, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.pruned import PrunedRecord, PruneNote, legacy_hash, read_notes
+from phaselog.pruned import PrunedRecord, PruneNote, read_notes
 from phaselog.records import Checkpoint
 from phaselog.stores.base import Capability, PruneTarget, Retention
 from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_note_name
@@ -40,11 +40,6 @@ if TYPE_CHECKING:
     from phaselog.progress import Progress
     from phaselog.reads import Reads
     from phaselog.stores import Store
-
-
-def note_hash(document: Any) -> str:
-    """Content hash of a prune note document written before notes were audit records."""
-    return legacy_hash(document)
 
 
 @dataclass

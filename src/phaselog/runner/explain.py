@@ -18,6 +18,7 @@ from typing import Any
 
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
 from phaselog.pipelines import Pipeline
+from phaselog.runner.result import PhaseRow, row_of
 from phaselog.state import (
     AWAITING_APPROVAL,
     COMPLETED,
@@ -35,7 +36,7 @@ SKIP, RUN, WAIT, BLOCKED, NOT_REACHED = "skip", "run", "wait", "blocked", "not_r
 
 
 @dataclass(frozen=True)
-class PhasePlan:
+class PhasePlan(PhaseRow):
     """What the runner will do with one phase, and why."""
 
     phase: str
@@ -53,20 +54,6 @@ class PhasePlan:
     resume_from_step: int | None = None
     #: A rejection's comment, handed to the redo as ctx.rejection.
     rejection: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
-            "phase": self.phase,
-            "ordinal": self.ordinal,
-            "action": self.action,
-            "reason": self.reason,
-            "state": self.state,
-            "attempt": self.attempt,
-            "next_attempt": self.next_attempt,
-            "resume_from_step": self.resume_from_step,
-            "rejection": self.rejection,
-        }
 
 
 @dataclass(frozen=True)
@@ -98,10 +85,7 @@ class Explanation:
 
     def plan(self, phase: str) -> PhasePlan:
         """The plan of one phase."""
-        for p in self.phases:
-            if p.phase == phase:
-                return p
-        raise KeyError(phase)
+        return row_of(self.phases, phase)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON view (``phaselog explain``, the dashboard)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, TypeVar
 
 from phaselog.state import RunStatus
 from phaselog.stores.base import AttemptRef, Stored
@@ -13,8 +14,36 @@ from phaselog.stores.snapshot import RunSnapshot
 EXIT_OK, EXIT_FAILED, EXIT_WAITING, EXIT_HELD = 0, 1, 3, 75
 
 
+class _PerPhase(Protocol):
+    @property
+    def phase(self) -> str: ...
+
+
+_Row = TypeVar("_Row", bound=_PerPhase)
+
+
+class PhaseRow:
+    """A per-phase row of a view (a dataclass; ``explain``'s plans, a run's outcomes)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form: the fields in order, tuples as lists."""
+        out = {}
+        for f in fields(self):  # type: ignore[arg-type]  # every subclass is a dataclass
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+def row_of(rows: Iterable[_Row], phase: str) -> _Row:
+    """The row of ``phase`` (KeyError if there is none)."""
+    for row in rows:
+        if row.phase == phase:
+            return row
+    raise KeyError(phase)
+
+
 @dataclass(frozen=True)
-class PhaseOutcome:
+class PhaseOutcome(PhaseRow):
     """What this run did with one phase."""
 
     phase: str
@@ -27,17 +56,6 @@ class PhaseOutcome:
     #: The checkpoint that counts for the phase (written now, or kept).
     attempt: int | None = None
     error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form."""
-        return {
-            "phase": self.phase,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "attempts": list(self.attempts),
-            "attempt": self.attempt,
-            "error": self.error,
-        }
 
 
 @dataclass(frozen=True)
@@ -83,10 +101,7 @@ class RunResult:
 
     def outcome(self, phase: str) -> PhaseOutcome:
         """What this run did with ``phase``."""
-        for p in self.phases:
-            if p.phase == phase:
-                return p
-        raise KeyError(phase)
+        return row_of(self.phases, phase)
 
     def state(self, phase: str) -> str:
         """The phase's derived state after the run (``completed``, ``awaiting_approval`` …)."""
