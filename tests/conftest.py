@@ -126,12 +126,6 @@ def store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
 
 
 @pytest.fixture
-def files_store(root: Path) -> FilesStore:
-    """A files store at ``root`` (for tests about the files layout itself)."""
-    return FilesStore(root)
-
-
-@pytest.fixture
 def ledger(store: Store) -> Ledger:
     """A ledger over ``store``."""
     return phaselog.Ledger(store)
