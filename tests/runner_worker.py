@@ -77,6 +77,8 @@ def run_once(store: str, kind: str, ticket: str, run: str, folder: Path, *, wait
         result = pipe.run(ticket, run, store=store, workdir=folder, wait=wait, start_event_after=0.004)
     except phaselog.RunHeld:
         return 75
+    if result.exit_code != 0:  # said on stderr, for the test's failure report
+        print(json.dumps(result.to_json()), file=sys.stderr, flush=True)
     return result.exit_code
 
 
@@ -97,6 +99,11 @@ def zygote(store: str, kind: str, ticket: str) -> int:
                 code = 1
                 try:
                     code = run_once(store, kind, ticket, args[0], Path(args[1]))
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()  # os._exit below would lose it
+                    sys.stderr.flush()
                 finally:
                     os._exit(code)
             print(f"pid {pid}", flush=True)

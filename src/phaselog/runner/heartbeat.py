@@ -29,6 +29,8 @@ from typing import Any
 from phaselog.errors import AlreadyExists, Conflict, Fenced, PhaselogError
 
 DEFAULT_START_EVENT_AFTER = 1.0
+#: The shortest sleep of the thread between attempts (with start_event_after=0 it would spin).
+IDLE_TICK_MIN_S = 0.05
 
 
 class Heartbeat:
@@ -102,8 +104,13 @@ class Heartbeat:
         if self.lease.expires:
             due = self.lease.last_renewed + self.lease.ttl / 3
         current = self._current
-        if current is not None and self.start_event_after >= 0 and current[:2] not in self._started:
-            due = min(due, current[2] + self.start_event_after)
+        if self.start_event_after >= 0:
+            if current is not None and current[:2] not in self._started:
+                due = min(due, current[2] + self.start_event_after)
+            elif current is None:
+                # Between attempts: look again within start_event_after, so the thread is awake
+                # by the time the next attempt's start event is due and begin() need not wake it.
+                due = min(due, time.monotonic() + max(self.start_event_after, IDLE_TICK_MIN_S))
         return None if due == math.inf else due
 
     def _beat(self) -> None:

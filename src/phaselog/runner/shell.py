@@ -16,6 +16,7 @@ would take over waits until that group is gone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -39,11 +40,32 @@ KILL_GRACE_S = 5.0
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 
 
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
+@functools.cache
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up in the runner (never between fork and exec), or None."""
+    try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _die_with(parent: int) -> Any:
+    """The command's ``preexec_fn``: die with the runner ``parent`` (``PR_SET_PDEATHSIG``).
+
+    A runner killed after the fork but before the child asked for the signal would never send
+    it: the child then finds its parent changed, and exits before it runs anything.
+    """
+    prctl = _prctl()
+
+    def child() -> None:  # pragma: no cover - runs in the child between fork and exec
+        if prctl is not None:
+            prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGKILL)
+
+    return child
 
 
 def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: Path | None) -> Path:
@@ -107,7 +129,7 @@ class ShellPhase:
         ex = phase.execution
         kwargs: dict[str, Any] = {}
         if sys.platform.startswith("linux"):
-            kwargs["preexec_fn"] = _pdeathsig
+            kwargs["preexec_fn"] = _die_with(os.getpid())
         with open(log_path, "ab") as log:
             os.chmod(log_path, 0o600)
             try:
