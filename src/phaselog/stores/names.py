@@ -79,6 +79,11 @@ def failed_name(ordinal: int, phase: str, attempt: int) -> str:
     return f".failed_{ordinal}_{phase}_a{attempt}.json"
 
 
+def record_name(ordinal: int, phase: str, attempt: int, *, completed: bool) -> str:
+    """The name of a record: the seed file when completed, else the failed record."""
+    return checkpoint_name(ordinal, phase, attempt) if completed else failed_name(ordinal, phase, attempt)
+
+
 def _attempt(m: re.Match[str] | None) -> AttemptName | None:
     if m is None:
         return None
