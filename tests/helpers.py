@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,17 @@ import pytest
 
 # The instant most tests start their clock at.
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+# Seed 000, "Cron-Closeout Checkpoint Protocol" / "Checkpoint Schema": the guard state's fields, in order.
+GUARD_SEED_FIELDS = [
+    "schema_version",
+    "pass_count",
+    "last_status",
+    "last_run_at",
+    "consecutive_failures",
+    "dry_run",
+]
+# A UTC timestamp as the guard writes it.
+TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
 # -- time --------------------------------------------------------------------------------------------
@@ -55,6 +67,23 @@ def tree(root: Path) -> dict[str, str]:
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != ".lock"
+    }
+
+
+# -- records --------------------------------------------------------------------------------------
+def decision(did: str, selected: str = "a", **extra: Any) -> dict[str, Any]:
+    """One decision in seed 002's shape."""
+    return {
+        "decision_id": did,
+        "category": "creative_direction",
+        "subject": f"subject of {did}",
+        "options_considered": [
+            {"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
+            {"option_id": "b", "label": "Calm", "score": 0.4, "reason": "safe"},
+        ],
+        "selected": selected,
+        "reason": "fits the brand",
+        **extra,
     }
 
 
@@ -91,6 +120,26 @@ def cli_env(root: Path | None = None, **extra: str) -> dict[str, str]:
         env["HOME"] = str(root.parent / "user-home")
     env.update(extra)
     return env
+
+
+def command_paths() -> list[str]:
+    """Every command of the CLI (subcommands of groups too), in the order ``--help`` lists them."""
+    import click
+
+    from phaselog.cli import cli
+
+    def walk(group: click.Group, prefix: str) -> list[str]:
+        ctx = click.Context(group, info_name=prefix or "phaselog")
+        out: list[str] = []
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
+            path = f"{prefix} {name}".strip()
+            out.append(path)
+            if isinstance(cmd, click.Group):
+                out += walk(cmd, path)
+        return out
+
+    return walk(cli, "")
 
 
 def run_cli(

@@ -71,8 +71,13 @@ def shell_pipeline(workdir: Path) -> phaselog.PipelineRunner:
     return phaselog.pipeline(manifest)
 
 
+def pipeline_of(kind: str, workdir: Path) -> phaselog.PipelineRunner:
+    """The 5-phase pipeline of ``kind`` (python or shell) whose side effects go to ``workdir``."""
+    return python_pipeline(workdir) if kind == "python" else shell_pipeline(workdir)
+
+
 def run_once(store: str, kind: str, ticket: str, run: str, folder: Path, *, wait: bool = False) -> int:
-    pipe = python_pipeline(folder) if kind == "python" else shell_pipeline(folder)
+    pipe = pipeline_of(kind, folder)
     try:
         result = pipe.run(ticket, run, store=store, workdir=folder, wait=wait, start_event_after=0.004)
     except phaselog.RunHeld:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from helpers import Result, cli_env, tree
+from helpers import Result, cli_env, command_paths, tree
 from helpers import run_cli as run
-from phaselog.cli import cli, main
+from phaselog.cli import main
 from phaselog.ids import normalize_run_id
 from phaselog.ledger import Ledger
 
@@ -835,24 +835,6 @@ def test_format_table_guard_reset(root: Path) -> None:
     res = run(root, "guard", "reset", "--name", "nightly", "--by", "ana", "--format", "table")
     assert res.rc == 0
     assert not res.out.lstrip().startswith("{")
-
-
-def command_paths() -> list[str]:
-    """Every command (subcommands of groups too) in the order ``--help`` lists them."""
-    import click
-
-    def walk(group: click.Group, prefix: str) -> list[str]:
-        ctx = click.Context(group, info_name=prefix)
-        out: list[str] = []
-        for name in group.list_commands(ctx):
-            cmd = group.get_command(ctx, name)
-            path = f"{prefix} {name}".strip()
-            out.append(path)
-            if isinstance(cmd, click.Group):
-                out += walk(cmd, path)
-        return out
-
-    return walk(cli, "")
 
 
 def test_every_command_is_covered() -> None:

@@ -28,7 +28,7 @@ import pytest
 
 import phaselog
 from conftest import CREATE_PR, IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
-from helpers import T0, Clock
+from helpers import T0, Clock, decision
 from phaselog import (
     AlreadyExists,
     Conflict,
@@ -68,21 +68,6 @@ VIDEO = {
 def impl(i: int) -> dict[str, Any]:
     """An implement payload that names its attempt."""
     return {**IMPLEMENT, "files_changed": [f"src/f{i}.py"]}
-
-
-def decision(did: str, selected: str = "a") -> dict[str, Any]:
-    """One decision in seed 002's shape."""
-    return {
-        "decision_id": did,
-        "category": "creative_direction",
-        "subject": f"subject of {did}",
-        "options_considered": [
-            {"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
-            {"option_id": "b", "label": "Calm", "score": 0.4, "reason": "safe"},
-        ],
-        "selected": selected,
-        "reason": "fits the brand",
-    }
 
 
 # -- damage from outside ---------------------------------------------------------------------------

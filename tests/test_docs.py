@@ -12,29 +12,13 @@ from pathlib import Path
 import click
 import pytest
 
+from helpers import command_paths
 from phaselog.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 GENERATOR = REPO / "docs" / "gen_cli_reference.py"
 REFERENCE = REPO / "docs" / "cli-reference.md"
 README = REPO / "README.md"
-
-
-def command_paths() -> list[str]:
-    """Every command of the click tree (``progress show`` too), in listing order."""
-
-    def walk(group: click.Group, prefix: str) -> list[str]:
-        ctx = click.Context(group, info_name=prefix or "phaselog")
-        out: list[str] = []
-        for name in group.list_commands(ctx):
-            cmd = group.get_command(ctx, name)
-            path = f"{prefix} {name}".strip()
-            out.append(path)
-            if isinstance(cmd, click.Group):
-                out += walk(cmd, path)
-        return out
-
-    return walk(cli, "")
 
 
 @pytest.fixture(scope="module")

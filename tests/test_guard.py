@@ -11,7 +11,6 @@ import json
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,7 +27,8 @@ import psutil
 import pytest
 import yaml
 
-from helpers import Clock, catches_term, wait_for
+from helpers import GUARD_SEED_FIELDS as SEED_FIELDS
+from helpers import TS_Z, Clock, catches_term, wait_for
 from helpers import alive as running
 from phaselog.errors import UsageError
 from phaselog.guard import (
@@ -45,16 +45,6 @@ from phaselog.guard import (
 HOST = socket.gethostname()
 T0 = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)
 NAME = "closeout"
-# Seed 000, "Cron-Closeout Checkpoint Protocol" / "Checkpoint Schema": the fields, in order.
-SEED_FIELDS = [
-    "schema_version",
-    "pass_count",
-    "last_status",
-    "last_run_at",
-    "consecutive_failures",
-    "dry_run",
-]
-TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
 # -- helpers ---------------------------------------------------------------------------------------

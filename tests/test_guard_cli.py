@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,22 +21,13 @@ import psutil
 import pytest
 import yaml
 
-from helpers import Result, catches_term, cli_env, wait_for
+from helpers import GUARD_SEED_FIELDS as SEED_FIELDS
+from helpers import TS_Z, Result, catches_term, cli_env, wait_for
 from helpers import alive as running
 from helpers import run_cli as run
 
 HOST = socket.gethostname()
 NAME = "closeout"
-# Seed 000, "Cron-Closeout Checkpoint Protocol" / "Checkpoint Schema": the fields, in order.
-SEED_FIELDS = [
-    "schema_version",
-    "pass_count",
-    "last_status",
-    "last_run_at",
-    "consecutive_failures",
-    "dry_run",
-]
-TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
 def argv(*args: str) -> list[str]:

@@ -16,7 +16,7 @@ import yaml
 
 import phaselog
 from conftest import IMPLEMENT
-from helpers import Clock, tree
+from helpers import Clock, decision, tree
 from phaselog import InvalidRecord, PipelineError, PipelineMismatch, UsageError
 from phaselog.entries import Marker
 from phaselog.errors import Prerequisite
@@ -27,22 +27,6 @@ T = "VID-9"
 R1, R2 = "run-1", "run-2"
 RESEARCH = {"summary": "s", "sources": ["https://example.org/a"]}
 PROPOSAL = {"title": "Launch", "concept": "c"}
-
-
-def decision(did: str, selected: str = "a", **extra: Any) -> dict[str, Any]:
-    """One decision in seed 002's shape."""
-    return {
-        "decision_id": did,
-        "category": "creative_direction",
-        "subject": f"subject of {did}",
-        "options_considered": [
-            {"option_id": "a", "label": "Bold", "score": 0.8, "reason": "memorable"},
-            {"option_id": "b", "label": "Calm", "score": 0.4, "reason": "safe"},
-        ],
-        "selected": selected,
-        "reason": "fits the brand",
-        **extra,
-    }
 
 
 # -- ticket marker ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import phaselog
+from runner_worker import pipeline_of
 
 WORKER = Path(__file__).parent / "runner_worker.py"
 KILLS = int(os.environ.get("PHASELOG_CRASH_KILLS", "200"))
@@ -147,7 +148,7 @@ def test_sigkill_anywhere_then_rerun_until_complete(store_kind: str, kind: str, 
                     break
                 assert code == 75, f"a rerun exited {code}"
                 time.sleep(0.05)
-            check_trial(ledger, _pipeline(kind, workdir), "CRASH", run, workdir)
+            check_trial(ledger, pipeline_of(kind, workdir).pipeline, "CRASH", run, workdir)
     finally:
         zygote.close()
         ledger.close()
@@ -156,14 +157,3 @@ def test_sigkill_anywhere_then_rerun_until_complete(store_kind: str, kind: str, 
         f"phases whose side effect completed in the killed process: {dict(sorted(landed.items()))}"
     )
     assert kills == KILLS
-
-
-def _pipeline(kind: str, workdir: Path) -> Any:
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        import runner_worker
-    finally:
-        sys.path.pop(0)
-    return (
-        runner_worker.python_pipeline(workdir) if kind == "python" else runner_worker.shell_pipeline(workdir)
-    ).pipeline

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import phaselog
+from runner_worker import pipeline_of
 
 WORKER = Path(__file__).parent / "runner_worker.py"
 RUNNERS = 8
@@ -66,18 +67,7 @@ def test_eight_runners_on_one_run_exactly_one_runs_each_phase(
         lines = (workdir / "effects.log").read_text().splitlines()
         starts = collections.Counter(line.split()[0] for line in lines if line.split()[1] == "start")
         assert starts == dict.fromkeys(PHASES, 1), lines  # exactly one execution of each phase
-        assert ledger.status("RACE", run, pipeline=_pipeline(kind, workdir)).done
+        assert ledger.status("RACE", run, pipeline=pipeline_of(kind, workdir).pipeline).done
         records = ledger.list("RACE", run).items
         assert [(s.record.phase, s.record.attempt_number) for s in records] == [(p, 1) for p in PHASES]
         assert ledger.verify("RACE", run).ok
-
-
-def _pipeline(kind: str, workdir: Path) -> Any:
-    sys.path.insert(0, str(WORKER.parent))
-    try:
-        import runner_worker
-    finally:
-        sys.path.pop(0)
-    return (
-        runner_worker.python_pipeline(workdir) if kind == "python" else runner_worker.shell_pipeline(workdir)
-    ).pipeline
