@@ -352,7 +352,7 @@ class Engine:
     def _result(self, waiting: str | None, interrupted: int | None) -> RunResult:
         try:
             if self.snapshot is not None and self.written:
-                status = self.ledger._status_from(after_writes(self.snapshot, self.written), self.pipeline)
+                status = self.ledger.states.status_from(after_writes(self.snapshot, self.written), self.pipeline)
             else:
                 status = self.ledger.status(self.ticket_id, self.run_id, pipeline=self.pipeline)
         except PhaselogError:

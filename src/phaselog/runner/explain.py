@@ -142,7 +142,7 @@ def plan_run(
     """
     snap: RunSnapshot = ledger.store.snapshot(ticket_id, run_id)
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap)
-    st: RunStatus = ledger._status_from(snap, pl)
+    st: RunStatus = ledger.states.status_from(snap, pl)
     return _plan(ledger, ticket_id, run_id, pl, st, workdir, fingerprints, None), snap
 
 
