@@ -373,7 +373,9 @@ class Pruner:
 class Ledger(Protocol):
     """What the functions below need of a :class:`phaselog.ledger.Ledger`: its Pruner."""
 
-    retention: Pruner
+    @property
+    def retention(self) -> Pruner:
+        """The Ledger's Pruner."""
 
 
 def prune(
