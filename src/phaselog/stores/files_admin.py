@@ -27,7 +27,7 @@ from phaselog.ids import validate_ticket_id
 from phaselog.stores import names as _names
 from phaselog.stores.base import Capability, PruneTarget
 from phaselog.stores.files_io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
-from phaselog.stores.kernel import check_run_key
+from phaselog.stores.kernel import check_run_key, entry_location
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(
@@ -161,7 +161,7 @@ class FilesAdminMixin:
         h = _handle(handle)
         if _names.parse_note_name(name) is None:
             raise StoreError(f"{name!r} is not a prune note name")
-        rel = f"{h.ticket_id}/{h.run_id}/.pruned/{name}.json"
+        rel = entry_location("pruned", h.ticket_id, h.run_id, name)
         try:
             dir_fd = self._open_child(h.run_fd, ".pruned", create=True, rel=rel)
             try:

@@ -14,7 +14,7 @@ from typing import Any
 from phaselog.errors import AlreadyExists, OutcomeUnknown, StoreError
 from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import PruneTarget
-from phaselog.stores.kernel import check_run_key
+from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.names import parse_note_name
 
 
@@ -105,7 +105,7 @@ class SqlRetentionMixin:
         tid, rid = self._in_prune(handle)
         if parse_note_name(name) is None:
             raise StoreError(f"{name!r} is not a prune note name")
-        rel = f"{tid}/{rid}/.pruned/{name}.json"
+        rel = entry_location("pruned", tid, rid, name)
         taken = self.conn.execute(
             self._sql(
                 "SELECT 1 FROM phaselog_entries WHERE kind = 'pruned' AND ticket_id = ? AND run_id = ? AND name = ?"

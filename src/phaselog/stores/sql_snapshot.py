@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from phaselog.errors import Corrupt, UnsupportedVersion
 from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import AttemptRef, Damaged, Stored
-from phaselog.stores.kernel import damaged_from
+from phaselog.stores.kernel import damaged_from, entry_location
 from phaselog.stores.snapshot import Entry, RunSnapshot, assemble, flight_attempts, get_or_damaged, load_latest
 
 if TYPE_CHECKING:
@@ -65,16 +65,15 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
     events: list[Entry] = []
     approvals: list[Entry] = []
     markers: list[Entry] = []
-    run_dir = f"{ticket_id}/{run_id}"
     for kind, name, body in entry_rows:
         if kind == "progress":
             names.append(name)
             if history:
-                events.append((name, f"{run_dir}/.progress/{name}.json", body.encode("utf-8")))
+                events.append((name, entry_location("progress", ticket_id, run_id, name), body.encode("utf-8")))
         elif kind == "approvals":
-            approvals.append((name, f"{run_dir}/.approvals/{name}.json", body.encode("utf-8")))
+            approvals.append((name, entry_location("approvals", ticket_id, run_id, name), body.encode("utf-8")))
         else:
-            markers.append((name, f"{ticket_id}/.markers/{name}.json", body.encode("utf-8")))
+            markers.append((name, entry_location("markers", ticket_id, None, name), body.encode("utf-8")))
     if not history:
         events = _flight_events(store, ticket_id, run_id, refs, names)
     return assemble(
@@ -99,4 +98,4 @@ def _flight_events(
         f"AND name IN ({marks}) ORDER BY name{store.dialect.collate}",
         params,
     )
-    return [(n, f"{ticket_id}/{run_id}/.progress/{n}.json", b.encode("utf-8")) for n, b in rows]
+    return [(n, entry_location("progress", ticket_id, run_id, n), b.encode("utf-8")) for n, b in rows]
