@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.records import Checkpoint, format_timestamp, parse_timestamp
+from phaselog.records import Checkpoint
 
 if TYPE_CHECKING:
     from phaselog.gates import Gates
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     from phaselog.stores import Store
 
 DECISION_LOG_VERSION = "1.0"
-_KIND_ORDER = {"marker": 0, "progress": 1, "checkpoint": 2, "approval": 3}
-_NO_TIME = datetime.min.replace(tzinfo=UTC)  # damaged entries have no time: they sort first
 
 
 class Audit:
@@ -102,114 +99,24 @@ class Audit:
     # -- history ------------------------------------------------------------------------------------
     def history(self, ticket_id: str, run_id: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """Every record of a ticket (or run / phase) in time order: marker revisions, progress
-        events, checkpoints (completed and failed) and approvals."""
-        ticket_id = validate_ticket_id(ticket_id)
-        runs = [normalize_run_id(run_id)] if run_id is not None else self.store.runs(ticket_id)
-        out: list[dict[str, Any]] = []
-        if run_id is None and phase is None:
-            for m in self.tickets.markers(ticket_id):
-                out.append(
-                    _entry(
-                        m.timestamp,
-                        "marker",
-                        None,
-                        None,
-                        None,
-                        None,
-                        f"ticket marker revision {m.revision}: {m.title!r} ({m.pipeline})",
-                        m.content_hash,
-                        m.to_json(),
-                    )
-                )
-        for rid in runs:
-            phase_name = self.pipelines.for_run(ticket_id, rid).phase(phase).name if phase is not None else None
-            items, damaged = self.reads.run_records(ticket_id, rid)
-            for s in items:
-                cp = s.record
-                if phase_name and cp.phase != phase_name:
-                    continue
-                what = "completed" if cp.completed else f"failed: {cp.error}"
-                out.append(
-                    _entry(
-                        cp.timestamp_utc,
-                        "checkpoint",
-                        rid,
-                        cp.phase,
-                        cp.attempt_number,
-                        None,
-                        f"{cp.phase} attempt {cp.attempt_number} {what}",
-                        cp.content_hash,
-                        {**cp.to_json(), "checkpoint_path": s.location},
-                        ordinal=cp.phase_ordinal,
-                    )
-                )
-            for (ordinal, attempt), events in self.events.event_index(ticket_id, rid).items():
-                for ev in events:
-                    if phase_name and ev.phase != phase_name:
-                        continue
-                    if ev.event == "step":  # "step 3", never "step step 3"
-                        what = f"step {ev.step}" if ev.step is not None else "step"
-                    else:
-                        what = f"{ev.event} (step {ev.step})" if ev.step is not None else ev.event
-                    out.append(
-                        _entry(
-                            ev.timestamp,
-                            "progress",
-                            rid,
-                            ev.phase,
-                            attempt,
-                            ev.seq,
-                            f"{ev.phase} attempt {attempt} {what}",
-                            ev.content_hash,
-                            ev.to_json(),
-                            ordinal=ordinal,
-                        )
-                    )
-            for a in self.gates.approvals(ticket_id, rid):
-                if phase_name and a.phase != phase_name:
-                    continue
-                verb = "approved" if a.approved else "rejected"
-                note = f": {a.comment}" if a.comment else ""
-                out.append(
-                    _entry(
-                        a.timestamp,
-                        "approval",
-                        rid,
-                        a.phase,
-                        a.attempt_number,
-                        a.seq,
-                        f"{a.phase} attempt {a.attempt_number} {verb} by {a.by}{note}",
-                        a.content_hash,
-                        a.to_json(),
-                        ordinal=a.phase_ordinal,
-                    )
-                )
-            for d in damaged:
-                out.append(
-                    {
-                        "at": None,
-                        "kind": "damaged",
-                        "run_id": rid,
-                        "phase": d.phase,
-                        "attempt_number": d.attempt_number,
-                        "seq": None,
-                        "summary": f"damaged: {d.location}: {d.message}",
-                        "hash": None,
-                        "record": d.to_json(),
-                    }
-                )
-        # Sort by the time itself: as strings, "…:00.5Z" sorts before "…:00Z" ('.' < 'Z').
-        out.sort(
-            key=lambda e: (
-                parse_timestamp(e["at"], field="at") if e["at"] else _NO_TIME,
-                _KIND_ORDER.get(e["kind"], 9),
-                e["run_id"] or "",
-                e.pop("_ordinal", 0),
-                e["attempt_number"] or 0,
-                e["seq"] or 0,
+        events, checkpoints (completed and failed) and approvals (see :mod:`phaselog.history`;
+        ``sorted_history`` streams the same entries in bounded memory)."""
+        from phaselog.history import history_items
+
+        items = list(
+            history_items(
+                self.store,
+                ticket_id,
+                run_id,
+                phase,
+                markers=self.tickets.markers,
+                pipeline_for=self.pipelines.for_run,
+                event_index=self.events.event_index,
+                approvals=self.gates.approvals,
             )
         )
-        return out
+        items.sort(key=lambda kv: kv[0])
+        return [entry for _, entry in items]
 
     # -- diff ---------------------------------------------------------------------------------------
     def diff(self, ticket_id: str, a: str, b: str) -> dict[str, Any]:
@@ -266,30 +173,3 @@ class Audit:
         else:
             view["progress"] = None
         return view
-
-
-def _entry(
-    at: datetime,
-    kind: str,
-    run_id: str | None,
-    phase: str | None,
-    attempt: int | None,
-    seq: int | None,
-    summary: str,
-    digest: str,
-    record: dict[str, Any],
-    *,
-    ordinal: int = 0,
-) -> dict[str, Any]:
-    return {
-        "at": format_timestamp(at),
-        "kind": kind,
-        "run_id": run_id,
-        "phase": phase,
-        "attempt_number": attempt,
-        "seq": seq,
-        "summary": summary,
-        "hash": digest,
-        "record": record,
-        "_ordinal": ordinal,
-    }

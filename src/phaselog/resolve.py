@@ -21,7 +21,7 @@ from phaselog.stores.snapshot import RunSnapshot
 
 #: A pipeline as callers name it: the object, a manifest name, or None (the run's own / the default).
 PipelineArg = Pipeline | str | None
-_CACHE_LIMIT = 10_000
+_CACHE_LIMIT = 1_000  # bounded: a copy of 100k runs must not grow with them
 
 
 class PipelineResolver:

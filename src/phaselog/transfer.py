@@ -110,6 +110,7 @@ def import_records(
     lines: Iterable[Any],
     *,
     on_record: Callable[[], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
     pipelines_root: str | os.PathLike[str] | None = None,
 ) -> ImportReport:
     """Write export lines into ``store`` (see :mod:`phaselog.importing`). Idempotent.
@@ -119,14 +120,73 @@ def import_records(
     that does not link is refused with what depends on it (``conflicts``), the rest is stored.
     ``pipelines_root``: where the records' pipeline manifests are (``copy`` passes the source's
     root); by default the target's own, as for a write.
+
+    Memory stays flat: ``lines`` is read once, each line checked and kept in a spooled file;
+    then, run by run (an export lists each run's lines together), the lines are planned and
+    stored. Lines not grouped by run (not an export's order) are planned all at once in memory.
+    ``on_total`` gets the number of lines once they are all checked; ``on_record`` one call per line.
     """
-    from phaselog.importing import Plan, check_entry_phases, parse_line, plan_markers, plan_run
+    from phaselog.importing import check_entry_phases, parse_line
     from phaselog.ledger import Ledger
+    from phaselog.streams import spool
 
     ledger = Ledger(store, pipelines_root=pipelines_root)
-    items = [parse_line(n, line, ledger) for n, line in enumerate(lines, start=1)]
-    check_entry_phases(items, ledger)
-    plan = Plan()
+    with spool() as saved:
+        # Pass 1: check every line on its own (and each run's entries against its pipeline).
+        total, grouped, key = 0, True, None
+        group: list[Any] = []
+        deferred: InvalidRecord | None = None  # the first phase error, raised after every line parsed
+        for n, line in enumerate(lines, start=1):
+            item = parse_line(n, line, ledger)
+            saved.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+            total = n
+            here = (item.ticket_id, item.run_id or "")
+            if grouped and key is not None and here < key:
+                grouped = False  # not in export order: checked and planned all at once below
+            if grouped and here != key:
+                deferred = deferred or _phase_error(check_entry_phases, group, ledger)
+                group = []
+            key = here
+            if grouped:
+                group.append(item)
+        if grouped:
+            deferred = deferred or _phase_error(check_entry_phases, group, ledger)
+            if deferred is not None:
+                raise deferred
+        group = []
+        if on_total:
+            on_total(total)
+        saved.seek(0)
+        items = (parse_line(n, json_loads(text), ledger) for n, text in enumerate(saved, start=1))
+        if grouped:
+            return _import_groups(store, ledger, _consecutive(items), on_record)
+        everything = list(items)
+        check_entry_phases(everything, ledger)
+        return _import_groups(store, ledger, _by_run(everything), on_record)
+
+
+def _phase_error(check: Callable[[list[Any], Any], None], group: list[Any], ledger: Any) -> InvalidRecord | None:
+    try:
+        check(group, ledger)
+    except InvalidRecord as exc:
+        return exc
+    return None
+
+
+def _consecutive(items: Iterable[Any]) -> Iterator[list[Any]]:
+    """Runs of items with the same (ticket, run), in input order."""
+    group: list[Any] = []
+    for item in items:
+        if group and (item.ticket_id, item.run_id) != (group[0].ticket_id, group[0].run_id):
+            yield group
+            group = []
+        group.append(item)
+    if group:
+        yield group
+
+
+def _by_run(items: list[Any]) -> list[list[Any]]:
+    """Items grouped by (ticket, run) wherever they are: every ticket's markers first, then runs."""
     markers: dict[str, list[Any]] = {}
     runs: dict[tuple[str, str], list[Any]] = {}
     for item in items:
@@ -134,23 +194,37 @@ def import_records(
             markers.setdefault(item.ticket_id, []).append(item)
         else:
             runs.setdefault((item.ticket_id, item.run_id), []).append(item)
-    for tid, group in markers.items():
-        plan_markers(ledger, tid, group, plan)
-    for (tid, rid), group in runs.items():
-        plan_run(ledger, tid, rid, group, plan)
-    rep = ImportReport(skipped=plan.skipped, conflicts=list(plan.refused))
-    for item in plan.store:
-        try:
-            _store(store, item)
-        except (AlreadyExists, Conflict) as exc:  # a writer got there meanwhile
-            rep.conflicts.append({"line": item.where, "path": item.ticket_id, "message": exc.message})
+    return [*markers.values(), *runs.values()]
+
+
+def _import_groups(
+    store: Store, ledger: Any, groups: Iterable[list[Any]], on_record: Callable[[], None] | None
+) -> ImportReport:
+    """Plan and store each group (one ticket's markers, or one run) in turn."""
+    from phaselog.importing import Plan, plan_markers, plan_run
+
+    rep = ImportReport()
+    for group in groups:
+        first = group[0]
+        plan = Plan()
+        if first.run_id is None:
+            plan_markers(ledger, first.ticket_id, group, plan)
         else:
-            rep.added += 1
+            plan_run(ledger, first.ticket_id, first.run_id, group, plan)
+        rep.skipped += plan.skipped
+        rep.conflicts.extend(plan.refused)
+        for item in plan.store:
+            try:
+                _store(store, item)
+            except (AlreadyExists, Conflict) as exc:  # a writer got there meanwhile
+                rep.conflicts.append({"line": item.where, "path": item.ticket_id, "message": exc.message})
+            else:
+                rep.added += 1
+            if on_record:
+                on_record()
         if on_record:
-            on_record()
-    if on_record:
-        for _ in range(len(items) - len(plan.store)):
-            on_record()
+            for _ in range(len(group) - len(plan.store)):
+                on_record()
     rep.conflicts.sort(key=lambda c: int(str(c["line"]).split()[-1]))
     return rep
 

@@ -10,7 +10,7 @@ Imports are for type checking only, so the CLI can import this module at start-u
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from phaselog.runner.explain import Explanation
     from phaselog.runner.result import RunResult
     from phaselog.state import RunStatus
-    from phaselog.stores.base import Stored
+    from phaselog.stores.base import Damaged, Stored
+    from phaselog.streams import ExternalSort
     from phaselog.validation import Report
     from phaselog.verify import VerifyReport
 
@@ -74,13 +75,53 @@ def page(listing: Page) -> dict[str, Any]:
     completed = listing.completed
     return {
         "count": len(completed),
-        "checkpoints": [s.record.seed_dict() for s in completed],
-        "failed_attempts": [
-            {**s.record.seed_dict(), "status": "failed", "error": s.record.error} for s in listing.failed
-        ],
-        "warnings": [{**d.to_json(), "message": f"skipped damaged file: {d.message}"} for d in listing.damaged],
+        "checkpoints": [listed_checkpoint(s) for s in completed],
+        "failed_attempts": [failed_attempt(s) for s in listing.failed],
+        "warnings": [damaged_warning(d) for d in listing.damaged],
         "next_after": listing.next_after,
     }
+
+
+def listed_checkpoint(stored: Stored) -> dict[str, Any]:
+    """A completed checkpoint in a listing: its seed fields."""
+    return stored.record.seed_dict()
+
+
+def failed_attempt(stored: Stored) -> dict[str, Any]:
+    """A failed attempt in a listing: its seed fields, status and error."""
+    return {**stored.record.seed_dict(), "status": "failed", "error": stored.record.error}
+
+
+def damaged_warning(entry: Damaged) -> dict[str, Any]:
+    """A damaged entry in a listing (reported, never used)."""
+    return {**entry.to_json(), "message": f"skipped damaged file: {entry.message}"}
+
+
+def page_stream(entries: Iterable[Stored | Damaged]) -> Iterator[tuple[str, Any]]:
+    """The fields of :func:`page` for a whole listing, read once and held on disk past a MiB.
+
+    Written with :func:`phaselog.streams.write_object`, the bytes are those of ``page``'s JSON.
+    """
+    from phaselog.stores.base import Damaged
+    from phaselog.streams import SpooledArray
+
+    completed, failed, warnings = SpooledArray(), SpooledArray(), SpooledArray()
+    try:
+        for e in entries:
+            if isinstance(e, Damaged):
+                warnings.append(damaged_warning(e))
+            elif e.record.completed:
+                completed.append(listed_checkpoint(e))
+            else:
+                failed.append(failed_attempt(e))
+        yield "count", completed.count
+        yield "checkpoints", completed
+        yield "failed_attempts", failed
+        yield "warnings", warnings
+        yield "next_after", None
+    finally:
+        for arr in (completed, failed, warnings):
+            arr.close()
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -102,6 +143,14 @@ def verify_report(report: VerifyReport) -> dict[str, Any]:
 def history(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A ticket's records in time order."""
     return {"count": len(entries), "history": list(entries)}
+
+
+def history_stream(entries: ExternalSort) -> Iterator[tuple[str, Any]]:
+    """The fields of :func:`history` from a sorted stream (``phaselog.history.sorted_history``)."""
+    from phaselog.streams import Items
+
+    yield "count", entries.count
+    yield "history", Items(entries)
 
 
 def forked(new_run_id: str, from_run_id: str, written_records: Iterable[WriteResult]) -> dict[str, Any]:

@@ -1,16 +1,18 @@
 """Rendering for the command line: JSON text, tables and error objects, built in memory.
 
 Every function here returns text; nothing is printed until a command's whole output is ready
-(a command that succeeded must not fail half-way through printing its result).
+(a command that succeeded must not fail half-way through printing its result). Streamed output
+(see phaselog.streams) is written into a spooled buffer first, and printed from it once complete.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 from phaselog.errors import PhaselogError
 
@@ -40,6 +42,19 @@ def write(text: str) -> None:
     sys.stdout.flush()
 
 
+def write_spooled(out: IO[str], *, escape: bool) -> None:
+    """Print finished output from a spooled buffer; JSON (``escape``) all ASCII-escaped when
+    stdout cannot encode it, as :func:`json_text` does."""
+    from phaselog.streams import copy_out
+
+    if escape:
+        copy_out(out, sys.stdout, sys.stdout.encoding)
+    else:
+        out.seek(0)
+        shutil.copyfileobj(out, sys.stdout)
+    sys.stdout.flush()
+
+
 def error_text(err: PhaselogError, correlation_id: str | None = None) -> str:
     """The JSON error object of ``err``."""
     out = err.to_dict()
@@ -48,6 +63,8 @@ def error_text(err: PhaselogError, correlation_id: str | None = None) -> str:
     return json_text(out)
 
 
+#: A table shows at most this many rows (a longer listing says how to see the rest).
+TABLE_MAX_ROWS = 1000
 #: No column is squeezed below this many characters (or its own width, when narrower).
 MIN_COLUMN = 12
 #: Columns at most this wide are never wrapped (short hashes, run ids, states, phase names).

@@ -24,9 +24,9 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 
@@ -100,6 +100,23 @@ class Result:
     table: TableFn | None = None
     exit_code: int = 0
     envelope: bool = True
+
+
+@dataclass
+class Streamed:
+    """A result written piece by piece (listings of a whole ticket): memory stays flat.
+
+    ``fields`` yields the JSON object's (key, value) pairs; a value may be
+    :class:`phaselog.streams.Items` or :class:`~phaselog.streams.SpooledArray`, written item by
+    item (the bytes are those of the whole-list JSON). ``table`` writes the ``--format table``
+    output into a text sink. Either is written into a spooled buffer first and printed only once
+    complete, so a failure half-way still prints just the error. ``close`` runs at the end.
+    """
+
+    fields: Callable[[], Iterable[tuple[str, Any]]]
+    table: Callable[[IO[str]], None] | None = None
+    exit_code: int = 0
+    close: Callable[[], None] | None = None
 
 
 def fail(err: PhaselogError, correlation_id: str | None = None, fmt: str = "json") -> NoReturn:
@@ -220,6 +237,44 @@ class Call:
                     raise
         return _render.json_text(data)
 
+    def render_stream(self, result: Streamed) -> IO[str]:
+        """The whole output of a streamed result, in a spooled buffer (rewound by the printer)."""
+        from phaselog import streams
+
+        out = streams.spool()
+        try:
+            if self.table_of(result):
+                assert result.table is not None
+                try:
+                    result.table(out)
+                except PhaselogError:
+                    raise
+                except Exception:  # rendering must not turn a success into a failure: JSON instead
+                    if os.environ.get("PHASELOG_DEBUG"):
+                        raise
+                    out.seek(0)
+                    out.truncate()
+                    streams.write_object(out, self._envelope(result.fields()))
+            else:
+                streams.write_object(out, self._envelope(result.fields()))
+        except BaseException:
+            out.close()
+            raise
+        return out
+
+    def table_of(self, result: Streamed) -> bool:
+        """Whether ``result`` is shown as a table (else JSON)."""
+        return self.fmt != "json" and result.table is not None
+
+    def _envelope(self, fields: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        seen = False
+        yield "success", True
+        for key, value in fields:
+            seen = seen or key == "correlation_id"
+            yield key, value
+        if not seen:
+            yield "correlation_id", self.correlation_id
+
 
 # -- shared options -------------------------------------------------------------------------------
 ROOT_HELP = "Files store root (default ~/.phaselog). Env: PHASELOG_HOME."
@@ -286,7 +341,7 @@ def command(
     writes: bool = False,
     section: str | None = None,
     **settings: Any,
-) -> Callable[[Callable[..., Result | None]], click.Command]:
+) -> Callable[[Callable[..., Result | Streamed | None]], click.Command]:
     """Make ``fn(call, **options) -> Result | None`` a command of ``group`` with the shared options.
 
     ``store``: ``--root`` (and ``--store`` unless ``store_help`` is None); ``pipeline``:
@@ -300,17 +355,25 @@ def command(
     if not isinstance(group, click.Group):
         raise TypeError(f"command(): {group.name} is not a group")
 
-    def decorate(fn: Callable[..., Result | None]) -> click.Command:
+    def decorate(fn: Callable[..., Result | Streamed | None]) -> click.Command:
         @functools.wraps(fn)
         def run(**kwargs: Any) -> None:
             shared = {k: kwargs.pop(k) for k in names}
             call = Call(**shared, writes=writes)
             error: PhaselogError | None = None
-            result: Result | None = None
+            result: Result | Streamed | None = None
             text = ""
+            spooled: IO[str] | None = None
             try:
                 result = fn(call, **kwargs)
-                text = call.render(result) if result is not None else ""
+                if isinstance(result, Streamed):
+                    try:
+                        spooled = call.render_stream(result)
+                    finally:
+                        if result.close is not None:
+                            result.close()
+                else:
+                    text = call.render(result) if result is not None else ""
             except PhaselogError as exc:
                 error = exc
             finally:
@@ -319,6 +382,9 @@ def command(
                 fail(error, call.correlation_id, call.fmt)
             if text:
                 _render.write(text)
+            if spooled is not None:
+                with spooled:
+                    _render.write_spooled(spooled, escape=isinstance(result, Streamed) and not call.table_of(result))
             if result is not None and result.exit_code:
                 sys.exit(result.exit_code)
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import IO, Any
 
 import click
 
 from phaselog import views
 from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import read_output
-from phaselog.cli._render import lines, short_time, table, without_path
-from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table, without_path
+from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
 from phaselog.errors import PhaselogError, UsageError
 
 EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
@@ -278,25 +279,35 @@ def decisions(call: Call, ticket_id: str) -> Result:
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="Only this run.")
 @click.option("--phase", help="Only this phase (name or ordinal).")
-def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -> Result:
+def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -> Streamed:
     """Every record in time order: checkpoints, failed attempts, progress, approvals, marker revisions.
+
+    Streamed: memory stays flat however long the history; a table shows the first 1,000 entries.
 
     \b
     Example:
       phaselog history --ticket-id PROJ-1234 --format table
     """
-    entries = call.ledger.history(ticket_id, run_id, phase)
-    return Result(
-        views.history(entries),
-        lambda d: table(
-            [
-                [short_time(e["at"]), (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]]
-                for e in d["history"]
-            ],
-            ["at", "run", "kind", "what", "hash"],
-            title=f"history of {ticket_id}",
-        ),
-    )
+    from phaselog.history import sorted_history
+
+    entries = sorted_history(call.ledger, ticket_id, run_id, phase)  # reads everything: errors before output
+
+    def show(out: IO[str]) -> None:
+        rows = [
+            [short_time(e["at"]), (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]]
+            for e in itertools.islice(entries, TABLE_MAX_ROWS)
+        ]
+        rest = entries.count - len(rows)
+        out.write(
+            lines(
+                table(rows, ["at", "run", "kind", "what", "hash"], title=f"history of {ticket_id}"),
+                f"… and {rest:,} more (a table shows at most {TABLE_MAX_ROWS:,} rows; --format json lists every one)"
+                if rest > 0
+                else "",
+            )
+        )
+
+    return Streamed(lambda: views.history_stream(entries), show, close=entries.close)
 
 
 # -- diff / fork ---------------------------------------------------------------------------------------

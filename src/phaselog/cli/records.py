@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import IO, Any
 
 import click
 
 from phaselog import views
 from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import json_opt
-from phaselog.cli._render import lines, short_time, table
-from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table
+from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
 from phaselog.errors import PhaselogError, UsageError
+from phaselog.listing import cursor_of
+from phaselog.stores.base import Damaged, Stored
 
 
 # -- write ----------------------------------------------------------------------------------------
@@ -170,38 +174,59 @@ def validate(
 @click.option("--run-id", help="Only this run.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many records (then use --after).")
 @click.option("--after", metavar="CURSOR", help="Continue after this cursor (next_after of the last page).")
-def list_cmd(call: Call, ticket_id: str, run_id: str | None, limit: int | None, after: str | None) -> Result:
+def list_cmd(call: Call, ticket_id: str, run_id: str | None, limit: int | None, after: str | None) -> Result | Streamed:
     """List checkpoints ordered by run, phase ordinal and attempt; damaged files under warnings.
+
+    Without --limit the whole listing is streamed (memory stays flat); a table shows at most
+    1,000 rows and the --after cursor to continue.
 
     \b
     Examples:
       phaselog list --ticket-id PROJ-1234
       phaselog list --ticket-id PROJ-1234 --run-id a1b2c3d4 --limit 100
     """
+    if limit is None:
+        from phaselog.listing import iter_listing
+
+        store = call.ledger.store
+        iter_listing(store, ticket_id, run_id, after=after)  # bad ids or cursor: an error before any output
+
+        def show_stream(out: IO[str]) -> None:
+            entries = iter_listing(store, ticket_id, run_id, after=after)
+            shown = list(itertools.islice(entries, TABLE_MAX_ROWS))
+            more = next(entries, None) is not None
+            out.write(_list_table(ticket_id, shown, cursor_of(shown[-1]) if more else None, capped=more))
+
+        return Streamed(lambda: views.page_stream(iter_listing(store, ticket_id, run_id, after=after)), show_stream)
+
     page = call.ledger.list(ticket_id, run_id, after=after, limit=limit)
+    return Result(views.page(page), lambda _: _list_table(ticket_id, [*page.items, *page.damaged], page.next_after))
 
-    def show(_: dict[str, Any]) -> str:
-        rows: list[list[Any]] = [
+
+def _list_table(
+    ticket_id: str, entries: Sequence[Stored | Damaged], next_after: str | None, *, capped: bool = False
+) -> str:
+    rows: list[list[Any]] = []
+    for e in entries:
+        if isinstance(e, Damaged):
+            rows.append([e.run_id[:8], f"{e.phase_ordinal} {e.phase}", e.attempt_number, "DAMAGED", "", e.message[:60]])
+            continue
+        r = e.record
+        rows.append(
             [
-                s.record.run_id[:8],
-                f"{s.record.phase_ordinal} {s.record.phase}",
-                s.record.attempt_number,
-                s.record.status,
-                short_time(s.record.seed_dict()["timestamp_utc"]),
-                s.record.content_hash[:12],
+                r.run_id[:8],
+                f"{r.phase_ordinal} {r.phase}",
+                r.attempt_number,
+                r.status,
+                short_time(r.seed_dict()["timestamp_utc"]),
+                r.content_hash[:12],
             ]
-            for s in page.items
-        ]
-        rows += [
-            [d.run_id[:8], f"{d.phase_ordinal} {d.phase}", d.attempt_number, "DAMAGED", "", d.message[:60]]
-            for d in page.damaged
-        ]
-        rows.sort(key=lambda r: (r[0], int(str(r[1]).split()[0]), r[2]))
-        return lines(
-            table(
-                rows, ["run", "phase", "attempt", "status", "time (UTC)", "hash / note"], title=f"ticket {ticket_id}"
-            ),
-            f"more: --after {page.next_after}" if page.next_after else "",
         )
-
-    return Result(views.page(page), show)
+    rows.sort(key=lambda r: (r[0], int(str(r[1]).split()[0]), r[2]))
+    more = f"more: --after {next_after}" if next_after else ""
+    if capped:
+        more += f" (a table shows at most {TABLE_MAX_ROWS:,} rows; --format json lists every record)"
+    return lines(
+        table(rows, ["run", "phase", "attempt", "status", "time (UTC)", "hash / note"], title=f"ticket {ticket_id}"),
+        more,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -63,11 +64,8 @@ def import_cmd(call: Call, input_path: str) -> Result:
     except OSError as exc:
         raise UsageError(f"--input: cannot read {input_path}: {exc.strerror}", field="input") from None
     with stream:
-        try:
-            lines = list(read_lines(stream))
-        except OSError as exc:  # reading the input failed (not the store: nothing is stored yet)
-            raise UsageError(f"--input: cannot read {input_path}: {exc.strerror}", field="input") from None
-    rep = import_records(store, lines)
+        # Read once, line by line (every line is checked before anything is stored).
+        rep = import_records(store, _reading(read_lines(stream), input_path))
     return Result(
         rep.to_json(),
         lambda d: table(
@@ -114,22 +112,46 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
         raise UsageError("give --from or --store/--root (the source), not both", field="from")
     source = call.open_store(src, create=False)
     target = call.open_store(dst, create=True)
-    lines = list(export_records(source, ticket_id))
+    # Streamed: the records are read once from the source, checked, and stored run by run.
+    lines = export_records(source, ticket_id)
     manifests = getattr(source, "root", None)  # the records were written against the source's manifests
+    total = 0
+
+    def counted(n: int) -> None:
+        nonlocal total
+        total = n
+
     if show_progress is None:
         show_progress = sys.stderr.isatty()
     if show_progress:
         from rich.progress import Progress
 
         with Progress(transient=False) as bar:
-            task = bar.add_task("copying records", total=len(lines))
-            rep = import_records(target, lines, on_record=lambda: bar.advance(task), pipelines_root=manifests)
+            task = bar.add_task("copying records", total=None)
+
+            def checked(n: int) -> None:
+                counted(n)
+                bar.update(task, total=n)
+
+            rep = import_records(
+                target, lines, on_record=lambda: bar.advance(task), on_total=checked, pipelines_root=manifests
+            )
     else:
-        rep = import_records(target, lines, pipelines_root=manifests)
+        rep = import_records(target, lines, on_total=counted, pipelines_root=manifests)
     shown = src if src is not None else source.url
-    return Result(
-        {"from": shown, "to": dst, "records": len(lines), **rep.to_json()}, exit_code=1 if rep.conflicts else 0
-    )
+    return Result({"from": shown, "to": dst, "records": total, **rep.to_json()}, exit_code=1 if rep.conflicts else 0)
+
+
+def _reading(lines: Iterator[Any], path: str) -> Iterator[Any]:
+    """``lines``, with a failure to read the input (not the store: nothing is stored yet) a UsageError."""
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except OSError as exc:
+            raise UsageError(f"--input: cannot read {path}: {exc.strerror}", field="input") from None
+        yield line
 
 
 def _given_on_command_line(param: str) -> bool:

@@ -38,6 +38,7 @@ from phaselog.records import Checkpoint
 from phaselog.stores import kernel, sql_lease
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.sql_admin import SQL_CAPABILITIES, SqlAdminMixin
+from phaselog.stores.sql_pages import paged_by_key
 from phaselog.stores.sql_retention import SqlRetentionMixin
 from phaselog.stores.sql_schema import MIGRATIONS, SCHEMA_VERSION, Dialect
 
@@ -481,7 +482,8 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         if run_id is not None:
             sql += " AND run_id = ?"
             params.append(run_id)
-        rows = self._query(sql + f" ORDER BY run_id{self.dialect.collate}, phase_ordinal, attempt", params)
+        # In pages: memory stays flat however many records the ticket has (see sql_pages).
+        rows = paged_by_key(self._query, sql, params, self.dialect.collate, key=(0, 1, 3))
         for rid, ordinal, phase, attempt, status, body, column_hash in rows:
             try:
                 yield self._stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash)
