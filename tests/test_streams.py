@@ -12,7 +12,7 @@ import json
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import phaselog
-from conftest import IMPLEMENT, LOCAL_REVIEW, make_store
+from conftest import IMPLEMENT, LOCAL_REVIEW
+from helpers import Clock
 from phaselog import streams, views
 from phaselog.cli import main
 from phaselog.cli._render import json_text
@@ -37,22 +38,9 @@ RESEARCH = {"summary": "s", "sources": ["https://example.org/a"]}
 PROPOSAL = {"title": "Launch ✓ ünïcode", "concept": "c"}
 
 
-class Clock:
-    """A clock that only moves when told (so that records of different runs share instants)."""
-
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, seconds: float = 1) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 def fill(store: Store) -> phaselog.Ledger:
     """A ticket with a marker, four runs, failed attempts, progress events and approvals."""
-    clock = Clock()
+    clock = Clock(T0)  # moves only when told: records of different runs share instants
     led = phaselog.Ledger(store, clock=clock)
     for i, run in enumerate(RUNS):
         if i == 3:  # a gated pipeline: approvals
@@ -106,7 +94,8 @@ def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_streamed_list_prints_the_whole_list_json(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     led = fill(store)
     full = led.list(T)
-    assert len(full.items) == 12 and not full.damaged
+    assert len(full.items) == 12
+    assert not full.damaged
     assert cli(capsys, store, "list", "--ticket-id", T) == whole(views.page(full))
     assert cli(capsys, store, "list", "--ticket-id", T, "--run-id", RUNS[1]) == whole(views.page(led.list(T, RUNS[1])))
     cursor = f"{RUNS[1]}:1:1"
