@@ -314,3 +314,28 @@ def test_external_sort_is_a_stable_sort(items: list[tuple[int, str, Any]], chunk
     expected = [{"i": i, "v": v} for i, (_, _, v) in sorted(enumerate(items), key=lambda x: (x[1][0], x[1][1]))]
     assert got == json.loads(json.dumps(expected))
     assert s.count == len(items)
+
+
+# -- the dashboard's run page -----------------------------------------------------------------------
+@pytest.mark.all_stores
+def test_the_run_timeline_streams_the_run_instead_of_loading_it(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spans are the ones built from the whole run, read without ``run_records`` (a span keeps
+    no payload, so the records need not all be in memory at once)."""
+    from phaselog import timeline
+    from phaselog.gates import judge
+    from phaselog.reads import Reads
+
+    led = fill(store)
+    for run in (RUNS[0], RUNS[3]):
+        items, damaged = led.run_records(T, run)
+        pipeline = led.pipeline_for(T, run)
+        expected = timeline.spans(
+            ((s.record, s.location) for s in items),
+            led.event_index(T, run),
+            verdicts=judge(led.approvals(T, run)),
+            gated=[p.name for p in pipeline.phases if p.requires_approval],
+            damaged=[(d.phase, d.phase_ordinal, d.attempt_number) for d in damaged],
+        )
+        with monkeypatch.context() as m:
+            m.setattr(Reads, "run_records", lambda *a, **kw: pytest.fail("the timeline loaded the whole run"))
+            assert timeline.run_timeline(led, T, run) == expected

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from phaselog.entries import Approval, Marker, ProgressEvent
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.records import Approval, Marker, ProgressEvent, format_timestamp, parse_timestamp
+from phaselog.records import format_timestamp, parse_timestamp
 from phaselog.stores.base import Damaged, Store
 from phaselog.streams import ExternalSort
 

@@ -10,7 +10,7 @@ Derived from the records like everything else (``docs/ui.md`` shows the chart dr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -151,18 +151,28 @@ def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
     """Every attempt of a run as a span (see :func:`spans`), read through ``ledger``."""
     from phaselog.gates import judge
     from phaselog.ids import normalize_run_id, validate_ticket_id
+    from phaselog.stores.base import Damaged
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
     pipeline = ledger.pipeline_for(ticket_id, run_id)
-    items, damaged = ledger.run_records(ticket_id, run_id)
     flights = ledger.in_flight(ticket_id, run_id)
+    damaged: list[tuple[str, int, int]] = []
+
+    def records() -> Iterator[tuple[Checkpoint, str]]:
+        # Streamed: a span keeps no payload, so a run of many attempts is never all in memory.
+        for entry in ledger.store.iter_records(ticket_id, run_id):
+            if isinstance(entry, Damaged):
+                damaged.append((entry.phase, entry.phase_ordinal, entry.attempt_number))
+            else:
+                yield entry.record, entry.location
+
     return spans(
-        ((s.record, s.location) for s in items),
+        records(),
         ledger.event_index(ticket_id, run_id),
         verdicts=judge(ledger.approvals(ticket_id, run_id)),
         gated=[p.name for p in pipeline.phases if p.requires_approval],
         abandoned=[(f.phase_ordinal, f.attempt_number) for f in flights.values() if f.abandoned],
-        damaged=[(d.phase, d.phase_ordinal, d.attempt_number) for d in damaged],
+        damaged=damaged,  # filled while spans() reads the records, which it does first
     )
 
 
