@@ -4,7 +4,7 @@ A ticket of 1k, 10k (and, in the full run, 100k) checkpoints in one SQLite store
 from clones of a run written through ``Ledger.write`` (as the ``sql`` benchmark builds its data).
 Each command runs in a fresh process (`phaselog list|history|copy|export`); its peak resident set
 size is the process's own VmHWM. Goal: flat, <= 48 MiB at 10k and at 100k (a row with the goal for
-each command at each scale): the commands stream (docs/decisions.md D66). Each scale's fixture is
+each command at each scale): the commands stream (docs/decisions.md D67). Each scale's fixture is
 built once, straight into SQLite (the store's own INSERT, no fsync while building), cached in the
 work folder for every command of that scale, and removed afterwards; 100k builds in ~12 s.
 Copying 100k records takes minutes: every record is one durable append on the target.
