@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -290,8 +291,13 @@ def _child(root: Path, wfd: int, seed: int) -> None:
         os._exit(code)
 
 
-def _kill_round(root: Path, writers: int, rng: random.Random) -> tuple[list[str], int]:
-    """Fork ``writers`` children, SIGKILL them after a random delay; return their reports."""
+def _kill_round(root: Path, writers: int, rng: random.Random, *, after_an_ack: bool = False) -> tuple[list[str], int]:
+    """Fork ``writers`` children, SIGKILL them after a random delay; return their reports.
+
+    ``after_an_ack``: the random delay starts only once some child has acknowledged a write (at
+    most 60 s), so that on a machine slow enough for every earlier round to kill before the first
+    acknowledgement, the test still checks something rather than failing for want of evidence.
+    """
     rfd, wfd = os.pipe()
     pids = []
     for _ in range(writers):
@@ -301,6 +307,11 @@ def _kill_round(root: Path, writers: int, rng: random.Random) -> tuple[list[str]
             _child(root, wfd, rng.randrange(2**32))
         pids.append(pid)
     os.close(wfd)
+    chunks = []
+    if after_an_ack:
+        ready, _, _ = select.select([rfd], [], [], 60.0)
+        if ready:
+            chunks.append(os.read(rfd, 65536))
     time.sleep(rng.uniform(0, MAX_DELAY_S))
     kills = 0
     for pid in pids:
@@ -310,7 +321,6 @@ def _kill_round(root: Path, writers: int, rng: random.Random) -> tuple[list[str]
         assert os.WIFSIGNALED(status), f"writer {pid} ended by itself (status {status:#x})"
         assert os.WTERMSIG(status) == signal.SIGKILL
         kills += 1
-    chunks = []
     while chunk := os.read(rfd, 65536):
         chunks.append(chunk)
     os.close(rfd)
@@ -330,8 +340,9 @@ def test_random_sigkill_never_loses_an_acknowledged_write(tmp_path: Path, index:
     acked: dict[tuple[str, str, int], tuple[str, str]] = {}
     validated: set[tuple[str, str, int]] = set()
     kills = 0
-    for _ in range(ROUNDS_PER_ROOT):
-        lines, n = _kill_round(root, writers, rng)
+    for round_number in range(ROUNDS_PER_ROOT):
+        last = round_number == ROUNDS_PER_ROOT - 1
+        lines, n = _kill_round(root, writers, rng, after_an_ack=last and not acked)
         kills += n
         for line in lines:
             run_id, phase, attempt, status, content_hash = line.split()
