@@ -71,6 +71,9 @@ class Dialect:
     def connect(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    #: A statement costs a network round trip: prefer one bigger query over two small ones.
+    round_trips_dear = True
+
     #: Set by the store: refuse every write transaction (see check_writable).
     read_only = False
 
