@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from phaselog._json import dumps_canonical
 from phaselog.errors import Corrupt
 from phaselog.limits import json_loads
 from phaselog.records import SCHEMA_VERSION, check_schema_version, format_timestamp, parse_timestamp, required_field
@@ -25,8 +26,7 @@ DECISIONS = ("approve", "reject")
 
 
 def _hash_doc(doc: Mapping[str, Any]) -> str:
-    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return hashlib.sha256(dumps_canonical(doc)).hexdigest()
 
 
 def _opt(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

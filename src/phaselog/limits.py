@@ -204,5 +204,13 @@ def _finite(text: str) -> float:
 
 
 def json_loads(data: str | bytes) -> Any:
-    """``json.loads`` that refuses NaN, Infinity and numbers overflowing to infinity (ValueError)."""
+    """``json.loads`` that refuses NaN, Infinity and numbers overflowing to infinity (ValueError).
+
+    orjson parses first where it gives the very same value (:mod:`phaselog._json`).
+    """
+    from phaselog._json import UNDECIDED, fast_loads
+
+    value = fast_loads(data)
+    if value is not UNDECIDED:
+        return value
     return json.loads(data, parse_constant=_no_constant, parse_float=_finite)

@@ -14,13 +14,13 @@ store. ``docs/record-format.md`` documents the serialisation.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal
 
+from phaselog._json import dumps_canonical
 from phaselog.errors import Corrupt, UnsupportedVersion
 from phaselog.limits import MAX_ATTEMPT, MAX_PHASE_ORDINAL
 
@@ -233,7 +233,7 @@ def canonical_bytes(cp: Checkpoint) -> bytes:
     phaselog part hash with the defaults (completed, no pipeline, no basis, no prev_hash).
     """
     doc = {"checkpoint": cp.seed_dict(), "phaselog": cp.meta_dict()}
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return dumps_canonical(doc)
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})

@@ -25,10 +25,10 @@ A backend keeps only what is its own: where bytes live and how they are locked.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from typing import Any
 
+from phaselog._json import dumps_compact
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, Fenced, StoreError, TooLarge, UnsupportedVersion
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.limits import MAX_RECORD_BYTES, check_record_size, json_loads, yaml_size_matters
@@ -129,7 +129,7 @@ def record_document(record: Checkpoint, seed_sha256: str | None = None) -> bytes
         "checkpoint": record.seed_dict(),
         "phaselog": record.meta_dict(),
     }
-    return (json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    return dumps_compact(doc, newline=True)
 
 
 def encode_record(record: Checkpoint, max_record_bytes: int, *, seed_file: bytes | None = None) -> bytes:

@@ -1,0 +1,83 @@
+"""JSON for records: the standard library's exact bytes and values, at orjson's speed where they agree.
+
+A record's content hash is over ``json.dumps(sort_keys=True, separators=(",", ":"),
+ensure_ascii=False)``, so those bytes can never change. orjson writes the very same bytes for
+strings, integers within 64 bits, booleans, null, lists and dicts with string keys (keys sorted by
+code point; UTF-8 byte order is the same order), 20-30x faster (docs/decisions.md, "orjson for the
+JSON side"). It differs on floats (``1.5e-7`` where Python writes ``1.5e-07``) and fails on larger
+integers, so a document holding either is written by the standard library, as before.
+
+Reading: orjson parses what the standard library parses to the same values, except that it refuses
+some input the standard library accepts (``Infinity``, escaped lone surrogates) and reads integers
+beyond 64 bits as floats. Input with a run of 19 or more digits goes to the standard library; so
+does anything orjson refuses, which then fails (or not) exactly as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; without it everything is stdlib
+    orjson = None  # type: ignore[assignment]
+
+_I64_MIN = -(2**63)
+_U64_MAX = 2**64 - 1
+#: A run of digits long enough to be an integer orjson would read as a float (or just a long number),
+#: found as a run of zeros once every digit is mapped to "0" (a regex is 10x slower here).
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+
+
+def _plain(value: Any) -> bool:
+    """True when orjson writes ``value`` byte for byte as the standard library does."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(_I64_MIN <= value <= _U64_MAX)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_plain(v) for v in value)
+    return False  # floats (exponent spelling differs), subclasses, anything else
+
+
+def dumps_canonical(doc: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8, no escapes, no NaN: the bytes a content hash is taken over."""
+    if orjson is not None and _plain(doc):
+        with contextlib.suppress(orjson.JSONEncodeError):  # e.g. a lone surrogate: stdlib raises its own error
+            return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def dumps_compact(doc: Any, *, newline: bool = False) -> bytes:
+    """Keys in insertion order, no spaces, UTF-8, no escapes, no NaN (a record's stored document)."""
+    if orjson is not None and _plain(doc):
+        with contextlib.suppress(orjson.JSONEncodeError):  # e.g. a lone surrogate: stdlib raises its own error
+            return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE) if newline else orjson.dumps(doc)
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text + "\n" if newline else text).encode("utf-8")
+
+
+#: What :func:`fast_loads` returns when the standard library must decide.
+UNDECIDED: Any = object()
+
+
+def fast_loads(data: str | bytes) -> Any:
+    """The parsed value where orjson's equals the standard library's; else :data:`UNDECIDED`.
+
+    :func:`phaselog.limits.json_loads` (no NaN, no Infinity, no overflow) calls it first.
+    """
+    if orjson is None:  # pragma: no cover
+        return UNDECIDED
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if _LONG_RUN in raw.translate(_DIGITS_TO_ZERO):
+        return UNDECIDED
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return UNDECIDED  # the standard library decides, with its own error message
