@@ -29,7 +29,10 @@ import phaselog.cli
 t1 = time.time()
 import phaselog.ledger, phaselog.stores.files
 t2 = time.time()
-phaselog.cli.main(sys.argv[1:])
+try:
+    phaselog.cli.main(sys.argv[1:])  # raises SystemExit when given argv (in-process use)
+except SystemExit:
+    pass
 t3 = time.time()
 sys.stderr.write(json.dumps([t0, t1, t2, t3]))
 """

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -360,7 +359,7 @@ class Progress:
             )
         host = pid_ = started = None
         if event == "start":
-            host = socket.gethostname()
+            host = _hostname()
             pid_ = os.getpid() if pid == "self" else pid
             started = process_start_time(pid_) if pid_ is not None else None
         elapsed = round(max((now - start.timestamp).total_seconds(), 0.0), 6) if start else 0.0
@@ -388,6 +387,12 @@ class Progress:
         )
 
 
+def _hostname() -> str:
+    import socket  # lazily: ~2 ms of every command's start, needed only by progress events
+
+    return socket.gethostname()
+
+
 def _stale_after_default() -> timedelta:
     raw = os.environ.get("PHASELOG_PROGRESS_STALE_AFTER")
     if raw:
@@ -408,7 +413,7 @@ def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None =
     for ev in events:
         groups.setdefault((ev.phase_ordinal, ev.attempt_number), []).append(ev)
     out: dict[str, Flight] = {}
-    host = socket.gethostname()
+    host = _hostname()
     for (ordinal, attempt), group in sorted(groups.items()):
         if (ordinal, attempt) in finished or attempt < top_checkpoint.get(ordinal, 0):
             continue

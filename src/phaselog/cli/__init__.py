@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from phaselog.cli._scaffold import cli, main
 
-# Importing an area registers its commands on ``cli``; the order here is the help order.
-from phaselog.cli import records, state, audit, runner, guard, store, ui  # noqa: F401  # isort: skip
+# Importing an area registers its commands on ``cli``. The group imports an area when one of its
+# commands is used (or all of them, for help): see ``AREAS`` in _scaffold.py.
 
 __all__ = ["cli", "main"]
 

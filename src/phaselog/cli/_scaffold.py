@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
@@ -42,15 +43,62 @@ TableFn = Callable[[dict[str, Any]], str]
 SECTIONS = ("Record", "Resume", "Runner", "Audit", "Gates", "Tickets and pipelines", "Guard", "Stores")
 
 
+#: The modules that register the top-level commands, in help order, and what each registers.
+#: A command line imports only the module of its command (``phaselog read``: cli.records), so a
+#: command does not pay for the others' imports; help, completion and ``cli.commands`` load them
+#: all. tests/test_cli_usability.py checks this map against what the modules register.
+AREAS: dict[str, tuple[str, ...]] = {
+    "records": ("write", "read", "validate", "list"),
+    "state": ("status", "resume", "verify", "pipelines"),
+    "audit": ("progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"),
+    "runner": ("run", "explain", "step"),
+    "guard": ("guard",),
+    "store": ("export", "import", "copy", "prune", "store"),
+    "ui": ("ui",),
+}
+_AREA_OF = {name: area for area, names in AREAS.items() for name in names}
+
+
 class PhaselogGroup(click.Group):
-    """Lists commands in the order they were added, and the top-level help by section."""
+    """Loads a command's module on first use, lists commands by area, and the top-level help by section."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._commands: dict[str, click.Command] = {}
+        self._loaded = False
         super().__init__(*args, **kwargs)
         self.sections: dict[str, str] = {}
 
+    @property  # click has a plain attribute here; a property loads every area on first access
+    def commands(self) -> MutableMapping[str, click.Command]:
+        """Every command (importing every area's module on first access)."""
+        self._load_all()
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, click.Command]) -> None:
+        self._commands = dict(value)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        name = name or cmd.name
+        if name is None:  # pragma: no cover - click refuses nameless commands earlier
+            raise TypeError("Command has no name.")
+        self._commands[name] = cmd
+
+    def _load_all(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            for area in AREAS:
+                importlib.import_module(f"phaselog.cli.{area}")
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self._commands and cmd_name in _AREA_OF:
+            importlib.import_module(f"phaselog.cli.{_AREA_OF[cmd_name]}")
+        return self._commands.get(cmd_name)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        self._load_all()
+        known = [name for names in AREAS.values() for name in names if name in self._commands]
+        return known + [name for name in self._commands if name not in _AREA_OF]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Every command by section, subcommands by their full name (``guard run``), one list."""

@@ -12,8 +12,6 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
-import shutil
 import stat
 import time
 from collections.abc import Iterator, Sequence
@@ -96,6 +94,8 @@ def _rmtree(parent_fd: int, name: str) -> bool:
         err = exc[1] if isinstance(exc, tuple) else exc
         if not isinstance(err, FileNotFoundError):
             raise err
+
+    import shutil  # lazily: only a prune removes folders
 
     shutil.rmtree(name, dir_fd=parent_fd, onerror=skip_missing)
     return True
@@ -242,7 +242,7 @@ class FilesAdminMixin:
             freed = _tree_bytes(h.run_fd)
             ticket_fd = self._open_dir("checkpoints", h.ticket_id)
             try:
-                aside = f"{_REMOVING}{h.run_id}-{secrets.token_hex(4)}"
+                aside = f"{_REMOVING}{h.run_id}-{os.urandom(4).hex()}"
                 os.rename(h.run_id, aside, src_dir_fd=ticket_fd, dst_dir_fd=ticket_fd)
                 os.fsync(ticket_fd)
                 _faults.point("files.prune_after_move_aside")

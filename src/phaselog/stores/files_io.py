@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 def create_temp(dir_fd: int, data: bytes) -> tuple[str, int]:
     """Write ``data`` to a new temp file; return its name and open descriptor (not fsynced)."""
-    name = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+    name = f".tmp-{os.getpid()}-{os.urandom(6).hex()}"
     fd = os.open(
         name,
         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
