@@ -450,9 +450,13 @@ def test_postgres_writers_whose_backends_are_terminated_lose_and_double_nothing(
 class CommitCutter:
     """A TCP proxy in front of PostgreSQL that, once armed, cuts the connection at the next COMMIT:
     ``after``: the COMMIT reaches the server (it commits) and the reply is dropped;
-    ``before``: the COMMIT never reaches the server (it rolls back)."""
+    ``before``: the COMMIT never reaches the server (it rolls back).
+
+    An append that is one autocommitted statement (stores/sql_append.py) commits when that
+    statement completes: it is cut in the same two places (its command tag is ``INSERT``)."""
 
     COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+    AT_ONCE = b"ON CONFLICT DO NOTHING RETURNING 1"
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
@@ -528,12 +532,12 @@ class CommitCutter:
                     dst.shutdown(socket.SHUT_WR)
                 return
             with self.lock:
-                if up and self.mode and self.COMMIT in data:
+                if up and self.mode and (self.COMMIT in data or self.AT_ONCE in data):
                     if self.mode == "before":
                         self._cut(*pair)
                         return
                     state["commit_sent"] = True
-                elif not up and state["commit_sent"] and b"COMMIT\x00" in data:
+                elif not up and state["commit_sent"] and (b"COMMIT\x00" in data or b"INSERT 0 " in data):
                     state["commit_sent"] = False
                     self._cut(*pair)
                     return

@@ -363,6 +363,11 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
             )
 
         def attempt_once() -> None:
+            if fence is None and self.dialect.round_trips_dear and self.dialect.append_at_once:
+                from phaselog.stores.sql_append import insert_at_once
+
+                if insert_at_once(self, record, body, expected_latest):
+                    return  # else the transaction below reads why (and inserts if it now may)
             try:
                 self._write(insert)
             except Exception as exc:

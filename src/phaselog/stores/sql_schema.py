@@ -73,6 +73,8 @@ class Dialect:
 
     #: A statement costs a network round trip: prefer one bigger query over two small ones.
     round_trips_dear = True
+    #: An append without a fence may be one autocommitted statement (stores/sql_append.py).
+    append_at_once = False
 
     #: Set by the store: refuse every write transaction (see check_writable).
     read_only = False
