@@ -313,7 +313,7 @@ class FilesStore(FilesAdminMixin):
         except NotFound:
             return []
         try:
-            return sorted(_parse_names(os.listdir(run_fd)))
+            return _parse_names(os.listdir(run_fd))  # sorted
         finally:
             os.close(run_fd)
 
@@ -421,7 +421,7 @@ class FilesStore(FilesAdminMixin):
             try:
                 names = os.listdir(run_fd)
                 view = RunView(self._sidecar_cap, run_fd, f"{ticket_id}/{rid}", names)
-                for ref in sorted(_parse_names(names)):
+                for ref in _parse_names(names):  # sorted
                     try:
                         yield self._get_in(
                             run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number, view
@@ -582,7 +582,9 @@ def _parse_names(listing: list[str]) -> list[AttemptRef]:
         # run lock); if a hand copy made both, the seed file (completed) wins for listing.
         if key not in refs or completed:
             refs[key] = AttemptRef(key[0], key[1], parsed.phase, completed)
-    return list(refs.values())
+    # Sorted by the int key in C: AttemptRef's generated __lt__ is Python code, and sorting a run
+    # of 1,000 attempts with it cost more than reading the run's whole folder.
+    return [refs[key] for key in sorted(refs)]
 
 
 def _check_fence(run_fd: int, fence: RunFence) -> None:

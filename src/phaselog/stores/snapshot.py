@@ -124,6 +124,10 @@ class RunSnapshot:
         return sorted(found)
 
 
+def _ref_key(ref: AttemptRef) -> tuple[int, int]:
+    return ref.phase_ordinal, ref.attempt_number
+
+
 def build_snapshot(store: Store, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
     """A snapshot made of the store contract's primitives (attempts, get, entry names, entries).
 
@@ -131,7 +135,8 @@ def build_snapshot(store: Store, ticket_id: str, run_id: str, *, history: bool =
     the snapshot start again, so it never mixes a listing with a different set of records.
     """
     for _ in range(_RETRIES):
-        refs = tuple(sorted(store.attempts(ticket_id, run_id)))  # whatever order the listing gives
+        # Whatever order the listing gives; sorted by an int key (AttemptRef's __lt__ is Python code).
+        refs = tuple(sorted(store.attempts(ticket_id, run_id), key=_ref_key))
         try:
             records = _read_records(store, ticket_id, run_id, refs, history=history)
         except NotFound:
