@@ -46,6 +46,7 @@ class PostgresDialect(Dialect):
 
     name = "postgresql"
     append_at_once = True  # one round trip instead of four (stores/sql_append.py)
+    pipelines = True  # psycopg 3's pipeline mode: the snapshot's two reads in one round trip
     placeholder = "%s"
     collate = ' COLLATE "C"'
 

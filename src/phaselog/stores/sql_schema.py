@@ -75,6 +75,8 @@ class Dialect:
     round_trips_dear = True
     #: An append without a fence may be one autocommitted statement (stores/sql_append.py).
     append_at_once = False
+    #: The driver sends several statements in one round trip (``conn.pipeline()``, psycopg 3).
+    pipelines = False
 
     #: Set by the store: refuse every write transaction (see check_writable).
     read_only = False
