@@ -133,6 +133,7 @@ def test_pipelines_guide_describes_every_manifest_key() -> None:
             "payload_schema": {},
             "requires_approval": True,
             "run": "true",
+            "call": "package.module:function",
             "env": {"A": "1"},
             "timeout": "30s",
             "retries": 1,

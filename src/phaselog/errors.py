@@ -159,6 +159,12 @@ class Fenced(PhaselogError):
     error_code = "fenced"
 
 
+class QueueRefused(UsageError):
+    """The queue of runs cannot be used here (it needs a PostgreSQL store)."""
+
+    error_code = "queue_refused"
+
+
 class RunHeld(PhaselogError):
     """Another runner holds the run's lease (exit 75, EX_TEMPFAIL: try again later, or ``--wait``)."""
 

@@ -201,6 +201,7 @@ class Gates:
                 self.store.put_entry(_KIND, ticket_id, run_id, name, entry_bytes(approval))
             except AlreadyExists:
                 continue  # a concurrent approval took the number: re-read, retry
+            warnings += _requeue(self.store, ticket_id, run_id)
             return approval, warnings
         raise Conflict("could not record the approval")
 
@@ -228,6 +229,17 @@ class Gates:
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
         )
+
+
+def _requeue(store: Any, ticket_id: str, run_id: str) -> list[str]:
+    """A run submitted to the queue (PostgreSQL) and waiting at this gate goes back to the queue."""
+    from phaselog.stores.sql_queue_claim import after_judgement
+
+    try:
+        after_judgement(store, ticket_id, run_id)
+    except PhaselogError as exc:  # the judgement is recorded; say what did not happen
+        return [f"recorded, but the run could not be put back in the queue: {exc.message}"]
+    return []
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,14 @@ BUILTIN_DIR = Path(__file__).parent / "manifests"
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MANIFEST_MAX_BYTES = MAX_MANIFEST_BYTES
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_CALL_RE = re.compile(f"{_DOTTED}:{_DOTTED}")
 Problem = tuple[str, str, str]  # (field path, rule, message)
 
 
 BACKOFFS = ("none", "fixed", "linear", "exponential")
 FINGERPRINTS = ("code",)
-EXECUTION_KEYS = ("run", "env", "timeout", "retries", "backoff", "retry_delay", "artifacts", "fingerprint")
+EXECUTION_KEYS = ("run", "call", "env", "timeout", "retries", "backoff", "retry_delay", "artifacts", "fingerprint")
 MAX_RETRIES = 100
 
 
@@ -43,6 +45,8 @@ class Execution:
 
     #: A command line run by ``sh -c`` in the runner's working directory (a shell phase).
     run: str | None = None
+    #: ``package.module:function`` imported and called with ctx (a Python phase named in a manifest).
+    call: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     #: Seconds; None for no limit.
     timeout: float | None = None
@@ -260,6 +264,13 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
         if "\x00" in run:
             raise bad("run", "format", "must not contain NUL characters")
         kw["run"] = run
+    if "call" in raw:
+        call = raw["call"]
+        if not isinstance(call, str) or not _CALL_RE.fullmatch(call):
+            raise bad("call", "format", f"must be package.module:function (got {call!r})")
+        if "run" in kw:
+            raise bad("call", "exclusive", "cannot be given with run: (a phase is a command or a function)")
+        kw["call"] = call
     if "env" in raw:
         env = raw["env"]
         if not isinstance(env, Mapping):

@@ -40,7 +40,7 @@ TableFn = Callable[[dict[str, Any]], str]
 
 # -- the group ------------------------------------------------------------------------------------
 #: Sections of ``phaselog --help``, in this order; a command declared without one is listed under "Other".
-SECTIONS = ("Record", "Resume", "Runner", "Audit", "Gates", "Tickets and pipelines", "Guard", "Stores")
+SECTIONS = ("Record", "Resume", "Runner", "Workers", "Audit", "Gates", "Tickets and pipelines", "Guard", "Stores")
 
 
 #: The modules that register the top-level commands, in help order, and what each registers.
@@ -52,6 +52,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "state": ("status", "resume", "verify", "pipelines"),
     "audit": ("progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"),
     "runner": ("run", "explain", "step"),
+    "queue": ("submit", "queue", "worker"),
     "guard": ("guard",),
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),

@@ -140,16 +140,21 @@ class PipelineRunner:
             bound = self._bound.get(ph.name)
             if bound is not None:
                 out[ph.name] = code_fingerprint(bound.fn)
+            elif ph.execution.call is not None:
+                from phaselog.runner.calls import resolve_call
+
+                out[ph.name] = code_fingerprint(resolve_call(ph))
             elif ph.execution.run is not None:
                 out[ph.name] = shell_fingerprint(ph)
         return out
 
     def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, output: IO[bytes] | None) -> Any:
         bound = self._bound.get(ph.name)
-        if bound is not None:
+        if bound is not None or ph.execution.call is not None:
+            from phaselog.runner.calls import resolve_call
             from phaselog.runner.python_phase import run_python
 
-            fn = bound.fn
+            fn = bound.fn if bound is not None else resolve_call(ph)
 
             def python_phase(phase: Phase, ctx: Any) -> Success | Failure:
                 return run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
@@ -161,7 +166,7 @@ class PipelineRunner:
             return ShellPhase(log_dir=log_dir, store_url=store_url, tee=output)
         raise UsageError(
             f"phase {ph.name} of pipeline {self.base.name} has nothing to run: decorate a function with "
-            f"@pipe.phase({ph.name!r}) or give the phase a run: command in the manifest",
+            f"@pipe.phase({ph.name!r}), or give the phase a run: command or a call: function in the manifest",
             field="phase",
             rule="no_implementation",
         )
@@ -180,6 +185,8 @@ class PipelineRunner:
         log_dir: str | os.PathLike[str] | None = None,
         echo: Callable[[str], None] | None = None,
         shell_output: IO[bytes] | None = None,
+        before_phase: Callable[[str], None] | None = None,
+        signals: Any = None,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
@@ -188,7 +195,9 @@ class PipelineRunner:
         where artifacts are (default: the current folder). ``wait``: wait for a runner holding
         the run (True, or seconds) instead of raising RunHeld. ``echo``: called with a line per
         step of the run (skips, attempts, retries). ``shell_output``: where shell phases' output
-        is echoed as it comes (it always goes to their log).
+        is echoed as it comes (it always goes to their log). ``before_phase``: called with a
+        phase's name before it runs (a worker notes it, and may raise to stop between phases);
+        ``signals``: a SignalGuard of the caller's (a worker finishing the phase on SIGTERM).
 
         Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
         retries; chained to its last exception; ``exc.result`` holds the RunResult),
@@ -224,6 +233,8 @@ class PipelineRunner:
                 start_event_after=DEFAULT_START_EVENT_AFTER if start_event_after is None else start_event_after,
                 handle_signals=handle_signals,
                 echo=echo,
+                before_phase=before_phase,
+                signals=signals,
             )
             return engine.run()
         finally:

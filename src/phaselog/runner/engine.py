@@ -82,6 +82,8 @@ class Engine:
         start_event_after: float = DEFAULT_START_EVENT_AFTER,
         handle_signals: bool = True,
         echo: Callable[[str], None] | None = None,
+        before_phase: Callable[[str], None] | None = None,
+        signals: SignalGuard | None = None,
     ) -> None:
         self.ledger = ledger
         self.pipeline = pipeline
@@ -93,7 +95,8 @@ class Engine:
         self.wait = wait
         self.ttl = ttl
         self.start_event_after = start_event_after
-        self.signals = SignalGuard(handle_signals)
+        self.signals = signals if signals is not None else SignalGuard(handle_signals)
+        self.before_phase = before_phase
         self.echo = echo or (lambda _text: None)
         self.lease: leasing.Lease | None = None
         self.heartbeat: Heartbeat | None = None
@@ -165,6 +168,8 @@ class Engine:
                 self.echo(f"{p.action} {p.phase}: {p.reason}")
                 self._rest(plan.phases[i:])
                 return p.phase if p.action == WAIT else None
+            if self.before_phase is not None:
+                self.before_phase(p.phase)  # a worker: notes the phase; may stop the run here
             outcome = self._run_phase(p)
             self.outcomes.append(outcome)
             if outcome.outcome == "waiting":

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from phaselog.errors import StoreError
-from phaselog.stores import sql_lease
+from phaselog.stores import sql_lease, sql_queue
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -56,6 +56,8 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # Run leases (the runner): one row per run with its fencing token; see stores/sql_lease.py.
     2: [sql_lease.MIGRATION],
+    # The queue of runs that workers drain (PostgreSQL; empty elsewhere); see stores/sql_queue.py.
+    3: sql_queue.MIGRATION,
 }
 
 

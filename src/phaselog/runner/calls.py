@@ -1,0 +1,48 @@
+"""Python phases named in a manifest: ``call: package.module:function``.
+
+A worker (or ``phaselog run``) imports the module the first time the phase runs and calls the
+function with the phase's ``ctx``, exactly like a ``@pipe.phase`` function. The module is found
+on ``sys.path`` (the worker adds its ``--pipelines`` folder first, so code can sit next to the
+manifests). An import that fails is a usage error naming the phase and the module, before the
+run's lease is taken.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from phaselog.errors import UsageError
+from phaselog.pipelines import Phase
+
+
+def resolve_call(phase: Phase) -> Callable[..., Any]:
+    """The function ``phase.execution.call`` names; UsageError (rule ``call``) if it cannot be found."""
+    target = phase.execution.call
+    if target is None:
+        raise UsageError(f"phase {phase.name} has no call:", field="call")
+    module_name, _, attr = target.partition(":")
+    where = f"phase {phase.name}: call: {target}"
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(
+            f"{where}: cannot import {module_name} ({exc}); put it on the worker's path (--pipelines DIR "
+            "or PYTHONPATH)",
+            field="call",
+            rule="call_import",
+        ) from None
+    except Exception as exc:  # the module itself raised while importing: its error, named
+        raise UsageError(
+            f"{where}: importing {module_name} raised {type(exc).__name__}: {exc}", field="call", rule="call_import"
+        ) from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{where}: {module_name} has no {attr}", field="call", rule="call_missing") from None
+    if not callable(obj):
+        raise UsageError(f"{where}: {attr} is not callable", field="call", rule="call_missing")
+    fn: Callable[..., Any] = obj
+    return fn

@@ -1,0 +1,176 @@
+"""The queue of runs, for people and scripts: submit, list, show, cancel, retry (and their JSON views).
+
+    from phaselog.runner import queue
+    entry = queue.submit(store, ticket_id="CHURN-7", pipeline_file="job.yaml", priority=5)
+    queue.list_view(store)        # {"runs": [{ticket_id, run_id, state, worker, phase, since, …}], "counts": {…}}
+
+The rows live in the PostgreSQL store (:mod:`phaselog.stores.sql_queue`); workers drain them
+(:mod:`phaselog.runner.worker`). Files and SQLite stores are refused with QueueRefused (one
+machine: ``phaselog run``). Guide: docs/workers.md.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from phaselog.errors import UsageError
+from phaselog.stores import sql_queue_claim as flow
+from phaselog.stores.sql_queue import DEFAULT_QUEUE, STATES, QueueEntry, SqlQueue
+
+_QUEUE_NAME_MAX = 64
+
+
+def check_queue_name(name: str) -> str:
+    """A queue name: 1-64 of [A-Za-z0-9._-]."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name or ""):
+        raise UsageError(f"queue name must be 1-64 of [A-Za-z0-9._-] (got {name!r})", field="queue", rule="name")
+    return name
+
+
+def parse_not_before(text: str | None) -> tuple[float | None, float | None]:
+    """``--not-before``: an ISO-8601 time with a timezone, or a delay (``10m``) from now.
+
+    Returns (epoch, None) or (None, delay seconds); (None, None) for nothing.
+    """
+    if text is None:
+        return None, None
+    from phaselog.durations import parse_duration
+
+    if text[:1].isdigit() and not any(c in text for c in "-T:"):
+        return None, parse_duration(text, field="not_before").total_seconds()
+    try:
+        ts = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"not_before: {text!r} is neither an ISO-8601 time (2026-11-30T18:00:00Z) nor a delay (10m, 2h)",
+            field="not_before",
+            rule="time",
+        ) from None
+    if ts.tzinfo is None:
+        raise UsageError(
+            f"not_before: {text!r} has no timezone; add one (e.g. a trailing Z for UTC)",
+            field="not_before",
+            rule="timezone_aware",
+        )
+    return ts.astimezone(UTC).timestamp(), None
+
+
+def submit(
+    store: Any,
+    *,
+    ticket_id: str,
+    pipeline: str | None = None,
+    pipeline_file: str | os.PathLike[str] | None = None,
+    run_id: str | None = None,
+    priority: int = 0,
+    not_before: str | None = None,
+    dedup_key: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+) -> dict[str, Any]:
+    """Queue a run and return its view with ``position`` and ``created`` (idempotent by run id and dedup key).
+
+    ``pipeline``: a name the workers resolve (their ``--pipelines`` folder, ``PHASELOG_PIPELINES``,
+    built-ins); ``pipeline_file``: a manifest whose content goes into the queue, so every worker
+    runs exactly what was submitted.
+    """
+    from phaselog.ids import normalize_run_id, validate_ticket_id
+    from phaselog.pipelines import _PIPELINE_NAME_RE, load_manifest, manifest_dict
+
+    q = SqlQueue(store)
+    validate_ticket_id(ticket_id)
+    check_queue_name(queue)
+    if (pipeline is None) == (pipeline_file is None):
+        raise UsageError("name the pipeline: --pipeline NAME or --pipeline-file PATH (one of them)", field="pipeline")
+    if not -1_000_000 <= priority <= 1_000_000:
+        raise UsageError("priority must be between -1000000 and 1000000", field="priority", rule="range")
+    if dedup_key is not None and (not 0 < len(dedup_key) <= 200 or "\x00" in dedup_key):
+        raise UsageError("dedup key must be 1-200 characters without NUL", field="dedup_key", rule="length")
+    at, delay = parse_not_before(not_before)
+    if pipeline_file is not None:
+        pl = load_manifest(pipeline_file)
+        name, manifest, digest = pl.name, manifest_dict(pl), pl.manifest_hash
+    else:
+        assert pipeline is not None
+        if not _PIPELINE_NAME_RE.fullmatch(pipeline):
+            raise UsageError(f"pipeline name must be 1-64 of [A-Za-z0-9._-] (got {pipeline!r})", field="pipeline")
+        name, manifest, digest = pipeline, None, None
+    rid = normalize_run_id(run_id) if run_id is not None else str(uuid.uuid4())
+    entry, created = q.submit(
+        ticket_id,
+        rid,
+        pipeline=name,
+        manifest=manifest,
+        manifest_hash=digest,
+        queue=queue,
+        priority=priority,
+        not_before=at,
+        delay=delay,
+        dedup_key=dedup_key,
+    )
+    return {**entry_view(entry), "created": created, "position": q.position(entry)}
+
+
+def entry_view(entry: QueueEntry) -> dict[str, Any]:
+    """One run of the queue as JSON (the row's fields; times ISO-8601 UTC)."""
+    return entry.to_json()
+
+
+def list_view(
+    store: Any,
+    *,
+    queue: str | None = None,
+    states: tuple[str, ...] = (),
+    ticket_id: str | None = None,
+    limit: int = 1000,
+) -> dict[str, Any]:
+    """``{"runs": [...], "counts": {state: n}, "workers": [...]}``: the queue in one read per table."""
+    q = SqlQueue(store)
+    bad = [s for s in states if s not in STATES]
+    if bad:
+        raise UsageError(f"state must be one of {', '.join(STATES)} (got {bad[0]!r})", field="state", rule="enum")
+    runs = q.entries(queue=queue, states=states, ticket_id=ticket_id, limit=limit)
+    return {
+        "runs": [entry_view(e) for e in runs],
+        "counts": q.counts(queue),
+        "workers": q.workers(),
+        "truncated": len(runs) >= limit,
+    }
+
+
+def show_view(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
+    """One run's queue row, its position if queued, and its lease holder if one holds it."""
+    from phaselog.ids import normalize_run_id
+
+    q = SqlQueue(store)
+    entry = q.get(ticket_id, normalize_run_id(run_id))
+    lease = store.run_leases().read(entry.ticket_id, entry.run_id)
+    holder = dict(lease.holder) if lease is not None and lease.holder else None
+    return {**entry_view(entry), "position": q.position(entry), "lease_holder": holder}
+
+
+def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
+    """Cancel a run: now if it waits, between phases if it runs (the view says which)."""
+    from phaselog.ids import normalize_run_id
+
+    reason = f"cancelled by {by}" if by else "cancelled"
+    entry = flow.cancel(SqlQueue(store), ticket_id, normalize_run_id(run_id), reason=reason)
+    return {**entry_view(entry), "stops": "between phases" if entry.state == "running" else "now"}
+
+
+def retry(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
+    """Queue a dead or cancelled run again; it resumes at its first incomplete phase."""
+    from phaselog.ids import normalize_run_id
+
+    q = SqlQueue(store)
+    entry = flow.retry(q, ticket_id, normalize_run_id(run_id))
+    return {**entry_view(entry), "position": q.position(entry)}
+
+
+def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
+    """After ``approve``/``reject``: a submitted run waiting at that gate goes back to the queue."""
+    return flow.after_judgement(store, ticket_id, run_id)
