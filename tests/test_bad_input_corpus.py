@@ -147,6 +147,14 @@ CORPUS: list[Bad] = [
     bad("guard", "status", "--name", "../x", exit=2, code="usage"),
     bad("guard", "reset", "--name", "\x1b[2J", exit=2, code="usage"),
     bad("guard", "history", "--name", "-x", exit=2, code="usage"),
+    # the queue (PostgreSQL): refused before anything is read on the other stores, so only inputs
+    # the command line itself rejects give the same answer on every store
+    bad("submit", "--ticket-id", T, "--pipeline", "ticket-pipeline", "--priority", "high", exit=2, code="usage"),
+    bad("worker", "--concurrency", "0", exit=2, code="usage"),
+    bad("queue", "list", "--state", "sleeping", exit=2, code="usage"),
+    bad("queue", "show", "--ticket-id", T, exit=2, code="usage"),
+    bad("queue", "cancel", "--run-id", R, exit=2, code="usage"),
+    bad("queue", "retry", "--ticket-id", T, "--run-id", R, "--by", "x", exit=2, code="usage"),
     bad("run", "--ticket-id", T, "--run-id", "run-9", "--pipeline-file", "/dev/zero", exit=1, code="pipeline_error"),
     bad("run", "--ticket-id", "../x", "--run-id", "run-9", "--pipeline", "ticket-pipeline", exit=2, code="invalid_id"),
     bad("explain", "--ticket-id", T, "--run-id", R, "--pipeline-file", "/dev/zero", exit=1, code="pipeline_error"),
@@ -288,7 +296,7 @@ def _leaf_commands() -> set[str]:
 def test_the_corpus_feeds_every_command() -> None:
     # Guard against the corpus shrinking, and against a new command that nobody fed bad input.
     fed = {
-        " ".join(b.args[:2]) if b.args[0] in ("guard", "store") or b.args[1:2] == ("show",) else b.args[0]
+        " ".join(b.args[:2]) if b.args[0] in ("guard", "store", "queue") or b.args[1:2] == ("show",) else b.args[0]
         for b in CORPUS
     }
     missing = sorted(_leaf_commands() - fed)
