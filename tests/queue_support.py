@@ -124,14 +124,18 @@ def start_worker(
     url: str, pipelines: Path, workdir: Path, *extra: str, env: dict[str, str] | None = None, log: Path | None = None
 ) -> subprocess.Popen[str]:
     """A ``phaselog worker`` process (stderr to ``log`` when given)."""
-    err = open(log, "a") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - lives as long as the process
-    return subprocess.Popen(
-        [str(BIN), "worker", "--store", url, "--pipelines", str(pipelines), "--workdir", str(workdir), *extra],
-        stdout=subprocess.PIPE,
-        stderr=err,
-        text=True,
-        env=env or base_env(),
-    )
+    err: Any = open(log, "a") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    try:
+        return subprocess.Popen(
+            [str(BIN), "worker", "--store", url, "--pipelines", str(pipelines), "--workdir", str(workdir), *extra],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env or base_env(),
+        )
+    finally:
+        if log is not None:
+            err.close()  # the child has its own copy
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 60) -> int:
@@ -203,7 +207,7 @@ def check_exactly_once(url: str, workdir: Path, runs: dict[str, str], manifest_p
             seq = by_run[run_id]
             for phase in phases:
                 latest = ledger.read(ticket, run_id, phase, pipeline=pipeline)
-                counted = latest.record.payload["exec"]
+                counted = (latest.record.phase_payload or {})["exec"]
                 dones = [i for i, (p, w, e) in enumerate(seq) if p == phase and w == "done" and e == counted]
                 assert len(dones) == 1, (run_id, phase, counted, seq)
                 later_starts = [e for p, w, e in seq[dones[0] + 1 :] if p == phase and w == "start"]
