@@ -99,6 +99,8 @@ class Capability(StrEnum):
     STAMPS = "stamps"
     #: ``root``: the store is a folder on this machine (logs and pipelines default to beside it).
     LOCAL_ROOT = "local_root"
+    #: ``run_queue()``: the queue of runs that workers drain (PostgreSQL; stores/sql_queue.py).
+    QUEUE = "queue"
 
 
 #: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
@@ -112,6 +114,7 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.GUARD_STORAGE: ("guard_storage", "guard_names"),
     Capability.STAMPS: ("run_stamps", "ticket_stamp"),
     Capability.LOCAL_ROOT: ("root",),
+    Capability.QUEUE: ("run_queue",),
 }
 
 

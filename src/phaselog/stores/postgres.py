@@ -10,13 +10,18 @@ keeps phaselog's tables in their own schema (created with the store, by its firs
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from phaselog.errors import Corrupt, StoreError, UsageError
+from phaselog.stores.base import Capability
 from phaselog.stores.sql import SqlStore
+from phaselog.stores.sql_admin import SQL_CAPABILITIES
 from phaselog.stores.sql_schema import Dialect
 from phaselog.stores.urls import bad_url, parse_store_url
+
+if TYPE_CHECKING:
+    from phaselog.stores.sql_queue import SqlQueue
 
 _MIGRATION_LOCK = 0x7068_6C67  # "phlg": advisory lock id that serialises migrations
 
@@ -152,5 +157,13 @@ class PostgresDialect(Dialect):
 class PostgresStore(SqlStore):
     """Checkpoints in a PostgreSQL database."""
 
+    capabilities = SQL_CAPABILITIES | {Capability.QUEUE}
+
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, PostgresDialect(url), **kw)
+
+    def run_queue(self) -> SqlQueue:
+        """The queue of runs that workers drain (``Capability.QUEUE``)."""
+        from phaselog.stores.sql_queue import SqlQueue
+
+        return SqlQueue(self)

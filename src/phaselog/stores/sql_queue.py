@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Conflict, NotFound, QueueRefused, UsageError
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.stores.base import Capability
 from phaselog.stores.sql_lease import NOW
 
 if TYPE_CHECKING:
@@ -181,15 +182,15 @@ class Claim:
 
 def channel(store: SqlStore) -> str:
     """The NOTIFY channel of the store's queue (one per schema: tests share a database)."""
-    schema = getattr(store.dialect, "schema", None)
+    dialect: Any = store.dialect  # a PostgresDialect (require_postgres): its schema, if the URL names one
+    schema = dialect.schema
     return f"phaselog_queue_{schema}"[:63] if schema else "phaselog_queue"
 
 
 def require_postgres(store: Any) -> SqlStore:
     """The store, if it can hold the queue; QueueRefused (exit 2) naming what to do otherwise."""
-    dialect = getattr(store, "dialect", None)
-    if getattr(dialect, "name", None) != "postgresql":
-        kind = "SQLite" if getattr(dialect, "name", None) == "sqlite" else "files"
+    if Capability.QUEUE not in store.capabilities:
+        kind = {"FilesStore": "files", "SqliteStore": "SQLite"}.get(type(store).__name__, type(store).__name__)
         raise QueueRefused(
             f"the queue of runs lives in a PostgreSQL store (workers on many machines share it); this is a {kind} "
             "store. On one machine, run pipelines with `phaselog run`; for workers, use --store postgresql://…",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from phaselog.errors import Conflict, NotFound
+from phaselog.stores.base import Capability
 from phaselog.stores.sql_queue import (
     _COLUMNS,
     _NOW,
@@ -214,7 +215,7 @@ def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
 
     A no-op (False) on stores without a queue (files, SQLite) and for runs never submitted.
     """
-    if getattr(getattr(store, "dialect", None), "name", None) != "postgresql":
+    if Capability.QUEUE not in store.capabilities:
         return False
     return requeue_judged(SqlQueue(store), ticket_id, run_id)
 
