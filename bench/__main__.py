@@ -37,6 +37,7 @@ NAMES = (
     "sql",
     "langgraph",
     "ui",
+    "queue",
 )
 FULL: dict[str, dict[str, int]] = {
     "ui": {"rounds": 15, "checkpoints": 10_000, "long_run": 1_000},
@@ -51,6 +52,7 @@ FULL: dict[str, dict[str, int]] = {
     "runner": {"rounds": 60},
     "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
     "langgraph": {"rounds": 200, "checkpoints": 100},
+    "queue": {"rounds": 8, "batch": 40, "claims": 30},
 }
 QUICK: dict[str, dict[str, int]] = {
     "ui": {"rounds": 4, "checkpoints": 1_000, "long_run": 200},
@@ -65,6 +67,7 @@ QUICK: dict[str, dict[str, int]] = {
     "runner": {"rounds": 6},
     "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
     "langgraph": {"rounds": 20, "checkpoints": 30},
+    "queue": {"rounds": 2, "batch": 12, "claims": 6},
 }
 
 
@@ -163,6 +166,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         bench_langgraph,
         bench_list,
         bench_memory,
+        bench_queue,
         bench_read,
         bench_runner,
         bench_sql,
@@ -185,12 +189,15 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "sql": bench_sql,
         "langgraph": bench_langgraph,
         "ui": bench_ui,
+        "queue": bench_queue,
     }
     extra: dict[str, Any] = {}
     if name == "sql":
         default = _sqldata.QUICK_SCALES if args.quick else _sqldata.DEFAULT_SCALES
         scales = args.scale or [_sqldata.parse_scale(s) for s in default]
         extra = {"scales": list(dict.fromkeys(scales)), "pg_url": args.pg_url, "keep": args.keep}
+    elif name == "queue":
+        extra = {"pg_url": args.pg_url, "keep": args.keep}
     result = modules[name].run(workdir, progress=_progress(name), **cfg, **extra)
     # One section, or (sql) an iterator of sections, printed as each scale finishes.
     return [result] if isinstance(result, Section) else result  # one section, or a list/iterator

@@ -861,10 +861,16 @@ def test_every_command_is_covered() -> None:
         "store migrate",
         "run",  # tests/test_runner_cli.py
         "explain",  # tests/test_runner_cli.py
+        "submit",  # tests/test_queue.py (PostgreSQL)
+        "queue list",
+        "queue show",
+        "queue cancel",
+        "queue retry",
     }
     # Bare groups; a wrapper whose stdout is COMMAND's; streams of JSON Lines / a JSON summary;
-    # `step` runs inside a shell phase and keeps stdout free for the phase's payload; `ui` is a server.
-    no_table = {"guard", "guard run", "store", "export", "copy", "step", "ui"}
+    # `step` runs inside a shell phase and keeps stdout free for the phase's payload; `ui` is a server;
+    # `worker` is a long-running process (progress on stderr, a JSON summary when it stops).
+    no_table = {"guard", "guard run", "store", "export", "copy", "step", "ui", "queue", "worker"}
     assert set(paths) - no_table <= table_checked
 
 

@@ -246,6 +246,22 @@ def test_cli_submit_list_show_cancel_retry(pg_schema_url: str, job: Path) -> Non
     assert again.returncode == 1
     assert json.loads(again.stdout)["error_code"] == "conflict"
     assert json.loads(cli("queue", "retry", "--ticket-id", "T-1", "--run-id", "r1", *url).stdout)["state"] == "queued"
+    # Tables for people, every command.
+    key = ("--ticket-id", "T-1", "--run-id", "r1", "--format", "table", *url)
+    shown_t = cli("queue", "show", *key)
+    assert shown_t.returncode == 0
+    assert "position" in shown_t.stdout
+    assert sub["run_id"] in shown_t.stdout
+    cancel_t = cli("queue", "cancel", *key)
+    assert cancel_t.returncode == 0
+    assert "cancelled" in cancel_t.stdout
+    retry_t = cli("queue", "retry", *key)
+    assert retry_t.returncode == 0
+    assert "queued" in retry_t.stdout
+    sub_t = cli("submit", "--pipeline", "job", "--ticket-id", "T-2", "--format", "table", *url)
+    assert sub_t.returncode == 0
+    assert "T-2" in sub_t.stdout
+    assert "created" in sub_t.stdout
     bad = cli("queue", "list", "--state", "sleeping", *url)
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
