@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -149,3 +149,8 @@ def seed_root(tmp_path: Path) -> Path:
     dest = tmp_path / "seed-store"
     shutil.copytree(FIXTURES / "checkpoints", dest / "checkpoints")
     return dest
+
+
+def records_in(lines: Iterable[dict[str, object]]) -> int:
+    """How many export lines are records (not the pipeline manifests that travel with them)."""
+    return sum(1 for line in lines if line["type"] != "pipeline")

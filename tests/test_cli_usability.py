@@ -89,8 +89,8 @@ def test_a_failed_approve_leaves_nothing_behind(root: Path, tmp_path: Path) -> N
     base = ["--ticket-id", T, "--run-id", "r1"]
     ok(root, "write", *base, "--phase", "draft", "--payload", '{"text": "hi"}', *pf)
     ok(root, "write", *base, "--phase", "review", *pf)
-    # Without the manifest the run's pipeline cannot be found: the approval must not be recorded.
-    res = run(root, "approve", *base, "--phase", "review", "--by", "ana")
+    # A pipeline that cannot be found (the store has only the run's own): nothing may be recorded.
+    res = run(root, "approve", *base, "--phase", "review", "--by", "ana", "--pipeline", "no-such-pipeline")
     assert res.rc == 1
     assert res.json["error_code"] == "pipeline_error"
     assert approvals_on_disk(root) == []

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from conftest import CREATE_PR, IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
+from conftest import CREATE_PR, IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, records_in, require_postgres
 from helpers import T0, Clock, decision
 from phaselog import (
     AlreadyExists,
@@ -1027,16 +1027,17 @@ def test_export_import_round_trip_within_a_backend_is_exact_and_idempotent(
 ) -> None:
     populate(led, clock)
     lines = list(export_records(store))
-    assert {ln["type"] for ln in lines} == {"checkpoint", "entry"}
+    # The records, and the manifest of each pipeline they name (once, before its first record).
+    assert {ln["type"] for ln in lines} == {"checkpoint", "entry", "pipeline"}
     assert {ln.get("kind") for ln in lines} >= {"markers", "progress", "approvals", None}
     rep = import_records(other_store, lines)
-    assert (rep.added, rep.skipped, rep.conflicts) == (len(lines), 0, [])
+    assert (rep.added, rep.skipped, rep.conflicts) == (records_in(lines), 0, [])
     assert export_text(other_store) == export_text(store)
     other = Ledger(other_store)
     assert other.verify(T).ok
     assert other.status(T, R2).to_json() == led.status(T, R2).to_json()
     again = import_records(other_store, lines)
-    assert (again.added, again.skipped, again.conflicts) == (0, len(lines), [])
+    assert (again.added, again.skipped, again.conflicts) == (0, records_in(lines), [])
     assert export_text(other_store) == export_text(store)
 
 
@@ -1072,7 +1073,7 @@ def test_import_verifies_every_hash_before_writing(led: Ledger, store: Store, ot
     # The intact export then completes the import; nothing is doubled.
     rep = import_records(other_store, lines)
     assert rep.conflicts == []
-    assert rep.added + rep.skipped == len(lines)
+    assert rep.added + rep.skipped == records_in(lines)
     assert export_text(other_store) == export_text(store)
 
 
@@ -1100,7 +1101,7 @@ def test_round_trip_files_sqlite_postgres_files_keeps_records_and_hashes(tmp_pat
     try:
         for a, b in itertools.pairwise(chain):
             rep = import_records(b, export_records(a))
-            assert (rep.added, rep.conflicts) == (len(want), [])
+            assert (rep.added, rep.conflicts) == (records_in(json.loads(x) for x in want), [])
             assert export_text(b) == want
             assert Ledger(b).verify(T).ok
 
@@ -1134,7 +1135,8 @@ def test_cli_copy_export_import_across_backends(tmp_path: Path, pg_schema_url: s
     clock = Clock()
     source = FilesStore(tmp_path / "a")
     populate(Ledger(source, clock=clock), clock)
-    n = len(list(export_records(source)))
+    n = records_in(export_records(source))
+    n_lines = len(list(export_records(source)))  # the records and their pipelines' manifests
     source.close()
     urls = {
         "files": str(tmp_path / "a"),
@@ -1155,7 +1157,7 @@ def test_cli_copy_export_import_across_backends(tmp_path: Path, pg_schema_url: s
     exports = {name: phaselog_cli("export", "--store", url) for name, url in urls.items()}
     assert {p.returncode for p in exports.values()} == {0}
     assert exports["files"].stdout == exports["sqlite"].stdout == exports["postgres"].stdout
-    assert len(exports["files"].stdout.splitlines()) == n
+    assert len(exports["files"].stdout.splitlines()) == n_lines
     dump = tmp_path / "dump.jsonl"
     dump.write_text(exports["postgres"].stdout)
     target = f"sqlite://{tmp_path}/c.db"
@@ -1172,7 +1174,7 @@ def test_cli_copy_export_import_across_backends(tmp_path: Path, pg_schema_url: s
     assert proc.returncode == 1
     err = json.loads(proc.stdout)
     assert err["error_code"] == "invalid"
-    assert f"line {n}" in err["error"]
+    assert f"line {n_lines}" in err["error"]  # the last line, counting the manifests' lines
 
 
 # -- retention -------------------------------------------------------------------------------------

@@ -219,7 +219,7 @@ def test_dirs_are_0700_and_files_0600_whatever_the_umask(tmp_path: Path, mask: i
         ".failed_2_local_review_a1.json",
         ".lock",
     }
-    assert len(dirs) == 6  # root, checkpoints, 2 tickets, 2 runs
+    assert len(dirs) == 8  # root, checkpoints, 2 tickets, 2 runs, manifests, manifests/ticket-pipeline
     bad = {str(p): oct(stat.S_IMODE(p.lstat().st_mode)) for p in dirs if stat.S_IMODE(p.lstat().st_mode) != 0o700}
     bad |= {str(p): oct(stat.S_IMODE(p.lstat().st_mode)) for p in files if stat.S_IMODE(p.lstat().st_mode) != 0o600}
     assert bad == {}

@@ -79,7 +79,9 @@ def test_a_diverging_history_is_refused_with_everything_built_on_it(store: Store
     before = everything(store)
     rep = import_records(store, lines_of(source))
     assert rep.added == 0
-    assert [c["line"] for c in rep.conflicts] == ["line 1", "line 2", "line 3", "line 4"]
+    # Line 1 is the pipeline's manifest (it travels with the records); lines 2-5 the records.
+    assert lines_of(source)[0]["type"] == "pipeline"
+    assert [c["line"] for c in rep.conflicts] == ["line 2", "line 3", "line 4", "line 5"]
     assert "depends" in rep.conflicts[2]["message"]
     assert "refused" in rep.conflicts[3]["message"] or "basis" in rep.conflicts[3]["message"]
     assert everything(store) == before
@@ -284,7 +286,20 @@ def test_copy_checks_records_against_the_source_s_own_pipelines(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout
     out = json.loads(proc.stdout)
     assert (out["added"], out["conflicts"]) == (2, [])
-    # The same export into a store that knows no such pipeline is refused, naming it.
+    # The export carries the manifest: a store that never heard of data-job takes the records,
+    # checked against it, and keeps the manifest with them.
+    elsewhere = open_store(str(tmp_path / "elsewhere"))
+    rep = import_records(elsewhere, export_records(led.store, T))
+    assert (rep.added, rep.conflicts, rep.pipelines_recorded) == (2, [], 1)
+    assert Ledger(elsewhere).status(T, R).pipeline == "data-job"
+    # Without its manifest line, the same export is refused there, naming the pipeline.
+    bare = [ln for ln in export_records(led.store, T) if ln["type"] != "pipeline"]
     with pytest.raises(InvalidRecord) as info:
-        import_records(open_store(str(tmp_path / "elsewhere")), export_records(led.store, T))
+        import_records(open_store(str(tmp_path / "elsewhere-2")), bare)
     assert "data-job" in info.value.message
+    # A manifest line whose content does not hash to its content_hash is refused, naming the line.
+    lines = list(export_records(led.store, T))
+    lines[0]["document"]["phases"][0]["payload_schema"] = {"type": "object"}  # the rows rule dropped
+    with pytest.raises(InvalidRecord) as forged:
+        import_records(open_store(str(tmp_path / "elsewhere-3")), lines)
+    assert (forged.value.context["line"], forged.value.context["rule"]) == (1, "content_hash")

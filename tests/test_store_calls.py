@@ -71,6 +71,20 @@ def test_a_first_write_and_a_failure_are_one_snapshot_and_one_append(store: Stor
     assert dict(counting.calls) == {"snapshot": 2, "append": 2}
 
 
+def test_a_first_write_records_its_pipelines_manifest_in_its_one_append(store: Store) -> None:
+    """The manifest travels inside the append (stores/manifests.py), once per store handle."""
+    from phaselog import pipeline_shelf
+    from phaselog.pipelines import pipeline_from_dict
+
+    custom = pipeline_from_dict({"name": "custom", "version": "1", "phases": [{"name": "one"}, {"name": "two"}]})
+    led, counting = _ledger(store)
+    led.write("T-3", "r1", "one", {}, pipeline=custom)
+    led.write("T-3", "r2", "one", {}, pipeline=custom)  # a new run, same handle: not recorded again
+    led.write("T-3", "r1", "two", {}, pipeline=custom)
+    assert dict(counting.calls) == {"snapshot": 3, "append": 3}
+    assert pipeline_shelf.keys(store) == [("custom", custom.manifest_hash)]
+
+
 @pytest.mark.parametrize("history", [1, 40])
 def test_status_is_one_snapshot(store: Store, history: int) -> None:
     _fill(store, history)

@@ -116,6 +116,15 @@ def test_pages_show_what_the_library_derives(server: Server, built: tuple[Path, 
     )
 
 
+def test_runs_are_shown_by_the_id_they_were_given(server: Server, built: tuple[Path, dict[str, str]]) -> None:
+    """`a1b2c3d4` is stored as its UUID v5; the dashboard shows the name the run was given."""
+    http = Http(server.base)
+    _, _, body = http.get("/tickets/PROJ-1234")
+    assert f'title="{built[1]["proj"]}">{ui_data.RUN_PROJ}</a>' in body
+    _, _, body = http.get(f"/tickets/PROJ-1234/runs/{built[1]['proj']}")
+    assert re.search(rf"<h1>Run <span [^>]*>{ui_data.RUN_PROJ}</span>", body), body[:2000]
+
+
 def test_unknown_things_are_404_pages_not_tracebacks(server: Server) -> None:
     http = Http(server.base)
     for path in ("/tickets/NOPE-1", "/guards/nope", "/tickets/PROJ-1234/runs/zzz/phases/implement/attempts/9"):

@@ -44,12 +44,20 @@ class RunSummary:
     last_activity: datetime | None
     attempts: int
     error: str | None = None
+    #: The run id as the user gave it (``nightly-1``); None when it was given as a UUID.
+    run_name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """What people call the run: its given name, else its UUID."""
+        return self.run_name or self.run_id
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
+            "run_name": self.run_name,
             "pipeline": self.pipeline,
             "state": self.state,
             "next_phase": self.next_phase,
@@ -70,6 +78,8 @@ class TicketSummary:
     last_activity: datetime | None
     state: str
     latest_run: str | None
+    #: The latest run's given name (``nightly-1``), if it had one.
+    latest_run_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -81,6 +91,7 @@ class TicketSummary:
             "last_activity": format_timestamp(self.last_activity) if self.last_activity else None,
             "state": self.state,
             "latest_run": self.latest_run,
+            "latest_run_name": self.latest_run_name,
         }
 
 
@@ -98,6 +109,7 @@ def summarize_run(ledger: Ledger, ticket_id: str, run_id: str) -> RunSummary:
         st.next_phase,
         st.last_activity,
         sum(p.attempts for p in st.phases),
+        run_name=st.run_name,
     )
 
 
@@ -158,6 +170,7 @@ class Catalog:
             last_activity=latest.last_activity if latest else None,
             state=latest.state if latest else "pending",
             latest_run=latest.run_id if latest else None,
+            latest_run_name=latest.run_name if latest else None,
         )
 
     def tickets(self, ledger: Ledger) -> list[TicketSummary]:

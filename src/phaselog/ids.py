@@ -54,6 +54,20 @@ def validate_ticket_id(ticket_id: object, *, field: str = "ticket_id") -> str:
     return ticket_id
 
 
+def given_run_name(run_id: object) -> str | None:
+    """The run id as the caller gave it when it is a name (``nightly-1``), not a UUID; else None.
+
+    A name is kept with its run (``Checkpoint.run_name``), since its UUID v5 cannot be turned back.
+    """
+    if not isinstance(run_id, str) or _CANON_UUID_RE.fullmatch(run_id):
+        return None
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        return run_id
+    return None  # another spelling of a UUID
+
+
 def normalize_run_id(run_id: object, *, field: str = "run_id") -> str:
     """Return the canonical UUID string for ``run_id``.
 

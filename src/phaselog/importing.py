@@ -67,8 +67,11 @@ def _same(n: int, line: Mapping[str, Any], key: str, value: Any) -> None:
         raise _bad(n, f"{key} {line.get(key)!r} does not match the record's {value!r}", key, "line_mismatch")
 
 
-def parse_line(n: int, line: Any, ledger: Any) -> Item:
-    """Check one export line on its own, exactly as a write would check its record."""
+def parse_line(n: int, line: Any, ledger: Any, manifests: Mapping[tuple[str, str], Any] | None = None) -> Item:
+    """Check one export line on its own, exactly as a write would check its record.
+
+    ``manifests``: the pipelines of the import's own ``pipeline`` lines (phaselog.manifest_transfer),
+    used first for the records that name them."""
     if not isinstance(line, dict) or line.get("type") not in ("checkpoint", "entry"):
         raise _bad(n, "not a phaselog export record (needs type checkpoint or entry)", "type", "enum")
     doc = line.get("document")
@@ -76,7 +79,7 @@ def parse_line(n: int, line: Any, ledger: Any) -> Item:
         raise _bad(n, "document: must be an object", "document", "type")
     claimed = line.get("content_hash")
     if line["type"] == "checkpoint":
-        return _parse_checkpoint(n, line, doc, claimed, ledger)
+        return _parse_checkpoint(n, line, doc, claimed, ledger, manifests or {})
     return _parse_entry(n, line, doc, claimed, ledger)
 
 
@@ -90,7 +93,9 @@ def _check_hash(n: int, claimed: Any, actual: str) -> None:
         )
 
 
-def _parse_checkpoint(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Any) -> Item:
+def _parse_checkpoint(
+    n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Any, manifests: Mapping[Any, Any]
+) -> Item:
     meta = doc.get("phaselog")
     if not isinstance(meta, dict):
         raise _bad(n, "document.phaselog: must be an object", "document.phaselog", "type")
@@ -105,7 +110,7 @@ def _parse_checkpoint(n: int, line: dict[str, Any], doc: dict[str, Any], claimed
         _check_hash(n, doc["content_hash"], cp.content_hash)
     _same(n, line, "ticket_id", cp.ticket_id)
     _same(n, line, "run_id", cp.run_id)
-    pipeline = _pipeline(n, ledger, cp.pipeline.name if cp.pipeline else None)
+    pipeline = _pipeline(n, ledger, cp.pipeline, manifests)
     report = check_record(cp, pipeline, now=ledger.clock())
     if report.errors:
         first = report.errors[0]
@@ -113,9 +118,12 @@ def _parse_checkpoint(n: int, line: dict[str, Any], doc: dict[str, Any], claimed
     return Item(n, "checkpoint", cp.ticket_id, cp.run_id, "", cp.content_hash, doc, cp)
 
 
-def _pipeline(n: int, ledger: Any, name: str | None) -> Any:
+def _pipeline(n: int, ledger: Any, ref: Any, manifests: Mapping[Any, Any]) -> Any:
+    from phaselog.manifest_transfer import resolve
+
+    name = ref.name if ref is not None else None
     try:
-        return ledger.load_pipeline(name)
+        return resolve(ledger, dict(manifests), ref)
     except PhaselogError as exc:
         raise _bad(
             n,
@@ -194,13 +202,15 @@ def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
     return parse_note(json.dumps(body).encode(), location, name)
 
 
-def check_entry_phases(items: list[Item], ledger: Any) -> None:
+def check_entry_phases(items: list[Item], ledger: Any, manifests: Mapping[Any, Any] | None = None) -> None:
     """Progress events and approvals name a phase of their run's pipeline (the one its checkpoints
     in the import record, else the one the store knows for the run)."""
-    named: dict[tuple[str, str | None], str] = {}
+    from phaselog.manifest_transfer import resolve
+
+    named: dict[tuple[str, str | None], Any] = {}
     for i in items:
         if i.type == "checkpoint" and i.record.pipeline is not None:
-            named.setdefault((i.ticket_id, i.run_id), i.record.pipeline.name)
+            named.setdefault((i.ticket_id, i.run_id), i.record.pipeline)
     cache: dict[tuple[str, str | None], Any] = {}
     for i in items:
         if i.type not in ("progress", "approvals"):
@@ -209,7 +219,9 @@ def check_entry_phases(items: list[Item], ledger: Any) -> None:
         if key not in cache:
             try:
                 cache[key] = (
-                    ledger.load_pipeline(named[key]) if key in named else ledger.pipeline_for(i.ticket_id, i.run_id)
+                    resolve(ledger, dict(manifests or {}), named[key])
+                    if key in named
+                    else ledger.pipeline_for(i.ticket_id, i.run_id)
                 )
             except PhaselogError as exc:
                 raise _bad(i.line, exc.message, "pipeline", "unknown_pipeline") from None

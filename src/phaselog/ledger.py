@@ -48,7 +48,7 @@ from phaselog.audit import Audit
 from phaselog.entries import Approval, ProgressEvent
 from phaselog.fork import Forks
 from phaselog.gates import Gates
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.markers import Markers
 from phaselog.pipelines import Pipeline
 from phaselog.progress import Flight, Progress
@@ -144,7 +144,9 @@ class Ledger:
 
     def run(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> Run:
         """A handle on one run (ticket and run id validated now)."""
-        return Run(self, validate_ticket_id(ticket_id), normalize_run_id(run_id), pipeline)
+        run = Run(self, validate_ticket_id(ticket_id), normalize_run_id(run_id), pipeline)
+        run.run_name = given_run_name(run_id)
+        return run
 
     # -- pipelines (resolve.py) -------------------------------------------------------------------
     load_pipeline = delegate("pipelines", PipelineResolver.load)
@@ -219,6 +221,8 @@ class Run:
         self.ledger = ledger
         self.ticket_id = ticket_id
         self.run_id = run_id
+        #: The run id as given (``nightly-1``), kept with each checkpoint; None for a UUID.
+        self.run_name: str | None = None
         self._pipeline = pipeline
 
     def __repr__(self) -> str:
@@ -232,13 +236,14 @@ class Run:
     # -- checkpoints ------------------------------------------------------------------------------
     def write(self, phase: str | int, payload: Mapping[str, Any] | None = None, **kw: Any) -> WriteResult:
         """Record a completed attempt of ``phase`` (keywords as :meth:`Ledger.write`)."""
-        return self.ledger.write(self.ticket_id, self.run_id, phase, payload, pipeline=self._pipeline, **kw)
+        rid = self.run_name or self.run_id
+        return self.ledger.write(self.ticket_id, rid, phase, payload, pipeline=self._pipeline, **kw)
 
     def fail(self, phase: str | int, error: str, **kw: Any) -> WriteResult:
         """Record a failed attempt of ``phase``; the next try gets the next attempt number."""
         return self.ledger.write(
             self.ticket_id,
-            self.run_id,
+            self.run_name or self.run_id,
             phase,
             kw.pop("payload", None),
             pipeline=self._pipeline,

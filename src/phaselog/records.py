@@ -156,6 +156,8 @@ class Checkpoint:
     artifact_hashes: Mapping[str, str] | None = None
     #: The phase's code fingerprint at write time (``fingerprint: code``), e.g. ``sha256:<hex>``.
     code_fingerprint: str | None = None
+    #: The run id as the user gave it (``nightly-1``) when it was a name; ``run_id`` is its UUID v5.
+    run_name: str | None = None
     #: False for a checkpoint the seed tool wrote (no phaselog part on disk).
     has_metadata: bool = True
     #: Keys found in a stored seed file that the contract does not know (validation reports them).
@@ -196,6 +198,8 @@ class Checkpoint:
             meta["artifact_hashes"] = dict(sorted(self.artifact_hashes.items()))
         if self.code_fingerprint is not None:
             meta["code_fingerprint"] = self.code_fingerprint
+        if self.run_name is not None:
+            meta["run_name"] = self.run_name
         return meta
 
     def to_json(self) -> dict[str, Any]:
@@ -386,7 +390,11 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     fingerprint = meta.get("code_fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise Corrupt("code_fingerprint: must be a string or null", field="code_fingerprint", rule="type")
+    run_name = meta.get("run_name")
+    if run_name is not None and (not isinstance(run_name, str) or not run_name):
+        raise Corrupt("run_name: must be a non-empty string or absent", field="run_name", rule="type")
     return {
+        "run_name": run_name,
         "artifact_hashes": dict(hashes) if hashes is not None else None,
         "code_fingerprint": fingerprint,
         "forked_from": dict(forked) if forked is not None else None,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from phaselog import pipeline_shelf
 from phaselog.entries import Marker, parse_entries
-from phaselog.errors import Corrupt, NotFound, PipelineMismatch, UnsupportedVersion
+from phaselog.errors import Corrupt, NotFound, PipelineError, PipelineMismatch, UnsupportedVersion
+from phaselog.ids import normalize_run_id
 from phaselog.markers import current_marker
 from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
 from phaselog.records import PipelineRef
@@ -32,14 +34,23 @@ class PipelineResolver:
         self.pipelines_root = pipelines_root
         self._recorded: dict[tuple[str, str], PipelineRef] = {}
 
-    def load(self, pipeline: PipelineArg) -> Pipeline:
-        """Resolve a Pipeline object, a name, or None (the default pipeline)."""
+    def load(self, pipeline: PipelineArg, *, manifest_hash: str | None = None) -> Pipeline:
+        """Resolve a Pipeline object, a name, or None (the default pipeline).
+
+        A name the pipeline folders lack is looked up in the store's recorded manifests (the one
+        with ``manifest_hash`` when given): see phaselog.pipeline_shelf.
+        """
         if isinstance(pipeline, Pipeline):
             return pipeline
         name = pipeline or DEFAULT_PIPELINE
         if name == DEFAULT_PIPELINE and self.pipelines_root is None:
             return builtin(name)
-        return find_pipeline(name, self.pipelines_root)
+        try:
+            return find_pipeline(name, self.pipelines_root)
+        except PipelineError as exc:
+            if exc.context.get("pipeline") != name:
+                raise  # a manifest that is there but broken: say so, do not look elsewhere
+            return pipeline_shelf.fallback(self.store, name, manifest_hash, exc)
 
     def recorded(self, ticket_id: str, run_id: str) -> PipelineRef | None:
         """The pipeline a run recorded with its first phaselog checkpoint (None: none yet)."""
@@ -70,6 +81,7 @@ class PipelineResolver:
 
         With ``snapshot`` the recorded pipeline (and the ticket's marker) come from it: no store call.
         """
+        run_id = normalize_run_id(run_id)  # a short id (nightly-1) names its UUID's run
         if snapshot is not None:
             recorded = snapshot.pipeline_ref()
             if recorded is None and snapshot.markers:
@@ -93,8 +105,9 @@ class PipelineResolver:
                         f"`phaselog init --ticket-id {ticket_id} --title TEXT --pipeline NAME`"
                     ),
                 )
-            return self.load(recorded.name)
-        pipeline = self.load(requested)
+            return self.load(recorded.name, manifest_hash=recorded.manifest_hash or None)
+        known = recorded.manifest_hash if recorded is not None and requested == recorded.name else None
+        pipeline = self.load(requested, manifest_hash=known or None)
         if recorded is not None and recorded.name != pipeline.name:
             raise PipelineMismatch(
                 f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}: use "

@@ -19,7 +19,7 @@ from typing import Any
 from phaselog.entries import Approval, parse_entries
 from phaselog.errors import Corrupt, NotFound, UsageError
 from phaselog.gates import judge, read_approvals
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Pipeline
 from phaselog.progress import flights
 from phaselog.reads import Reads
@@ -78,9 +78,12 @@ class RunStates:
     def status(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> RunStatus:
         """Derive the state of every phase of a run, and the next phase (one store call)."""
         ticket_id = validate_ticket_id(ticket_id)
+        given = given_run_name(run_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
         st = self.status_from(snap, self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap))
+        if st.run_name is None and given is not None:
+            st = dataclasses.replace(st, run_name=given)  # the name the caller used names this run
         if snap.empty and not snap.approvals:
             known = self.store.runs(ticket_id)  # a second store call, only for a run with nothing in it
             if run_id not in known:  # nothing at all: a run about to start, or a mistyped id
@@ -108,7 +111,7 @@ class RunStates:
         )
         if damaged:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)
-            st = RunStatus(st.ticket_id, st.run_id, st.pipeline, st.phases, st.warnings + extra)
+            st = dataclasses.replace(st, warnings=st.warnings + extra)
         return st
 
     def _inherited(self, verdicts: dict[str, str], records: Sequence[Checkpoint]) -> dict[str, str]:

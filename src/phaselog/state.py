@@ -91,6 +91,8 @@ class RunStatus:
     recorded: bool = True
     #: With ``recorded`` false: the runs the ticket does have (canonical ids).
     known_runs: tuple[str, ...] = ()
+    #: The run id as the user gave it (``nightly-1``), as its checkpoints keep it; None for a UUID.
+    run_name: str | None = None
 
     @property
     def message(self) -> str | None:
@@ -153,6 +155,7 @@ class RunStatus:
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
+            "run_name": self.run_name,
             "pipeline": self.pipeline,
             "next_phase": self.next_phase,
             "completed_phases": self.completed_phases,
@@ -187,7 +190,9 @@ def derive_status(
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
     known = set(pipeline.phase_names)
+    run_name: str | None = None
     for cp in records:
+        run_name = run_name or cp.run_name
         if cp.phase not in known:
             warnings.append(
                 f"attempt {cp.attempt_number} of phase {cp.phase!r} is not in pipeline {pipeline.name}; ignored"
@@ -219,7 +224,7 @@ def derive_status(
         )
         for p in pipeline.phases
     ]
-    return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings))
+    return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings), run_name=run_name)
 
 
 def _phase_state(

@@ -22,7 +22,7 @@ from typing import Any
 from phaselog.entries import Approval, Marker, ProgressEvent, entry_bytes
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.limits import MAX_RECORD_BYTES, json_loads
-from phaselog.records import Checkpoint
+from phaselog.records import Checkpoint, PipelineRef
 from phaselog.stores.base import Damaged, Store
 
 EXPORT_VERSION = 1
@@ -48,6 +48,9 @@ def _checkpoint_document(store: Store, record: Checkpoint) -> dict[str, Any]:
 
 def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[str, Any]]:
     """Yield every record of a ticket (or of the store) as export lines, in a stable order."""
+    from phaselog.manifest_transfer import ExportManifests
+
+    manifests = ExportManifests(store)  # each pipeline's manifest once, before its first record
     tickets = [ticket_id] if ticket_id is not None else store.tickets()
     for tid in tickets:
         yield from _entry_lines(store, "markers", tid, None)
@@ -58,6 +61,7 @@ def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[
                         f"cannot export {item.location}: {item.message} (run `phaselog doctor`)", path=item.location
                     )
                 rec = item.record
+                yield from manifests.lines_for(rec.pipeline)
                 yield {
                     "type": "checkpoint",
                     "ticket_id": tid,
@@ -99,10 +103,17 @@ class ImportReport:
     added: int = 0
     skipped: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    #: Pipeline manifests recorded in the target (new ones; those it held already are not counted).
+    pipelines_recorded: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
-        return {"added": self.added, "skipped": self.skipped, "conflicts": self.conflicts}
+        return {
+            "added": self.added,
+            "skipped": self.skipped,
+            "conflicts": self.conflicts,
+            "pipelines_recorded": self.pipelines_recorded,
+        }
 
 
 def import_records(
@@ -126,20 +137,31 @@ def import_records(
     stored. Lines not grouped by run (not an export's order) are planned all at once in memory.
     ``on_total`` gets the number of lines once they are all checked; ``on_record`` one call per line.
     """
-    from phaselog.importing import check_entry_phases, parse_line
+    from phaselog.importing import check_entry_phases as check_phases
+    from phaselog.importing import parse_line
     from phaselog.ledger import Ledger
+    from phaselog.manifest_transfer import is_manifest_line, parse_manifest_line, record_imported
     from phaselog.streams import spool
 
     ledger = Ledger(store, pipelines_root=pipelines_root)
+    manifests: dict[tuple[str, str], Any] = {}  # the import's own pipeline lines (manifest_transfer)
+
+    def check_entry_phases(items: list[Any], led: Any) -> None:
+        check_phases(items, led, manifests)
+
     with spool() as saved:
         # Pass 1: check every line on its own (and each run's entries against its pipeline).
         total, grouped, key = 0, True, None
         group: list[Any] = []
         deferred: InvalidRecord | None = None  # the first phase error, raised after every line parsed
         for n, line in enumerate(lines, start=1):
-            item = parse_line(n, line, ledger)
             saved.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
-            total = n
+            if is_manifest_line(line):  # an export writes it before the records that name it
+                pipeline = parse_manifest_line(n, line)
+                manifests[(pipeline.name, pipeline.manifest_hash)] = pipeline
+                continue
+            item = parse_line(n, line, ledger, manifests)
+            total += 1
             here = (item.ticket_id, item.run_id or "")
             if grouped and key is not None and here < key:
                 grouped = False  # not in export order: checked and planned all at once below
@@ -157,12 +179,18 @@ def import_records(
         if on_total:
             on_total(total)
         saved.seek(0)
-        items = (parse_line(n, json_loads(text), ledger) for n, text in enumerate(saved, start=1))
+        parsed = ((n, json_loads(text)) for n, text in enumerate(saved, start=1))
+        items = (parse_line(n, line, ledger, manifests) for n, line in parsed if not is_manifest_line(line))
+        # The manifests first: a record stored here never lacks its pipeline's manifest.
+        recorded = record_imported(store, manifests, [PipelineRef(n, "", h) for n, h in manifests])
         if grouped:
-            return _import_groups(store, ledger, _consecutive(items), on_record)
-        everything = list(items)
-        check_entry_phases(everything, ledger)
-        return _import_groups(store, ledger, _by_run(everything), on_record)
+            rep = _import_groups(store, ledger, _consecutive(items), on_record)
+        else:
+            everything = list(items)
+            check_entry_phases(everything, ledger)
+            rep = _import_groups(store, ledger, _by_run(everything), on_record)
+        rep.pipelines_recorded = recorded
+        return rep
 
 
 def _phase_error(check: Callable[[list[Any], Any], None], group: list[Any], ledger: Any) -> InvalidRecord | None:

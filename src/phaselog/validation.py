@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from phaselog import formats
 from phaselog.errors import PhaselogError, UnknownPhase
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.ids import given_run_name, is_canonical_uuid, normalize_run_id, validate_ticket_id
 from phaselog.pipelines import Pipeline
 from phaselog.records import SCHEMA_VERSION, SEED_FIELDS, Checkpoint
 
@@ -93,6 +93,14 @@ class Report:
         return self
 
 
+def _names_run(name: str, run_id: str) -> bool:
+    """True when ``name`` is a run name (not a UUID) that maps to ``run_id``."""
+    try:
+        return given_run_name(name) is not None and normalize_run_id(name, field="run_name") == run_id
+    except PhaselogError:
+        return False
+
+
 def check_record(cp: Checkpoint, pipeline: Pipeline, *, now: datetime | None = None) -> Report:
     """Check what a record says on its own (no store access)."""
     rep = Report()
@@ -115,6 +123,8 @@ def check_record(cp: Checkpoint, pipeline: Pipeline, *, now: datetime | None = N
         rep.error("ticket_id", str(exc.context.get("rule", "ticket_id")), exc.message)
     if not is_canonical_uuid(cp.run_id):
         rep.error("run_id", "run_id", f"must be a lowercase hyphenated UUID (got {cp.run_id!r})")
+    if cp.run_name is not None and not _names_run(cp.run_name, cp.run_id):
+        rep.error("run_name", "run_name", f"{cp.run_name[:80]!r} is not a name whose UUID v5 is run {cp.run_id}")
     phase = None
     try:
         phase = pipeline.phase(cp.phase)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from phaselog.catalog import RunSummary, TicketSummary
     from phaselog.entries import Approval, Marker, ProgressEvent
     from phaselog.ledger import Page, SkipDecision, WriteResult
     from phaselog.pipelines import Pipeline
@@ -128,6 +129,19 @@ def page_stream(entries: Iterable[Stored | Damaged]) -> Iterator[tuple[str, Any]
 def run_status(status: RunStatus) -> dict[str, Any]:
     """A run's derived state: every phase's state and the next phase."""
     return status.to_json()
+
+
+def tickets(summaries: Sequence[TicketSummary]) -> dict[str, Any]:
+    """Every ticket in a line (``phaselog tickets``; the dashboard's Tickets page)."""
+    return {"count": len(summaries), "tickets": [t.to_json() for t in summaries]}
+
+
+def runs(ticket_id: str, summaries: Sequence[RunSummary], *, known: bool = True) -> dict[str, Any]:
+    """Every run of a ticket in a line (``phaselog runs``); ``known`` false: the ticket has nothing."""
+    out: dict[str, Any] = {"ticket_id": ticket_id, "count": len(summaries), "runs": [r.to_json() for r in summaries]}
+    if not known:
+        out["message"] = f"nothing is recorded for ticket {ticket_id} (`phaselog tickets` lists the tickets)"
+    return out
 
 
 def skip_decision(decision: SkipDecision) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from phaselog import pipeline_shelf
 from phaselog.artifacts import hash_artifacts
 from phaselog.errors import (
     AlreadyExists,
@@ -26,7 +27,7 @@ from phaselog.errors import (
     Prerequisite,
     UsageError,
 )
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_ATTEMPT, check_json_data, is_attempt
 from phaselog.pipelines import Phase, Pipeline
 from phaselog.records import BasisEntry, Checkpoint, Status
@@ -148,8 +149,10 @@ class Writes:
     ) -> WriteResult:
         """:meth:`write` with the artifacts' hashes already taken, and ``forked_from`` (a fork's copy)."""
         ticket_id = validate_ticket_id(ticket_id)
+        given = given_run_name(run_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
+        run_name = given or snap.run_name()  # the name stays with the run, also when written to by UUID
         pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
         ph = pl.phase(phase)
         if attempt is not None and not is_attempt(attempt):
@@ -207,6 +210,7 @@ class Writes:
                 forked_from=dict(forked_from) if forked_from else None,
                 artifact_hashes=dict(artifact_hashes) if artifact_hashes is not None else None,
                 code_fingerprint=code_fingerprint,
+                run_name=run_name,
             )
             report = check_record(cp, pl, now=self.clock())
             if not report.is_valid:
@@ -227,18 +231,21 @@ class Writes:
                         f"{ph.name}; attempts only rise (next: {latest + 1})",
                         next_attempt=latest + 1,
                     )
+            # The pipeline's manifest travels with the run's first write (stores/manifests.py).
+            manifest = pipeline_shelf.to_record(self.store, snap, pl)
+            extra: dict[str, Any] = {} if manifest is None else {"manifest": manifest}
+            if fence is not None:
+                extra["fence"] = fence
             try:
-                location = (
-                    self.store.append(cp, expected_latest=latest)
-                    if fence is None
-                    else self.store.append(cp, expected_latest=latest, fence=fence)
-                )
+                location = self.store.append(cp, expected_latest=latest, **extra)
             except Conflict:
                 continue  # someone appended to this phase meanwhile: re-read and retry
             except AlreadyExists:
                 if attempt is not None:
                     raise  # the caller asked for this very attempt: another writer has it
                 continue  # another writer took the number we read as next: re-read and retry
+            if manifest is not None:
+                pipeline_shelf.recorded(self.store, manifest)
             stored = Stored(cp, location, cp.content_hash)
             return WriteResult(stored, tuple(i.text() for i in report.warnings))
         raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")

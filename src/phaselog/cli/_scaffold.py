@@ -50,6 +50,7 @@ SECTIONS = ("Record", "Resume", "Runner", "Workers", "Audit", "Gates", "Tickets 
 AREAS: dict[str, tuple[str, ...]] = {
     "records": ("write", "read", "validate", "list"),
     "state": ("status", "resume", "verify", "pipelines"),
+    "catalog": ("tickets", "runs"),
     "audit": ("progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"),
     "runner": ("run", "explain", "step"),
     "queue": ("submit", "queue", "worker"),

@@ -16,6 +16,11 @@ from phaselog.cli._scaffold import Call, Result, cli, command
 
 
 # -- status / resume / verify -----------------------------------------------------------------------
+def _named(d: dict[str, Any]) -> str:
+    """A run as people call it: ``nightly-1 (8f9bade3…)``, or its UUID when it has no name."""
+    return f"{d['run_name']} ({d['run_id'][:8]}…)" if d.get("run_name") else str(d["run_id"])
+
+
 def _status_table(d: dict[str, Any]) -> str:
     rows = [
         [
@@ -33,7 +38,7 @@ def _status_table(d: dict[str, Any]) -> str:
         table(
             rows,
             ["#", "phase", "state", "attempt", "latest (UTC)", "note"],
-            title=f"run {d['run_id']} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
+            title=f"run {_named(d)} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
         ),
         *[f"warning: {w}" for w in d.get("warnings", [])],
     )

@@ -71,7 +71,8 @@ def import_cmd(call: Call, input_path: str) -> Result:
         lambda d: table(
             [[c["line"], c["path"], c["message"]] for c in d["conflicts"]],
             ["line", "path", "conflict"],
-            title=f"added {d['added']}, already present {d['skipped']}, conflicts {len(d['conflicts'])}",
+            title=f"added {d['added']}, already present {d['skipped']}, conflicts {len(d['conflicts'])}"
+            + (f", pipeline manifests recorded {d['pipelines_recorded']}" if d["pipelines_recorded"] else ""),
         ),
         exit_code=1 if rep.conflicts else 0,
     )

@@ -206,7 +206,7 @@ class PipelineRunner:
         """
         import uuid
 
-        from phaselog.ids import normalize_run_id, validate_ticket_id
+        from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
         from phaselog.runner.engine import Engine, default_workdir
         from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
 
@@ -225,6 +225,7 @@ class PipelineRunner:
                 pipeline=pl,
                 ticket_id=validate_ticket_id(ticket_id),
                 run_id=rid,
+                run_name=given_run_name(run_id),
                 executor_for=lambda ph: executors[ph.name],
                 fingerprints=self.fingerprints(),
                 workdir=folder,

@@ -74,6 +74,7 @@ class Engine:
         pipeline: Pipeline,
         ticket_id: str,
         run_id: str,
+        run_name: str | None = None,
         executor_for: Callable[[Phase], Executor],
         fingerprints: Mapping[str, str],
         workdir: Path,
@@ -89,6 +90,8 @@ class Engine:
         self.pipeline = pipeline
         self.ticket_id = ticket_id
         self.run_id = run_id
+        #: The run id as the user gave it (``nightly-2026-11-30``): every checkpoint keeps it.
+        self.run_name = run_name
         self.executor_for = executor_for
         self.fingerprints = dict(fingerprints)
         self.workdir = workdir
@@ -308,7 +311,7 @@ class Engine:
         with self.signals.critical():
             for delay in (*RECORD_RETRY_DELAYS, None):
                 try:
-                    done = self.ledger.write(self.ticket_id, self.run_id, ph.name, payload, **kwargs)
+                    done = self.ledger.write(self.ticket_id, self.run_name or self.run_id, ph.name, payload, **kwargs)
                     if self.written is not None:
                         self.written.append(done.stored)
                     return

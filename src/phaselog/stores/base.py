@@ -19,6 +19,7 @@ from phaselog.errors import Corrupt
 from phaselog.records import Checkpoint
 
 if TYPE_CHECKING:
+    from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
 
@@ -101,6 +102,9 @@ class Capability(StrEnum):
     LOCAL_ROOT = "local_root"
     #: ``run_queue()``: the queue of runs that workers drain (PostgreSQL; stores/sql_queue.py).
     QUEUE = "queue"
+    #: ``pipeline_manifests()``, and ``append(..., manifest=…)``: the store keeps the manifest of
+    #: every pipeline it has records for (:mod:`phaselog.stores.manifests`).
+    MANIFESTS = "manifests"
 
 
 #: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
@@ -115,6 +119,7 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.STAMPS: ("run_stamps", "ticket_stamp"),
     Capability.LOCAL_ROOT: ("root",),
     Capability.QUEUE: ("run_queue",),
+    Capability.MANIFESTS: ("pipeline_manifests",),
 }
 
 
@@ -134,14 +139,22 @@ class Store(Protocol):
     #: The optional parts of the contract this store has (see :class:`Capability`).
     capabilities: frozenset[Capability]
 
-    def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
+    def append(
+        self,
+        record: Checkpoint,
+        *,
+        expected_latest: int,
+        fence: RunFence | None = None,
+        manifest: ManifestDoc | None = None,
+    ) -> str:
         """Append ``record`` atomically and durably; return its location.
 
         Raises AlreadyExists when the attempt exists (the stored record is untouched) and
         Conflict when the phase's latest attempt is not ``expected_latest`` (0: none), which
         tells the caller to re-read and retry. With ``fence``, raises Fenced (nothing written)
         unless the run's lease still carries that fencing token, checked atomically with the
-        append. Returns only once the record is durable.
+        append. With ``manifest``, records that pipeline manifest too, no later than the record
+        (see stores.manifests). Returns only once the record is durable.
         """
         ...
 

@@ -61,6 +61,7 @@ from phaselog.stores.names import failed_name, meta_name
 
 if TYPE_CHECKING:
     from phaselog.stores.files_lease import FileRunLeases
+    from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
 # Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
@@ -252,7 +253,14 @@ class FilesStore(FilesAdminMixin):
         return fd
 
     # -- appending --------------------------------------------------------------------------------
-    def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
+    def append(
+        self,
+        record: Checkpoint,
+        *,
+        expected_latest: int,
+        fence: RunFence | None = None,
+        manifest: ManifestDoc | None = None,
+    ) -> str:
         """Append ``record`` (see Store.append)."""
         kernel.check_record_key(record)
         ordinal, attempt = record.phase_ordinal, record.attempt_number
@@ -272,6 +280,7 @@ class FilesStore(FilesAdminMixin):
                     expected_latest=expected_latest,
                     check_fence=None if fence is None else lambda: _check_fence(run_fd, fence),
                 )
+                self.record_manifest(manifest)  # before the record: a record never lacks its manifest
                 if record.completed:
                     publish_completed(run_fd, record, set(names), files)
                 else:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog import _faults
 from phaselog.errors import AlreadyExists, NotFound, PhaselogError, StoreError
@@ -26,6 +26,9 @@ from phaselog.stores import names as _names
 from phaselog.stores.base import Capability, PruneTarget
 from phaselog.stores.files_io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
 from phaselog.stores.kernel import check_run_key, entry_location
+
+if TYPE_CHECKING:
+    from phaselog.stores.manifests import FilesManifests, ManifestDoc
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(
@@ -37,6 +40,7 @@ FILES_CAPABILITIES = frozenset(
         Capability.GUARD_STORAGE,
         Capability.STAMPS,
         Capability.LOCAL_ROOT,
+        Capability.MANIFESTS,
     }
 )
 #: Prefix of a run folder being removed whole (moved aside first; not a run name).
@@ -119,6 +123,17 @@ class FilesAdminMixin:
     """Retention and doctor support for :class:`phaselog.stores.files.FilesStore`."""
 
     root: Path
+
+    def pipeline_manifests(self) -> FilesManifests:
+        """The recorded pipeline manifests (``<root>/manifests/``: see stores/manifests.py)."""
+        from phaselog.stores.manifests import FilesManifests
+
+        return FilesManifests(self)  # type: ignore[arg-type]  # self is the FilesStore it mixes into
+
+    def record_manifest(self, manifest: ManifestDoc | None) -> None:
+        """Record ``manifest`` (None: nothing to record) in the append that hands it over."""
+        if manifest is not None:
+            self.pipeline_manifests().put(manifest)
 
     # provided by FilesStore
     def _open_dir(self, *segments: str, create: bool = False) -> int:  # pragma: no cover

@@ -114,6 +114,13 @@ class RunSnapshot:
                 return s.record.pipeline
         return None
 
+    def run_name(self) -> str | None:
+        """The run id as the user gave it (``nightly-1``), as the run's records keep it (None: a UUID)."""
+        for s in self.stored():
+            if s.record.run_name is not None:
+                return s.record.run_name
+        return None
+
     def started_attempts(self, ordinal: int, phase: str) -> list[int]:
         """Attempts of a phase that have progress events (from the names alone), sorted."""
         found = set()

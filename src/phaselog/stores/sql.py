@@ -35,8 +35,9 @@ from phaselog.errors import (
 )
 from phaselog.ids import validate_ticket_id
 from phaselog.records import Checkpoint
-from phaselog.stores import kernel, sql_lease
+from phaselog.stores import kernel, manifests, sql_lease
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.manifests import ManifestDoc
 from phaselog.stores.sql_admin import SQL_CAPABILITIES, SqlAdminMixin
 from phaselog.stores.sql_pages import paged_by_key
 from phaselog.stores.sql_retention import SqlRetentionMixin
@@ -315,7 +316,14 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         raise StoreError("could not migrate")  # pragma: no cover
 
     # -- appending --------------------------------------------------------------------------------
-    def append(self, record: Checkpoint, *, expected_latest: int, fence: RunFence | None = None) -> str:
+    def append(
+        self,
+        record: Checkpoint,
+        *,
+        expected_latest: int,
+        fence: RunFence | None = None,
+        manifest: ManifestDoc | None = None,
+    ) -> str:
         """Append ``record`` (see Store.append): constraints decide, the first writer wins."""
         kernel.check_record_key(record)
         body = kernel.encode_record(record, self.max_record_bytes).decode()
@@ -346,6 +354,8 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
             except AlreadyExists as exc:
                 exc.context["_same"] = existing == record.content_hash
                 raise
+            if manifest is not None:  # in the same transaction: a record never lacks its manifest
+                manifests.sql_insert(self, conn, manifest)
             conn.execute(
                 self._sql(
                     "INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, "
@@ -560,6 +570,10 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         rows = self._query("SELECT name, body FROM phaselog_entries " + where + order, params)
         rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
+
+    def pipeline_manifests(self) -> manifests.SqlManifests:
+        """The recorded pipeline manifests (``phaselog_pipelines``: see stores/manifests.py)."""
+        return manifests.SqlManifests(self)
 
     def run_leases(self) -> sql_lease.SqlRunLeases:
         """The run-lease service (lease rows in this database)."""

@@ -14,7 +14,14 @@ from phaselog.stores.base import Capability
 #: What the SQL stores have beyond the contract (no QUARANTINE, LEFTOVERS: rows are never moved
 #: aside and a transaction leaves nothing behind; no LOCAL_ROOT: a database is not a folder).
 SQL_CAPABILITIES = frozenset(
-    {Capability.LEASES, Capability.RETENTION, Capability.MIGRATE, Capability.GUARD_STORAGE, Capability.STAMPS}
+    {
+        Capability.LEASES,
+        Capability.RETENTION,
+        Capability.MIGRATE,
+        Capability.GUARD_STORAGE,
+        Capability.STAMPS,
+        Capability.MANIFESTS,
+    }
 )
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from phaselog.errors import StoreError
-from phaselog.stores import sql_lease, sql_queue
+from phaselog.stores import manifests, sql_lease, sql_queue
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -58,6 +58,8 @@ MIGRATIONS: dict[int, list[str]] = {
     2: [sql_lease.MIGRATION],
     # The queue of runs that workers drain (PostgreSQL; empty elsewhere); see stores/sql_queue.py.
     3: sql_queue.MIGRATION,
+    # Recorded pipeline manifests, content-addressed: see stores/manifests.py.
+    4: [manifests.SQL_MIGRATION],
 }
 
 

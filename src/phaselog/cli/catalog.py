@@ -1,0 +1,93 @@
+"""Listing what a store holds: ``phaselog tickets`` and ``phaselog runs --ticket-id T``.
+
+Thin commands over :class:`phaselog.catalog.Catalog` (the dashboard's Tickets page uses the same
+summaries): each run is read once, as one snapshot, never record by record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from phaselog import views
+from phaselog.cli._render import short_time, table
+from phaselog.cli._scaffold import Call, Result, cli, command
+
+
+def _minute(stamp: str | None) -> str:
+    """``2026-11-30 18:48``: a listing's last activity, to the minute (the JSON has it to the microsecond)."""
+    return short_time(stamp)[:16]
+
+
+def _tickets_table(d: dict[str, Any]) -> str:
+    rows = [
+        [
+            t["ticket_id"],
+            t["pipeline"] or "",
+            t["state"],
+            t["runs"],
+            _minute(t["last_activity"]),
+            # A name, or the UUID's first digits: `phaselog runs --ticket-id T` shows it whole.
+            t["latest_run_name"] or (f"{t['latest_run'][:8]}…" if t["latest_run"] else ""),
+        ]
+        for t in d["tickets"]
+    ]
+    return table(
+        rows,
+        ["ticket", "pipeline", "state", "runs", "last activity", "latest run"],
+        title=f"{d['count']} tickets (UTC)",
+    )
+
+
+def _runs_table(d: dict[str, Any]) -> str:
+    pipelines = {r["pipeline"] for r in d["runs"]}
+    shared = len(pipelines) == 1  # the usual case: the pipeline goes in the title, the run id fits
+    rows = [
+        [
+            r["run_name"] or r["run_id"],
+            *([] if shared else [r["pipeline"] or ""]),
+            r["state"],
+            _minute(r["last_activity"]),
+        ]
+        for r in d["runs"]
+    ]
+    headers = ["run", *([] if shared else ["pipeline"]), "state", "last activity"]
+    title = f"ticket {d['ticket_id']}" + (f" ({next(iter(pipelines))})" if shared and None not in pipelines else "")
+    return table(rows, headers, title=f"{title}: {d['count']} runs (UTC)", empty=d.get("message") or "nothing to show")
+
+
+@command(cli, section="Tickets and pipelines")
+def tickets(call: Call) -> Result:
+    """Every ticket of the store: pipeline, state and last activity of its latest run, how many runs.
+
+    Newest activity first; the latest run is shown by the id it was given (`nightly-1`).
+
+    \b
+    Example:
+      phaselog tickets --format table
+    """
+    from phaselog.catalog import Catalog
+
+    return Result(views.tickets(Catalog().tickets(call.ledger)), _tickets_table)
+
+
+@command(cli, section="Tickets and pipelines")
+@click.option("--ticket-id", required=True)
+def runs(call: Call, ticket_id: str) -> Result:
+    """Every run of a ticket: its id as given, pipeline, state, next phase, last activity.
+
+    Newest activity first. `run_name` is the run id as it was given (`nightly-1`), `run_id` its UUID.
+
+    \b
+    Example:
+      phaselog runs --ticket-id CHURN-7 --format table
+    """
+    from phaselog.catalog import Catalog
+    from phaselog.ids import validate_ticket_id
+
+    ledger = call.ledger
+    ticket_id = validate_ticket_id(ticket_id)
+    found = Catalog().runs(ledger, ticket_id)
+    known = bool(found) or ledger.marker(ticket_id) is not None
+    return Result(views.runs(ticket_id, found, known=known), _runs_table)
