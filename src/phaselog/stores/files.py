@@ -587,12 +587,10 @@ def _parse_names(listing: list[str]) -> list[AttemptRef]:
         key = (parsed.ordinal, parsed.attempt)
         if key[1] < 1:
             continue
-        # Seed file and failed record for one attempt cannot both be written by phaselog (the
-        # run lock); if a hand copy made both, the seed file (completed) wins for listing.
+        # Both a seed file and a failed record for one attempt (a hand copy): the seed file wins.
         if key not in refs or completed:
             refs[key] = AttemptRef(key[0], key[1], parsed.phase, completed)
-    # Sorted by the int key in C: AttemptRef's generated __lt__ is Python code, and sorting a run
-    # of 1,000 attempts with it cost more than reading the run's whole folder.
+    # Sorted by the int key in C (AttemptRef's generated __lt__ cost more than reading the folder).
     return [refs[key] for key in sorted(refs)]
 
 

@@ -8,7 +8,7 @@ pipeline there even when no manifest file is at hand. The store keeps bytes (the
 
 * files store: ``<root>/manifests/<name>/<sha256>.json`` (temp file, fsync, ``link``, fsync the
   folder; the folders are opened without following symlinks, like every path of the store);
-* SQL stores: the table ``phaselog_pipelines (name, manifest_hash, body)`` (migration 3).
+* SQL stores: the table ``phaselog_pipelines (name, manifest_hash, body)`` (migration 4).
 
 A write records its pipeline's manifest inside its append (``Store.append(..., manifest=…)``): on
 SQL in the same transaction, on files just before the checkpoint is published (under the run's
@@ -36,7 +36,7 @@ HASH_RE = re.compile(r"[0-9a-f]{64}")
 #: The files store's folder of recorded manifests, below its root.
 FOLDER = "manifests"
 
-#: Migration 3 of the SQL schema.
+#: Migration 4 of the SQL schema.
 SQL_MIGRATION = """CREATE TABLE IF NOT EXISTS phaselog_pipelines (
     name TEXT NOT NULL,
     manifest_hash TEXT NOT NULL,

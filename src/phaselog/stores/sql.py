@@ -37,7 +37,6 @@ from phaselog.ids import validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores import kernel, manifests, sql_lease
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
-from phaselog.stores.manifests import ManifestDoc
 from phaselog.stores.sql_admin import SQL_CAPABILITIES, SqlAdminMixin
 from phaselog.stores.sql_pages import paged_by_key
 from phaselog.stores.sql_retention import SqlRetentionMixin
@@ -322,7 +321,7 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         *,
         expected_latest: int,
         fence: RunFence | None = None,
-        manifest: ManifestDoc | None = None,
+        manifest: manifests.ManifestDoc | None = None,
     ) -> str:
         """Append ``record`` (see Store.append): constraints decide, the first writer wins."""
         kernel.check_record_key(record)
@@ -331,10 +330,8 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         location = kernel.record_location(record)
 
         def insert(conn: Any) -> None:
-            # One statement (one round trip): the phase's latest attempt, and this attempt's hash if
-            # it exists (content_hash is NOT NULL, so NULL means no such row). Two key lookups on
-            # the primary key, not a scan of the phase's rows: an append costs the same at attempt
-            # 1,000 as at attempt 2.
+            # One round trip, two primary-key lookups (no scan: attempt 1,000 costs what attempt 2 does):
+            # the phase's latest attempt, and this attempt's hash if it exists (NULL: no such row).
             latest, existing = conn.execute(
                 self._sql(
                     "SELECT (SELECT MAX(attempt) FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
@@ -373,7 +370,7 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
             )
 
         def attempt_once() -> None:
-            if fence is None and self.dialect.round_trips_dear and self.dialect.append_at_once:
+            if fence is None and manifest is None and self.dialect.round_trips_dear and self.dialect.append_at_once:
                 from phaselog.stores.sql_append import insert_at_once
 
                 if insert_at_once(self, record, body, expected_latest):
@@ -399,8 +396,7 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
             except Exception as exc:
                 if not self.dialect.is_transient(exc):
                     raise
-                # The outcome of the commit is unknown (connection lost): reconnect, and let the
-                # next round's read resolve it by the record's content hash (its idempotency key).
+                # Commit outcome unknown (connection lost): the next round's read decides by content hash.
                 self._reset()
                 time.sleep(0.05 * (2**i))
         raise OutcomeUnknown(
