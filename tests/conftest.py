@@ -7,6 +7,7 @@ import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -154,3 +155,23 @@ def seed_root(tmp_path: Path) -> Path:
 def records_in(lines: Iterable[dict[str, object]]) -> int:
     """How many export lines are records (not the pipeline manifests that travel with them)."""
     return sum(1 for line in lines if line["type"] != "pipeline")
+
+
+# -- the dashboard's tests (test_ui_http.py, test_ui_browser.py) ----------------------------------
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A files store holding the dashboard's sample data (tests/ui_data.py)."""
+    import ui_data
+
+    root = tmp_path / "store"
+    return root, ui_data.make_store(root)
+
+
+@pytest.fixture
+def server(built: tuple[Path, dict[str, str]]) -> Iterator[Any]:
+    """The dashboard served over ``built``'s store (a ``ui_data.Server``), stopped afterwards."""
+    from ui_data import Server
+
+    srv = Server(str(built[0]))
+    yield srv
+    srv.stop()

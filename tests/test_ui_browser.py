@@ -53,19 +53,6 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-@pytest.fixture
-def built(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    root = tmp_path / "store"
-    return root, ui_data.make_store(root)
-
-
-@pytest.fixture
-def server(built: tuple[Path, dict[str, str]]) -> Iterator[Server]:
-    srv = Server(str(built[0]))
-    yield srv
-    srv.stop()
-
-
 class Shots:
     """Saves full-page screenshots under the test's temp folder (and $PHASELOG_UI_SCREENSHOTS)."""
 

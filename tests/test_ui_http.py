@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +24,6 @@ from ui_data import SCRIPT, Http, Server, csrf_of
 
 REPO = Path(__file__).resolve().parent.parent
 PHASELOG = str(Path(sys.executable).parent / "phaselog")
-
-
-@pytest.fixture
-def built(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A files store holding the dashboard's sample data."""
-    root = tmp_path / "store"
-    return root, ui_data.make_store(root)
-
-
-@pytest.fixture
-def server(built: tuple[Path, dict[str, str]]) -> Iterator[Server]:
-    srv = Server(str(built[0]))
-    yield srv
-    srv.stop()
 
 
 def _pages(runs: dict[str, str]) -> list[str]:
