@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,15 @@ def test_no_service_reaches_back_into_the_ledger(module: str) -> None:
     assert "NotImplementedError" not in names  # no stubs standing in for another class's methods
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name.endswith("Mixin")]
     assert classes == []
+
+
+def test_prune_is_delegated_and_its_module_loads_on_first_use(store: Store) -> None:
+    code = (
+        "import sys, phaselog.ledger as m; assert 'phaselog.retention' not in sys.modules; "
+        "assert isinstance(m.Ledger.__dict__['prune'], m.delegate)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    ledger = phaselog.Ledger(store)
+    assert ledger.prune.__self__ is ledger.retention
+    assert inspect.signature(ledger.prune) == inspect.signature(ledger.retention.prune)
+    assert Ledger.prune.__doc__ == ledger.prune.__doc__

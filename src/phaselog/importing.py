@@ -27,6 +27,7 @@ from phaselog.errors import Corrupt, InvalidRecord, PhaselogError, UnsupportedVe
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.pruned import NoteEntry, PrunedIndex, PruneNote, check_notes, is_legacy, read_notes
 from phaselog.records import Checkpoint, checkpoint_from_seed
+from phaselog.stores.kernel import entry_location
 from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
 from phaselog.validation import check_record
 
@@ -193,7 +194,7 @@ def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
     name = line.get("name")
     if not isinstance(name, str) or parse_note_name(name) is None:
         raise _bad(n, f"name {name!r} is not a prune note name (six digits)", "name", "entry_name")
-    location = f"{line.get('ticket_id')}/{line.get('run_id')}/.pruned/{name}.json"
+    location = entry_location("pruned", str(line.get("ticket_id")), str(line.get("run_id")), name)
     body = dict(doc)
     if not is_legacy(body):
         body.setdefault(
@@ -400,7 +401,7 @@ def _plan_entries(
     names = {k: set(store.entry_names(k, ticket_id, run_id)) for k in ("progress", "approvals")}
     for item in sorted((i for i in items if i.type == "progress"), key=lambda i: i.name):
         ev: ProgressEvent = item.record
-        path = f"{ticket_id}/{run_id}/.progress/{item.name}.json"
+        path = entry_location("progress", ticket_id, run_id, item.name)
         if item.name in names["progress"]:
             _same_entry(store, item, path, plan)
             continue
@@ -413,7 +414,7 @@ def _plan_entries(
         plan.store.append(item)
     for item in sorted((i for i in items if i.type == "approvals"), key=lambda i: i.name):
         a: Approval = item.record
-        path = f"{ticket_id}/{run_id}/.approvals/{item.name}.json"
+        path = entry_location("approvals", ticket_id, run_id, item.name)
         if item.name in names["approvals"]:
             _same_entry(store, item, path, plan)
             continue
@@ -451,7 +452,7 @@ def plan_markers(ledger: Any, ticket_id: str, items: Iterable[Item], plan: Plan)
     by_rev = {m.revision: m for m in revs}
     for item in sorted(items, key=lambda i: i.record.revision):
         m: Marker = item.record
-        path = f"{ticket_id}/.markers/{item.name}.json"
+        path = entry_location("markers", ticket_id, None, item.name)
         have = by_rev.get(m.revision)
         if have is not None:
             if have.content_hash == m.content_hash:

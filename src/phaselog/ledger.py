@@ -63,7 +63,7 @@ from phaselog.verify import Verifier, VerifyReport
 from phaselog.writes import WriteResult, Writes
 
 if TYPE_CHECKING:
-    from phaselog.retention import Pruner, PruneReport
+    from phaselog.retention import Pruner
 
 __all__ = ["Ledger", "Page", "PipelineArg", "Run", "SkipDecision", "WriteResult", "delegate"]
 
@@ -95,6 +95,29 @@ class delegate(Generic[P, R]):
             return self.method
         bound: Callable[P, R] = getattr(getattr(obj, self.service), self.method.__name__)
         return bound
+
+
+class lazy_delegate(delegate[P, R]):
+    """A :class:`delegate` whose service's module is imported on first use: ``load()`` returns the method."""
+
+    def __init__(self, service: str, load: Callable[[], Callable[Concatenate[Any, P], R]]) -> None:
+        self.service = service
+        self._load = load
+
+    @cached_property
+    def method(self) -> Callable[Concatenate[Any, P], R]:  # type: ignore[override]  # resolved on first use
+        """The service's function, its module imported now."""
+        return self._load()
+
+    @cached_property
+    def __wrapped__(self) -> Callable[Concatenate[Any, P], R]:  # type: ignore[override]  # as ``method``
+        """As :attr:`method` (what ``inspect.signature`` follows)."""
+        return self.method
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]  # the method's docstring, once it is loaded
+        """The service method's docstring."""
+        return self.method.__doc__
 
 
 class Ledger:
@@ -199,19 +222,14 @@ class Ledger:
 
         return Pruner(self.store, self.clock, reads=self.reads, events=self.events, gates=self.gates)
 
-    def prune(
-        self,
-        ticket_id: str | None = None,
-        *,
-        older_than: timedelta | None = None,
-        keep_last: int | None = None,
-        run_id: str | None = None,
-        dry_run: bool = False,
-    ) -> PruneReport:
-        """Remove old records: :meth:`phaselog.retention.Pruner.prune` (see :mod:`phaselog.retention`)."""
-        return self.retention.prune(
-            ticket_id, older_than=older_than, keep_last=keep_last, run_id=run_id, dry_run=dry_run
-        )
+    prune = lazy_delegate("retention", lambda: _pruner().prune)
+
+
+def _pruner() -> type[Pruner]:
+    """The Pruner class, imported on first use (most commands never prune; a cold start stays short)."""
+    from phaselog.retention import Pruner
+
+    return Pruner
 
 
 class Run:

@@ -33,6 +33,7 @@ from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.pruned import PrunedRecord, PruneNote, read_notes
 from phaselog.records import Checkpoint
 from phaselog.stores.base import Capability, PruneTarget, Retention
+from phaselog.stores.kernel import entry_location
 from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_note_name
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ class Pruner:
                 }
             )
         for kind, name in plan.entries:
-            rep.removed.append({"path": f"{tid}/{rid}/.{kind}/{name}.json", "kind": kind})
+            rep.removed.append({"path": entry_location(kind, tid, rid, name), "kind": kind})
         if plan.whole:
             rep.removed.append({"path": f"{tid}/{rid}", "kind": "run"})
         if rep.dry_run:

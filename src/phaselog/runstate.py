@@ -8,7 +8,6 @@ verdicts a forked checkpoint inherits from its source) and hands the rest to the
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from phaselog.progress import flights
 from phaselog.reads import Reads
 from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
-from phaselog.state import COMPLETED, RunStatus, derive_status
+from phaselog.state import COMPLETED, PhaseState, RunStatus, derive_status
 from phaselog.stores import Store
 from phaselog.stores.snapshot import RunSnapshot
 
@@ -41,6 +40,44 @@ class Blocker:
     def to_json(self) -> dict[str, str]:
         """Return the JSON form."""
         return {"phase": self.phase, "state": self.state, "reason": self.reason}
+
+
+def blockers_before(
+    st: RunStatus,
+    ordinal: int,
+    reason: Callable[[PhaseState], str | None],
+    check_completed: Callable[[PhaseState], Blocker | None] | None = None,
+) -> list[Blocker]:
+    """What blocks the phase at ``ordinal``: the earlier phases, in order, that are not completed.
+
+    Each becomes a Blocker with its state and ``reason(ps)`` (None: the phase's own reason, else
+    its state). ``check_completed``, when given, may also block on a completed earlier phase (a
+    damaged newer attempt, a checkpoint that no longer validates). ``can_skip_to`` and a strict
+    pipeline's write share this walk; they word their reasons for their own readers.
+    """
+    blockers: list[Blocker] = []
+    for ps in st.phases:
+        if ps.ordinal >= ordinal:
+            break
+        if ps.state != COMPLETED:
+            blockers.append(Blocker(ps.phase, ps.state, reason(ps) or ps.reason or ps.state))
+        elif check_completed is not None and (found := check_completed(ps)) is not None:
+            blockers.append(found)
+    return blockers
+
+
+def _skip_reason(ps: PhaseState) -> str | None:
+    """Why an unfinished phase blocks a skip past it (None: its own reason)."""
+    if ps.in_flight is not None:
+        return (
+            f"attempt {ps.in_flight['attempt_number']} is in progress; restart it from step "
+            f"{ps.in_flight['resume_from_step']}" + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
+        )
+    if ps.state == "pending":
+        return "no checkpoint yet"
+    if ps.state == "failed":
+        return f"latest attempt {ps.latest_attempt} failed: {ps.reason}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -149,31 +186,16 @@ class RunStates:
         pl = self.pipelines.for_run(ticket_id, run_id, pipeline)
         target = pl.phase(phase)
         st = self.status(ticket_id, run_id, pipeline=pl)
-        blockers: builtins.list[Blocker] = []
-        for ps in st.phases:
-            if ps.ordinal >= target.ordinal:
-                break
-            if ps.state != COMPLETED:
-                reason = {
-                    "pending": "no checkpoint yet",
-                    "failed": f"latest attempt {ps.latest_attempt} failed: {ps.reason}",
-                }.get(ps.state, ps.reason or ps.state)
-                if ps.in_flight is not None:
-                    reason = (
-                        f"attempt {ps.in_flight['attempt_number']} is in progress; restart it from step "
-                        f"{ps.in_flight['resume_from_step']}"
-                        + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
-                    )
-                blockers.append(Blocker(ps.phase, ps.state, reason))
-                continue
+
+        def completed_blocker(ps: PhaseState) -> Blocker | None:
             newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]
             if newer_damage:
-                blockers.append(
-                    Blocker(ps.phase, "damaged", f"attempt(s) {newer_damage} are damaged; run `phaselog verify`")
-                )
-                continue
+                return Blocker(ps.phase, "damaged", f"attempt(s) {newer_damage} are damaged; run `phaselog verify`")
             stored = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0)
             report = self.reads.full_report(stored, pl, artifacts_root)
             if not report.is_valid:
-                blockers.append(Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors)))
+                return Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
+            return None
+
+        blockers = blockers_before(st, target.ordinal, _skip_reason, completed_blocker)
         return SkipDecision(target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight)

@@ -15,7 +15,8 @@ from phaselog.errors import Corrupt, NotFound, PhaselogError, UnsupportedVersion
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import Checkpoint
 from phaselog.stores import Stored
-from phaselog.stores.names import parse_approval_name
+from phaselog.stores.kernel import entry_dir_location, entry_location
+from phaselog.stores.names import marker_name, parse_approval_name
 from phaselog.validation import check_links
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class Verifier:
                 want = revs[i - 1].content_hash if i else None
                 if m.revision != i + 1 or m.prev_hash != want:
                     rep.add(
-                        f"{ticket_id}/.markers/rev_{m.revision:06d}.json",
+                        entry_location("markers", ticket_id, None, marker_name(m.revision)),
                         "marker_chain",
                         "ticket marker revisions are not a contiguous hash chain",
                     )
@@ -160,7 +161,7 @@ class Verifier:
         holes = sorted(set(range(1, top + 1)) - known)
         if holes:
             rep.add(
-                f"{ticket_id}/{run_id}/.approvals",
+                entry_dir_location("approvals", ticket_id, run_id),
                 "judgement_chain",
                 f"judgement(s) {holes} of {top} are missing: an approval or rejection was deleted",
             )
@@ -178,7 +179,7 @@ class Verifier:
             for seq, h, prev, here in chain:
                 if here and prev != before and not unknown:
                     rep.add(
-                        f"{ticket_id}/{run_id}/.approvals/{seq:06d}",
+                        f"{entry_dir_location('approvals', ticket_id, run_id)}/{seq:06d}",
                         "judgement_chain",
                         f"judgement {seq} of {phase} does not link to the judgement before it "
                         f"({'none' if before is None else before[:12]}): one was deleted or replaced",
@@ -202,7 +203,7 @@ class Verifier:
             target = by_key.get((a.phase, a.attempt_number)) or pruned.get((a.phase, a.attempt_number))
             if target is None or target.content_hash != a.checkpoint_hash:
                 rep.add(
-                    f"{ticket_id}/{run_id}/.approvals/{a.seq:06d}",
+                    f"{entry_dir_location('approvals', ticket_id, run_id)}/{a.seq:06d}",
                     "approval_link",
                     f"{a.decision} by {a.by} judges attempt {a.attempt_number} of {a.phase} with hash "
                     f"{a.checkpoint_hash[:12]}, which is not the stored checkpoint",
@@ -214,7 +215,7 @@ class Verifier:
                 rep.checked += 1
                 if ev.seq != i or ev.prev_hash != (prev.content_hash if prev else None):
                     rep.add(
-                        f"{ticket_id}/{run_id}/.progress/{ev.phase} a{attempt} s{ev.seq}",
+                        f"{entry_dir_location('progress', ticket_id, run_id)}/{ev.phase} a{attempt} s{ev.seq}",
                         "event_chain",
                         f"progress events of {ev.phase} attempt {attempt} are not a contiguous hash chain at {ev.seq}",
                     )

@@ -32,8 +32,8 @@ from phaselog.limits import MAX_ATTEMPT, check_json_data, is_attempt
 from phaselog.pipelines import Phase, Pipeline
 from phaselog.records import BasisEntry, Checkpoint, Status
 from phaselog.resolve import PipelineArg, PipelineResolver
-from phaselog.runstate import Blocker, RunStates
-from phaselog.state import COMPLETED
+from phaselog.runstate import RunStates, blockers_before
+from phaselog.state import PhaseState
 from phaselog.stores import Store, Stored
 from phaselog.stores.base import RunFence
 from phaselog.stores.snapshot import RunSnapshot
@@ -255,16 +255,7 @@ class Writes:
         if not earlier:
             return
         st = self.states.status_from(snap, pl)
-        blockers = []
-        for ps in st.phases:
-            if ps.ordinal >= ph.ordinal:
-                break
-            if ps.state != COMPLETED:
-                reason = {
-                    "pending": "missing: no checkpoint yet",
-                    "awaiting_approval": f"unapproved: attempt {ps.completed_attempt} awaits approval",
-                }.get(ps.state, ps.reason or ps.state)
-                blockers.append(Blocker(ps.phase, ps.state, reason))
+        blockers = blockers_before(st, ph.ordinal, strict_reason)
         if blockers:
             raise Prerequisite(
                 f"cannot complete {ph.name}: "
@@ -273,6 +264,15 @@ class Writes:
                 phase=ph.name,
                 blockers=[b.to_json() for b in blockers],
             )
+
+
+def strict_reason(ps: PhaseState) -> str | None:
+    """Why an unfinished earlier phase blocks a completed checkpoint of a strict pipeline (None: its own reason)."""
+    if ps.state == "pending":
+        return "missing: no checkpoint yet"
+    if ps.state == "awaiting_approval":
+        return f"unapproved: attempt {ps.completed_attempt} awaits approval"
+    return None
 
 
 def _short(value: Any) -> str:
