@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
+from helpers import cli_env
 from phaselog.cli import cli
 from phaselog.cli._scaffold import AREAS
 
@@ -39,3 +42,68 @@ def test_a_command_imports_only_its_own_area() -> None:
     loaded = set(json.loads(out))
     assert "phaselog.cli.records" in loaded
     assert not loaded & {f"phaselog.cli.{area}" for area in AREAS if area != "records"}
+
+
+# What `phaselog read` must not pay for at start (bench/bench_start.py): each was imported or compiled
+# eagerly once, and made lazy because the read path never uses it.
+READ_CODE = """
+import json, re, sys
+compiled = []
+_compile = re.compile
+def spy(pattern, flags=0):
+    where = sys._getframe(1).f_code.co_filename
+    if "phaselog" in where and not where.endswith("_lazyre.py"):
+        compiled.append((where.rpartition("phaselog")[2], str(pattern)))
+    return _compile(pattern, flags)
+re.compile = spy
+from phaselog.cli import _scaffold
+try:
+    _scaffold.main(sys.argv[1:])
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+from phaselog._lazyre import LazyPattern
+lazy = sorted(
+    f"{name}.{attr}"
+    for name, mod in list(sys.modules.items()) if name.startswith("phaselog")
+    for attr, value in vars(mod).items() if isinstance(value, LazyPattern) and value._compiled is not None
+)
+sys.stderr.write(json.dumps({"modules": sorted(sys.modules), "compiled": compiled, "lazy_compiled": lazy}))
+"""
+
+#: Module-level patterns the read path uses anyway (identifiers, entry names): compiling them eagerly costs nothing.
+READ_USES = {"/ids.py", "/stores/names.py"}
+
+
+def _read_process(tmp_path: Path) -> dict[str, Any]:
+    from phaselog.ledger import Ledger
+    from phaselog.stores.files import FilesStore
+
+    root = tmp_path / "store"
+    with Ledger(FilesStore(root)) as ledger:
+        ledger.write("LAZY-1", "r1", "implement", {"branch_name": "b", "commit_sha": "a1b2c3d", "files_changed": []})
+    args = ["read", "--ticket-id", "LAZY-1", "--run-id", "r1", "--phase", "implement"]
+    res = subprocess.run(
+        [sys.executable, "-c", READ_CODE, *args], env=cli_env(root), capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["success"] is True
+    report: dict[str, Any] = json.loads(res.stderr.strip().splitlines()[-1])
+    return report
+
+
+def test_read_does_not_import_what_only_other_commands_use(tmp_path: Path) -> None:
+    modules = set(_read_process(tmp_path)["modules"])
+    assert "phaselog.cli.records" in modules  # the probe did run the command
+    # shutil (with bz2, lzma): only printing a spooled stream copies a file object.
+    assert not modules & {"shutil", "bz2", "lzma"}
+
+
+def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:
+    report = _read_process(tmp_path)
+    eager = [(where, pattern) for where, pattern in report["compiled"] if where not in READ_USES]
+    assert eager == [], "compile these on first use (phaselog._lazyre.LazyPattern)"
+    # Payload formats, manifest names and pipeline fields are checked by other commands only.
+    assert not [
+        name for name in report["lazy_compiled"] if name.startswith(("phaselog.formats.", "phaselog.pipelines."))
+    ]
+    assert not [name for name in report["lazy_compiled"] if name.startswith("phaselog.stores.manifests.")]

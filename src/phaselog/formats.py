@@ -5,15 +5,16 @@ Each checker returns ``None`` when the value is fine, else a short reason naming
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import datetime
 
-_GIT_SHA = re.compile(r"[0-9a-f]{7,40}")
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f-\x9f]+")
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
-_DRIVE = re.compile(r"[A-Za-z]:")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+from phaselog._lazyre import LazyPattern
+
+_GIT_SHA = LazyPattern(r"[0-9a-f]{7,40}")
+_URI = LazyPattern(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f-\x9f]+")
+_RFC3339 = LazyPattern(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+_DRIVE = LazyPattern(r"[A-Za-z]:")
+_CONTROL = LazyPattern(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def git_sha(value: str) -> str | None:

@@ -18,17 +18,18 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
+from phaselog._lazyre import LazyPattern
 from phaselog.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
 from phaselog.limits import MAX_MANIFEST_BYTES, read_file_bounded
 from phaselog.records import PipelineRef
 
 DEFAULT_PIPELINE = "ticket-pipeline"
 BUILTIN_DIR = Path(__file__).parent / "manifests"
-_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
-_PIPELINE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_NAME_RE = LazyPattern(r"[a-z][a-z0-9_]{0,62}")
+_PIPELINE_NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MANIFEST_MAX_BYTES = MAX_MANIFEST_BYTES
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-_CALL_RE = re.compile(f"{_DOTTED}:{_DOTTED}")
+_CALL_RE = LazyPattern(f"{_DOTTED}:{_DOTTED}")
 Problem = tuple[str, str, str]  # (field path, rule, message)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
@@ -50,6 +49,8 @@ def write_spooled(out: IO[str], *, escape: bool) -> None:
     if escape:
         copy_out(out, sys.stdout, sys.stdout.encoding)
     else:
+        import shutil  # here: shutil (with bz2 and lzma) would cost every command's start
+
         out.seek(0)
         shutil.copyfileobj(out, sys.stdout)
     sys.stdout.flush()

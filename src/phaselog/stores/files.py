@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import stat
@@ -50,6 +49,7 @@ from phaselog.stores.files_io import (
     check_segment,
     clean_temps,
     exists,
+    lock_run,
     read_capped,
     same_folder,
     write_temp,
@@ -297,14 +297,7 @@ class FilesStore(FilesAdminMixin):
 
     def _lock(self, run_fd: int, *, shared: bool = False) -> int:
         self.refuse_if_read_only("lock a run")  # only writers lock (and creating .lock is a write)
-        fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run_fd)
-        try:
-            os.fchmod(fd, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return lock_run(run_fd, shared=shared)
 
     def _serialise(self, record: Checkpoint) -> tuple[bytes, bytes]:
         """The sidecar (or failed record) and the YAML seed file (empty for a failed attempt), size-checked."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 import time
@@ -36,7 +37,7 @@ def create_temp(dir_fd: int, data: bytes) -> tuple[str, int]:
         dir_fd=dir_fd,
     )
     try:
-        os.fchmod(fd, 0o600)  # whatever the umask
+        set_mode(fd, 0o600)  # whatever the umask
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -46,6 +47,28 @@ def create_temp(dir_fd: int, data: bytes) -> tuple[str, int]:
             os.unlink(name, dir_fd=dir_fd)
         raise
     return name, fd
+
+
+def set_mode(fd: int, mode: int) -> None:
+    """Give ``fd`` exactly ``mode``; a no-op (one fstat) when it has it already.
+
+    A chmod to the same mode still changes the inode (its ctime), and the next fsync of the run
+    folder then carries that change to the journal: the files store calls this on every write.
+    """
+    if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+        os.fchmod(fd, mode)
+
+
+def lock_run(run_fd: int, *, shared: bool = False) -> int:
+    """Open the run folder's ``.lock`` (created if missing) and flock it; closing the fd releases it."""
+    fd = os.open(".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=run_fd)
+    try:
+        set_mode(fd, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write_temp(dir_fd: int, data: bytes) -> str:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from phaselog._lazyre import LazyPattern
 from phaselog.errors import NotFound, PhaselogError, StoreError
 from phaselog.limits import MAX_MANIFEST_BYTES
 
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from phaselog.stores.sql import SqlStore
 
 #: A pipeline name (the manifest grammar's) and a manifest hash (SHA-256, lowercase hex).
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-HASH_RE = re.compile(r"[0-9a-f]{64}")
+NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+HASH_RE = LazyPattern(r"[0-9a-f]{64}")
 #: The files store's folder of recorded manifests, below its root.
 FOLDER = "manifests"
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
+from phaselog._lazyre import LazyPattern
 from phaselog.errors import UsageError
 
 #: The forms every "bad store URL" error lists.
@@ -36,10 +37,10 @@ ACCEPTED_FORMS = (
     "postgresql://user@host:5432/dbname[?schema=NAME] (PostgreSQL)",
 )
 SCHEMES = ("file", "sqlite", "postgresql", "postgres")
-_URLISH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-_GLUED = re.compile(r"(?i)(file|sqlite|postgresql|postgres)//")
-_SCHEMA_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_HOST_RE = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})")
+_URLISH = LazyPattern(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_GLUED = LazyPattern(r"(?i)(file|sqlite|postgresql|postgres)//")
+_SCHEMA_RE = LazyPattern(r"[a-z_][a-z0-9_]{0,62}")
+_HOST_RE = LazyPattern(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})")
 
 Kind = Literal["files", "sqlite", "postgresql"]
 
