@@ -113,10 +113,12 @@ def test_the_status_of_a_long_history_reads_what_the_state_depends_on(store: Sto
     phase and the newest completed one: not the failed history (O(phases), not O(attempts))."""
     _fill(store, 40)
     snap = store.snapshot("T-1", phaselog.normalize_run_id("r1"))
-    assert len(snap.attempts) == 42
+    assert snap.attempts == ()  # no ref per attempt: a summary per phase
+    assert [(s.ordinal, s.count, s.newest.attempt_number) for s in snap.summaries] == [(1, 41, 41), (2, 1, 1)]
     assert sorted(snap.records) == [(1, 41), (2, 1)]
     full = store.snapshot("T-1", phaselog.normalize_run_id("r1"), history=True)
-    assert len(full.records) == 42
+    assert len(full.records) == len(full.attempts) == 42
+    assert full.summaries == snap.summaries
 
 
 def test_a_backends_snapshot_is_the_one_the_contract_builds(store: Store) -> None:
@@ -139,6 +141,7 @@ def test_a_backends_snapshot_is_the_one_the_contract_builds(store: Store) -> Non
         for history in (False, True):
             mine = store.snapshot("V-9", rid, history=history)
             generic = build_snapshot(store, "V-9", rid, history=history)
+            assert mine.summaries == generic.summaries
             assert mine.attempts == generic.attempts
             assert mine.records == generic.records
             assert mine.event_names == generic.event_names

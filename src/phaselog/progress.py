@@ -404,10 +404,7 @@ def _stale_after_default() -> timedelta:
 
 def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None = None) -> dict[str, Flight]:
     """Per phase, the newest attempt of a snapshot that has events but no record (if any)."""
-    finished = {(r.phase_ordinal, r.attempt_number) for r in snap.attempts}
-    top_checkpoint: dict[int, int] = {}
-    for ordinal, attempt in finished:
-        top_checkpoint[ordinal] = max(top_checkpoint.get(ordinal, 0), attempt)
+    top_checkpoint = {s.ordinal: s.newest.attempt_number for s in snap.summaries}
     events, _damaged = parse_entries(ProgressEvent, snap.events)
     groups: dict[tuple[int, int], list[ProgressEvent]] = {}
     for ev in events:
@@ -415,7 +412,7 @@ def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None =
     out: dict[str, Flight] = {}
     host = _hostname()
     for (ordinal, attempt), group in sorted(groups.items()):
-        if (ordinal, attempt) in finished or attempt < top_checkpoint.get(ordinal, 0):
+        if attempt <= top_checkpoint.get(ordinal, 0):  # finished, or older than the newest record
             continue
         group.sort(key=lambda e: e.seq)
         start = next((e for e in group if e.event == "start"), None)

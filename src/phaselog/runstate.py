@@ -132,9 +132,7 @@ class RunStates:
         damaged = snap.damaged()
         records = [s.record for s in snap.stored()]
         flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
-        counts: dict[str, int] = {}
-        for ref in snap.attempts:
-            counts[ref.phase] = counts.get(ref.phase, 0) + 1
+        counts = snap.counts()
         verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
         st = derive_status(
             pl,

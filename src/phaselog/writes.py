@@ -176,8 +176,8 @@ class Writes:
                 snap = self.store.snapshot(ticket_id, run_id)  # someone appended meanwhile: re-read
             if check_prerequisites and status == "completed" and pl.order == "strict":
                 self._check_prerequisites(snap, pl, ph)
-            mine = [r.attempt_number for r in snap.phase_attempts(ph.ordinal)]
-            latest = mine[-1] if mine else 0
+            newest = snap.latest(ph.ordinal)
+            latest = newest.attempt_number if newest is not None else 0
             number = attempt if attempt is not None else latest + 1
             if attempt is None:
                 started = snap.started_attempts(ph.ordinal, ph.name)
@@ -218,19 +218,22 @@ class Writes:
                     "checkpoint refused: " + "; ".join(i.text() for i in report.errors),
                     errors=[i.to_json() for i in report.errors],
                 )
-            if attempt is not None:
-                if number in mine:
+            if attempt is not None and number <= latest:
+                # At or below the latest: does that very attempt exist? (a listing, only on this rare path)
+                if number == latest or any(
+                    (r.phase_ordinal, r.attempt_number) == (ph.ordinal, number)
+                    for r in self.store.attempts(ticket_id, run_id)
+                ):
                     raise AlreadyExists(
                         f"attempt {number} of phase {ph.name} already exists; the next free attempt is {latest + 1}",
                         path=self.store.location(cp),
                         next_attempt=latest + 1,
                     )
-                if number < latest:
-                    raise NotMonotonic(
-                        f"attempt {number} is below the latest attempt {latest} of phase "
-                        f"{ph.name}; attempts only rise (next: {latest + 1})",
-                        next_attempt=latest + 1,
-                    )
+                raise NotMonotonic(
+                    f"attempt {number} is below the latest attempt {latest} of phase "
+                    f"{ph.name}; attempts only rise (next: {latest + 1})",
+                    next_attempt=latest + 1,
+                )
             # The pipeline's manifest travels with the run's first write (stores/manifests.py).
             manifest = pipeline_shelf.to_record(self.store, snap, pl)
             extra: dict[str, Any] = {} if manifest is None else {"manifest": manifest}
@@ -303,11 +306,9 @@ def _hash_of(snap: RunSnapshot, ph: Phase, attempt: int) -> str:
 def _basis(snap: RunSnapshot, pl: Pipeline, ph: Phase) -> dict[str, BasisEntry]:
     """The newest completed attempt of each earlier phase, with its hash: what ``ph`` builds on."""
     basis: dict[str, BasisEntry] = {}
-    for ordinal in sorted({r.phase_ordinal for r in snap.attempts}):
-        if ordinal >= ph.ordinal or pl.phase_by_ordinal(ordinal) is None:
-            continue
-        ref = snap.latest_completed(ordinal)
-        if ref is None:
+    for summary in snap.summaries:  # sorted by ordinal
+        ordinal, ref = summary.ordinal, summary.newest_completed
+        if ordinal >= ph.ordinal or pl.phase_by_ordinal(ordinal) is None or ref is None:
             continue
         cp = _record_or_corrupt(snap, ref.phase, ordinal, ref.attempt_number)
         basis[ref.phase] = BasisEntry(ref.attempt_number, cp.content_hash)

@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 from phaselog.state import RunStatus
 from phaselog.stores.base import AttemptRef, Stored
-from phaselog.stores.snapshot import RunSnapshot
+from phaselog.stores.snapshot import RunSnapshot, with_attempts
 
 #: ``phaselog run`` exit codes (docs/runner.md).
 EXIT_OK, EXIT_FAILED, EXIT_WAITING, EXIT_HELD = 0, 1, 3, 75
@@ -145,11 +145,12 @@ def after_writes(snap: RunSnapshot, written: list[Stored]) -> RunSnapshot:
     return RunSnapshot(
         ticket_id=snap.ticket_id,
         run_id=snap.run_id,
-        attempts=tuple(sorted([*snap.attempts, *refs])),
+        summaries=with_attempts(snap.summaries, refs),
         records=records,
         event_names=snap.event_names,
         events=snap.events,
         approvals=snap.approvals,
         markers=snap.markers,
         history=snap.history,
+        attempts=tuple(sorted([*snap.attempts, *refs])) if snap.history else (),
     )

@@ -272,11 +272,11 @@ class FilesStore(FilesAdminMixin):
             try:
                 names = os.listdir(run_fd)
                 clean_temps(run_fd, names)
-                mine = [r.attempt_number for r in _parse_names(names) if r.phase_ordinal == ordinal]
+                latest = max((g[3] for g in _names.record_groups(names) if g[0] == ordinal), default=0)
                 kernel.decide_append(
-                    record,
-                    exists=attempt in mine,
-                    latest=max(mine, default=0),
+                    record,  # an attempt at or below the latest: look it up among every name (rare)
+                    exists=attempt <= latest and (ordinal, attempt) in _names.parse_record_names(names),
+                    latest=latest,
                     expected_latest=expected_latest,
                     check_fence=None if fence is None else lambda: _check_fence(run_fd, fence),
                 )
@@ -309,13 +309,16 @@ class FilesStore(FilesAdminMixin):
     # -- reading ----------------------------------------------------------------------------------
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
         """Every committed attempt of a run, from one directory listing."""
+        return _refs(self._listing(ticket_id, run_id))
+
+    def _listing(self, ticket_id: str, run_id: str) -> list[str]:
         validate_ticket_id(ticket_id)
         try:
             run_fd = self._open_dir("checkpoints", ticket_id, run_id)
         except NotFound:
             return []
         try:
-            return _parse_names(os.listdir(run_fd))  # sorted
+            return os.listdir(run_fd)
         finally:
             os.close(run_fd)
 
@@ -423,7 +426,7 @@ class FilesStore(FilesAdminMixin):
             try:
                 names = os.listdir(run_fd)
                 view = RunView(self._sidecar_cap, run_fd, f"{ticket_id}/{rid}", names)
-                for ref in _parse_names(names):  # sorted
+                for ref in _refs(names):  # sorted
                     try:
                         yield self._get_in(
                             run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number, view
@@ -552,7 +555,9 @@ class FilesStore(FilesAdminMixin):
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
         from phaselog.stores.snapshot import build_snapshot
 
-        return build_snapshot(self, validate_ticket_id(ticket_id), run_id, history=history)
+        ticket_id = validate_ticket_id(ticket_id)  # one listing, summarised per phase (no ref per attempt)
+        groups = None if history else lambda: _names.record_groups(self._listing(ticket_id, run_id))
+        return build_snapshot(self, ticket_id, run_id, history=history, groups=groups)
 
     def close(self) -> None:
         """Release the cached root descriptor and any run lease still held."""
@@ -567,24 +572,10 @@ class FilesStore(FilesAdminMixin):
                     os.close(fd)
 
 
-def _parse_names(listing: list[str]) -> list[AttemptRef]:
-    refs: dict[tuple[int, int], AttemptRef] = {}
-    for n in listing:
-        parsed = _names.parse_checkpoint_name(n)
-        completed = True
-        if parsed is None:
-            parsed = _names.parse_failed_name(n)
-            completed = False
-            if parsed is None:
-                continue
-        key = (parsed.ordinal, parsed.attempt)
-        if key[1] < 1:
-            continue
-        # Both a seed file and a failed record for one attempt (a hand copy): the seed file wins.
-        if key not in refs or completed:
-            refs[key] = AttemptRef(key[0], key[1], parsed.phase, completed)
+def _refs(listing: list[str]) -> list[AttemptRef]:
+    refs = _names.parse_record_names(listing)
     # Sorted by the int key in C (AttemptRef's generated __lt__ cost more than reading the folder).
-    return [refs[key] for key in sorted(refs)]
+    return [AttemptRef(key[0], key[1], *refs[key]) for key in sorted(refs)]
 
 
 def _check_fence(run_fd: int, fence: RunFence) -> None:

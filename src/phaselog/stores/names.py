@@ -20,7 +20,11 @@ prune note                  ``<ssssss>``                                   ``.pr
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from bisect import bisect_left
+from collections.abc import Iterable
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 #: Audit entry kinds, each in its own folder (files) or ``kind`` column (SQL).
 ENTRY_KINDS = ("progress", "approvals", "markers", "pruned")
@@ -31,6 +35,12 @@ _PHASE = r"([a-z][a-z0-9_]*)"
 CHECKPOINT_RE = re.compile(rf"phase_(\d+)_{_PHASE}_a(\d+)\.yaml")
 META_RE = re.compile(rf"\.meta_(\d+)_{_PHASE}_a(\d+)\.json")
 FAILED_RE = re.compile(rf"\.failed_(\d+)_{_PHASE}_a(\d+)\.json")
+# The same two formats, found in a whole listing joined by newlines (one C-level scan, see record_groups).
+_CHECKPOINT_SCAN = re.compile(rf"^phase_(\d+)_{_PHASE}_a(\d+)\.yaml$", re.MULTILINE)
+_FAILED_SCAN = re.compile(rf"^\.failed_(\d+)_{_PHASE}_a(\d+)\.json$", re.MULTILINE)
+_ORDINAL_ATTEMPT = itemgetter(0, 2)
+_ORDINAL_PHASE = itemgetter(0, 1)
+_ATTEMPT = itemgetter(2)
 EVENT_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_s(\d{{9,}})")
 APPROVAL_RE = re.compile(rf"(\d{{6,}})_(\d{{3,}})_{_PHASE}_a(\d{{6,}})")
 MARKER_RE = re.compile(r"rev_(\d{6,})")
@@ -103,6 +113,101 @@ def parse_meta_name(name: str) -> AttemptName | None:
 def parse_failed_name(name: str) -> AttemptName | None:
     """Parse ``.failed_<N>_<phase>_a<k>.json``; None for any other name."""
     return _attempt(FAILED_RE.fullmatch(name))
+
+
+def parse_record_names(listing: Iterable[str]) -> dict[tuple[int, int], tuple[str, bool]]:
+    """The attempts a run folder's listing holds: (ordinal, attempt) -> (phase, completed).
+
+    Seed files and failed records count; attempt 0 does not. Both a seed file and a failed record
+    for one attempt (a hand copy): the seed file wins.
+    """
+    refs: dict[tuple[int, int], tuple[str, bool]] = {}
+    for n in listing:
+        parsed = parse_checkpoint_name(n)
+        completed = True
+        if parsed is None:
+            parsed = parse_failed_name(n)
+            completed = False
+            if parsed is None:
+                continue
+        key = (parsed.ordinal, parsed.attempt)
+        if key[1] >= 1 and (key not in refs or completed):
+            refs[key] = (parsed.phase, completed)
+    return refs
+
+
+#: (ordinal, phase, how many attempts, the newest, the newest completed or None): see record_groups.
+RecordGroup = tuple[int, str, int, int, "int | None"]
+
+
+def record_groups(listing: list[str]) -> list[RecordGroup]:
+    """What :func:`parse_record_names` finds, grouped by (ordinal, phase), without a tuple per name.
+
+    A run folder of a long history holds thousands of names; a write or a status needs only each
+    phase's count, newest and newest completed attempt. The listing is sorted and cut to the seed
+    files and the failed records by bisection, each part scanned by one compiled pattern, and
+    grouped, all in C; Python code runs per (ordinal, phase), not per name. A listing whose names
+    could be read two ways (a name holding a newline, one attempt under two names, attempt 0)
+    takes the exact path.
+    """
+    names = sorted(listing)
+    seeds, failed = _scan(names, "phase_", _CHECKPOINT_SCAN), _scan(names, ".failed_", _FAILED_SCAN)
+    if seeds is None or failed is None:
+        return _groups_of(parse_record_names(listing))
+    taken = set(map(_ORDINAL_ATTEMPT, seeds))  # a seed file wins over a failed record of its attempt
+    if len(taken) != len(seeds):
+        return _groups_of(parse_record_names(listing))
+    out: dict[tuple[str, str], list[Any]] = {}  # (ordinal, phase) -> [count, newest, newest completed]
+    for key, run in groupby(seeds, _ORDINAL_PHASE):
+        attempts = list(map(int, map(_ATTEMPT, run)))
+        if min(attempts) < 1:  # attempt 0 is no attempt
+            return _groups_of(parse_record_names(listing))
+        top = max(attempts)
+        g = out.get(key)
+        if g is None:
+            out[key] = [len(attempts), top, top]
+        else:  # the same phase again further down (a phase name that extends another one)
+            g[0] += len(attempts)
+            g[1] = g[2] = max(g[1], top)
+    for ordinal, phase, attempt in failed:
+        if (ordinal, attempt) in taken:
+            continue
+        taken.add((ordinal, attempt))
+        a = int(attempt)
+        if a < 1:
+            return _groups_of(parse_record_names(listing))
+        g = out.get((ordinal, phase))
+        if g is None:
+            out[(ordinal, phase)] = [1, a, None]
+        else:
+            g[0] += 1
+            g[1] = max(g[1], a)
+    return [(int(o), p, n, top, done) for (o, p), (n, top, done) in out.items()]
+
+
+def _scan(names: list[str], prefix: str, pattern: re.Pattern[str]) -> list[tuple[str, str, str]] | None:
+    """The matches of ``pattern`` among the sorted ``names`` that start with ``prefix`` (None: a
+    name there holds a newline, so lines and names would not be one to one)."""
+    lo = bisect_left(names, prefix)
+    hi = bisect_left(names, prefix[:-1] + chr(ord(prefix[-1]) + 1), lo)
+    if lo == hi:
+        return []
+    joined = "\n".join(names[lo:hi])
+    if joined.count("\n") != hi - lo - 1:
+        return None
+    found: list[tuple[str, str, str]] = pattern.findall(joined)
+    return found
+
+
+def _groups_of(refs: dict[tuple[int, int], tuple[str, bool]]) -> list[RecordGroup]:
+    out: dict[tuple[int, str], list[Any]] = {}
+    for (ordinal, attempt), (phase, completed) in refs.items():
+        g = out.setdefault((ordinal, phase), [0, 0, None])
+        g[0] += 1
+        g[1] = max(g[1], attempt)
+        if completed and (g[2] is None or attempt > g[2]):
+            g[2] = attempt
+    return [(o, p, n, top, done) for (o, p), (n, top, done) in out.items()]
 
 
 # -- audit entries ---------------------------------------------------------------------------------

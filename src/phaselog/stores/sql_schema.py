@@ -13,7 +13,7 @@ from phaselog.errors import StoreError
 from phaselog.stores import manifests, sql_lease, sql_queue
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -60,6 +60,12 @@ MIGRATIONS: dict[int, list[str]] = {
     3: sql_queue.MIGRATION,
     # Recorded pipeline manifests, content-addressed: see stores/manifests.py.
     4: [manifests.SQL_MIGRATION],
+    # A covering index for the run snapshot's per-phase aggregate (stores/sql_snapshot.py): a write
+    # or a status reads the index, never a row per attempt (decisions: "A phase summary").
+    5: [
+        "CREATE INDEX IF NOT EXISTS phaselog_checkpoints_summary "
+        "ON phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, status)"
+    ],
 }
 
 
