@@ -38,7 +38,6 @@ FAILED_RE = re.compile(rf"\.failed_(\d+)_{_PHASE}_a(\d+)\.json")
 # The same two formats, found in a whole listing joined by newlines (one C-level scan, see record_groups).
 _CHECKPOINT_SCAN = re.compile(rf"^phase_(\d+)_{_PHASE}_a(\d+)\.yaml$", re.MULTILINE)
 _FAILED_SCAN = re.compile(rf"^\.failed_(\d+)_{_PHASE}_a(\d+)\.json$", re.MULTILINE)
-_ORDINAL_ATTEMPT = itemgetter(0, 2)
 _ORDINAL_PHASE = itemgetter(0, 1)
 _ATTEMPT = itemgetter(2)
 EVENT_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_s(\d{{9,}})")
@@ -154,35 +153,37 @@ def record_groups(listing: list[str]) -> list[RecordGroup]:
     seeds, failed = _scan(names, "phase_", _CHECKPOINT_SCAN), _scan(names, ".failed_", _FAILED_SCAN)
     if seeds is None or failed is None:
         return _groups_of(parse_record_names(listing))
-    taken = set(map(_ORDINAL_ATTEMPT, seeds))  # a seed file wins over a failed record of its attempt
-    if len(taken) != len(seeds):
-        return _groups_of(parse_record_names(listing))
-    out: dict[tuple[str, str], list[Any]] = {}  # (ordinal, phase) -> [count, newest, newest completed]
-    for key, run in groupby(seeds, _ORDINAL_PHASE):
+    out: dict[tuple[int, str], list[Any]] = {}  # (ordinal, phase) -> [count, newest, newest completed]
+    seen: dict[int, set[int]] = {}  # ordinal -> its attempts
+    for (o, phase), run in groupby(seeds, _ORDINAL_PHASE):  # runs of one (ordinal, phase), in C
         attempts = list(map(int, map(_ATTEMPT, run)))
-        if min(attempts) < 1:  # attempt 0 is no attempt
-            return _groups_of(parse_record_names(listing))
-        top = max(attempts)
-        g = out.get(key)
+        ordinal, top = int(o), max(attempts)
+        mine = seen.setdefault(ordinal, set())
+        before = len(mine)
+        mine.update(attempts)
+        if min(attempts) < 1 or len(mine) != before + len(attempts):
+            return _groups_of(parse_record_names(listing))  # attempt 0, or an attempt under two names
+        g = out.get((ordinal, phase))
         if g is None:
-            out[key] = [len(attempts), top, top]
+            out[(ordinal, phase)] = [len(attempts), top, top]
         else:  # the same phase again further down (a phase name that extends another one)
             g[0] += len(attempts)
             g[1] = g[2] = max(g[1], top)
-    for ordinal, phase, attempt in failed:
-        if (ordinal, attempt) in taken:
-            continue
-        taken.add((ordinal, attempt))
-        a = int(attempt)
-        if a < 1:
-            return _groups_of(parse_record_names(listing))
+    failed_seen: set[tuple[int, int]] = set()
+    for o, phase, attempt in failed:
+        ordinal, a = int(o), int(attempt)
+        if a < 1 or (ordinal, a) in failed_seen:
+            return _groups_of(parse_record_names(listing))  # attempt 0, or two failed records of one attempt
+        failed_seen.add((ordinal, a))
+        if a in seen.get(ordinal, ()):
+            continue  # the seed file wins
         g = out.get((ordinal, phase))
         if g is None:
             out[(ordinal, phase)] = [1, a, None]
         else:
             g[0] += 1
             g[1] = max(g[1], a)
-    return [(int(o), p, n, top, done) for (o, p), (n, top, done) in out.items()]
+    return [(o, p, n, top, done) for (o, p), (n, top, done) in out.items()]
 
 
 def _scan(names: list[str], prefix: str, pattern: re.Pattern[str]) -> list[tuple[str, str, str]] | None:

@@ -44,11 +44,11 @@ if TYPE_CHECKING:
 # attempt, cheaper than a CASE per row); then the bodies of the phase's newest and newest completed.
 _SUMMARY = (
     "WITH g AS (SELECT a.phase_ordinal, a.phase, COUNT(*) AS n, MAX(a.attempt) AS top, "
-    "(SELECT d.attempt FROM phaselog_checkpoints d WHERE d.ticket_id = a.ticket_id AND d.run_id = a.run_id "
+    "(SELECT d.attempt FROM phaselog_checkpoints d WHERE d.ticket_id = ? AND d.run_id = ? "
     "AND d.phase_ordinal = a.phase_ordinal AND d.phase = a.phase AND d.status = 'completed' "
     "ORDER BY d.attempt DESC LIMIT 1) AS done "
     "FROM phaselog_checkpoints a WHERE a.ticket_id = ? AND a.run_id = ? "
-    "GROUP BY a.ticket_id, a.run_id, a.phase_ordinal, a.phase), "
+    "GROUP BY a.phase_ordinal, a.phase), "
     "w AS (SELECT phase_ordinal, phase, n, top, done, MAX(top) OVER p AS p_top, MAX(done) OVER p AS p_done "
     "FROM g WINDOW p AS (PARTITION BY phase_ordinal)) "
     "SELECT w.phase_ordinal, w.phase, w.n, w.top, w.done, c.attempt, c.status, c.content_hash, c.body "
@@ -151,7 +151,7 @@ def _summary_and_entries(
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]] | None]:
     """``_SUMMARY`` and the entries query in one round trip (psycopg's pipeline mode), where the
     dialect declares one; else the summary alone (the caller then reads the entries)."""
-    params = (ticket_id, run_id, ticket_id, run_id)
+    params = (ticket_id, run_id) * 3  # the walk down, the aggregate, the bodies
     if not (store.dialect.pipelines and store._ready):
         return store._query(_SUMMARY, params), None
 
