@@ -8,13 +8,16 @@ checked against its recorded hash on every read. Checkpoints themselves are in
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+import operator
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar, Self, get_type_hints
 
 from phaselog._json import dumps_canonical
 from phaselog.errors import Corrupt
@@ -55,9 +58,134 @@ class AuditRecord:
         return _hash_doc(self.to_json())
 
 
+_KINDS: dict[Any, tuple[type | tuple[type, ...], str]] = {
+    str: (str, "a string"),
+    int: (int, "an integer"),
+    float: ((int, float), "a number"),
+}
+
+
+class EntryRecord(AuditRecord):
+    """An audit entry built one way: ``KIND`` and ``KEYS`` say its stored form, its fields the rest.
+
+    ``to_json`` writes ``schema_version``, ``kind``, then ``KEYS`` (default: the fields) in order
+    (times as ISO-8601 text, mappings with sorted keys); ``from_json`` checks the header, then reads every field in the
+    dataclass's order: a field without a default is required, one with a default optional, each of
+    the type it is declared with (Corrupt naming the field and rule otherwise). What a kind checks
+    beyond that (an enum, a mapping's items) it checks in :meth:`_checked`.
+    """
+
+    KIND: ClassVar[str]
+    WHAT: ClassVar[str]
+    #: The stored keys after ``schema_version`` and ``kind``, in order; empty: the fields in order.
+    KEYS: ClassVar[tuple[str, ...]] = ()
+    schema_version: str  # a field of every kind
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored JSON form (also what the CLI prints)."""
+        keys, values, converted = _writer(type(self))
+        doc: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.KIND}
+        doc.update(zip(keys, values(self), strict=True))
+        for key, convert in converted:
+            doc[key] = convert(doc[key])
+        return doc
+
+    @classmethod
+    def from_json(cls, data: Any) -> Self:
+        """Parse the stored form; Corrupt on a broken one."""
+        check_header(data, cls.KIND, cls.WHAT)
+        checked = cls._checked(data)
+        return _reader(cls, checked)(data, checked)  # type: ignore[no-any-return]  # the reader makes a cls
+
+    @classmethod
+    def _checked(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields this kind checks itself (an enum, a mapping's items), checked."""
+        return {}
+
+
+_READERS: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
+_Writer = tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[tuple[str, Callable[[Any], Any]], ...]]
+_WRITERS: dict[type, _Writer] = {}
+
+
+def _writer(cls: type[EntryRecord]) -> _Writer:
+    """How to write ``cls``: its stored keys, one getter of their values, and the keys stored converted."""
+    known = _WRITERS.get(cls)
+    if known is None:
+        hints = get_type_hints(cls)
+        every = dataclasses.fields(cls)  # type: ignore[arg-type]  # every kind is a dataclass
+        fields = [f.name for f in every if f.name != "schema_version"]
+        keys = cls.KEYS or tuple(fields)
+        converted: list[tuple[str, Callable[[Any], Any]]] = []
+        for key in keys:
+            base = typing.get_origin(hints[key]) or hints[key]
+            if base is datetime:
+                converted.append((key, _timestamp_or_none))
+            elif isinstance(base, type) and issubclass(base, Mapping):
+                converted.append((key, _sorted_mapping))
+        known = _WRITERS[cls] = (keys, operator.attrgetter(*keys), tuple(converted))
+    return known
+
+
+def _timestamp_or_none(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)
+
+
+def _sorted_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(sorted(value.items()))
+
+
+def _reader(cls: type[EntryRecord], checked: Iterable[str]) -> Callable[[Any, dict[str, Any]], Any]:
+    """How to read each field of ``cls`` from a stored document, worked out once per kind.
+
+    ``checked``: the fields the kind checks itself (:meth:`EntryRecord._checked`, the same every time).
+    A value of exactly an accepted type is taken as it is; any other goes through the full check
+    (``required_field``, ``_opt``, ``parse_timestamp``), which raises the error or accepts it.
+    """
+    known = _READERS.get(cls)
+    if known is not None:
+        return known
+    hints = get_type_hints(cls)
+    steps = tuple(
+        (f.name, *_field_reader(f.name, hints[f.name], f.default is dataclasses.MISSING))
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]  # every kind is a dataclass
+        if f.name not in checked
+    )
+
+    def read(data: Any, checked: dict[str, Any]) -> Any:
+        fields = dict(checked)
+        get = data.get
+        for name, exact, check in steps:
+            value = get(name)
+            fields[name] = value if value.__class__ in exact else check(data)
+        return cls(**fields)
+
+    _READERS[cls] = read
+    return read
+
+
+def _field_reader(name: str, hint: Any, required: bool) -> tuple[frozenset[type], Callable[[Any], Any]]:
+    """The types field ``name`` (declared as ``hint``) takes as they are, and the full check of it."""
+    if name == "schema_version":
+        return frozenset(), operator.itemgetter("schema_version")
+    if hint is datetime:
+        return frozenset(), lambda data: parse_timestamp(data.get(name), field=name)
+    base = [a for a in typing.get_args(hint) if a is not type(None)] if not required else [hint]
+    if len(base) != 1 or base[0] not in _KINDS:
+        raise TypeError(f"{name}: {hint} is not a plain scalar; check it in _checked")
+    kind, what = _KINDS[base[0]]
+    exact = frozenset(kind if isinstance(kind, tuple) else (kind,))
+    if required:
+        return exact, lambda data: required_field(data, name, kind, what)
+    return exact | {type(None)}, lambda data: _opt(data, name, kind)
+
+
 @dataclass(frozen=True)
-class ProgressEvent(AuditRecord):
+class ProgressEvent(EntryRecord):
     """An immutable record inside a running attempt (seed 003's mid-execution checkpoint)."""
+
+    KIND: ClassVar[str] = "phaselog.progress"
+    WHAT: ClassVar[str] = "progress event"
 
     ticket_id: str
     run_id: str
@@ -81,68 +209,35 @@ class ProgressEvent(AuditRecord):
     prev_hash: str | None = None
     schema_version: str = SCHEMA_VERSION
 
-    def to_json(self) -> dict[str, Any]:
-        """The stored JSON form (also what the CLI prints)."""
-        return {
-            "schema_version": self.schema_version,
-            "kind": "phaselog.progress",
-            "ticket_id": self.ticket_id,
-            "run_id": self.run_id,
-            "phase": self.phase,
-            "phase_ordinal": self.phase_ordinal,
-            "attempt_number": self.attempt_number,
-            "seq": self.seq,
-            "event": self.event,
-            "timestamp": format_timestamp(self.timestamp),
-            "step": self.step,
-            "status": self.status,
-            "provider": self.provider,
-            "tokens": self.tokens,
-            "elapsed_sec": self.elapsed_sec,
-            "output": self.output,
-            "output_sha256": self.output_sha256,
-            "output_length": self.output_length,
-            "host": self.host,
-            "pid": self.pid,
-            "process_start": self.process_start,
-            "prev_hash": self.prev_hash,
-        }
-
     @classmethod
-    def from_json(cls, data: Any) -> ProgressEvent:
-        """Parse the stored form; Corrupt on a broken one."""
-        check_header(data, "phaselog.progress", "progress event")
+    def _checked(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``event``: one of EVENTS."""
         event = data.get("event")
         if event not in EVENTS:
             raise Corrupt(f"event: must be one of {', '.join(EVENTS)}", field="event", rule="enum")
-        return cls(
-            ticket_id=required_field(data, "ticket_id", str, "a string"),
-            run_id=required_field(data, "run_id", str, "a string"),
-            phase=required_field(data, "phase", str, "a string"),
-            phase_ordinal=required_field(data, "phase_ordinal", int, "an integer"),
-            attempt_number=required_field(data, "attempt_number", int, "an integer"),
-            seq=required_field(data, "seq", int, "an integer"),
-            event=event,
-            timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
-            step=_opt(data, "step", int),
-            status=_opt(data, "status", str),
-            provider=_opt(data, "provider", str),
-            tokens=_opt(data, "tokens", int),
-            elapsed_sec=_opt(data, "elapsed_sec", (int, float)),
-            output=_opt(data, "output", str),
-            output_sha256=_opt(data, "output_sha256", str),
-            output_length=_opt(data, "output_length", int),
-            host=_opt(data, "host", str),
-            pid=_opt(data, "pid", int),
-            process_start=_opt(data, "process_start", (int, float)),
-            prev_hash=_opt(data, "prev_hash", str),
-            schema_version=data["schema_version"],
-        )
+        return {"event": event}
 
 
 @dataclass(frozen=True)
-class Approval(AuditRecord):
+class Approval(EntryRecord):
     """An immutable judgement of one checkpoint (bound to its content hash) by a person."""
+
+    KIND: ClassVar[str] = "phaselog.approval"
+    WHAT: ClassVar[str] = "approval"
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "ticket_id",
+        "run_id",
+        "phase",
+        "phase_ordinal",
+        "attempt_number",
+        "checkpoint_hash",
+        "decision",
+        "by",
+        "comment",
+        "timestamp",
+        "seq",
+        "prev_hash",
+    )
 
     ticket_id: str
     run_id: str
@@ -162,27 +257,10 @@ class Approval(AuditRecord):
 
     def to_json(self) -> dict[str, Any]:
         """The stored JSON form (``prev_hash`` only when set: judgements stored before chaining keep their hash)."""
-        doc = self._doc()
-        if self.prev_hash is not None:
-            doc["prev_hash"] = self.prev_hash
+        doc = super().to_json()
+        if self.prev_hash is None:
+            del doc["prev_hash"]
         return doc
-
-    def _doc(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "kind": "phaselog.approval",
-            "ticket_id": self.ticket_id,
-            "run_id": self.run_id,
-            "phase": self.phase,
-            "phase_ordinal": self.phase_ordinal,
-            "attempt_number": self.attempt_number,
-            "checkpoint_hash": self.checkpoint_hash,
-            "decision": self.decision,
-            "by": self.by,
-            "comment": self.comment,
-            "timestamp": format_timestamp(self.timestamp),
-            "seq": self.seq,
-        }
 
     @property
     def approved(self) -> bool:
@@ -190,32 +268,20 @@ class Approval(AuditRecord):
         return self.decision == "approve"
 
     @classmethod
-    def from_json(cls, data: Any) -> Approval:
-        """Parse the stored form; Corrupt on a broken one."""
-        check_header(data, "phaselog.approval", "approval")
+    def _checked(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``decision``: approve or reject."""
         decision = data.get("decision")
         if decision not in DECISIONS:
             raise Corrupt("decision: must be approve or reject", field="decision", rule="enum")
-        return cls(
-            ticket_id=required_field(data, "ticket_id", str, "a string"),
-            run_id=required_field(data, "run_id", str, "a string"),
-            phase=required_field(data, "phase", str, "a string"),
-            phase_ordinal=required_field(data, "phase_ordinal", int, "an integer"),
-            attempt_number=required_field(data, "attempt_number", int, "an integer"),
-            checkpoint_hash=required_field(data, "checkpoint_hash", str, "a string"),
-            decision=decision,
-            by=required_field(data, "by", str, "a string"),
-            timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
-            seq=required_field(data, "seq", int, "an integer"),
-            comment=_opt(data, "comment", str),
-            prev_hash=_opt(data, "prev_hash", str),
-            schema_version=data["schema_version"],
-        )
+        return {"decision": decision}
 
 
 @dataclass(frozen=True)
-class Marker(AuditRecord):
+class Marker(EntryRecord):
     """One revision of a ticket's identity marker (seed 002's project.json, append-only)."""
+
+    KIND: ClassVar[str] = "phaselog.marker"
+    WHAT: ClassVar[str] = "ticket marker"
 
     ticket_id: str
     revision: int
@@ -226,37 +292,13 @@ class Marker(AuditRecord):
     prev_hash: str | None = None
     schema_version: str = SCHEMA_VERSION
 
-    def to_json(self) -> dict[str, Any]:
-        """The stored JSON form."""
-        return {
-            "schema_version": self.schema_version,
-            "kind": "phaselog.marker",
-            "ticket_id": self.ticket_id,
-            "revision": self.revision,
-            "title": self.title,
-            "pipeline": self.pipeline,
-            "meta": dict(sorted(self.meta.items())),
-            "timestamp": format_timestamp(self.timestamp),
-            "prev_hash": self.prev_hash,
-        }
-
     @classmethod
-    def from_json(cls, data: Any) -> Marker:
-        """Parse the stored form; Corrupt on a broken one."""
-        check_header(data, "phaselog.marker", "ticket marker")
+    def _checked(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """``meta``: strings to strings (absent: none)."""
         meta = data.get("meta") or {}
         if not isinstance(meta, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise Corrupt("meta: must map strings to strings", field="meta", rule="type")
-        return cls(
-            ticket_id=required_field(data, "ticket_id", str, "a string"),
-            revision=required_field(data, "revision", int, "an integer"),
-            title=required_field(data, "title", str, "a string"),
-            pipeline=required_field(data, "pipeline", str, "a string"),
-            meta=dict(meta),
-            timestamp=parse_timestamp(data.get("timestamp"), field="timestamp"),
-            prev_hash=_opt(data, "prev_hash", str),
-            schema_version=data["schema_version"],
-        )
+        return {"meta": dict(meta)}
 
 
 def entry_bytes(record: ProgressEvent | Approval | Marker) -> bytes:

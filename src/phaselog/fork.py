@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from phaselog.errors import InvalidRecord, Prerequisite, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.writes import WriteRequest
 
 if TYPE_CHECKING:
     from phaselog.resolve import PipelineResolver
@@ -69,7 +70,7 @@ class Forks:
             if ps.ordinal > last.ordinal:
                 break
             src = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0).record
-            result = self.writes.write_record(
+            request = WriteRequest(
                 ticket_id,
                 target,
                 src.phase,
@@ -90,5 +91,5 @@ class Forks:
                 },
                 check_prerequisites=False,
             )
-            written.append(result)
+            written.append(self.writes.write_request(request))
         return target, written

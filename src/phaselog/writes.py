@@ -60,6 +60,33 @@ class WriteResult:
         return self.stored.location
 
 
+@dataclass(frozen=True)
+class WriteRequest:
+    """One checkpoint to write: :meth:`Writes.write`'s arguments, the artifacts' hashes already taken.
+
+    ``forked_from`` names the checkpoint a fork copies (:mod:`phaselog.fork`); the rest is as
+    :meth:`Writes.write` documents it.
+    """
+
+    ticket_id: str
+    run_id: str
+    phase: str | int
+    payload: Mapping[str, Any] | None = None
+    repo_commit_map: Mapping[str, str] | None = None
+    artifact_paths: Sequence[str] = ()
+    attempt: int | None = None
+    timestamp: datetime | None = None
+    pipeline: PipelineArg = None
+    status: Status = "completed"
+    error: str | None = None
+    decisions: Sequence[Mapping[str, Any]] = ()
+    forked_from: Mapping[str, Any] | None = None
+    artifact_hashes: Mapping[str, str] | None = None
+    code_fingerprint: str | None = None
+    fence: RunFence | None = None
+    check_prerequisites: bool = True
+
+
 class Writes:
     """Append checkpoints to one store; ``states`` checks a strict pipeline's earlier phases."""
 
@@ -107,54 +134,38 @@ class Writes:
         runner does, when it plans the run under its lease); the write skips deriving the run's
         state again.
         """
-        return self.write_record(
-            ticket_id,
-            run_id,
-            phase,
-            payload,
-            repo_commit_map=repo_commit_map,
-            artifact_paths=artifact_paths,
-            attempt=attempt,
-            timestamp=timestamp,
-            pipeline=pipeline,
-            status=status,
-            error=error,
-            decisions=decisions,
-            artifact_hashes=hash_artifacts(artifacts_root, artifact_paths) if artifacts_root is not None else None,
-            code_fingerprint=code_fingerprint,
-            fence=fence,
-            check_prerequisites=check_prerequisites,
+        hashes = hash_artifacts(artifacts_root, artifact_paths) if artifacts_root is not None else None
+        return self.write_request(
+            WriteRequest(
+                ticket_id,
+                run_id,
+                phase,
+                payload,
+                repo_commit_map=repo_commit_map,
+                artifact_paths=artifact_paths,
+                attempt=attempt,
+                timestamp=timestamp,
+                pipeline=pipeline,
+                status=status,
+                error=error,
+                decisions=decisions,
+                artifact_hashes=hashes,
+                code_fingerprint=code_fingerprint,
+                fence=fence,
+                check_prerequisites=check_prerequisites,
+            )
         )
 
-    def write_record(
-        self,
-        ticket_id: str,
-        run_id: str,
-        phase: str | int,
-        payload: Mapping[str, Any] | None = None,
-        *,
-        repo_commit_map: Mapping[str, str] | None = None,
-        artifact_paths: Sequence[str] = (),
-        attempt: int | None = None,
-        timestamp: datetime | None = None,
-        pipeline: PipelineArg = None,
-        status: Status = "completed",
-        error: str | None = None,
-        decisions: Sequence[Mapping[str, Any]] = (),
-        forked_from: Mapping[str, Any] | None = None,
-        check_prerequisites: bool = True,
-        artifact_hashes: Mapping[str, str] | None = None,
-        code_fingerprint: str | None = None,
-        fence: RunFence | None = None,
-    ) -> WriteResult:
-        """:meth:`write` with the artifacts' hashes already taken, and ``forked_from`` (a fork's copy)."""
-        ticket_id = validate_ticket_id(ticket_id)
-        given = given_run_name(run_id)
-        run_id = normalize_run_id(run_id)
+    def write_request(self, req: WriteRequest) -> WriteResult:
+        """:meth:`write` of one request: the artifacts' hashes already taken, and ``forked_from`` (a fork's copy)."""
+        ticket_id = validate_ticket_id(req.ticket_id)
+        given = given_run_name(req.run_id)
+        run_id = normalize_run_id(req.run_id)
+        attempt, status, timestamp = req.attempt, req.status, req.timestamp
         snap = self.store.snapshot(ticket_id, run_id)
         run_name = given or snap.run_name()  # the name stays with the run, also when written to by UUID
-        pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
-        ph = pl.phase(phase)
+        pl = self.pipelines.for_run(ticket_id, run_id, req.pipeline, snapshot=snap)
+        ph = pl.phase(req.phase)
         if attempt is not None and not is_attempt(attempt):
             raise InvalidRecord(
                 f"attempt_number: must be an integer from 1 to {MAX_ATTEMPT} (got {_short(attempt)})",
@@ -163,8 +174,8 @@ class Writes:
             )
         if status not in ("completed", "failed"):
             raise UsageError(f"status must be 'completed' or 'failed' (got {status!r})", field="status")
-        body = _payload(ph, payload, status)
-        _check_json_fields(body, repo_commit_map, artifact_paths, decisions, error)
+        body = _payload(ph, req.payload, status)
+        _check_json_fields(body, req.repo_commit_map, req.artifact_paths, req.decisions, req.error)
         if timestamp is not None and (not isinstance(timestamp, datetime) or timestamp.utcoffset() is None):
             raise UsageError("timestamp must be a timezone-aware datetime", field="timestamp")
         try:
@@ -174,7 +185,7 @@ class Writes:
         for tries in range(MAX_APPEND_RETRIES):
             if tries:
                 snap = self.store.snapshot(ticket_id, run_id)  # someone appended meanwhile: re-read
-            if check_prerequisites and status == "completed" and pl.order == "strict":
+            if req.check_prerequisites and status == "completed" and pl.order == "strict":
                 self._check_prerequisites(snap, pl, ph)
             newest = snap.latest(ph.ordinal)
             latest = newest.attempt_number if newest is not None else 0
@@ -198,18 +209,18 @@ class Writes:
                 phase_ordinal=ph.ordinal,
                 attempt_number=number,
                 timestamp_utc=ts,
-                repo_commit_map=dict(repo_commit_map or {}),
-                artifact_paths=tuple(artifact_paths),
+                repo_commit_map=dict(req.repo_commit_map or {}),
+                artifact_paths=tuple(req.artifact_paths),
                 phase_payload=body,
                 status=status,
-                error=error,
+                error=req.error,
                 pipeline=pl.ref,
                 basis=basis,
                 prev_hash=prev_hash,
-                decisions=tuple(dict(d) for d in decisions),
-                forked_from=dict(forked_from) if forked_from else None,
-                artifact_hashes=dict(artifact_hashes) if artifact_hashes is not None else None,
-                code_fingerprint=code_fingerprint,
+                decisions=tuple(dict(d) for d in req.decisions),
+                forked_from=dict(req.forked_from) if req.forked_from else None,
+                artifact_hashes=dict(req.artifact_hashes) if req.artifact_hashes is not None else None,
+                code_fingerprint=req.code_fingerprint,
                 run_name=run_name,
             )
             report = check_record(cp, pl, now=self.clock())
@@ -237,8 +248,8 @@ class Writes:
             # The pipeline's manifest travels with the run's first write (stores/manifests.py).
             manifest = pipeline_shelf.to_record(self.store, snap, pl)
             extra: dict[str, Any] = {} if manifest is None else {"manifest": manifest}
-            if fence is not None:
-                extra["fence"] = fence
+            if req.fence is not None:
+                extra["fence"] = req.fence
             try:
                 location = self.store.append(cp, expected_latest=latest, **extra)
             except Conflict:
