@@ -96,6 +96,9 @@ def test_read_does_not_import_what_only_other_commands_use(tmp_path: Path) -> No
     assert "phaselog.cli.records" in modules  # the probe did run the command
     # shutil (with bz2, lzma): only printing a spooled stream copies a file object.
     assert not modules & {"shutil", "bz2", "lzma"}
+    # The Ledger builds a service (importing its module) when first used; a read validates nothing.
+    services = {"writes", "runstate", "state", "progress", "gates", "audit", "fork", "verify", "retention"}
+    assert not modules & {f"phaselog.{name}" for name in {*services, "validation", "formats"}}
 
 
 def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:

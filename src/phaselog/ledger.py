@@ -38,32 +38,93 @@ in_flight). Import/export (``phaselog.transfer``), ``doctor`` and the dashboard'
 
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from phaselog.audit import Audit
-from phaselog.entries import Approval, ProgressEvent
-from phaselog.fork import Forks
-from phaselog.gates import Gates
 from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
-from phaselog.markers import Markers
-from phaselog.pipelines import Pipeline
-from phaselog.progress import Flight, Progress
-from phaselog.reads import Page, Reads
-from phaselog.resolve import PipelineArg, PipelineResolver
-from phaselog.runstate import RunStates, SkipDecision
-from phaselog.state import RunStatus
 from phaselog.stores import Store, Stored, open_store
 from phaselog.stores.base import local_root
-from phaselog.validation import Report
-from phaselog.verify import Verifier, VerifyReport
-from phaselog.writes import WriteResult, Writes
 
 if TYPE_CHECKING:
+    from phaselog.audit import Audit
+    from phaselog.entries import Approval, ProgressEvent
+    from phaselog.fork import Forks
+    from phaselog.gates import Gates
+    from phaselog.markers import Markers
+    from phaselog.pipelines import Pipeline
+    from phaselog.progress import Flight, Progress
+    from phaselog.reads import Page, Reads
+    from phaselog.resolve import PipelineArg, PipelineResolver
     from phaselog.retention import Pruner
+    from phaselog.runstate import RunStates, SkipDecision
+    from phaselog.state import RunStatus
+    from phaselog.validation import Report
+    from phaselog.verify import Verifier, VerifyReport
+    from phaselog.writes import WriteResult, Writes
+
+
+class _Lazy:
+    """A name in a module not imported yet: attribute access builds the path, a call imports it.
+
+    The services' modules are imported when a Ledger first uses them, so a command pays only for the
+    services it calls (``phaselog read`` never imports writes, gates, audit …; D75).
+    """
+
+    __slots__ = ("module", "path")
+
+    def __init__(self, module: str, *path: str) -> None:
+        self.module = module
+        self.path = path
+
+    def __getattr__(self, name: str) -> _Lazy:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Lazy(self.module, *self.path, name)
+
+    def resolve(self) -> Any:
+        """Import the module and return the object the path names."""
+        obj: Any = importlib.import_module(self.module)
+        for name in self.path:
+            obj = getattr(obj, name)
+        return obj
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+
+if not TYPE_CHECKING:  # the names the class bodies below use at run time, imported on first use
+    Audit = _Lazy("phaselog.audit", "Audit")
+    Forks = _Lazy("phaselog.fork", "Forks")
+    Gates = _Lazy("phaselog.gates", "Gates")
+    Markers = _Lazy("phaselog.markers", "Markers")
+    Progress = _Lazy("phaselog.progress", "Progress")
+    Pruner = _Lazy("phaselog.retention", "Pruner")
+    Reads = _Lazy("phaselog.reads", "Reads")
+    PipelineResolver = _Lazy("phaselog.resolve", "PipelineResolver")
+    RunStates = _Lazy("phaselog.runstate", "RunStates")
+    Verifier = _Lazy("phaselog.verify", "Verifier")
+    Writes = _Lazy("phaselog.writes", "Writes")
+
+#: Names this module re-exports, imported on first access (PEP 562).
+_REEXPORTS = {
+    "Page": "phaselog.reads",
+    "PipelineArg": "phaselog.resolve",
+    "SkipDecision": "phaselog.runstate",
+    "WriteResult": "phaselog.writes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REEXPORTS:
+        value = getattr(importlib.import_module(_REEXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Ledger", "Page", "PipelineArg", "Run", "SkipDecision", "WriteResult", "delegate"]
 
@@ -80,9 +141,24 @@ class delegate(Generic[P, R]):
 
     def __init__(self, service: str, method: Callable[Concatenate[Any, P], R]) -> None:
         self.service = service
-        self.method = method
-        self.__doc__ = method.__doc__
-        self.__wrapped__ = method
+        self._method = method
+        # A method of a service not imported yet (a _Lazy path) is looked up when first needed.
+        self.name: str = method.path[-1] if isinstance(method, _Lazy) else method.__name__
+
+    @property
+    def method(self) -> Callable[Concatenate[Any, P], R]:
+        """The service's function (its module is imported now if it was not yet)."""
+        if isinstance(self._method, _Lazy):
+            self._method = self._method.resolve()
+        return self._method
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]  # the method's docstring, read when asked for
+        return self.method.__doc__
+
+    @property
+    def __wrapped__(self) -> Callable[Concatenate[Any, P], R]:
+        return self.method
 
     @overload
     def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], R]: ...
@@ -93,31 +169,42 @@ class delegate(Generic[P, R]):
     def __get__(self, obj: object | None, owner: type) -> Callable[..., R]:
         if obj is None:
             return self.method
-        bound: Callable[P, R] = getattr(getattr(obj, self.service), self.method.__name__)
+        bound: Callable[P, R] = getattr(getattr(obj, self.service), self.name)
         return bound
 
 
-class lazy_delegate(delegate[P, R]):
-    """A :class:`delegate` whose service's module is imported on first use: ``load()`` returns the method."""
+T = TypeVar("T")
+_UNSET: Any = object()
 
-    def __init__(self, service: str, load: Callable[[], Callable[Concatenate[Any, P], R]]) -> None:
-        self.service = service
-        self._load = load
 
-    @cached_property
-    def method(self) -> Callable[Concatenate[Any, P], R]:  # type: ignore[override]  # resolved on first use
-        """The service's function, its module imported now."""
-        return self._load()
+class service(Generic[T]):
+    """A Ledger service, built (and its module imported) on first use, once per Ledger.
 
-    @cached_property
-    def __wrapped__(self) -> Callable[Concatenate[Any, P], R]:  # type: ignore[override]  # as ``method``
-        """As :attr:`method` (what ``inspect.signature`` follows)."""
-        return self.method
+    ``build`` gets the Ledger and returns the service, asking the Ledger for the services it needs.
+    """
 
-    @property
-    def __doc__(self) -> str | None:  # type: ignore[override]  # the method's docstring, once it is loaded
-        """The service method's docstring."""
-        return self.method.__doc__
+    def __init__(self, build: Callable[[Ledger], T]) -> None:
+        self.build = build
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> service[T]: ...
+
+    @overload
+    def __get__(self, obj: Ledger, owner: type) -> T: ...
+
+    def __get__(self, obj: Ledger | None, owner: type) -> service[T] | T:
+        if obj is None:
+            return self
+        # Once built, the service sits in the instance's __dict__, found before this descriptor.
+        with obj._building:  # reentrant: building one service may build those it needs
+            found = obj.__dict__.get(self.name, _UNSET)
+            if found is _UNSET:
+                found = obj.__dict__[self.name] = self.build(obj)
+        return found  # type: ignore[no-any-return]  # the builder's T
 
 
 class Ledger:
@@ -133,24 +220,25 @@ class Ledger:
         self.store: Store = store if store is not None else open_store()
         self.pipelines_root = pipelines_root if pipelines_root is not None else local_root(self.store)
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
-        store, now = self.store, self.clock
-        self.pipelines = PipelineResolver(store, self.pipelines_root)
-        self.reads = Reads(store, now, self.pipelines)
-        self.states = RunStates(store, now, self.pipelines, self.reads)
-        self.writes = Writes(store, now, self.pipelines, self.states)
-        self.events = Progress(store, now, self.pipelines)
-        self.gates = Gates(store, now, self.pipelines)
-        self.tickets = Markers(store, now, self.pipelines.load)
-        self.audit = Audit(
-            store,
-            pipelines=self.pipelines,
-            reads=self.reads,
-            events=self.events,
-            gates=self.gates,
-            tickets=self.tickets,
+        self._building = threading.RLock()
+
+    # -- the services, each built on first use (D75) ---------------------------------------------
+    pipelines = service(lambda lg: PipelineResolver(lg.store, lg.pipelines_root))
+    reads = service(lambda lg: Reads(lg.store, lg.clock, lg.pipelines))
+    states = service(lambda lg: RunStates(lg.store, lg.clock, lg.pipelines, lg.reads))
+    writes = service(lambda lg: Writes(lg.store, lg.clock, lg.pipelines, lg.states))
+    events = service(lambda lg: Progress(lg.store, lg.clock, lg.pipelines))
+    gates = service(lambda lg: Gates(lg.store, lg.clock, lg.pipelines))
+    tickets = service(lambda lg: Markers(lg.store, lg.clock, lg.pipelines.load))
+    audit = service(
+        lambda lg: Audit(
+            lg.store, pipelines=lg.pipelines, reads=lg.reads, events=lg.events, gates=lg.gates, tickets=lg.tickets
         )
-        self.forks = Forks(store, pipelines=self.pipelines, states=self.states, writes=self.writes)
-        self.verifier = Verifier(store, reads=self.reads, events=self.events, gates=self.gates, tickets=self.tickets)
+    )
+    forks = service(lambda lg: Forks(lg.store, pipelines=lg.pipelines, states=lg.states, writes=lg.writes))
+    verifier = service(
+        lambda lg: Verifier(lg.store, reads=lg.reads, events=lg.events, gates=lg.gates, tickets=lg.tickets)
+    )
 
     def __repr__(self) -> str:
         return f"Ledger({self.store!r})"
@@ -214,22 +302,9 @@ class Ledger:
     fork = delegate("forks", Forks.fork)
     verify = delegate("verifier", Verifier.verify)
 
-    # -- retention (retention.py, imported on first use: most commands never prune) ----------------
-    @cached_property
-    def retention(self) -> Pruner:
-        """The Pruner service over this Ledger's store."""
-        from phaselog.retention import Pruner
-
-        return Pruner(self.store, self.clock, reads=self.reads, events=self.events, gates=self.gates)
-
-    prune = lazy_delegate("retention", lambda: _pruner().prune)
-
-
-def _pruner() -> type[Pruner]:
-    """The Pruner class, imported on first use (most commands never prune; a cold start stays short)."""
-    from phaselog.retention import Pruner
-
-    return Pruner
+    # -- retention (retention.py; most commands never prune) ---------------------------------------
+    retention = service(lambda lg: Pruner(lg.store, lg.clock, reads=lg.reads, events=lg.events, gates=lg.gates))
+    prune = delegate("retention", Pruner.prune)
 
 
 class Run:

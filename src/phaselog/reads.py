@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -21,7 +21,9 @@ from phaselog.pipelines import Phase, Pipeline
 from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.stores import Damaged, Store, Stored
-from phaselog.validation import Report, check_artifacts, check_links, check_record
+
+if TYPE_CHECKING:
+    from phaselog.validation import Report
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,8 @@ class Reads:
     def full_report(self, stored: Stored, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None) -> Report:
         """Check a stored checkpoint: its own rules, its tamper state, its links, optionally its artifacts."""
         cp = stored.record
+        from phaselog.validation import check_artifacts, check_record  # here: `read` never validates
+
         report = check_record(cp, pl, now=self.clock())
         for w in stored.warnings:
             report.warn(stored.location, "read", w)
@@ -239,6 +243,7 @@ class Reads:
                     target = None
             lookup[(name, entry.attempt)] = target
         from phaselog.pruned import read_notes
+        from phaselog.validation import check_links
 
         report = check_links(
             cp, previous=previous, lookup=lookup, pruned=read_notes(self.store, cp.ticket_id, cp.run_id).records
