@@ -110,3 +110,10 @@ def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:
         name for name in report["lazy_compiled"] if name.startswith(("phaselog.formats.", "phaselog.pipelines."))
     ]
     assert not [name for name in report["lazy_compiled"] if name.startswith("phaselog.stores.manifests.")]
+
+
+def test_the_command_line_collects_garbage_less_often_than_python_by_default() -> None:
+    code = "import gc; from phaselog.cli import main; print(gc.get_threshold()[0], gc.isenabled())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[0]) >= 10_000  # Python's default is 700: ~30 collections of a command's start
+    assert out[1] == "True"  # less often, never off: long-running commands (ui, worker) free cycles
