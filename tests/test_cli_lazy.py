@@ -99,6 +99,9 @@ def test_read_does_not_import_what_only_other_commands_use(tmp_path: Path) -> No
     # The Ledger builds a service (importing its module) when first used; a read validates nothing.
     services = {"writes", "runstate", "state", "progress", "gates", "audit", "fork", "verify", "retention"}
     assert not modules & {f"phaselog.{name}" for name in {*services, "validation", "formats"}}
+    # The stored names give the phase: no pipeline is resolved, so none of what resolving takes.
+    resolving = {"pipelines", "entries", "markers", "pipeline_shelf", "stores.manifests", "stores.snapshot"}
+    assert not modules & {f"phaselog.{name}" for name in resolving}
 
 
 def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import check_attempt
-from phaselog.pipelines import Phase, Pipeline
 from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.stores import Damaged, Store, Stored
 
 if TYPE_CHECKING:
+    from phaselog.pipelines import Pipeline
     from phaselog.validation import Report
 
 
@@ -82,21 +82,23 @@ class Reads:
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
         all_refs = self.store.attempts(ticket_id, run_id)
-        ph = _phase_from_refs(all_refs, phase) if pipeline is None else None
-        if ph is None:
+        found = _phase_from_refs(all_refs, phase) if pipeline is None else None
+        if found is None:
             ph = self.pipelines.phase(ticket_id, run_id, phase, pipeline)
-        refs = [r for r in all_refs if r.phase_ordinal == ph.ordinal]
+            found = (ph.name, ph.ordinal)
+        name, ordinal = found
+        refs = [r for r in all_refs if r.phase_ordinal == ordinal]
         if attempt is not None:
-            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, check_attempt(attempt))
+            return self.store.get(ticket_id, run_id, ordinal, name, check_attempt(attempt))
         completed = sorted((r for r in refs if r.completed), key=lambda r: r.attempt_number)
         if not completed:
             failed = [r.attempt_number for r in refs]
             hint = f" (failed attempts: {failed})" if failed else ""
             raise NotFound(
-                f"no completed checkpoint of phase {ph.name} in run {run_id}{hint}",
+                f"no completed checkpoint of phase {name} in run {run_id}{hint}",
                 ticket_id=ticket_id,
                 run_id=run_id,
-                phase=ph.name,
+                phase=name,
             )
         latest = completed[-1]
         for r in refs:
@@ -104,7 +106,7 @@ class Reads:
                 # A newer attempt is listed as failed. Read it: if it is damaged (a SQL row whose
                 # status was flipped, a planted file), the older checkpoint is not the latest.
                 try:
-                    self.store.get(ticket_id, run_id, ph.ordinal, ph.name, r.attempt_number)
+                    self.store.get(ticket_id, run_id, ordinal, name, r.attempt_number)
                 except (Corrupt, UnsupportedVersion) as exc:
                     exc.message = (
                         f"{exc.message}; it is newer than attempt {latest.attempt_number}, so that attempt is not "
@@ -112,12 +114,12 @@ class Reads:
                     )
                     raise
         try:
-            return self.store.get(ticket_id, run_id, ph.ordinal, ph.name, latest.attempt_number)
+            return self.store.get(ticket_id, run_id, ordinal, name, latest.attempt_number)
         except (Corrupt, UnsupportedVersion) as exc:
             intact = None
             for r in reversed(completed[:-1]):
                 try:
-                    self.store.get(ticket_id, run_id, ph.ordinal, ph.name, r.attempt_number)
+                    self.store.get(ticket_id, run_id, ordinal, name, r.attempt_number)
                 except (Corrupt, UnsupportedVersion):
                     continue
                 intact = r.attempt_number
@@ -253,13 +255,13 @@ class Reads:
         return report
 
 
-def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> Phase | None:
-    """The phase as the stored file names give it (name and ordinal), without loading the pipeline.
+def _phase_from_refs(refs: Sequence[Any], phase: str | int) -> tuple[str, int] | None:
+    """The phase (name, ordinal) as the stored file names give it, without loading the pipeline.
 
     Reading is then one directory listing and one record; an unknown phase still goes through
     the pipeline, whose error lists the valid phases.
     """
     for r in refs:
         if r.phase == phase or (isinstance(phase, int | str) and str(r.phase_ordinal) == str(phase)):
-            return Phase(r.phase, r.phase_ordinal)
+            return r.phase, r.phase_ordinal
     return None

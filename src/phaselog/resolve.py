@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING, TypeAlias
 
-from phaselog import pipeline_shelf
-from phaselog.entries import Marker, parse_entries
 from phaselog.errors import Corrupt, NotFound, PipelineError, PipelineMismatch, UnsupportedVersion
 from phaselog.ids import normalize_run_id
-from phaselog.markers import current_marker
-from phaselog.pipelines import DEFAULT_PIPELINE, Phase, Pipeline, builtin, find_pipeline
 from phaselog.records import PipelineRef
 from phaselog.stores import Store
-from phaselog.stores.snapshot import RunSnapshot
+
+if TYPE_CHECKING:
+    from phaselog.pipelines import Phase, Pipeline
+    from phaselog.stores.snapshot import RunSnapshot
+
+# pipelines, entries, markers and the manifest shelf are imported where a pipeline is resolved:
+# a read whose phase the stored names already give resolves none (phaselog read's start, D75).
 
 #: A pipeline as callers name it: the object, a manifest name, or None (the run's own / the default).
-PipelineArg = Pipeline | str | None
+PipelineArg: TypeAlias = "Pipeline | str | None"
 _CACHE_LIMIT = 1_000  # bounded: a copy of 100k runs must not grow with them
 
 
@@ -40,6 +43,8 @@ class PipelineResolver:
         A name the pipeline folders lack is looked up in the store's recorded manifests (the one
         with ``manifest_hash`` when given): see phaselog.pipeline_shelf.
         """
+        from phaselog.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_pipeline
+
         if isinstance(pipeline, Pipeline):
             return pipeline
         name = pipeline or DEFAULT_PIPELINE
@@ -50,6 +55,8 @@ class PipelineResolver:
         except PipelineError as exc:
             if exc.context.get("pipeline") != name:
                 raise  # a manifest that is there but broken: say so, do not look elsewhere
+            from phaselog import pipeline_shelf
+
             return pipeline_shelf.fallback(self.store, name, manifest_hash, exc)
 
     def recorded(self, ticket_id: str, run_id: str) -> PipelineRef | None:
@@ -81,6 +88,10 @@ class PipelineResolver:
 
         With ``snapshot`` the recorded pipeline (and the ticket's marker) come from it: no store call.
         """
+        from phaselog.entries import Marker, parse_entries
+        from phaselog.markers import current_marker
+        from phaselog.pipelines import DEFAULT_PIPELINE
+
         run_id = normalize_run_id(run_id)  # a short id (nightly-1) names its UUID's run
         if snapshot is not None:
             recorded = snapshot.pipeline_ref()
