@@ -136,7 +136,7 @@ def run(workdir: Path, *, rounds: int, progress: Any = None) -> Section:
     section.ratio("write_first", "raw_write", note="also creates and fsyncs the run folder")
     section.ratio("write_next", "raw_write_pair", note="the raw pair fsyncs its files one after the other")
     section.ratio("raw_write_pair", "raw_write", note="two files, fsyncs one after the other")
-    section.ratio("raw_write_pair_at_once", "raw_write", note="floor of phaselog's protocol (D75)")
+    section.ratio("raw_write_pair_at_once", "raw_write", note="floor of phaselog's protocol (D77)")
     section.ratio("write_next", "raw_write_pair_at_once", note="Python and the extra system calls")
     section.ratio("write_next", "sqlite_insert")
     if lg is not None:

@@ -71,7 +71,7 @@ class _Lazy:
     """A name in a module not imported yet: attribute access builds the path, a call imports it.
 
     The services' modules are imported when a Ledger first uses them, so a command pays only for the
-    services it calls (``phaselog read`` never imports writes, gates, audit …; D75).
+    services it calls (``phaselog read`` never imports writes, gates, audit …; D77).
     """
 
     __slots__ = ("module", "path")
@@ -222,7 +222,7 @@ class Ledger:
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self._building = threading.RLock()
 
-    # -- the services, each built on first use (D75) ---------------------------------------------
+    # -- the services, each built on first use (D77) ---------------------------------------------
     pipelines = service(lambda lg: PipelineResolver(lg.store, lg.pipelines_root))
     reads = service(lambda lg: Reads(lg.store, lg.clock, lg.pipelines))
     states = service(lambda lg: RunStates(lg.store, lg.clock, lg.pipelines, lg.reads))

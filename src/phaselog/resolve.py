@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from phaselog.stores.snapshot import RunSnapshot
 
 # pipelines, entries, markers and the manifest shelf are imported where a pipeline is resolved:
-# a read whose phase the stored names already give resolves none (phaselog read's start, D75).
+# a read whose phase the stored names already give resolves none (phaselog read's start, D77).
 
 #: A pipeline as callers name it: the object, a manifest name, or None (the run's own / the default).
 PipelineArg: TypeAlias = "Pipeline | str | None"

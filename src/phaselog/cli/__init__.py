@@ -13,7 +13,7 @@ import gc
 
 # A command's start creates ~100k long-lived objects (modules, classes, functions): with Python's
 # default threshold (700) that sets off some 30 young-generation collections which free nothing
-# and cost ~8% of `phaselog read`. Collect less often; cycles are still collected (D75).
+# and cost ~8% of `phaselog read`. Collect less often; cycles are still collected (D77).
 gc.set_threshold(20_000, 10, 10)
 
 from phaselog.cli._scaffold import cli, main  # noqa: E402 - after the threshold: click and the scaffold allocate most
