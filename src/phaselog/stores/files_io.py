@@ -12,12 +12,12 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 import stat
 import time
 from pathlib import Path
 from typing import Any
 
+from phaselog._lazyre import LazyPattern
 from phaselog.errors import Corrupt, InvalidIdentifier, StoreError, TooLarge
 
 #: Temp files older than this (seconds) are a crash's leftovers; a later writer removes them.
@@ -86,13 +86,13 @@ def write_temp(dir_fd: int, data: bytes) -> str:
     return name
 
 
-_TEMP_NAME = re.compile(r"\.tmp-")
+_TEMP_NAME = LazyPattern(r"\.tmp-")  # compiled by the first write, not at every start
 
 
 def clean_temps(dir_fd: int, names: list[str]) -> None:
     """Remove the temp files among ``names`` older than TEMP_MAX_AGE_S (a crash left them)."""
     now = time.time()
-    for n in filter(_TEMP_NAME.match, names):  # filtered in C: a long history's folder holds thousands
+    for n in filter(_TEMP_NAME.compiled.match, names):  # filtered in C: a long history's folder holds thousands
         try:
             st = os.stat(n, dir_fd=dir_fd, follow_symlinks=False)
             if now - st.st_mtime > TEMP_MAX_AGE_S:
