@@ -132,13 +132,26 @@ def test_processes_the_job_leaves_behind_are_ended_before_the_lock_is_released(t
     assert g.status()["lock"] is None
 
 
+#: Start ``phaselog`` with the signals the guard forwards at their default action, as from a
+#: terminal. A guard started from a background job or under ``nohup`` inherits INT/QUIT/HUP
+#: ignored, and so does its job (an ignored disposition survives ``exec``): a forwarded INT would
+#: reach a shell that ignores it. The test states the environment it means instead of inheriting
+#: the runner's (a gate run in the background ignored INT, and this test waited 60 s and failed).
+_DEFAULT_SIGNALS = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):\n"
+    "    signal.signal(s, signal.SIG_DFL)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'phaselog', *sys.argv[1:]])"
+)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_guard_reaches_every_process_of_the_job(tmp_path: Path, sig: int) -> None:
     root, pidfile = tmp_path / "store", tmp_path / "bg.pid"
     env = cli_env(root)
     job = f'sleep 300 & echo $! > "{pidfile}"; wait'
     guard = subprocess.Popen(
-        [sys.executable, "-m", "phaselog", "guard", "run", "--name", NAME, "--", "sh", "-c", job],
+        [sys.executable, "-c", _DEFAULT_SIGNALS, "guard", "run", "--name", NAME, "--", "sh", "-c", job],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
