@@ -3,6 +3,9 @@
 Two runs of the same store side by side: one whose phase has a short history (10 attempts) and
 one with a long history (1,000 attempts). The ratio long / short is the growth; the goal is
 "no growth" (write <= 1.2x, status <= 2x). Measured on the files store and on SQLite.
+The other calls that read a run before they record something (approve, a progress ``start``,
+``can_skip_to``) are timed the same way on a gated phase with 1,000 vs 10 attempts (no goal in
+the issue: printed for the record).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleave
 from phaselog.ledger import Ledger
 
 TICKET = "BENCH-6"
+GATED = "BENCH-6G"
+RESEARCH = {"summary": "s", "sources": ["https://x.test/a"]}
+PROPOSAL = {"title": "T", "concept": "C"}
 GOAL_WRITE = 1.2
 GOAL_STATUS = 2.0
 
@@ -58,6 +64,12 @@ def _one(kind: str, ledger: Ledger, *, rounds: int, short: int, long: int, progr
         st_long = _data.run_id(f"growth-{kind}-status-long")
         _data.build_run(ledger, TICKET, st_short, short)
         _data.build_run(ledger, TICKET, st_long, long)
+        # A gated phase (video-pipeline's proposal) with a short and a long history.
+        gated = {n: _data.run_id(f"growth-{kind}-gated-{n}") for n in (short, long)}
+        for n, run_ in gated.items():
+            ledger.write(GATED, run_, "research", RESEARCH, pipeline="video-pipeline")
+            for _ in range(n):
+                ledger.write(GATED, run_, "proposal", PROPOSAL)
     cycle = itertools.cycle(short_runs)
     contestants = [
         Contestant(
@@ -85,6 +97,30 @@ def _one(kind: str, ledger: Ledger, *, rounds: int, short: int, long: int, progr
             lambda _: ledger.status(TICKET, st_short),
         ),
     ]
+    for n, role, tag in ((long, SUBJECT, "long"), (short, BASELINE, "short")):
+        run_ = gated[n]
+        contestants += [
+            Contestant(
+                f"approve_{tag}",
+                f"Ledger.approve, gated phase with {n:,} attempts",
+                role,
+                lambda _, r=run_: ledger.approve(GATED, r, "proposal", by="bench"),
+            ),
+            Contestant(
+                f"start_{tag}",
+                f"Ledger.progress start, phase with {n:,} attempts (closed untimed)",
+                role,
+                lambda _, r=run_: ledger.progress(GATED, r, "proposal", "start"),
+                # the attempt the previous sample started gets its checkpoint (untimed)
+                prepare=lambda r=run_: ledger.write(GATED, r, "proposal", PROPOSAL),
+            ),
+            Contestant(
+                f"skip_{tag}",
+                f"Ledger.can_skip_to, after a phase with {n:,} attempts",
+                role,
+                lambda _, r=run_: ledger.can_skip_to(GATED, r, "script"),
+            ),
+        ]
     section = Section(
         f"growth-{kind}",
         f"[6] growth with history ({kind} store): write and status on {long:,} vs {short} attempts",
@@ -96,4 +132,6 @@ def _one(kind: str, ledger: Ledger, *, rounds: int, short: int, long: int, progr
     section.stats = run_interleaved(contestants, rounds, warmup=2, progress=progress)
     section.ratio("write_long", "write_short", goal=GOAL_WRITE, note="no growth with history")
     section.ratio("status_long", "status_short", goal=GOAL_STATUS, note="grows with phases, not attempts")
+    for op in ("approve", "start", "skip"):
+        section.ratio(f"{op}_long", f"{op}_short", note="no goal in the issue; for the record")
     return section

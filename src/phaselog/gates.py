@@ -127,26 +127,29 @@ class Gates:
         by = _check_person(by)
         if comment is not None:
             check_text(comment, field="comment", max_chars=MAX_COMMENT, multiline=True)
-        ph = self.pipelines.phase(ticket_id, run_id, phase, pipeline)
+        snap = self.store.snapshot(ticket_id, run_id)  # O(phases): the phase's newest completed attempt
+        ph = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap).phase(phase)
         if not ph.requires_approval:
             raise GateRefused(
                 f"phase {ph.name} has no approval gate (requires_approval is false in its pipeline)",
                 phase=ph.name,
                 rule="not_gated",
             )
-        refs = [r for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal]
-        completed = sorted(r.attempt_number for r in refs if r.completed)
+        done = snap.latest_completed(ph.ordinal)
+        newest_done = done.attempt_number if done is not None else None
         if attempt is None:
-            if not completed:
+            if newest_done is None:
                 raise NotFound(f"phase {ph.name} has no completed checkpoint to judge", phase=ph.name)
-            attempt = completed[-1]
-        if attempt not in {r.attempt_number for r in refs}:
-            raise NotFound(f"no attempt {attempt} of phase {ph.name}", phase=ph.name, attempt_number=attempt)
-        if attempt not in completed:
-            raise GateRefused(
-                f"attempt {attempt} of phase {ph.name} failed; only completed checkpoints can be judged",
-                rule="not_completed",
-            )
+            attempt = newest_done
+        elif attempt != newest_done:  # an older attempt (or none at all): list the phase's (rare)
+            refs = [r for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal]
+            if attempt not in {r.attempt_number for r in refs}:
+                raise NotFound(f"no attempt {attempt} of phase {ph.name}", phase=ph.name, attempt_number=attempt)
+            if attempt not in {r.attempt_number for r in refs if r.completed}:
+                raise GateRefused(
+                    f"attempt {attempt} of phase {ph.name} failed; only completed checkpoints can be judged",
+                    rule="not_completed",
+                )
         target = self.store.get(ticket_id, run_id, ph.ordinal, ph.name, attempt).record
         if checkpoint_hash is not None and checkpoint_hash != target.content_hash:
             raise GateRefused(
@@ -156,9 +159,9 @@ class Gates:
                 rule="hash_mismatch",
             )
         warnings = []
-        if attempt != completed[-1]:
+        if attempt != newest_done:
             warnings.append(
-                f"attempt {attempt} is superseded by attempt {completed[-1]}; this judgement does not "
+                f"attempt {attempt} is superseded by attempt {newest_done}; this judgement does not "
                 "change the phase's state"
             )
         for _ in range(1000):

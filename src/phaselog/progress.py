@@ -271,9 +271,12 @@ class Progress:
                 raise InvalidRecord(
                     "output: must be UTF-8 text", errors=[{"field": "output", "rule": "utf8", "message": "not UTF-8"}]
                 ) from None
-        ph = self._phase(ticket_id, run_id, phase, pipeline)
-        for _ in range(1000):
-            number, history = self._target_attempt(ticket_id, run_id, ph, event, attempt)
+        snap = self.store.snapshot(ticket_id, run_id)  # O(phases), and the events of attempts in flight
+        ph = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap).phase(phase)
+        for tries in range(1000):
+            if tries:
+                snap = self.store.snapshot(ticket_id, run_id)  # someone took our sequence number: re-read
+            number, history = self._target_attempt(snap, ph, event, attempt)
             ev = self._build_event(
                 ticket_id, run_id, ph, number, history, event, step, text, tokens, provider, status, pid
             )
@@ -287,52 +290,33 @@ class Progress:
         raise Conflict(f"could not append a progress event to phase {ph.name}")
 
     def _target_attempt(
-        self, ticket_id: str, run_id: str, ph: Phase, event: str, attempt: int | None
+        self, snap: RunSnapshot, ph: Phase, event: str, attempt: int | None
     ) -> tuple[int, list[ProgressEvent]]:
-        checkpoints = {
-            r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal
-        }
-        groups = {a: evs for (o, a), evs in self.event_index(ticket_id, run_id).items() if o == ph.ordinal}
-        top = max([*checkpoints, *groups.keys()], default=0)
-        if attempt is None:
-            if event == "start":
-                return top + 1, []
-            open_attempts = [a for a in groups if a not in checkpoints and a >= max(checkpoints, default=0)]
-            if not open_attempts:
-                raise NotFound(
-                    f"no attempt of phase {ph.name} is in flight; send --event start first",
-                    phase=ph.name,
-                    rule="no_attempt_in_flight",
-                )
-            attempt = max(open_attempts)
-        if attempt in checkpoints:
-            raise Conflict(
-                f"attempt {attempt} of phase {ph.name} already has its checkpoint; progress goes to a new attempt "
-                "(--event start)",
-                attempt_number=attempt,
-                rule="attempt_finished",
-            )
-        history = groups.get(attempt, [])
-        if event == "start":
-            if history:
-                raise AlreadyExists(f"attempt {attempt} of phase {ph.name} has already started", attempt_number=attempt)
-            if attempt < top:
-                raise Conflict(
-                    f"attempt {attempt} is below the latest attempt {top} of phase {ph.name}; attempts only rise",
-                    rule="not_monotonic",
-                )
-        elif not history:
-            raise NotFound(
-                f"attempt {attempt} of phase {ph.name} has not started; send --event start first",
-                rule="not_started",
-            )
-        elif history[-1].event in TERMINAL_EVENTS:
-            raise Conflict(
-                f"attempt {attempt} of phase {ph.name} already ended with '{history[-1].event}'; "
-                "write its checkpoint or start a new attempt",
-                rule="attempt_ended",
-            )
-        return attempt, history
+        """The attempt an event goes to, and that attempt's events so far.
+
+        Only the attempts above the phase's newest record can take events, and the snapshot holds
+        exactly their events; an explicit attempt at or below it (refused, unless it is an old
+        attempt without a record) is judged from every attempt and event (rare).
+        """
+        newest = snap.latest(ph.ordinal)
+        top_record = newest.attempt_number if newest is not None else 0
+        if attempt is not None and attempt <= top_record:
+            checkpoints = {
+                r.attempt_number
+                for r in self.store.attempts(snap.ticket_id, snap.run_id)
+                if r.phase_ordinal == ph.ordinal
+            }
+            groups = {
+                a: evs for (o, a), evs in self.event_index(snap.ticket_id, snap.run_id).items() if o == ph.ordinal
+            }
+            return _target_in(ph, event, attempt, checkpoints, groups)
+        groups = {}
+        for ev in parse_entries(ProgressEvent, snap.events)[0]:
+            if ev.phase_ordinal == ph.ordinal and ev.attempt_number > top_record:
+                groups.setdefault(ev.attempt_number, []).append(ev)
+        for lst in groups.values():
+            lst.sort(key=lambda e: e.seq)
+        return _target_in(ph, event, attempt, {top_record} - {0}, groups)
 
     def _build_event(
         self,
@@ -385,6 +369,52 @@ class Progress:
             process_start=started,
             prev_hash=last.content_hash if last else None,
         )
+
+
+def _target_in(
+    ph: Phase, event: str, attempt: int | None, checkpoints: set[int], groups: dict[int, list[ProgressEvent]]
+) -> tuple[int, list[ProgressEvent]]:
+    """The attempt an event goes to, given the phase's attempts with records and its events by attempt."""
+    top = max([*checkpoints, *groups.keys()], default=0)
+    if attempt is None:
+        if event == "start":
+            return top + 1, []
+        open_attempts = [a for a in groups if a not in checkpoints and a >= max(checkpoints, default=0)]
+        if not open_attempts:
+            raise NotFound(
+                f"no attempt of phase {ph.name} is in flight; send --event start first",
+                phase=ph.name,
+                rule="no_attempt_in_flight",
+            )
+        attempt = max(open_attempts)
+    if attempt in checkpoints:
+        raise Conflict(
+            f"attempt {attempt} of phase {ph.name} already has its checkpoint; progress goes to a new attempt "
+            "(--event start)",
+            attempt_number=attempt,
+            rule="attempt_finished",
+        )
+    history = groups.get(attempt, [])
+    if event == "start":
+        if history:
+            raise AlreadyExists(f"attempt {attempt} of phase {ph.name} has already started", attempt_number=attempt)
+        if attempt < top:
+            raise Conflict(
+                f"attempt {attempt} is below the latest attempt {top} of phase {ph.name}; attempts only rise",
+                rule="not_monotonic",
+            )
+    elif not history:
+        raise NotFound(
+            f"attempt {attempt} of phase {ph.name} has not started; send --event start first",
+            rule="not_started",
+        )
+    elif history[-1].event in TERMINAL_EVENTS:
+        raise Conflict(
+            f"attempt {attempt} of phase {ph.name} already ended with '{history[-1].event}'; "
+            "write its checkpoint or start a new attempt",
+            rule="attempt_ended",
+        )
+    return attempt, history
 
 
 def _hostname() -> str:

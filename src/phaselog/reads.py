@@ -23,6 +23,7 @@ from phaselog.stores import Damaged, Store, Stored
 
 if TYPE_CHECKING:
     from phaselog.pipelines import Pipeline
+    from phaselog.stores.snapshot import RunSnapshot
     from phaselog.validation import Report
 
 
@@ -200,8 +201,19 @@ class Reads:
         stored = self.read(ticket_id, run_id, phase, attempt, pipeline=pl)
         return stored, self.full_report(stored, pl, artifacts_root)
 
-    def full_report(self, stored: Stored, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None) -> Report:
-        """Check a stored checkpoint: its own rules, its tamper state, its links, optionally its artifacts."""
+    def full_report(
+        self,
+        stored: Stored,
+        pl: Pipeline,
+        artifacts_root: str | os.PathLike[str] | None,
+        *,
+        snapshot: RunSnapshot | None = None,
+    ) -> Report:
+        """Check a stored checkpoint: its own rules, its tamper state, its links, optionally its artifacts.
+
+        With ``snapshot`` (the run's, read by the caller) the links are found without listing the run
+        while the attempt just below exists.
+        """
         cp = stored.record
         from phaselog.validation import check_artifacts, check_record  # here: `read` never validates
 
@@ -215,26 +227,45 @@ class Reads:
                 f"{stored.location} changed after it was written (recorded "
                 f"{(stored.recorded_hash or '')[:12]}, now {cp.content_hash[:12]})",
             )
-        report.extend(self._links(cp))
+        report.extend(self._links(cp, snapshot))
         if artifacts_root is not None:
             report.extend(check_artifacts(cp, artifacts_root))
         return report
 
-    def _links(self, cp: Checkpoint) -> Report:
-        previous = None
-        refs = self.store.attempts(cp.ticket_id, cp.run_id)
-        earlier = [
-            r.attempt_number
-            for r in refs
-            if r.phase_ordinal == cp.phase_ordinal and r.attempt_number < cp.attempt_number
-        ]
-        if earlier:
-            try:
-                previous = self.store.get(cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, max(earlier)).record
-            except (Corrupt, UnsupportedVersion):
-                previous = None
+    def _below(self, cp: Checkpoint) -> tuple[builtins.list[int], Checkpoint | None] | None:
+        """The attempts below ``cp`` that the link check needs, and the previous record (None:
+        damaged), when the attempt just below exists or ``cp`` is the first; None otherwise (a gap:
+        the caller lists the run). The largest attempt number below ``cp`` is ``cp`` minus one."""
+        if cp.attempt_number <= 1:
+            return [], None
+        below = cp.attempt_number - 1
+        try:
+            return [below], self.store.get(cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, below).record
+        except (Corrupt, UnsupportedVersion):
+            return [below], None
+        except NotFound:
+            return None
+
+    def _links(self, cp: Checkpoint, snap: RunSnapshot | None = None) -> Report:
+        below = self._below(cp) if snap is not None else None
+        if snap is not None and below is not None:  # no listing: the snapshot names the phases
+            earlier, previous = below
+            by_name = {name: s.ordinal for s in snap.summaries for name, _ in s.counts}
+        else:
+            previous = None
+            refs = self.store.attempts(cp.ticket_id, cp.run_id)
+            earlier = [
+                r.attempt_number
+                for r in refs
+                if r.phase_ordinal == cp.phase_ordinal and r.attempt_number < cp.attempt_number
+            ]
+            if earlier:
+                try:
+                    previous = self.store.get(cp.ticket_id, cp.run_id, cp.phase_ordinal, cp.phase, max(earlier)).record
+                except (Corrupt, UnsupportedVersion):
+                    previous = None
+            by_name = {r.phase: r.phase_ordinal for r in refs}
         lookup: dict[tuple[str, int], Checkpoint | None] = {}
-        by_name = {r.phase: r.phase_ordinal for r in refs}
         for name, entry in (cp.basis or {}).items():
             ordinal = by_name.get(name)
             target = None

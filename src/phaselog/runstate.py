@@ -25,7 +25,7 @@ from phaselog.reads import Reads
 from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.state import COMPLETED, PhaseState, RunStatus, derive_status
-from phaselog.stores import Store
+from phaselog.stores import Store, Stored
 from phaselog.stores.snapshot import RunSnapshot
 
 
@@ -118,7 +118,12 @@ class RunStates:
         given = given_run_name(run_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
-        st = self.status_from(snap, self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap))
+        return self._status(snap, given, self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap))
+
+    def _status(self, snap: RunSnapshot, given: str | None, pl: Pipeline) -> RunStatus:
+        """``status`` from a snapshot: ``given`` is the run id as the caller wrote it (None: a UUID)."""
+        ticket_id, run_id = snap.ticket_id, snap.run_id
+        st = self.status_from(snap, pl)
         if st.run_name is None and given is not None:
             st = dataclasses.replace(st, run_name=given)  # the name the caller used names this run
         if snap.empty and not snap.approvals:
@@ -181,16 +186,19 @@ class RunStates:
         and its checkpoint validates; otherwise every blocking phase is named with its reason."""
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        pl = self.pipelines.for_run(ticket_id, run_id, pipeline)
+        snap = self.store.snapshot(ticket_id, run_id)  # the run read once: its pipeline, state and links
+        pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
         target = pl.phase(phase)
-        st = self.status(ticket_id, run_id, pipeline=pl)
+        st = self._status(snap, None, pl)
 
         def completed_blocker(ps: PhaseState) -> Blocker | None:
             newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]
             if newer_damage:
                 return Blocker(ps.phase, "damaged", f"attempt(s) {newer_damage} are damaged; run `phaselog verify`")
-            stored = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0)
-            report = self.reads.full_report(stored, pl, artifacts_root)
+            stored = snap.record(ps.ordinal, ps.completed_attempt or 0)
+            if not isinstance(stored, Stored):
+                stored = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0)
+            report = self.reads.full_report(stored, pl, artifacts_root, snapshot=snap)
             if not report.is_valid:
                 return Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
             return None

@@ -232,6 +232,7 @@ def _import_groups(
     from phaselog.importing import Plan, plan_markers, plan_run
 
     rep = ImportReport()
+    latest: dict[tuple[str, str], dict[int, int]] = {}  # (ticket, run) -> ordinal -> newest attempt
     for group in groups:
         first = group[0]
         plan = Plan()
@@ -243,7 +244,7 @@ def _import_groups(
         rep.conflicts.extend(plan.refused)
         for item in plan.store:
             try:
-                _store(store, item)
+                _store(store, item, latest)
             except (AlreadyExists, Conflict) as exc:  # a writer got there meanwhile
                 rep.conflicts.append({"line": item.where, "path": item.ticket_id, "message": exc.message})
             else:
@@ -257,13 +258,24 @@ def _import_groups(
     return rep
 
 
-def _store(store: Store, item: Any) -> None:
+def _store(store: Store, item: Any, latest: dict[tuple[str, str], dict[int, int]]) -> None:
     if item.type == "checkpoint":
         cp = item.record
-        refs = [
-            r.attempt_number for r in store.attempts(cp.ticket_id, cp.run_id) if r.phase_ordinal == cp.phase_ordinal
-        ]
-        store.append(cp, expected_latest=max(refs, default=0))
+        key = (cp.ticket_id, cp.run_id)
+        for fresh in (False, True):
+            if fresh or key not in latest:  # the run's newest attempts, listed once per run (not per record)
+                latest[key] = {}
+                for r in store.attempts(*key):
+                    latest[key][r.phase_ordinal] = max(latest[key].get(r.phase_ordinal, 0), r.attempt_number)
+            newest = latest[key]
+            try:
+                store.append(cp, expected_latest=newest.get(cp.phase_ordinal, 0))
+            except Conflict:
+                if fresh:
+                    raise
+                continue  # another writer appended to the run meanwhile: list it again, once
+            newest[cp.phase_ordinal] = max(newest.get(cp.phase_ordinal, 0), cp.attempt_number)
+            return
         return
     if item.type == "pruned":
         note = item.record.note
