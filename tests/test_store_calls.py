@@ -151,3 +151,20 @@ def test_a_backends_snapshot_is_the_one_the_contract_builds(store: Store) -> Non
     st = led.status("V-9", "r1")
     assert st.phase("proposal").state == "in_progress"
     assert st.phase("research").attempts == 3
+
+
+def test_approve_a_progress_event_and_a_skip_check_never_list_every_attempt(store: Store) -> None:
+    """They start from one snapshot (O(phases)); listing every attempt is for rare paths only."""
+    led = phaselog.Ledger(store)
+    led.write("V-2", "r1", "research", {"summary": "s", "sources": ["https://x.test/a"]}, pipeline="video-pipeline")
+    for _ in range(3):
+        led.write("V-2", "r1", "proposal", {"title": "T", "concept": "C"})
+    led, counting = _ledger(store)
+    led.approve("V-2", "r1", "proposal", by="ana")
+    assert counting.calls["snapshot"] == 1 and counting.calls["attempts"] == 0
+    led.progress("V-2", "r1", "script", "start")
+    led.progress("V-2", "r1", "script", "step", step=1)
+    assert counting.calls["snapshot"] == 3 and counting.calls["attempts"] == 0
+    decision = led.can_skip_to("V-2", "r1", "script")
+    assert decision.allowed, decision.blockers
+    assert counting.calls["snapshot"] == 4 and counting.calls["attempts"] == 0
