@@ -161,10 +161,13 @@ def test_approve_a_progress_event_and_a_skip_check_never_list_every_attempt(stor
         led.write("V-2", "r1", "proposal", {"title": "T", "concept": "C"})
     led, counting = _ledger(store)
     led.approve("V-2", "r1", "proposal", by="ana")
-    assert counting.calls["snapshot"] == 1 and counting.calls["attempts"] == 0
+    assert counting.calls["snapshot"] == 1
+    assert counting.calls["attempts"] == 0
     led.progress("V-2", "r1", "script", "start")
     led.progress("V-2", "r1", "script", "step", step=1)
-    assert counting.calls["snapshot"] == 3 and counting.calls["attempts"] == 0
+    assert counting.calls["snapshot"] == 3
+    assert counting.calls["attempts"] == 0
     decision = led.can_skip_to("V-2", "r1", "script")
     assert decision.allowed, decision.blockers
-    assert counting.calls["snapshot"] == 4 and counting.calls["attempts"] == 0
+    assert counting.calls["snapshot"] == 4
+    assert counting.calls["attempts"] == 0
