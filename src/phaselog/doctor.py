@@ -10,11 +10,14 @@ and a note of where they came from; every move is reported. Nothing else moves o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Corrupt, PhaselogError, UsageError
 from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import Capability
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 
 @dataclass
@@ -49,7 +52,9 @@ class DoctorReport:
         }
 
 
-def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = False, finish: bool = True) -> DoctorReport:
+def doctor(
+    ledger: Ledger, ticket_id: str | None = None, *, quarantine: bool = False, finish: bool = True
+) -> DoctorReport:
     """Examine one ticket (or every ticket) of ``ledger``'s store.
 
     ``finish=False`` only looks: interrupted prunes are not finished (a read-only reader such as
@@ -68,7 +73,7 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
         if finish:
             rep.finished.extend(finish_interrupted(ledger, tid))
         if Capability.LEFTOVERS in store.capabilities:
-            for item in store.leftovers(tid):
+            for item in store.leftovers(tid):  # type: ignore[attr-defined]  # declared by the capability
                 rep.add(item["kind"], item["path"], item["message"], age_sec=item.get("age_sec"))
         runs = store.runs(tid)
         rep.runs += len(runs)
@@ -100,7 +105,7 @@ def doctor(ledger: Any, ticket_id: str | None = None, *, quarantine: bool = Fals
                 still.append(finding)
                 continue
             try:
-                moves = store.quarantine(finding["path"], finding["message"])
+                moves = store.quarantine(finding["path"], finding["message"])  # type: ignore[attr-defined]  # declared by the capability
             except PhaselogError as exc:
                 finding["message"] += f" (not moved: {exc.message})"
                 still.append(finding)

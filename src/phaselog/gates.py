@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phaselog.entries import Approval, entry_bytes, read_entries
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
@@ -21,7 +21,9 @@ from phaselog.state import APPROVED, AWAITING_APPROVAL, REJECTED
 from phaselog.stores.names import approval_name, parse_approval_name
 
 if TYPE_CHECKING:
+    from phaselog.reads import Reads
     from phaselog.resolve import PipelineResolver
+    from phaselog.runstate import RunStates
     from phaselog.stores import Store
 
 _KIND = "approvals"
@@ -268,7 +270,26 @@ class Awaiting:
         }
 
 
-def approval_queue(ledger: Any, ticket_ids: Iterable[str] | None = None) -> tuple[list[Awaiting], list[str]]:
+class QueueSource(Protocol):
+    """What :func:`approval_queue` needs of a :class:`phaselog.ledger.Ledger` (a service never imports it)."""
+
+    @property
+    def store(self) -> Store:
+        """The store whose tickets and runs are listed."""
+        ...
+
+    @property
+    def states(self) -> RunStates:
+        """The service deriving each run's state."""
+        ...
+
+    @property
+    def reads(self) -> Reads:
+        """The service reading the awaiting checkpoints."""
+        ...
+
+
+def approval_queue(ledger: QueueSource, ticket_ids: Iterable[str] | None = None) -> tuple[list[Awaiting], list[str]]:
     """Everything awaiting approval (oldest first) across tickets, and the runs that could not be read."""
     queue: list[Awaiting] = []
     problems: list[str] = []
@@ -276,11 +297,11 @@ def approval_queue(ledger: Any, ticket_ids: Iterable[str] | None = None) -> tupl
     for ticket_id in tickets:
         for run_id in ledger.store.runs(ticket_id):
             try:
-                status = ledger.status(ticket_id, run_id)
+                status = ledger.states.status(ticket_id, run_id)
                 for ps in status.phases:
                     if ps.state != AWAITING_APPROVAL or ps.completed_attempt is None:
                         continue
-                    stored = ledger.read(ticket_id, run_id, ps.phase, ps.completed_attempt)
+                    stored = ledger.reads.read(ticket_id, run_id, ps.phase, ps.completed_attempt)
                     queue.append(
                         Awaiting(
                             ticket_id,

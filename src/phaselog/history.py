@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.entries import Approval, Marker, ProgressEvent
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.records import format_timestamp, parse_timestamp
 from phaselog.stores.base import Damaged, Store
 from phaselog.streams import ExternalSort
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 _KIND_ORDER = {"marker": 0, "progress": 1, "checkpoint": 2, "approval": 3}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -164,7 +167,7 @@ def history_items(
             yield _key(e, 0), e
 
 
-def sorted_history(ledger: Any, ticket_id: str, run_id: str | None = None, phase: str | None = None) -> ExternalSort:
+def sorted_history(ledger: Ledger, ticket_id: str, run_id: str | None = None, phase: str | None = None) -> ExternalSort:
     """Every history entry, sorted, ready to iterate once (close it afterwards).
 
     Everything is read (and every error raised) here, before the caller prints anything.

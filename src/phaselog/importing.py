@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.entries import Approval, Marker, ProgressEvent
 from phaselog.errors import Corrupt, InvalidRecord, PhaselogError, UnsupportedVersion
@@ -30,6 +30,9 @@ from phaselog.records import Checkpoint, checkpoint_from_seed
 from phaselog.stores.kernel import entry_location
 from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
 from phaselog.validation import check_record
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
 
@@ -68,7 +71,7 @@ def _same(n: int, line: Mapping[str, Any], key: str, value: Any) -> None:
         raise _bad(n, f"{key} {line.get(key)!r} does not match the record's {value!r}", key, "line_mismatch")
 
 
-def parse_line(n: int, line: Any, ledger: Any, manifests: Mapping[tuple[str, str], Any] | None = None) -> Item:
+def parse_line(n: int, line: Any, ledger: Ledger, manifests: Mapping[tuple[str, str], Any] | None = None) -> Item:
     """Check one export line on its own, exactly as a write would check its record.
 
     ``manifests``: the pipelines of the import's own ``pipeline`` lines (phaselog.manifest_transfer),
@@ -95,7 +98,7 @@ def _check_hash(n: int, claimed: Any, actual: str) -> None:
 
 
 def _parse_checkpoint(
-    n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Any, manifests: Mapping[Any, Any]
+    n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Ledger, manifests: Mapping[Any, Any]
 ) -> Item:
     meta = doc.get("phaselog")
     if not isinstance(meta, dict):
@@ -119,7 +122,7 @@ def _parse_checkpoint(
     return Item(n, "checkpoint", cp.ticket_id, cp.run_id, "", cp.content_hash, doc, cp)
 
 
-def _pipeline(n: int, ledger: Any, ref: Any, manifests: Mapping[Any, Any]) -> Any:
+def _pipeline(n: int, ledger: Ledger, ref: Any, manifests: Mapping[Any, Any]) -> Any:
     from phaselog.manifest_transfer import resolve
 
     name = ref.name if ref is not None else None
@@ -134,7 +137,7 @@ def _pipeline(n: int, ledger: Any, ref: Any, manifests: Mapping[Any, Any]) -> An
         ) from None
 
 
-def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Any) -> Item:
+def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Ledger) -> Item:
     kind = line.get("kind")
     if kind not in (*ENTRY_TYPES, "pruned"):
         raise _bad(n, f"kind {kind!r} is not one of progress, approvals, markers, pruned", "kind", "enum")
@@ -203,7 +206,7 @@ def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
     return parse_note(json.dumps(body).encode(), location, name)
 
 
-def check_entry_phases(items: list[Item], ledger: Any, manifests: Mapping[Any, Any] | None = None) -> None:
+def check_entry_phases(items: list[Item], ledger: Ledger, manifests: Mapping[Any, Any] | None = None) -> None:
     """Progress events and approvals name a phase of their run's pipeline (the one its checkpoints
     in the import record, else the one the store knows for the run)."""
     from phaselog.manifest_transfer import resolve
@@ -214,8 +217,8 @@ def check_entry_phases(items: list[Item], ledger: Any, manifests: Mapping[Any, A
             named.setdefault((i.ticket_id, i.run_id), i.record.pipeline)
     cache: dict[tuple[str, str | None], Any] = {}
     for i in items:
-        if i.type not in ("progress", "approvals"):
-            continue
+        if i.type not in ("progress", "approvals") or i.run_id is None:
+            continue  # (an event or approval always names its run: _parse_entry refuses one that does not)
         key = (i.ticket_id, i.run_id)
         if key not in cache:
             try:
@@ -251,7 +254,7 @@ class Plan:
         self.refused.append({"line": item.where, "path": path, "message": message})
 
 
-def plan_run(ledger: Any, ticket_id: str, run_id: str, items: list[Item], plan: Plan) -> None:
+def plan_run(ledger: Ledger, ticket_id: str, run_id: str, items: list[Item], plan: Plan) -> None:
     """Decide, for one run's items, what links to the store and what is refused."""
     store = ledger.store
     stored_items, damaged = ledger.run_records(ticket_id, run_id)
@@ -386,7 +389,7 @@ def _link_problem(
 
 
 def _plan_entries(
-    ledger: Any,
+    ledger: Ledger,
     ticket_id: str,
     run_id: str,
     items: list[Item],
@@ -446,7 +449,7 @@ def _same_entry(store: Any, item: Item, path: str, plan: Plan) -> None:
     plan.refuse(item, path, "a different entry already has this name; left as it is")
 
 
-def plan_markers(ledger: Any, ticket_id: str, items: Iterable[Item], plan: Plan) -> None:
+def plan_markers(ledger: Ledger, ticket_id: str, items: Iterable[Item], plan: Plan) -> None:
     """Ticket marker revisions: each must follow the revision before it."""
     revs = list(ledger.markers(ticket_id))
     by_rev = {m.revision: m for m in revs}

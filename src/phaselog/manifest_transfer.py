@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog import pipeline_shelf
 from phaselog.errors import Corrupt, InvalidRecord, NotFound, PhaselogError
@@ -25,6 +25,9 @@ from phaselog.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_pipelin
 from phaselog.records import PipelineRef
 from phaselog.stores.base import local_root
 from phaselog.stores.manifests import HASH_RE, NAME_RE
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 Key = tuple[str, str]
 
@@ -132,7 +135,7 @@ def split_lines(lines: Iterable[Any]) -> tuple[list[tuple[int, Any]], dict[Key, 
     return records, manifests
 
 
-def resolve(ledger: Any, imported: dict[Key, Pipeline], ref: PipelineRef | None) -> Pipeline:
+def resolve(ledger: Ledger, imported: dict[Key, Pipeline], ref: PipelineRef | None) -> Pipeline:
     """The pipeline a record names: the import's own manifest of that hash, else as a write finds it."""
     if ref is not None:
         found = imported.get((ref.name, ref.manifest_hash))

@@ -17,13 +17,16 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.entries import Approval, Marker, ProgressEvent, entry_bytes
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.limits import MAX_RECORD_BYTES, json_loads
 from phaselog.records import Checkpoint, PipelineRef
 from phaselog.stores.base import Damaged, Store
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 EXPORT_VERSION = 1
 _ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
@@ -146,7 +149,7 @@ def import_records(
     ledger = Ledger(store, pipelines_root=pipelines_root)
     manifests: dict[tuple[str, str], Any] = {}  # the import's own pipeline lines (manifest_transfer)
 
-    def check_entry_phases(items: list[Any], led: Any) -> None:
+    def check_entry_phases(items: list[Any], led: Ledger) -> None:
         check_phases(items, led, manifests)
 
     with spool() as saved:
@@ -193,7 +196,7 @@ def import_records(
         return rep
 
 
-def _phase_error(check: Callable[[list[Any], Any], None], group: list[Any], ledger: Any) -> InvalidRecord | None:
+def _phase_error(check: Callable[[list[Any], Ledger], None], group: list[Any], ledger: Ledger) -> InvalidRecord | None:
     try:
         check(group, ledger)
     except InvalidRecord as exc:
@@ -226,7 +229,7 @@ def _by_run(items: list[Any]) -> list[list[Any]]:
 
 
 def _import_groups(
-    store: Store, ledger: Any, groups: Iterable[list[Any]], on_record: Callable[[], None] | None
+    store: Store, ledger: Ledger, groups: Iterable[list[Any]], on_record: Callable[[], None] | None
 ) -> ImportReport:
     """Plan and store each group (one ticket's markers, or one run) in turn."""
     from phaselog.importing import Plan, plan_markers, plan_run

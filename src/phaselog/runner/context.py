@@ -15,9 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import NotFound, UsageError
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 
 class PhaseContext:
@@ -26,7 +29,7 @@ class PhaseContext:
     def __init__(
         self,
         *,
-        ledger: Any,
+        ledger: Ledger,
         pipeline: Any,
         ticket_id: str,
         run_id: str,

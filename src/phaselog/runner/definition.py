@@ -19,13 +19,16 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from phaselog.errors import PipelineError, UsageError
 from phaselog.pipelines import EXECUTION_KEYS, Phase, Pipeline, execution_from_dict, load_manifest, pipeline_from_dict
 from phaselog.runner.lease import DEFAULT_TTL
 from phaselog.runner.outcome import Failure, Success
 from phaselog.runner.result import RunResult
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 
 def pipeline(
@@ -274,7 +277,7 @@ def shell_fingerprint(ph: Phase) -> str:
     return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _ledger(store: Any) -> tuple[Any, bool]:
+def _ledger(store: Any) -> tuple[Ledger, bool]:
     """A Ledger for ``store`` (a Ledger, a Store, a URL/path or None) and whether we opened it."""
     from phaselog.ledger import Ledger
     from phaselog.stores import open_store

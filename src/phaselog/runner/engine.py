@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import (
     AlreadyExists,
@@ -41,6 +41,9 @@ from phaselog.runner.result import PhaseOutcome, RunResult, after_writes
 from phaselog.runner.signals import Interrupt, SignalGuard, in_main_thread
 from phaselog.stores.base import Stored
 from phaselog.stores.snapshot import RunSnapshot
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 #: Delays between tries of a checkpoint write that hit a store error (the phase itself succeeded).
 RECORD_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)
@@ -70,7 +73,7 @@ class Engine:
     def __init__(
         self,
         *,
-        ledger: Any,
+        ledger: Ledger,
         pipeline: Pipeline,
         ticket_id: str,
         run_id: str,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
 from phaselog.pipelines import Pipeline
@@ -31,6 +31,9 @@ from phaselog.state import (
     RunStatus,
 )
 from phaselog.stores.snapshot import RunSnapshot
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 SKIP, RUN, WAIT, BLOCKED, NOT_REACHED = "skip", "run", "wait", "blocked", "not_reached"
 
@@ -102,7 +105,7 @@ class Explanation:
 
 
 def explain(
-    ledger: Any,
+    ledger: Ledger,
     ticket_id: str,
     run_id: str,
     *,
@@ -127,7 +130,7 @@ def explain(
 
 
 def plan_run(
-    ledger: Any,
+    ledger: Ledger,
     ticket_id: str,
     run_id: str,
     pipeline: Pipeline,
@@ -147,7 +150,7 @@ def plan_run(
 
 
 def _plan(
-    ledger: Any,
+    ledger: Ledger,
     ticket_id: str,
     run_id: str,
     pl: Pipeline,
@@ -245,7 +248,7 @@ def _why_run(
 
 
 def _skip_problem(
-    ledger: Any,
+    ledger: Ledger,
     ticket_id: str,
     run_id: str,
     pl: Pipeline,
@@ -277,7 +280,7 @@ def _skip_problem(
     return None
 
 
-def _rejections(ledger: Any, ticket_id: str, run_id: str) -> dict[str, str]:
+def _rejections(ledger: Ledger, ticket_id: str, run_id: str) -> dict[str, str]:
     """The latest rejection comment per phase."""
     out: dict[str, str] = {}
     for a in ledger.approvals(ticket_id, run_id):
@@ -286,7 +289,7 @@ def _rejections(ledger: Any, ticket_id: str, run_id: str) -> dict[str, str]:
     return out
 
 
-def _lease(ledger: Any, ticket_id: str, run_id: str) -> dict[str, Any] | None:
+def _lease(ledger: Ledger, ticket_id: str, run_id: str) -> dict[str, Any] | None:
     from phaselog.runner.lease import judge, leases_of
     from phaselog.stores.base import Capability
 

@@ -24,9 +24,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import AlreadyExists, Conflict, Fenced, PhaselogError
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 DEFAULT_START_EVENT_AFTER = 1.0
 #: The shortest sleep of the thread between attempts (with start_event_after=0 it would spin).
@@ -74,7 +77,9 @@ class Heartbeat:
         with self._write_lock:
             self._current = None
 
-    def ensure_started(self, ledger: Any, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Any) -> None:
+    def ensure_started(
+        self, ledger: Ledger, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Any
+    ) -> None:
         """Write the attempt's start event now (before its first step), unless it exists."""
         with self._write_lock:
             self._write_start(ledger, ticket_id, run_id, phase, attempt, pipeline)
@@ -139,7 +144,9 @@ class Heartbeat:
             self._side = self._open_side()
         return self._side
 
-    def _write_start(self, ledger: Any, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Any) -> None:
+    def _write_start(
+        self, ledger: Ledger, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Any
+    ) -> None:
         if (phase, attempt) in self._started:
             return
         with contextlib.suppress(AlreadyExists, Conflict):  # written already (by `phaselog step`, say)

@@ -8,7 +8,6 @@ Each is declared in ``FilesStore.capabilities`` (see :class:`phaselog.stores.bas
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +25,7 @@ from phaselog.stores import names as _names
 from phaselog.stores.base import Capability, PruneTarget
 from phaselog.stores.files_io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
 from phaselog.stores.kernel import check_run_key, entry_location
+from phaselog.stores.oslock import open_locked
 
 if TYPE_CHECKING:
     from phaselog.stores.manifests import FilesManifests, ManifestDoc
@@ -107,16 +107,7 @@ def _rmtree(parent_fd: int, name: str) -> bool:
 
 def _wait_for_lock(dir_fd: int) -> int | None:
     """Take the lock of a folder being removed (its remover holds it until done); None if none."""
-    try:
-        fd = os.open(".lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    return open_locked(".lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
 
 
 class FilesAdminMixin:

@@ -7,7 +7,6 @@ A database on a network filesystem is warned about: SQLite's locking is not reli
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import stat
@@ -18,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from phaselog.errors import Corrupt, StoreError
+from phaselog.stores.oslock import open_locked
 from phaselog.stores.sql import SqlStore
 from phaselog.stores.sql_schema import Dialect
 
@@ -259,14 +259,8 @@ class _Gates:
         key = (threading.get_ident(), folder)
         if key in self._held:
             return None
-        try:
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            os.close(fd)
+        fd = open_locked(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if fd is None:
             return None
         self._held.add(key)
         return fd, folder

@@ -9,7 +9,7 @@ breaks. Only runs this integration wrote are touched (a ticket may hold other pi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Conflict, Corrupt, UsageError
 from phaselog.integrations.langgraph import _codec as C
@@ -17,6 +17,9 @@ from phaselog.integrations.langgraph._threads import Threads
 from phaselog.records import Checkpoint
 from phaselog.retention import PruneReport, prune_chosen
 from phaselog.stores import Stored
+
+if TYPE_CHECKING:
+    from phaselog.ledger import Ledger
 
 STRATEGIES = ("keep_latest", "delete")
 
@@ -32,7 +35,7 @@ def langgraph_runs(threads: Threads, thread: str) -> list[tuple[str, list[Stored
     return out
 
 
-def delete_thread(threads: Threads, ledger: Any, thread: str) -> PruneReport:
+def delete_thread(threads: Threads, ledger: Ledger, thread: str) -> PruneReport:
     """Remove every LangGraph run (namespace) of a thread, with its writes."""
     rep = PruneReport(dry_run=False)
     with threads.lock:
@@ -42,7 +45,7 @@ def delete_thread(threads: Threads, ledger: Any, thread: str) -> PruneReport:
     return rep
 
 
-def delete_for_runs(threads: Threads, ledger: Any, run_ids: Iterable[str]) -> PruneReport:
+def delete_for_runs(threads: Threads, ledger: Ledger, run_ids: Iterable[str]) -> PruneReport:
     """Remove every checkpoint (and its writes) whose metadata names one of ``run_ids``.
 
     When the newest checkpoint of a namespace goes and older ones stay, the newest survivor is
@@ -96,7 +99,7 @@ def restate(threads: Threads, thread: str, rid: str, record: Checkpoint) -> Chec
     raise Conflict(f"could not restate a checkpoint of thread {thread}")
 
 
-def prune(threads: Threads, ledger: Any, thread_ids: Sequence[str], strategy: str) -> PruneReport:
+def prune(threads: Threads, ledger: Ledger, thread_ids: Sequence[str], strategy: str) -> PruneReport:
     """LangGraph's prune: ``keep_latest`` keeps each namespace's newest checkpoint (and, for delta
     channels, the ancestors it is rebuilt from); ``delete`` removes the threads."""
     if strategy not in STRATEGIES:
