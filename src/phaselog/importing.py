@@ -290,12 +290,7 @@ def _plan_notes(
     for item in incoming:
         note: NoteEntry = item.record
         path = note.location
-        have = by_seq.get(note.seq)
-        if have is not None:
-            if have.content_hash == note.content_hash:
-                plan.skipped += 1
-            else:
-                plan.refuse(item, path, "a different prune note already has this number; left as it is")
+        if _numbered_here(plan, item, by_seq.get(note.seq), path, "prune note"):
             continue
         head = merged.head
         if item.line in refused:
@@ -428,6 +423,18 @@ def _plan_entries(
         plan.store.append(item)
 
 
+def _numbered_here(plan: Plan, item: Item, have: Any, path: str, what: str) -> bool:
+    """Whether the store has an entry of this number (``have``): the line is skipped if it is the
+    same entry, refused if it is another; False when the number is free."""
+    if have is None:
+        return False
+    if have.content_hash == item.record.content_hash:
+        plan.skipped += 1
+    else:
+        plan.refuse(item, path, f"a different {what} already has this number; left as it is")
+    return True
+
+
 def _same_entry(store: Any, item: Item, path: str, plan: Plan) -> None:
     from phaselog.limits import json_loads
 
@@ -456,12 +463,7 @@ def plan_markers(ledger: Ledger, ticket_id: str, items: Iterable[Item], plan: Pl
     for item in sorted(items, key=lambda i: i.record.revision):
         m: Marker = item.record
         path = entry_location("markers", ticket_id, None, item.name)
-        have = by_rev.get(m.revision)
-        if have is not None:
-            if have.content_hash == m.content_hash:
-                plan.skipped += 1
-            else:
-                plan.refuse(item, path, "a different marker revision already has this number; left as it is")
+        if _numbered_here(plan, item, by_rev.get(m.revision), path, "marker revision"):
             continue
         prev = by_rev.get(m.revision - 1)
         if m.revision != len(by_rev) + 1 or m.prev_hash != (prev.content_hash if prev else None):
