@@ -18,7 +18,7 @@ Two passes before anything is stored:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,8 @@ class Item:
         return f"line {self.line}"
 
 
-def _bad(n: int, message: str, fld: str, rule: str) -> InvalidRecord:
+def bad_line(n: int, message: str, fld: str, rule: str) -> InvalidRecord:
+    """The error refusing import line ``n`` (field ``fld`` broke ``rule``): nothing is imported."""
     return InvalidRecord(
         f"line {n}: {message}; nothing was imported",
         line=n,
@@ -68,7 +69,7 @@ def _bad(n: int, message: str, fld: str, rule: str) -> InvalidRecord:
 
 def _same(n: int, line: Mapping[str, Any], key: str, value: Any) -> None:
     if line.get(key) != value:
-        raise _bad(n, f"{key} {line.get(key)!r} does not match the record's {value!r}", key, "line_mismatch")
+        raise bad_line(n, f"{key} {line.get(key)!r} does not match the record's {value!r}", key, "line_mismatch")
 
 
 def parse_line(n: int, line: Any, ledger: Ledger, manifests: Mapping[tuple[str, str], Any] | None = None) -> Item:
@@ -77,10 +78,10 @@ def parse_line(n: int, line: Any, ledger: Ledger, manifests: Mapping[tuple[str, 
     ``manifests``: the pipelines of the import's own ``pipeline`` lines (phaselog.manifest_transfer),
     used first for the records that name them."""
     if not isinstance(line, dict) or line.get("type") not in ("checkpoint", "entry"):
-        raise _bad(n, "not a phaselog export record (needs type checkpoint or entry)", "type", "enum")
+        raise bad_line(n, "not a phaselog export record (needs type checkpoint or entry)", "type", "enum")
     doc = line.get("document")
     if not isinstance(doc, dict):
-        raise _bad(n, "document: must be an object", "document", "type")
+        raise bad_line(n, "document: must be an object", "document", "type")
     claimed = line.get("content_hash")
     if line["type"] == "checkpoint":
         return _parse_checkpoint(n, line, doc, claimed, ledger, manifests or {})
@@ -89,7 +90,7 @@ def parse_line(n: int, line: Any, ledger: Ledger, manifests: Mapping[tuple[str, 
 
 def _check_hash(n: int, claimed: Any, actual: str) -> None:
     if claimed != actual:
-        raise _bad(
+        raise bad_line(
             n,
             f"content hash mismatch (line says {str(claimed)[:12]}, record hashes to {actual[:12]})",
             "content_hash",
@@ -102,11 +103,11 @@ def _parse_checkpoint(
 ) -> Item:
     meta = doc.get("phaselog")
     if not isinstance(meta, dict):
-        raise _bad(n, "document.phaselog: must be an object", "document.phaselog", "type")
+        raise bad_line(n, "document.phaselog: must be an object", "document.phaselog", "type")
     try:
         cp, _ = checkpoint_from_seed(doc.get("checkpoint"), phase_ordinal=1, meta=meta)
     except (Corrupt, UnsupportedVersion) as exc:
-        raise _bad(
+        raise bad_line(
             n, exc.message, str(exc.context.get("field") or "document"), str(exc.context.get("rule") or "record")
         ) from None
     _check_hash(n, claimed, cp.content_hash)
@@ -118,7 +119,7 @@ def _parse_checkpoint(
     report = check_record(cp, pipeline, now=ledger.clock())
     if report.errors:
         first = report.errors[0]
-        raise _bad(n, "; ".join(i.text() for i in report.errors), first.field, first.rule)
+        raise bad_line(n, "; ".join(i.text() for i in report.errors), first.field, first.rule)
     return Item(n, "checkpoint", cp.ticket_id, cp.run_id, "", cp.content_hash, doc, cp)
 
 
@@ -129,7 +130,7 @@ def _pipeline(n: int, ledger: Ledger, ref: Any, manifests: Mapping[Any, Any]) ->
     try:
         return resolve(ledger, dict(manifests), ref)
     except PhaselogError as exc:
-        raise _bad(
+        raise bad_line(
             n,
             f"pipeline {name!r} is not known here ({exc.message}); add its manifest before importing",
             "pipeline",
@@ -140,7 +141,7 @@ def _pipeline(n: int, ledger: Ledger, ref: Any, manifests: Mapping[Any, Any]) ->
 def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Ledger) -> Item:
     kind = line.get("kind")
     if kind not in (*ENTRY_TYPES, "pruned"):
-        raise _bad(n, f"kind {kind!r} is not one of progress, approvals, markers, pruned", "kind", "enum")
+        raise bad_line(n, f"kind {kind!r} is not one of progress, approvals, markers, pruned", "kind", "enum")
     body = {k: v for k, v in doc.items() if k != "content_hash"}
     try:
         if kind == "pruned":
@@ -150,7 +151,7 @@ def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any
             record = ENTRY_TYPES[kind].from_json(body)
             actual = record.content_hash
     except (Corrupt, UnsupportedVersion) as exc:
-        raise _bad(
+        raise bad_line(
             n, exc.message, str(exc.context.get("field") or "document"), str(exc.context.get("rule") or "record")
         ) from None
     _check_hash(n, claimed, actual)
@@ -158,20 +159,20 @@ def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any
         _check_hash(n, doc["content_hash"], actual)
     ticket_id = line.get("ticket_id")
     if not isinstance(ticket_id, str):
-        raise _bad(n, "ticket_id: must be a string", "ticket_id", "type")
+        raise bad_line(n, "ticket_id: must be a string", "ticket_id", "type")
     try:
         validate_ticket_id(ticket_id)
     except PhaselogError as exc:
-        raise _bad(n, exc.message, "ticket_id", str(exc.context.get("rule") or "ticket_id")) from None
+        raise bad_line(n, exc.message, "ticket_id", str(exc.context.get("rule") or "ticket_id")) from None
     run_id = line.get("run_id")
     if kind == "markers":
         if run_id is not None:
-            raise _bad(n, "run_id: a ticket marker belongs to no run (must be null)", "run_id", "line_mismatch")
+            raise bad_line(n, "run_id: a ticket marker belongs to no run (must be null)", "run_id", "line_mismatch")
         _same(n, line, "ticket_id", record.ticket_id)
         name = marker_name(record.revision)
     else:
         if not isinstance(run_id, str) or not is_canonical_uuid(run_id):
-            raise _bad(n, "run_id: must be a canonical UUID", "run_id", "run_id")
+            raise bad_line(n, "run_id: must be a canonical UUID", "run_id", "run_id")
         if kind == "pruned":
             name = note_name(record.seq)
             if record.note is not None:
@@ -185,7 +186,7 @@ def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any
             else:
                 name = approval_name(record.seq, record.phase_ordinal, record.phase, record.attempt_number)
     if line.get("name") != name:
-        raise _bad(n, f"name {line.get('name')!r} is not the record's name {name!r}", "name", "entry_name")
+        raise bad_line(n, f"name {line.get('name')!r} is not the record's name {name!r}", "name", "entry_name")
     return Item(n, str(kind), ticket_id, run_id, name, actual, doc, record)
 
 
@@ -196,7 +197,7 @@ def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
 
     name = line.get("name")
     if not isinstance(name, str) or parse_note_name(name) is None:
-        raise _bad(n, f"name {name!r} is not a prune note name (six digits)", "name", "entry_name")
+        raise bad_line(n, f"name {name!r} is not a prune note name (six digits)", "name", "entry_name")
     location = entry_location("pruned", str(line.get("ticket_id")), str(line.get("run_id")), name)
     body = dict(doc)
     if not is_legacy(body):
@@ -228,11 +229,11 @@ def check_entry_phases(items: list[Item], ledger: Ledger, manifests: Mapping[Any
                     else ledger.pipeline_for(i.ticket_id, i.run_id)
                 )
             except PhaselogError as exc:
-                raise _bad(i.line, exc.message, "pipeline", "unknown_pipeline") from None
+                raise bad_line(i.line, exc.message, "pipeline", "unknown_pipeline") from None
         pl = cache[key]
         ph = pl.phase_by_ordinal(i.record.phase_ordinal)
         if ph is None or ph.name != i.record.phase:
-            raise _bad(
+            raise bad_line(
                 i.line,
                 f"phase {i.record.phase!r} (ordinal {i.record.phase_ordinal}) is not a phase of {pl.name}",
                 "phase",
@@ -396,13 +397,8 @@ def _plan_entries(
     pruned = notes.records
     stored_events = ledger.event_index(ticket_id, run_id)
     chains: dict[tuple[int, int], list[Any]] = {k: list(v) for k, v in stored_events.items()}
-    names = {k: set(store.entry_names(k, ticket_id, run_id)) for k in ("progress", "approvals")}
-    for item in sorted((i for i in items if i.type == "progress"), key=lambda i: i.name):
+    for item, path in _new_entries(store, "progress", ticket_id, run_id, items, plan):
         ev: ProgressEvent = item.record
-        path = entry_location("progress", ticket_id, run_id, item.name)
-        if item.name in names["progress"]:
-            _same_entry(store, item, path, plan)
-            continue
         chain = chains.setdefault((ev.phase_ordinal, ev.attempt_number), [])
         prev = chain[-1] if chain else None
         if ev.seq != len(chain) + 1 or ev.prev_hash != (prev.content_hash if prev else None):
@@ -410,17 +406,27 @@ def _plan_entries(
             continue
         chain.append(ev)
         plan.store.append(item)
-    for item in sorted((i for i in items if i.type == "approvals"), key=lambda i: i.name):
+    for item, path in _new_entries(store, "approvals", ticket_id, run_id, items, plan):
         a: Approval = item.record
-        path = entry_location("approvals", ticket_id, run_id, item.name)
-        if item.name in names["approvals"]:
-            _same_entry(store, item, path, plan)
-            continue
         target = records.get((a.phase, a.attempt_number)) or pruned.get((a.phase, a.attempt_number))
         if target is None or target.content_hash != a.checkpoint_hash:
             plan.refuse(item, path, "the approval judges a checkpoint that is not stored here (or was refused)")
             continue
         plan.store.append(item)
+
+
+def _new_entries(
+    store: Any, kind: str, ticket_id: str, run_id: str, items: list[Item], plan: Plan
+) -> Iterator[tuple[Item, str]]:
+    """The items of ``kind`` in name order with their paths, less those the store has by that name
+    (skipped if the same entry, refused otherwise)."""
+    stored = set(store.entry_names(kind, ticket_id, run_id))
+    for item in sorted((i for i in items if i.type == kind), key=lambda i: i.name):
+        path = entry_location(kind, ticket_id, run_id, item.name)
+        if item.name in stored:
+            _same_entry(store, item, path, plan)
+            continue
+        yield item, path
 
 
 def _numbered_here(plan: Plan, item: Item, have: Any, path: str, what: str) -> bool:

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from phaselog import pipeline_shelf
-from phaselog.errors import Corrupt, InvalidRecord, NotFound, PhaselogError
+from phaselog.errors import Corrupt, NotFound, PhaselogError
+from phaselog.importing import bad_line
 from phaselog.limits import MAX_MANIFEST_BYTES
 from phaselog.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_pipeline, manifest_dict
 from phaselog.records import PipelineRef
@@ -78,16 +79,6 @@ class ExportManifests:
         return found if found.manifest_hash == ref.manifest_hash else None
 
 
-def _bad(n: int, message: str, fld: str, rule: str) -> InvalidRecord:
-    return InvalidRecord(
-        f"line {n}: {message}; nothing was imported",
-        line=n,
-        field=fld,
-        rule=rule,
-        errors=[{"field": fld, "rule": rule, "message": message}],
-    )
-
-
 def is_manifest_line(line: Any) -> bool:
     """True for an export line of type ``pipeline``."""
     return isinstance(line, dict) and line.get("type") == "pipeline"
@@ -97,14 +88,14 @@ def parse_manifest_line(n: int, line: dict[str, Any]) -> Pipeline:
     """Check one ``pipeline`` line as a manifest file is checked; InvalidRecord naming the field."""
     name, manifest_hash, doc = line.get("name"), line.get("content_hash"), line.get("document")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise _bad(n, f"name: must be a pipeline name, 1-64 of [A-Za-z0-9._-] (got {name!r:.80})", "name", "name")
+        raise bad_line(n, f"name: must be a pipeline name, 1-64 of [A-Za-z0-9._-] (got {name!r:.80})", "name", "name")
     if not isinstance(manifest_hash, str) or not HASH_RE.fullmatch(manifest_hash):
-        raise _bad(n, "content_hash: must be the manifest hash, 64 lowercase hex digits", "content_hash", "sha256")
+        raise bad_line(n, "content_hash: must be the manifest hash, 64 lowercase hex digits", "content_hash", "sha256")
     if not isinstance(doc, dict):
-        raise _bad(n, "document: must be an object (the pipeline manifest)", "document", "type")
+        raise bad_line(n, "document: must be an object (the pipeline manifest)", "document", "type")
     size = len(json.dumps(doc, ensure_ascii=False).encode("utf-8"))
     if size > MAX_MANIFEST_BYTES:
-        raise _bad(
+        raise bad_line(
             n,
             f"document: the manifest is {size} bytes, over the cap of {MAX_MANIFEST_BYTES}",
             "document",
@@ -114,7 +105,7 @@ def parse_manifest_line(n: int, line: dict[str, Any]) -> Pipeline:
         return pipeline_shelf.pipeline_from_document(doc, name, manifest_hash, source=f"line {n}")
     except PhaselogError as exc:
         fld = str(exc.context.get("field") or "document")
-        raise _bad(
+        raise bad_line(
             n,
             exc.message,
             f"document.{fld}" if fld != "manifest_hash" else "content_hash",
