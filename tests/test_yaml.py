@@ -109,6 +109,7 @@ def _seed_dump(data: dict[str, Any]) -> str:
 @example({"a" * 121: 1})
 @example({"k": [{"a": 1, "b": [1, 2]}, {"c": {}}]})
 @example({"k": [[]]})
+@example({"...": [], "k": "...x", "x.": "..."})  # "..." ends a YAML document: PyYAML quotes it
 @example({"k": ({"a": ("x", "y")},)})
 @example({"n": 2**70, "m": -(2**70), "t": True, "f": False, "z": None, "e": {}, "l": []})
 @example({t: t for t in TRAPS})

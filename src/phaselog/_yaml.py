@@ -60,7 +60,8 @@ def _needs_quotes(s: str) -> bool:
 
 def _scalar(value: Any, *, key: bool = False) -> str:
     if isinstance(value, str):
-        if not _SIMPLE.fullmatch(value) or (key and len(value) > _MAX_SIMPLE_KEY):
+        # "..." (and "---") open a string PyYAML never writes plain: they mark a document's end.
+        if not _SIMPLE.fullmatch(value) or value.startswith("...") or (key and len(value) > _MAX_SIMPLE_KEY):
             raise _Fallback
         return f"'{value}'" if _needs_quotes(value) else value
     if value is True:
