@@ -1,4 +1,4 @@
-"""[8] Peak memory of the commands that walk a whole ticket: list, history, copy (SQLite).
+"""[8] Peak memory of the commands that walk a whole ticket or run: list, history, copy, diff (SQLite).
 
 A ticket of 1k, 10k (and, in the full run, 100k) checkpoints in one SQLite store, built in bulk
 from clones of a run written through ``Ledger.write`` (as the ``sql`` benchmark builds its data).
@@ -8,6 +8,10 @@ each command at each scale): the commands stream (docs/decisions.md D67). Each s
 built once, straight into SQLite (the store's own INSERT, no fsync while building), cached in the
 work folder for every command of that scale, and removed afterwards; 100k builds in ~12 s.
 Copying 100k records takes minutes: every record is one durable append on the target.
+
+``diff`` compares every consecutive attempt of one phase (``--run-id R --phase implement``): its
+fixture is a store of its own holding one run whose implement phase has that many attempts
+(clones of the template's implement attempt, hash-linked), so it does not change what ``copy`` copies.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from bench import _sqldata
 from bench._timing import Limit, Section, Stat
 
 GOAL_MIB = 48.0
-COMMANDS = ("list", "history", "copy", "export")
+COMMANDS = ("list", "history", "copy", "export", "diff")
 
 
 def _build(path: Path, ticket: str, records: int, template: _sqldata.Template) -> None:
@@ -39,6 +43,37 @@ def _build(path: Path, ticket: str, records: int, template: _sqldata.Template) -
     for j in range(runs):
         run = _sqldata.run_uuid(ticket, j)
         rows.extend(r for r, _ in template.clone(ticket, run, _sqldata.RUN_SPACING * j))
+        if len(rows) >= 8000:
+            conn.executemany(_sqldata.INSERT_SQL, rows)
+            rows = []
+    if rows:
+        conn.executemany(_sqldata.INSERT_SQL, rows)
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def _build_long_phase(path: Path, ticket: str, run: str, attempts: int, template: _sqldata.Template) -> None:
+    """One run of ``ticket`` whose implement phase has ``attempts`` attempts (for ``diff --phase``)."""
+    from datetime import timedelta
+
+    from phaselog.stores.kernel import record_document
+
+    exe = str(Path(sys.executable).parent / "phaselog")
+    subprocess.run([exe, "store", "migrate", "--store", f"sqlite:///{path}"], check=True, stdout=subprocess.DEVNULL)
+    base = template.records[1]  # implement, attempt 2 (~1 KB)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")  # building only
+    conn.execute("BEGIN")
+    rows: list[Any] = []
+    prev: str | None = None
+    for k in range(1, attempts + 1):
+        at = base.timestamp_utc + timedelta(seconds=k)
+        cp = base.evolve(ticket_id=ticket, run_id=run, attempt_number=k, timestamp_utc=at, prev_hash=prev)
+        prev = cp.content_hash
+        body = record_document(cp, None).decode()
+        rows.append((ticket, run, cp.phase_ordinal, cp.phase, k, k - 1, cp.status, cp.content_hash, body))
         if len(rows) >= 8000:
             conn.executemany(_sqldata.INSERT_SQL, rows)
             rows = []
@@ -92,9 +127,11 @@ def run(workdir: Path, *, scales: tuple[int, ...] = (1_000, 10_000, 100_000), pr
     env["PHASELOG_HOME"] = str(workdir / "memory-home")
     section = Section(
         "memory",
-        "[8] peak memory (RSS) of list / history / copy / export of one ticket, SQLite store, fresh process each",
+        "[8] peak memory (RSS) of list / history / copy / export of one ticket and diff of one phase, SQLite store, "
+        "fresh process each",
         [
             "ticket built in bulk from clones of a Ledger.write run (8 records per run); output to /dev/null",
+            "diff: `diff --run-id R --phase implement` of one run whose implement has that many attempts",
             f"baseline for scale: a bare `phaselog --help` process; goal <= {GOAL_MIB:.0f} MiB at 10k and 100k",
         ],
         unit="MiB",
@@ -110,8 +147,14 @@ def run(workdir: Path, *, scales: tuple[int, ...] = (1_000, 10_000, 100_000), pr
         if progress is not None:
             progress(f"built {n:,} records in {time.perf_counter() - t0:.1f} s")
         url = f"sqlite:///{db}"
+        long_db = workdir / f"memory-{label}-phase.db"
+        long_run = _sqldata.run_uuid(ticket, 0)
+        _build_long_phase(long_db, ticket, long_run, n, template)
         for name in COMMANDS:
-            if name == "copy":
+            if name == "diff":
+                cmd = [exe, "diff", "--ticket-id", ticket, "--run-id", long_run, "--phase", "implement"]
+                cmd += ["--store", f"sqlite:///{long_db}"]
+            elif name == "copy":
                 dst = workdir / f"memory-{label}-copy.db"
                 cmd = [exe, "copy", "--from", url, "--to", f"sqlite:///{dst}"]
             elif name == "export":

@@ -175,3 +175,22 @@ def server(built: tuple[Path, dict[str, str]]) -> Iterator[Any]:
     srv = Server(str(built[0]))
     yield srv
     srv.stop()
+
+
+@pytest.fixture
+def long_built(tmp_path: Path) -> tuple[Path, str]:
+    """A files store holding one long run (tests/ui_data.py ``make_long_store``), and its UUID."""
+    import ui_data
+
+    root = tmp_path / "long-store"
+    return root, ui_data.make_long_store(root)
+
+
+@pytest.fixture
+def long_server(long_built: tuple[Path, str]) -> Iterator[Any]:
+    """The dashboard served over ``long_built``'s store, stopped afterwards."""
+    from ui_data import Server
+
+    srv = Server(str(long_built[0]))
+    yield srv
+    srv.stop()

@@ -354,3 +354,64 @@ def test_pages_fit_a_narrow_window(
             shots(page, name)
     finally:
         context.close()
+
+
+# -- a long run: one row per phase, history and progress paged ---------------------------------------
+def _pages_of(page: Any, rows: str, more: str, key: str) -> list[list[str]]:
+    """Follow the "more" links from the current page; each page's row keys."""
+    seen = []
+    while True:
+        seen.append([r.get_attribute(key) for r in page.locator(rows).all()])
+        link = page.locator(more)
+        if link.count() == 0:
+            return seen
+        link.click()
+        page.wait_for_load_state()
+
+
+def test_a_long_run_shows_one_row_per_phase_and_pages_its_history(
+    page: Any, long_server: Server, long_built: tuple[Path, str], shots: Shots
+) -> None:
+    root, run = long_built
+    ledger = phaselog.open(str(root))
+    st = ledger.status(ui_data.LONG_TICKET, run)
+    page.goto(f"{long_server.base}/tickets/{ui_data.LONG_TICKET}/runs/{run}")
+    phases = page.locator("table#phases tbody tr")
+    assert phases.count() == len(st.phases) == 5  # one row per phase, not per attempt
+    implement = page.locator("table#phases tr[data-phase='implement']")
+    assert implement.get_attribute("data-state") == st.phase("implement").state == "completed"
+    assert implement.locator("td.newest").inner_text() == f"attempt {ui_data.LONG_IMPLEMENT}"
+    assert "in flight" in page.locator("table#phases tr[data-phase='create_pr'] td.newest").inner_text()
+    assert page.locator("table#attempts tbody tr").count() == 50  # one page, bounded
+    shots(page, "run-long")
+
+    # Every attempt, newest first, a page at a time, down to the oldest.
+    pages = _pages_of(page, "table#attempts tbody tr", "#attempts-more", "data-ref")
+    keys = [k for p in pages for k in p]
+    expected = (
+        ["create_pr:1"]
+        + [f"local_review:{a}" for a in range(ui_data.LONG_REVIEW, 0, -1)]
+        + [f"implement:{a}" for a in range(ui_data.LONG_IMPLEMENT, 0, -1)]
+    )
+    assert keys == expected
+    assert [len(p) for p in pages] == [50, 50, 24]
+    assert page.locator("table#attempts tr[data-ref='implement:1']").count() == 1  # reached the oldest
+
+    # One phase's history, from its row in the phase table.
+    page.goto(f"{long_server.base}/tickets/{ui_data.LONG_TICKET}/runs/{run}")
+    page.locator("table#phases tr[data-phase='local_review'] a.history-link").click()
+    page.wait_for_load_state()
+    assert _pages_of(page, "table#attempts tbody tr", "#attempts-more", "data-ref") == [
+        [f"local_review:{a}" for a in range(ui_data.LONG_REVIEW, 0, -1)]
+    ]
+
+    # The attempt in flight's progress events, a page at a time, oldest first.
+    page.goto(f"{long_server.base}/tickets/{ui_data.LONG_TICKET}/runs/{run}")
+    page.locator("table#phases tr[data-phase='create_pr'] td.newest a").click()
+    page.wait_for_selector("table#events")
+    shots(page, "events")
+    seqs = _pages_of(page, "table#events tbody tr", "#events-more", "data-seq")
+    assert [int(s) for p in seqs for s in p] == list(range(1, ui_data.LONG_EVENTS + 1))
+    assert [len(p) for p in seqs] == [50, 50, 30]
+    events = ledger.progress_events(ui_data.LONG_TICKET, run, "create_pr", 1)
+    assert page.locator("table#events tbody tr").last.locator("td").nth(3).inner_text() == str(events[-1].tokens)

@@ -394,3 +394,77 @@ def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stderr
     assert not (tmp_path / "none").exists()
+
+
+# -- a run's JSON: the overview and its pages ------------------------------------------------------------
+def test_a_runs_json_endpoints_give_the_librarys_views_page_by_page(
+    long_server: Server, long_built: tuple[Path, str]
+) -> None:
+    from phaselog import views
+    from phaselog.runpages import overview
+
+    root, run = long_built
+    ticket = ui_data.LONG_TICKET
+    ledger = phaselog.open(str(root))
+    http = Http(long_server.base)
+    base = f"/tickets/{ticket}/runs/{run}"
+
+    status, headers, body = http.get(f"{base}/overview.json")
+    assert status == 200
+    assert headers["content-type"].startswith("application/json")
+    got = json.loads(body)
+    assert got == json.loads(json.dumps(views.run_overview(overview(ledger, ticket, run))))
+    assert got["status"] == json.loads(json.dumps(ledger.status(ticket, run).to_json()))  # as `phaselog status`
+    assert [p["latest_attempt"] for p in got["status"]["phases"]] == [120, 3, 1, None, None]
+
+    # Every attempt once, newest first, in pages of 40 that follow the cursor to the oldest.
+    keys, cursor, pages = [], "", 0
+    while True:
+        status, _, body = http.get(f"{base}/attempts.json?limit=40" + (f"&before={cursor}" if cursor else ""))
+        assert status == 200, body
+        page = json.loads(body)
+        assert len(page["attempts"]) <= 40
+        keys += [(a["phase"], a["attempt_number"]) for a in page["attempts"]]
+        pages += 1
+        if page["next_before"] is None:
+            break
+        cursor = page["next_before"]
+    expected = [("create_pr", 1)] + [("local_review", a) for a in (3, 2, 1)]
+    expected += [("implement", a) for a in range(120, 0, -1)]
+    assert (keys, pages) == (expected, 4)
+    _, _, body = http.get(f"{base}/attempts.json?phase=implement&before=1:3")
+    assert [a["attempt_number"] for a in json.loads(body)["attempts"]] == [2, 1]
+    assert json.loads(body)["next_before"] is None
+
+    # The attempt in flight's events, oldest first, as `progress show --all` prints each one.
+    events, after = [], 0
+    while after is not None:
+        status, _, body = http.get(f"{base}/phases/create_pr/attempts/1/events.json?limit=60&after={after}")
+        assert status == 200, body
+        page = json.loads(body)
+        events += page["events"]
+        after = page["next_after"]
+    shown = [views.progress_event(e) for e in ledger.progress_events(ticket, run, "create_pr", 1)]
+    assert events == json.loads(json.dumps(shown))
+    assert len(events) == ui_data.LONG_EVENTS
+
+
+def test_a_runs_json_endpoints_refuse_bad_input_with_json(long_server: Server, long_built: tuple[Path, str]) -> None:
+    _, run = long_built
+    http = Http(long_server.base)
+    base = f"/tickets/{ui_data.LONG_TICKET}/runs/{run}"
+    for path, status, field in (
+        (f"{base}/attempts.json?before=nope", 400, "before"),
+        (f"{base}/attempts.json?limit=0", 400, "limit"),
+        (f"{base}/attempts.json?limit=100000", 400, "limit"),
+        (f"{base}/attempts.json?phase=nosuch", 400, None),
+        (f"{base}/phases/create_pr/attempts/1/events.json?after=-1", 400, "after"),
+        (f"/tickets/{ui_data.LONG_TICKET}/runs/nobody/overview.json", 404, None),
+    ):
+        got, headers, body = http.get(path)
+        assert got == status, (path, got, body)
+        assert headers["content-type"].startswith("application/json"), path
+        error = json.loads(body)
+        assert "Traceback" not in body
+        if field:
+            assert error["field"] == field, (path, error)

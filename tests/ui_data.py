@@ -97,6 +97,35 @@ def make_store(root: Path) -> dict[str, str]:
     return runs
 
 
+# -- a long run: many attempts, many progress events -----------------------------------------------
+LONG_TICKET = "LONG-1"
+RUN_LONG = "long-run"
+LONG_IMPLEMENT = 120  # attempts of implement (every seventh failed)
+LONG_REVIEW = 3  # attempts of local_review
+LONG_EVENTS = 130  # progress events of create_pr's attempt in flight
+
+
+def make_long_store(root: Path) -> str:
+    """A files store at ``root`` holding one run retried many times; returns its UUID.
+
+    Its ~250 records end minutes ago: the attempt in flight (this process's) is not abandoned."""
+    ledger = phaselog.Ledger(phaselog.open_store(str(root)), clock=Clock(datetime.now(UTC) - timedelta(minutes=45)))
+    try:
+        for i in range(1, LONG_IMPLEMENT + 1):
+            if i % 7 == 0:
+                ledger.write(LONG_TICKET, RUN_LONG, "implement", None, status="failed", error=f"flaky {i}")
+            else:
+                ledger.write(LONG_TICKET, RUN_LONG, "implement", {**IMPLEMENT, "commit_sha": f"{i:07x}"})
+        for _ in range(LONG_REVIEW):
+            ledger.write(LONG_TICKET, RUN_LONG, "local_review", LOCAL_REVIEW)
+        ledger.progress(LONG_TICKET, RUN_LONG, "create_pr", "start")
+        for step in range(1, LONG_EVENTS):
+            ledger.progress(LONG_TICKET, RUN_LONG, "create_pr", "step", step=step, tokens=10 * step)
+    finally:
+        ledger.close()
+    return phaselog.normalize_run_id(RUN_LONG)
+
+
 # -- a real `phaselog ui` process ------------------------------------------------------------------
 class Server:
     """``phaselog ui`` in a subprocess on a free port; ``url`` is where it listens."""

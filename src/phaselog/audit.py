@@ -6,8 +6,8 @@ All of it is derived from the records: a refused write can never change the deci
 
 from __future__ import annotations
 
-import itertools
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import UsageError
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from phaselog.reads import Reads
     from phaselog.resolve import PipelineResolver
     from phaselog.stores import Store
+    from phaselog.stores.snapshot import RunSnapshot
 
 DECISION_LOG_VERSION = "1.0"
 
@@ -120,56 +121,77 @@ class Audit:
 
     # -- diff ---------------------------------------------------------------------------------------
     def diff(self, ticket_id: str, a: str, b: str) -> dict[str, Any]:
-        """Field-level differences between two attempts or two progress events."""
-        from phaselog.diff import parse_ref
+        """Field-level differences between two attempts or two progress events.
+
+        Reads each run once (its snapshot: the pipeline, whether it exists), then the two records
+        (or events) and their attempts' progress events, nothing else.
+        """
+        from phaselog.diff import compare, parse_ref
 
         ticket_id = validate_ticket_id(ticket_id)
         ra, rb = parse_ref(a, field="A"), parse_ref(b, field="B")
         if (ra.seq is None) != (rb.seq is None):
             raise UsageError("compare two attempts or two progress events, not one of each", field="B", rule="ref_kind")
-        va, vb = self._diff_view(ticket_id, ra), self._diff_view(ticket_id, rb)
-        from phaselog.diff import CHECKPOINT_FIELDS, EVENT_FIELDS, diff_fields
-
-        fields = EVENT_FIELDS if ra.seq is not None else (*CHECKPOINT_FIELDS, "progress")
-        changes = diff_fields(va, vb, fields)
-        return {"a": va["ref"], "b": vb["ref"], "identical": not changes, "changes": changes}
+        runs: dict[str, RunSnapshot] = {}
+        va, vb = self._diff_view(ticket_id, ra, runs), self._diff_view(ticket_id, rb, runs)
+        return compare(va, vb, events=ra.seq is not None)
 
     def diff_phase(self, ticket_id: str, run_id: str, phase: str | int) -> list[dict[str, Any]]:
-        """Diffs of every consecutive pair of attempts of one phase."""
+        """Diffs of every consecutive pair of attempts of one phase (see :meth:`phase_diffs`)."""
+        return list(self.phase_diffs(ticket_id, run_id, phase))
+
+    def phase_diffs(self, ticket_id: str, run_id: str, phase: str | int) -> Iterator[dict[str, Any]]:
+        """Diffs of every consecutive pair of attempts of one phase, one at a time.
+
+        Streamed: the phase's records come through ``Store.iter_records`` and their progress
+        events a block of attempts at a time, so at most two records are held at once, however
+        many attempts the phase has. Ids and the phase are checked before this returns.
+        """
+        from phaselog.diff import checkpoint_view, compare
+        from phaselog.progress import AttemptEvents
+        from phaselog.stores.base import Damaged
+
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-        ph = self.pipelines.for_run(ticket_id, run_id).phase(phase)
-        attempts = sorted(
-            r.attempt_number for r in self.store.attempts(ticket_id, run_id) if r.phase_ordinal == ph.ordinal
-        )
-        return [
-            self.diff(ticket_id, f"{run_id}:{ph.name}:{x}", f"{run_id}:{ph.name}:{y}")
-            for x, y in itertools.pairwise(attempts)
-        ]
+        snap = self.store.snapshot(ticket_id, run_id)
+        ph = self.pipelines.for_run(ticket_id, run_id, snapshot=snap).phase(phase)
+        events = AttemptEvents(self.store, ticket_id, run_id, ph, block=True)
 
-    def _diff_view(self, ticket_id: str, ref: Any) -> dict[str, Any]:
+        def diffs() -> Iterator[dict[str, Any]]:
+            previous: dict[str, Any] | None = None
+            for entry in self.store.iter_records(ticket_id, run_id):
+                if isinstance(entry, Damaged):
+                    if entry.phase_ordinal != ph.ordinal:
+                        continue
+                    # Read alone, it raises what a diff of it always raised (Corrupt, naming it).
+                    stored = self.store.get(ticket_id, run_id, ph.ordinal, ph.name, entry.attempt_number)
+                elif entry.record.phase_ordinal != ph.ordinal:
+                    continue
+                else:
+                    stored = entry
+                attempt = stored.record.attempt_number
+                view = checkpoint_view(stored, f"{run_id}:{ph.name}:{attempt}", events.of(attempt))
+                if previous is not None:
+                    yield compare(previous, view, events=False)
+                previous = view
+
+        return diffs()
+
+    def _diff_view(self, ticket_id: str, ref: Any, runs: dict[str, RunSnapshot]) -> dict[str, Any]:
+        from phaselog.diff import checkpoint_view, event_view
         from phaselog.errors import NotFound
+        from phaselog.progress import AttemptEvents
 
-        ph = self.pipelines.for_run(ticket_id, ref.run_id).phase(ref.phase)
-        if not self.store.attempts(ticket_id, ref.run_id) and not self.events.event_index(ticket_id, ref.run_id):
+        snap = runs.get(ref.run_id)
+        if snap is None:
+            snap = runs[ref.run_id] = self.store.snapshot(ticket_id, ref.run_id)
+        ph = self.pipelines.for_run(ticket_id, ref.run_id, snapshot=snap).phase(ref.phase)
+        if snap.empty:
             raise NotFound(f"no run {ref.run_id} for ticket {ticket_id}", run_id=ref.run_id)
         label = f"{ref.run_id}:{ph.name}:{ref.attempt}" + (f":{ref.seq}" if ref.seq is not None else "")
-        events = self.events.event_index(ticket_id, ref.run_id).get((ph.ordinal, ref.attempt), [])
+        events = AttemptEvents(self.store, ticket_id, ref.run_id, ph).of(ref.attempt)
         if ref.seq is not None:
             ev = next((e for e in events if e.seq == ref.seq), None)
             if ev is None:
                 raise NotFound(f"no progress event {ref.seq} in attempt {ref.attempt} of {ph.name}", ref=label)
-            return {**ev.to_json(), "ref": label}
-        stored = self.store.get(ticket_id, ref.run_id, ph.ordinal, ph.name, ref.attempt)
-        cp = stored.record
-        view = {**cp.seed_dict(), "status": cp.status, "error": cp.error, "content_hash": cp.content_hash, "ref": label}
-        if events:
-            last = events[-1]
-            view["progress"] = {
-                "elapsed_sec": last.elapsed_sec,
-                "tokens": last.tokens,
-                "output_sha256": last.output_sha256,
-                "output_length": last.output_length,
-            }
-        else:
-            view["progress"] = None
-        return view
+            return event_view(ev, label)
+        return checkpoint_view(self.store.get(ticket_id, ref.run_id, ph.ordinal, ph.name, ref.attempt), label, events)

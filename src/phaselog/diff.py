@@ -8,12 +8,16 @@ plain decimal ≥ 1, and the run part goes through the run-id rules before it na
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import UsageError
 from phaselog.ids import normalize_run_id
+
+if TYPE_CHECKING:
+    from phaselog.entries import ProgressEvent
+    from phaselog.stores.base import Stored
 
 _NUM = re.compile(r"[1-9][0-9]{0,8}")
 _MISSING = object()
@@ -121,6 +125,35 @@ def diff_fields(a: Mapping[str, Any], b: Mapping[str, Any], fields: tuple[str, .
     for f in fields:
         out.extend(diff_values({f: a.get(f)}, {f: b.get(f)}))
     return out
+
+
+def checkpoint_view(stored: Stored, label: str, events: Sequence[ProgressEvent]) -> dict[str, Any]:
+    """What a diff compares of an attempt: its seed fields, status, error, hash, and a summary of
+    its last progress event (``events``: the attempt's, by sequence number)."""
+    cp = stored.record
+    view = {**cp.seed_dict(), "status": cp.status, "error": cp.error, "content_hash": cp.content_hash, "ref": label}
+    if events:
+        last = events[-1]
+        view["progress"] = {
+            "elapsed_sec": last.elapsed_sec,
+            "tokens": last.tokens,
+            "output_sha256": last.output_sha256,
+            "output_length": last.output_length,
+        }
+    else:
+        view["progress"] = None
+    return view
+
+
+def event_view(event: ProgressEvent, label: str) -> dict[str, Any]:
+    """What a diff compares of a progress event."""
+    return {**event.to_json(), "ref": label}
+
+
+def compare(a: Mapping[str, Any], b: Mapping[str, Any], *, events: bool) -> dict[str, Any]:
+    """The diff result of two views (:func:`checkpoint_view`, or :func:`event_view` with ``events``)."""
+    changes = diff_fields(a, b, EVENT_FIELDS if events else (*CHECKPOINT_FIELDS, "progress"))
+    return {"a": a["ref"], "b": b["ref"], "identical": not changes, "changes": changes}
 
 
 def render_text(result: Mapping[str, Any]) -> str:

@@ -299,6 +299,7 @@ class Ledger:
     history = delegate("audit", Audit.history)
     diff = delegate("audit", Audit.diff)
     diff_phase = delegate("audit", Audit.diff_phase)
+    phase_diffs = delegate("audit", Audit.phase_diffs)
     fork = delegate("forks", Forks.fork)
     verify = delegate("verifier", Verifier.verify)
 

@@ -43,7 +43,7 @@ from phaselog.errors import (
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.pipelines import Phase
-from phaselog.stores.names import event_name, event_prefix
+from phaselog.stores.names import event_block_prefix, event_name, event_prefix
 
 if TYPE_CHECKING:
     from phaselog.resolve import PipelineResolver
@@ -134,6 +134,42 @@ def judge_abandoned(
     return None
 
 
+class AttemptEvents:
+    """The progress events of one phase's attempts, read on demand, oldest first per attempt.
+
+    With ``block``, asked for attempts in rising order (as a phase's records are iterated), it reads
+    the events of :data:`~phaselog.stores.names.EVENT_BLOCK` attempts at once (one prefix read)
+    and keeps only that block, so memory does not grow with the number of attempts; without it,
+    each call reads just the one attempt's events. Events are grouped by what they say (phase
+    ordinal, attempt), as :meth:`Progress.event_index` groups them; damaged ones are left out.
+    """
+
+    def __init__(self, store: Store, ticket_id: str, run_id: str, ph: Phase, *, block: bool = False) -> None:
+        self.store = store
+        self.ticket_id = ticket_id
+        self.run_id = run_id
+        self.phase = ph
+        self.block = block
+        self._prefix: str | None = None
+        self._groups: dict[int, list[ProgressEvent]] = {}
+
+    def of(self, attempt: int) -> list[ProgressEvent]:
+        """The events of ``attempt``, by sequence number (empty: none)."""
+        ph = self.phase
+        prefix = (event_block_prefix if self.block else event_prefix)(ph.ordinal, ph.name, attempt)
+        if prefix != self._prefix:
+            self._prefix, self._groups = None, {}  # the previous block goes before the next is read
+            found = self.store.entries(_KIND, self.ticket_id, self.run_id, prefix)
+            events, _damaged = parse_entries(ProgressEvent, found)
+            for ev in events:
+                if ev.phase_ordinal == ph.ordinal:
+                    self._groups.setdefault(ev.attempt_number, []).append(ev)
+            for lst in self._groups.values():
+                lst.sort(key=lambda e: e.seq)
+            self._prefix = prefix
+        return self._groups.get(attempt, [])
+
+
 class Progress:
     """Progress events over one store: append them, read them, find the attempts in flight.
 
@@ -193,7 +229,8 @@ class Progress:
         return [ev for ev in self._all_events(ticket_id, run_id, prefix) if ev.attempt_number == attempt]
 
     def _all_events(self, ticket_id: str, run_id: str, prefix: str = "") -> list[ProgressEvent]:
-        events, _damaged = read_entries(self.store, _KIND, ProgressEvent, ticket_id, run_id)
+        # The store matches the prefix (one attempt's events are read, not the whole run's).
+        events, _damaged = parse_entries(ProgressEvent, self.store.entries(_KIND, ticket_id, run_id, prefix))
         return [e for e in events if event_name(e.phase_ordinal, e.phase, e.attempt_number, e.seq).startswith(prefix)]
 
     def damaged_events(self, ticket_id: str, run_id: str) -> list[Corrupt]:

@@ -188,8 +188,20 @@ class RunStates:
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)  # the run read once: its pipeline, state and links
         pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
+        return self.skip_from(snap, self._status(snap, None, pl), pl, phase, artifacts_root=artifacts_root)
+
+    def skip_from(
+        self,
+        snap: RunSnapshot,
+        st: RunStatus,
+        pl: Pipeline,
+        phase: str | int,
+        *,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> SkipDecision:
+        """:meth:`can_skip_to` judged on a snapshot and the status derived from it (no second read)."""
+        ticket_id, run_id = snap.ticket_id, snap.run_id
         target = pl.phase(phase)
-        st = self._status(snap, None, pl)
 
         def completed_blocker(ps: PhaseState) -> Blocker | None:
             newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]

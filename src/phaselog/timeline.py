@@ -20,6 +20,7 @@ from phaselog.records import Checkpoint, format_timestamp
 
 if TYPE_CHECKING:
     from phaselog.ledger import Ledger
+    from phaselog.stores.snapshot import RunSnapshot
 
 #: Span states: a finished attempt's status, or where an attempt in flight stands.
 SPAN_STATES = ("completed", "failed", "in_progress", "abandoned", "damaged")
@@ -177,17 +178,27 @@ def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
 
 
 def run_version(ledger: Ledger, ticket_id: str, run_id: str) -> str:
-    """A short fingerprint of what a run holds, from names alone: it changes whenever a
-    checkpoint, progress event or approval is added (or pruned). Live views poll it."""
-    import hashlib
-
+    """A short fingerprint of what a run holds: it changes whenever a checkpoint, progress event
+    or approval is added (or pruned). Live views poll it (one snapshot, O(phases) and names)."""
     from phaselog.ids import normalize_run_id, validate_ticket_id
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+    return snapshot_version(ledger.store.snapshot(ticket_id, run_id))
+
+
+def snapshot_version(snap: RunSnapshot) -> str:
+    """:func:`run_version` of what a snapshot read: per phase how many attempts and the newest ones
+    (an added checkpoint moves them, a prune moves the count), and the names of the run's progress
+    events and approvals."""
+    import hashlib
+
     parts = [
-        f"{r.phase_ordinal}:{r.attempt_number}:{int(r.completed)}" for r in ledger.store.attempts(ticket_id, run_id)
+        f"{s.ordinal}:{s.count}:{s.newest.attempt_number}:{int(s.newest.completed)}:"
+        f"{s.newest_completed.attempt_number if s.newest_completed else 0}"
+        for s in snap.summaries
     ]
-    for kind in ("progress", "approvals"):
-        parts.append(f"-{kind}-")
-        parts.extend(ledger.store.entry_names(kind, ticket_id, run_id))
+    parts.append("-progress-")
+    parts.extend(snap.event_names)
+    parts.append("-approvals-")
+    parts.extend(sorted(name for name, _, _ in snap.approvals))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from phaselog.pipelines import Pipeline
     from phaselog.runner.explain import Explanation
     from phaselog.runner.result import RunResult
+    from phaselog.runpages import EventPage, RunOverview, SpanPage
     from phaselog.state import RunStatus
     from phaselog.stores.base import Damaged, Stored
     from phaselog.streams import ExternalSort
@@ -131,6 +132,35 @@ def run_status(status: RunStatus) -> dict[str, Any]:
     return status.to_json()
 
 
+def run_overview(ov: RunOverview) -> dict[str, Any]:
+    """The top of a run page (``runpages.overview``): the run's status as ``phaselog status``
+    shows it (one row per phase, with its newest attempt), the pipeline, the next phase's blockers."""
+    return {
+        "status": run_status(ov.status),
+        "pipeline": pipeline(ov.pipeline, full=False),
+        "skip": skip_decision(ov.skip) if ov.skip is not None else None,
+        "version": ov.version,
+    }
+
+
+def span_page(page: SpanPage) -> dict[str, Any]:
+    """A page of a run's attempts as spans, newest first, and the cursor to the next (older) page."""
+    return {
+        "attempts": [{**s.to_json(), "previous": prev} for s, prev in zip(page.spans, page.previous, strict=False)],
+        "next_before": page.next_before,
+    }
+
+
+def event_page(page: EventPage) -> dict[str, Any]:
+    """A page of one attempt's progress events (each as ``progress show`` prints it), and the cursor."""
+    return {
+        "phase": page.phase,
+        "attempt_number": page.attempt_number,
+        "events": [progress_event(e) for e in page.events],
+        "next_after": page.next_after,
+    }
+
+
 def tickets(summaries: Sequence[TicketSummary]) -> dict[str, Any]:
     """Every ticket in a line (``phaselog tickets``; the dashboard's Tickets page)."""
     return {"count": len(summaries), "tickets": [t.to_json() for t in summaries]}
@@ -165,6 +195,18 @@ def history_stream(entries: ExternalSort) -> Iterator[tuple[str, Any]]:
 
     yield "count", entries.count
     yield "history", Items(entries)
+
+
+def diffs(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Field-level diffs (``phaselog diff``; the dashboard's diff page shows one)."""
+    return {"diffs": list(results)}
+
+
+def diffs_stream(results: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """The fields of :func:`diffs`, written one diff at a time (``Ledger.phase_diffs``)."""
+    from phaselog.streams import Items
+
+    yield "diffs", Items(results)
 
 
 def forked(new_run_id: str, from_run_id: str, written_records: Iterable[WriteResult]) -> dict[str, Any]:

@@ -325,9 +325,13 @@ def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", help="With --phase: diff every consecutive pair of attempts.")
 @click.option("--phase", help="With --run-id: the phase whose attempts to compare.")
-def diff(call: Call, a: str | None, b: str | None, ticket_id: str, run_id: str | None, phase: str | None) -> Result:
+def diff(
+    call: Call, a: str | None, b: str | None, ticket_id: str, run_id: str | None, phase: str | None
+) -> Result | Streamed:
     """Field-level differences between two attempts (RUN:PHASE:ATTEMPT) or progress events
     (RUN:PHASE:ATTEMPT:SEQ), or between every consecutive attempt of a phase.
+
+    Every attempt of a phase is streamed: memory stays flat however many attempts it has.
 
     \b
     Examples:
@@ -339,15 +343,22 @@ def diff(call: Call, a: str | None, b: str | None, ticket_id: str, run_id: str |
     if a is not None or b is not None:
         if a is None or b is None or run_id or phase:
             raise UsageError("give two references A B, or --run-id and --phase", field="ref")
-        results = [call.ledger.diff(ticket_id, a, b)]
-    elif run_id and phase:
-        results = call.ledger.diff_phase(ticket_id, run_id, phase)
-    else:
+        return Result(
+            views.diffs([call.ledger.diff(ticket_id, a, b)]),
+            lambda d: lines("\n\n".join(render_text(r) for r in d["diffs"])),
+        )
+    if not (run_id and phase):
         raise UsageError("give two references A B, or --run-id and --phase", field="ref", rule="required")
-    return Result(
-        {"diffs": results},
-        lambda d: lines("\n\n".join(render_text(r) for r in d["diffs"]) or "(fewer than two attempts)"),
-    )
+    results = call.ledger.phase_diffs(ticket_id, run_id, phase)  # ids and phase checked here
+
+    def show(out: IO[str]) -> None:
+        first = True
+        for r in results:
+            out.write(("" if first else "\n\n") + render_text(r))
+            first = False
+        out.write("(fewer than two attempts)\n" if first else "\n")
+
+    return Streamed(lambda: views.diffs_stream(results), show)
 
 
 @command(cli, writes=True, section="Resume")

@@ -222,6 +222,21 @@ def event_prefix(ordinal: int, phase: str, attempt: int | None = None) -> str:
     return f"{ordinal:03d}_{phase}_a" + ("" if attempt is None else f"{attempt:06d}_s")
 
 
+#: Attempts whose event names share one :func:`event_block_prefix`: the first five of the
+#: attempt's six digits.
+EVENT_BLOCK = 10
+
+
+def event_block_prefix(ordinal: int, phase: str, attempt: int) -> str:
+    """A prefix of the event names of the :data:`EVENT_BLOCK` attempts around ``attempt``
+    (``…_a00012`` for attempts 120..129): one read gives a block of attempts' events in order.
+
+    It may match the names of a few other attempts too (a seven-digit attempt shares a prefix
+    with a six-digit one); readers keep the events of the attempts they asked for.
+    """
+    return f"{ordinal:03d}_{phase}_a{attempt // EVENT_BLOCK:05d}"
+
+
 def parse_event_name(name: str) -> EventName | None:
     """Parse a progress event's name; None for any other name."""
     m = EVENT_RE.fullmatch(name)

@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -220,8 +220,25 @@ def create_app(settings: Settings) -> Starlette:
 
         return endpoint
 
+    def wrap_json(handler: Any) -> Any:
+        def endpoint(request: Request) -> Response:
+            try:
+                response: Response = handler(ui, request)
+            except PhaselogError as exc:
+                status = 404 if isinstance(exc, NotFound) else 400 if exc.exit_code == 2 else 409
+                return JSONResponse(exc.to_dict(), status_code=status)
+            return response
+
+        return endpoint
+
+    run_path = "/tickets/{ticket}/runs/{run}"
+    attempt_path = run_path + "/phases/{phase}/attempts/{attempt:int}"
     routes = [
         Route("/", wrap(pages.home)),
+        Route(run_path + "/overview.json", wrap_json(pages.run_json)),
+        Route(run_path + "/attempts.json", wrap_json(pages.attempts_json)),
+        Route(attempt_path + "/events", wrap(pages.events)),
+        Route(attempt_path + "/events.json", wrap_json(pages.events_json)),
         Route("/tickets", wrap(pages.tickets)),
         Route("/tickets/{ticket}", wrap(pages.ticket)),
         Route("/tickets/{ticket}/runs/{run}", wrap(pages.run)),

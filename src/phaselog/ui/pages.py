@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -22,9 +21,6 @@ from phaselog.ui import charts, urls
 
 if TYPE_CHECKING:
     from phaselog.ui.app import UI
-
-TIMELINE_MAX = 400  # spans drawn at once; older ones are a page away
-_EPOCH = datetime.min.replace(tzinfo=UTC)  # sort key of a span without any time (damaged)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -97,60 +93,121 @@ def ticket(ui: UI, request: Request) -> Response:
 
 
 # -- a run ----------------------------------------------------------------------------------------
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name, "")
+    if raw == "":
+        return default
+    if not raw.isdigit():
+        raise UsageError(f"{name}: must be a whole number (got {raw!r})", field=name)
+    return int(raw)
+
+
+def _attempts_query(ui: UI, request: Request) -> dict[str, Any]:
+    """``phase``, ``before`` and ``limit`` of an attempts page, as the library takes them."""
+    return {
+        "phase": request.query_params.get("phase") or None,
+        "before": request.query_params.get("before") or None,
+        "limit": _int_param(request, "limit", ui.settings.page_size),
+    }
+
+
 def run(ui: UI, request: Request) -> Response:
-    """A run: timeline, phase table, next phase, blockers, attempts (paginated), live refresh."""
-    from phaselog.timeline import run_timeline, run_version
+    """A run: its phases (one row each, newest attempt and state), next phase and blockers — read
+    from one snapshot — then a page of its attempts (newest first, with a "more" link), drawn on
+    the timeline. Older attempts and progress events are pages of their own, read when asked."""
+    from phaselog.runpages import attempts_page, overview
 
     ticket_id, run_id = _params(request)
     ledger = ui.ledger
-    if not ledger.store.attempts(ticket_id, run_id) and not ledger.event_index(ticket_id, run_id):
-        raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id)
-    st = views.run_status(ledger.status(ticket_id, run_id))
-    pipeline = ledger.pipeline_for(ticket_id, run_id)
-    skip = views.skip_decision(ledger.can_skip_to(ticket_id, run_id, st["next_phase"])) if st["next_phase"] else None
-    spans = run_timeline(ledger, ticket_id, run_id)
-    chronological = sorted(spans, key=lambda s: (s.ended_at or s.started_at or _EPOCH, s.ordinal, s.attempt))
-    newest_first = list(reversed(chronological))
-    previous: dict[tuple[str, int], int] = {}
-    last_seen: dict[str, int] = {}
-    for s in spans:  # ordered by (phase, attempt): the attempt before each one, for "diff with previous"
-        if s.phase in last_seen and s.content_hash:
-            previous[(s.phase, s.attempt)] = last_seen[s.phase]
-        if s.content_hash:
-            last_seen[s.phase] = s.attempt
-    listing = paginate(newest_first, _page_number(request), ui.settings.page_size)
-    # The chart shows the window of the listed page (and, on page 1, everything up to TIMELINE_MAX).
-    window = newest_first[:TIMELINE_MAX] if listing["page"] == 1 else listing["items"]
+    ov = overview(ledger, ticket_id, run_id)
+    top = views.run_overview(ov)
+    query = _attempts_query(ui, request)
+    page = attempts_page(ledger, ticket_id, run_id, **query, status=ov.status, pipeline=ov.pipeline)
+    listing = views.span_page(page)
+    phase_names = [p.name for p in ov.pipeline.phases]
     chart = charts.timeline(
-        window,
-        [p.name for p in pipeline.phases],
+        page.spans,
+        phase_names,
         lambda s: urls.checkpoint(ticket_id, run_id, s.phase, s.attempt) if s.content_hash else None,
     )
+    more = (
+        urls.run(ticket_id, run_id, phase=query["phase"], before=page.next_before) + "#attempts"
+        if page.next_before
+        else None
+    )
+    refs = [(urls.ref(run_id, s.phase, s.attempt), f"{s.phase} a{s.attempt}") for s in reversed(page.spans)]
     return ui.render(
         request,
         "run.html",
         ticket_id=ticket_id,
         run_id=run_id,
-        status=st,
-        pipeline=views.pipeline(pipeline, full=False),
-        skip=skip,
+        status=top["status"],
+        pipeline=top["pipeline"],
+        skip=top["skip"],
         chart=chart,
-        charted=len(window),
-        listing={
-            **listing,
-            "items": [{**s.to_json(), "previous": previous.get((s.phase, s.attempt))} for s in listing["items"]],
-        },
-        pick=_default_pair(run_id, spans),
-        attempt_refs=[(urls.ref(run_id, s.phase, s.attempt), f"{s.phase} a{s.attempt}") for s in chronological],
-        version=run_version(ledger, ticket_id, run_id),
+        charted=len(page.spans),
+        listing=listing,
+        phase_filter=query["phase"],
+        paged=query["before"] is not None,
+        more=more,
+        pick=_default_pair(run_id, page.spans),
+        attempt_refs=[(r, label) for r, label in refs if r],
+        version=top["version"],
         title=f"{ticket_id} · run {run_id[:8]}",
     )
+
+
+def run_json(ui: UI, request: Request) -> Response:
+    """The run's overview as JSON (``views.run_overview``: its status is ``phaselog status``'s)."""
+    from phaselog.runpages import overview
+
+    ticket_id, run_id = _params(request)
+    return JSONResponse(views.run_overview(overview(ui.ledger, ticket_id, run_id)))
+
+
+def attempts_json(ui: UI, request: Request) -> Response:
+    """A page of the run's attempts as JSON (``views.span_page``); ``before`` continues."""
+    from phaselog.runpages import attempts_page
+
+    ticket_id, run_id = _params(request)
+    return JSONResponse(views.span_page(attempts_page(ui.ledger, ticket_id, run_id, **_attempts_query(ui, request))))
+
+
+def _events(ui: UI, request: Request) -> Any:
+    from phaselog.runpages import events_page
+
+    ticket_id, run_id = _params(request)
+    phase, attempt = request.path_params["phase"], int(request.path_params["attempt"])
+    after = _int_param(request, "after", 0)
+    limit = _int_param(request, "limit", ui.settings.page_size)
+    return ticket_id, run_id, events_page(ui.ledger, ticket_id, run_id, phase, attempt, after=after, limit=limit)
+
+
+def events(ui: UI, request: Request) -> Response:
+    """One attempt's progress events, a page at a time (oldest first, a "more" link)."""
+    ticket_id, run_id, page = _events(ui, request)
+    more = urls.events(ticket_id, run_id, page.phase, page.attempt_number, after=page.next_after)
+    return ui.render(
+        request,
+        "events.html",
+        ticket_id=ticket_id,
+        run_id=run_id,
+        page=views.event_page(page),
+        more=more if page.next_after is not None else None,
+        title=f"{page.phase} attempt {page.attempt_number} · progress",
+    )
+
+
+def events_json(ui: UI, request: Request) -> Response:
+    """A page of one attempt's progress events as JSON (``views.event_page``); ``after`` continues."""
+    _, _, page = _events(ui, request)
+    return JSONResponse(views.event_page(page))
 
 
 def _default_pair(run_id: str, spans: Sequence[Any]) -> tuple[str, str]:
     """The diff picker's preselection: the two newest attempts of the phase that has more than one."""
     by_phase: dict[str, list[int]] = {}
-    for s in spans:
+    for s in sorted(spans, key=lambda s: (s.ordinal, s.attempt)):
         if s.content_hash:
             by_phase.setdefault(s.phase, []).append(s.attempt)
     retried = [(name, nums) for name, nums in by_phase.items() if len(nums) > 1]
@@ -237,14 +294,9 @@ def checkpoint(ui: UI, request: Request) -> Response:
             "judgeable": ps.completed_attempt == attempt and ps.state == "awaiting_approval",
         }
     basis = [{"phase": name, "attempt": entry.attempt, "hash": entry.hash} for name, entry in (cp.basis or {}).items()]
-    previous = max(
-        (
-            r.attempt_number
-            for r in ledger.store.attempts(ticket_id, run_id)
-            if r.phase_ordinal == ph.ordinal and r.attempt_number < attempt
-        ),
-        default=None,
-    )
+    from phaselog.runpages import previous_attempt
+
+    previous = previous_attempt(ledger, ticket_id, run_id, ph.ordinal, attempt)
     return ui.render(
         request,
         "checkpoint.html",

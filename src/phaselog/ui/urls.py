@@ -36,6 +36,26 @@ def run_version(ticket_id: str, run_id: str) -> str:
     return f"{run(ticket_id, run_id)}/version"
 
 
+def run_json(ticket_id: str, run_id: str) -> str:
+    """The run's overview as JSON (status, pipeline, blockers, fingerprint)."""
+    return f"{run(ticket_id, run_id)}/overview.json"
+
+
+def attempts_json(ticket_id: str, run_id: str, **params: Any) -> str:
+    """A page of the run's attempts as JSON (``phase``, ``before``, ``limit``)."""
+    return with_query(f"{run(ticket_id, run_id)}/attempts.json", **params)
+
+
+def events(ticket_id: str, run_id: str, phase: str, attempt: int, **params: Any) -> str:
+    """One attempt's progress events, a page at a time (``after``, ``limit``)."""
+    return with_query(f"{checkpoint(ticket_id, run_id, phase, attempt)}/events", **params)
+
+
+def events_json(ticket_id: str, run_id: str, phase: str, attempt: int, **params: Any) -> str:
+    """A page of one attempt's progress events as JSON (``after``, ``limit``)."""
+    return with_query(f"{checkpoint(ticket_id, run_id, phase, attempt)}/events.json", **params)
+
+
 def explain(ticket_id: str, run_id: str) -> str:
     """Why the run stands where it stands (the library's ``explain``)."""
     return f"{run(ticket_id, run_id)}/explain"
