@@ -171,3 +171,31 @@ def test_approve_a_progress_event_and_a_skip_check_never_list_every_attempt(stor
     assert decision.allowed, decision.blockers
     assert counting.calls["snapshot"] == 4
     assert counting.calls["attempts"] == 0
+
+
+def test_a_read_of_the_latest_checkpoint_is_one_store_call_where_the_store_reads_a_phase(store: Store) -> None:
+    """SQL stores declare PHASE_READ: read is one call; the others list attempts, then get."""
+    from phaselog.stores.base import Capability
+
+    _fill(store, 2)
+    led, counting = _ledger(store)
+    phase_read = Capability.PHASE_READ in store.capabilities
+    for phase in ("implement", 1, "1"):
+        counting.calls.clear()
+        got = led.read("T-1", "r1", phase)
+        assert (got.record.phase, got.record.attempt_number, got.record.completed) == ("implement", 3, True)
+        assert dict(counting.calls) == ({"read_phase": 1} if phase_read else {"attempts": 1, "get": 1})
+    counting.calls.clear()
+    assert led.read("T-1", "r1", "implement", attempt=2).record.status == "failed"
+    assert dict(counting.calls) == ({"read_phase": 1} if phase_read else {"attempts": 1, "get": 1})
+
+
+def test_a_read_that_finds_no_checkpoint_still_explains_itself(store: Store) -> None:
+    led = phaselog.Ledger(store)
+    led.write("T-4", "r1", "implement", None, status="failed", error="flaky")
+    with pytest.raises(phaselog.NotFound, match=r"failed attempts: \[1\]"):
+        led.read("T-4", "r1", "implement")
+    with pytest.raises(phaselog.NotFound):
+        led.read("T-4", "r1", "implement", attempt=7)
+    with pytest.raises(phaselog.PhaselogError, match=r"no_such_phase"):
+        led.read("T-4", "r1", "no_such_phase")

@@ -34,16 +34,28 @@ _LONG_RUN = b"0" * 19
 
 def _plain(value: Any) -> bool:
     """True when orjson writes ``value`` byte for byte as the standard library does."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        return bool(_I64_MIN <= value <= _U64_MAX)
-    if kind is dict:
-        return all(type(k) is str and _plain(v) for k, v in value.items())
-    if kind is list or kind is tuple:
-        return all(_plain(v) for v in value)
-    return False  # floats (exponent spelling differs), subclasses, anything else
+    # A loop over a stack, not recursion through generators: this walks every value of a record
+    # each time one is hashed or stored (a third of the cost of hashing a 1 KB record before).
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            extend(item.values())
+        elif kind is list or kind is tuple:
+            extend(item)
+        elif kind is int:
+            if not _I64_MIN <= item <= _U64_MAX:
+                return False
+        else:
+            return False  # floats (exponent spelling differs), subclasses, anything else
+    return True
 
 
 def dumps_canonical(doc: Any) -> bytes:
@@ -52,6 +64,21 @@ def dumps_canonical(doc: Any) -> bytes:
         with contextlib.suppress(orjson.JSONEncodeError):  # e.g. a lone surrogate: stdlib raises its own error
             return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def dumps_sorted_fast(doc: Any) -> bytes | None:
+    """orjson's sorted-keys bytes of ``doc`` without the plainness check; None where orjson refuses.
+
+    Not the canonical form where the standard library writes a value differently (a float with an
+    exponent): only for comparing with a hash that the canonical form gave, where a difference
+    just means "not the same" and the caller takes the exact path.
+    """
+    if orjson is None:  # pragma: no cover
+        return None
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
 
 
 def dumps_compact(doc: Any, *, newline: bool = False) -> bytes:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.limits import check_attempt
+from phaselog.limits import check_attempt, is_attempt
 from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.stores import Damaged, Store, Stored
+from phaselog.stores.base import Capability
 
 if TYPE_CHECKING:
     from phaselog.pipelines import Pipeline
@@ -59,6 +60,9 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
 
 
+PHASE_READ = Capability.PHASE_READ
+
+
 class Reads:
     """Read records of one store; ``pipelines`` resolves phases, ``clock`` dates validation."""
 
@@ -82,6 +86,12 @@ class Reads:
         """
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
+        if pipeline is None and (attempt is None or is_attempt(attempt)) and PHASE_READ in self.store.capabilities:
+            # One store call for the plain case; anything else (unknown phase, no checkpoint, damage)
+            # goes the general way below, which explains it.
+            stored: Stored | None = self.store.read_phase(ticket_id, run_id, phase, attempt)  # type: ignore[attr-defined]  # declared by the capability
+            if stored is not None:
+                return stored
         all_refs = self.store.attempts(ticket_id, run_id)
         found = _phase_from_refs(all_refs, phase) if pipeline is None else None
         if found is None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from phaselog._json import dumps_canonical
+from phaselog._json import dumps_canonical, dumps_sorted_fast
 from phaselog.errors import Corrupt, UnsupportedVersion
 from phaselog.limits import MAX_ATTEMPT, MAX_PHASE_ORDINAL
 
@@ -111,9 +112,7 @@ class PipelineRef:
     @classmethod
     def from_json(cls, data: Any) -> PipelineRef:
         """Parse the JSON form."""
-        if not isinstance(data, Mapping) or not all(
-            isinstance(data.get(k), str) for k in ("name", "version", "manifest_hash")
-        ):
+        if not _is_mapping(data) or not all(isinstance(data.get(k), str) for k in ("name", "version", "manifest_hash")):
             raise Corrupt("pipeline: needs string name, version and manifest_hash", field="pipeline")
         return cls(data["name"], data["version"], data["manifest_hash"])
 
@@ -230,14 +229,86 @@ class Checkpoint:
         return replace(self, **changes)
 
 
+#: The fields a Checkpoint takes from a default (every other one :func:`checkpoint_from_seed` gives).
+_DEFAULTS = {f.name: f.default for f in dataclass_fields(Checkpoint) if f.default is not MISSING}
+
+
+def _decoded_checkpoint(**values: Any) -> Checkpoint:
+    """``Checkpoint(**values)`` for a decoded record, without the frozen dataclass's ``__init__``.
+
+    That ``__init__`` sets its 22 fields one ``object.__setattr__`` at a time: a quarter of
+    decoding a record. ``values`` must name every field without a default (the records tests
+    compare the two constructions).
+    """
+    cp = object.__new__(Checkpoint)
+    state = cp.__dict__
+    state.update(_DEFAULTS)
+    state.update(values)
+    return cp
+
+
 def canonical_bytes(cp: Checkpoint) -> bytes:
     """Serialise ``cp`` canonically: JSON, sorted keys, no spaces, UTF-8, no escapes.
 
     ``{"checkpoint": <seed dict>, "phaselog": <meta dict>}``. Seed checkpoints without a
     phaselog part hash with the defaults (completed, no pipeline, no basis, no prev_hash).
     """
-    doc = {"checkpoint": cp.seed_dict(), "phaselog": cp.meta_dict()}
-    return dumps_canonical(doc)
+    return _canonical(cp.seed_dict(), cp.meta_dict())
+
+
+def _canonical(seed: Any, meta: Any) -> bytes:
+    return dumps_canonical({"checkpoint": seed, "phaselog": meta})
+
+
+def parts_hash(seed: Any, meta: Any) -> str:
+    """The content hash of a record's two parts as JSON (``seed_dict()``, ``meta_dict()``)."""
+    return hashlib.sha256(_canonical(seed, meta)).hexdigest()
+
+
+def stored_parts_match(seed: Any, meta: Any, recorded: str) -> bool:
+    """True when a stored record's two parts, as stored (decoded JSON), hash to ``recorded``.
+
+    Then they are what was hashed when the record was written (phaselog stores exactly
+    ``seed_dict()`` and ``meta_dict()``, which read back to the same record), so the record read
+    from them has that content hash without rebuilding it. orjson's bytes, without the plainness
+    check: a float it spells differently from the canonical form just does not match, and the
+    caller re-serialises the record the exact way.
+    """
+    data = dumps_sorted_fast({"checkpoint": seed, "phaselog": meta})
+    return data is not None and hashlib.sha256(data).hexdigest() == recorded
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of decoded JSON: dicts and lists are copied, everything else (immutable) shared."""
+    kind = type(value)
+    if kind is dict:
+        return {k: copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [copy_json(v) for v in value]
+    return value
+
+
+def detached_copy(cp: Checkpoint) -> Checkpoint:
+    """An equal record that shares no mutable container with ``cp`` (its computed hash is kept).
+
+    For records decoded from a stored document (plain JSON containers): a store's memo of decoded
+    records keeps one and hands out copies, so a caller that edits a record's payload in place
+    changes its own copy, never what the next reader gets (docs/decisions.md, "A memo of decoded
+    records, handed out as copies").
+    """
+    new = object.__new__(Checkpoint)
+    fields = new.__dict__
+    fields.update(cp.__dict__)  # a frozen dataclass: set the fields as its __init__ does
+    fields["repo_commit_map"] = dict(cp.repo_commit_map)
+    fields["phase_payload"] = copy_json(cp.phase_payload)
+    fields["decisions"] = tuple(copy_json(d) for d in cp.decisions)
+    if cp.basis is not None:
+        fields["basis"] = dict(cp.basis)  # BasisEntry is frozen
+    if cp.forked_from is not None:
+        fields["forked_from"] = copy_json(cp.forked_from)
+    if cp.artifact_hashes is not None:
+        fields["artifact_hashes"] = dict(cp.artifact_hashes)
+    return new
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -264,6 +335,17 @@ def _jsonable(value: Any) -> Any:
 
 
 # -- parsing ------------------------------------------------------------------------------------
+def _is_mapping(value: Any) -> bool:
+    # A decoded record's containers are plain dicts: the exact type check first, the ABC's
+    # isinstance (several times slower) only for anything else.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def _str_map(value: Mapping[Any, Any]) -> bool:
+    """Every key and value is a string."""
+    return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
 def required_field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
     """``data[name]``, refused (Corrupt naming the field and rule) when missing or of the wrong type."""
     if name not in data:
@@ -282,7 +364,7 @@ def checkpoint_from_seed(
     Returns the checkpoint and read warnings (older schema version). Raises Corrupt for a
     structurally broken record and UnsupportedVersion for a newer major version.
     """
-    if not isinstance(data, Mapping):
+    if not _is_mapping(data):
         raise Corrupt("checkpoint: must be a mapping of the seed contract's fields", rule="type")
     missing = [f for f in SEED_FIELDS if f not in data]
     if missing:
@@ -303,7 +385,7 @@ def checkpoint_from_seed(
     rcm = data.get("repo_commit_map", {})
     if rcm is None:
         rcm = {}
-    if not isinstance(rcm, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in rcm.items()):
+    if not _is_mapping(rcm) or not _str_map(rcm):
         raise Corrupt(
             "repo_commit_map: must map repo names to commit SHA strings",
             field="repo_commit_map",
@@ -312,17 +394,17 @@ def checkpoint_from_seed(
     paths = data.get("artifact_paths", [])
     if paths is None:
         paths = []
-    if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
+    if not isinstance(paths, list | tuple) or not all(type(p) is str or isinstance(p, str) for p in paths):
         raise Corrupt("artifact_paths: must be a list of strings", field="artifact_paths", rule="type")
     payload = data.get("phase_payload")
-    if payload is not None and not isinstance(payload, Mapping):
+    if payload is not None and not _is_mapping(payload):
         raise Corrupt("phase_payload: must be a mapping", field="phase_payload", rule="type")
     unknown = tuple(k for k in data if k not in SEED_FIELDS)
     kwargs: dict[str, Any] = {}
     if meta is not None:
         kwargs = _meta_kwargs(meta)
         phase_ordinal = kwargs.pop("phase_ordinal", phase_ordinal)
-    cp = Checkpoint(
+    cp = _decoded_checkpoint(
         ticket_id=ticket_id,
         run_id=run_id,
         phase=phase,
@@ -352,12 +434,12 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     basis_raw = meta.get("basis")
     basis: dict[str, BasisEntry] | None = None
     if basis_raw is not None:
-        if not isinstance(basis_raw, Mapping):
+        if not _is_mapping(basis_raw):
             raise Corrupt("basis: must be a mapping", field="basis", rule="type")
         basis = {}
         for name, entry in basis_raw.items():
             if (
-                not isinstance(entry, Mapping)
+                not _is_mapping(entry)
                 or not isinstance(entry.get("attempt"), int)
                 or not isinstance(entry.get("hash"), str)
             ):
@@ -374,16 +456,14 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     if err is not None and not isinstance(err, str):
         raise Corrupt("error: must be a string or null", field="error", rule="type")
     decisions = meta.get("decisions") or []
-    if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
+    if not isinstance(decisions, list) or not all(_is_mapping(d) for d in decisions):
         raise Corrupt("decisions: must be a list of mappings", field="decisions", rule="type")
     pipeline = meta.get("pipeline")
     forked = meta.get("forked_from")
-    if forked is not None and not isinstance(forked, Mapping):
+    if forked is not None and not _is_mapping(forked):
         raise Corrupt("forked_from: must be a mapping or null", field="forked_from", rule="type")
     hashes = meta.get("artifact_hashes")
-    if hashes is not None and (
-        not isinstance(hashes, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items())
-    ):
+    if hashes is not None and (not _is_mapping(hashes) or not _str_map(hashes)):
         raise Corrupt(
             "artifact_hashes: must map artifact paths to SHA-256 strings", field="artifact_hashes", rule="type"
         )

@@ -105,6 +105,9 @@ class Capability(StrEnum):
     #: ``pipeline_manifests()``, and ``append(..., manifest=…)``: the store keeps the manifest of
     #: every pipeline it has records for (:mod:`phaselog.stores.manifests`).
     MANIFESTS = "manifests"
+    #: ``read_phase(ticket_id, run_id, phase, attempt)``: a phase's latest checkpoint (or one
+    #: attempt), the phase named by name or ordinal, in one store call (a read without ``attempts``).
+    PHASE_READ = "phase_read"
 
 
 #: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
@@ -120,6 +123,7 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.LOCAL_ROOT: ("root",),
     Capability.QUEUE: ("run_queue",),
     Capability.MANIFESTS: ("pipeline_manifests",),
+    Capability.PHASE_READ: ("read_phase",),
 }
 
 

@@ -32,7 +32,15 @@ from phaselog._json import dumps_compact
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, Fenced, StoreError, TooLarge, UnsupportedVersion
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.limits import MAX_RECORD_BYTES, check_record_size, json_loads, yaml_size_matters
-from phaselog.records import SCHEMA_VERSION, Checkpoint, check_schema_version, checkpoint_from_seed
+from phaselog.records import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    check_schema_version,
+    checkpoint_from_seed,
+    detached_copy,
+    parts_hash,
+    stored_parts_match,
+)
 from phaselog.stores.base import Damaged, RunFence, Stored
 from phaselog.stores.names import ENTRY_KINDS, checkpoint_name, is_entry_name, parse_checkpoint_name, record_name
 
@@ -121,13 +129,16 @@ def render_seed_file(record: Checkpoint) -> bytes:
 
 def record_document(record: Checkpoint, seed_sha256: str | None = None) -> bytes:
     """The stored JSON document of ``record`` (a SQL row's body; with the seed file's hash, a sidecar)."""
+    seed, meta = record.seed_dict(), record.meta_dict()
+    if "content_hash" not in record.__dict__:  # not hashed yet: hash these very parts (same bytes)
+        record.__dict__["content_hash"] = parts_hash(seed, meta)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "kind": RECORD_KIND,
         "content_hash": record.content_hash,
         "checkpoint_file_sha256": seed_sha256,
-        "checkpoint": record.seed_dict(),
-        "phaselog": record.meta_dict(),
+        "checkpoint": seed,
+        "phaselog": meta,
     }
     return dumps_compact(doc, newline=True)
 
@@ -204,15 +215,70 @@ def record_from_document(
     changed since it was written). ``known_hash``: the content hash this very document was
     found to have before (a cache), so it is not re-serialised and re-hashed.
     """
+    recorded = doc.get("content_hash")
     cp, read_warns = checkpoint_at(
         doc.get("checkpoint") if seed is _DOCUMENT_SEED else seed, ordinal, doc.get("phaselog") or {}, location
     )
+    # The parts as stored hash to the recorded hash: they are what was hashed at write time, and the
+    # record read from them hashes the same (records.stored_parts_match). Otherwise the record is
+    # re-serialised and hashed (Stored.tampered, below), as before, and a changed record is reported.
+    if (
+        known_hash is None
+        and seed is _DOCUMENT_SEED
+        and isinstance(recorded, str)
+        and stored_parts_match(doc.get("checkpoint"), doc.get("phaselog"), recorded)
+    ):
+        known_hash = recorded
     if known_hash is not None:
         cp.__dict__["content_hash"] = known_hash  # the cached_property's value: same input, same hash
-    recorded = doc.get("content_hash")
     stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, (*warnings, *read_warns))
     check_tamper(stored)
     return stored
+
+
+class DecodedRecords:
+    """Records decoded and found intact before, by (phase ordinal, stored document): a memo.
+
+    A record read from a document is a pure function of the document's bytes and the ordinal it is
+    stored under, so a document seen again (the same run read by the next write or status) is not
+    parsed, checked and hashed again. A document edited in the store is different bytes: a miss,
+    decoded and tamper-checked in full. Only intact records are kept, each as a detached copy, and
+    every hit hands out another copy (:func:`phaselog.records.detached_copy`): a caller that edits
+    a payload in place never changes what the next reader gets. The checks that depend on where
+    the document lives (identity, a SQL row's key columns) stay with the caller, hit or miss.
+    Bounded by the characters of the documents it keeps (oldest out first).
+    """
+
+    def __init__(self, max_chars: int = 2 * 1024 * 1024, max_document: int = 64 * 1024) -> None:
+        self.max_chars = max_chars
+        self.max_document = max_document
+        self._kept: dict[tuple[int, str], tuple[Checkpoint, str | None, tuple[str, ...]]] = {}
+        self._chars = 0
+
+    def get(self, ordinal: int, document: str, location: str) -> Stored | None:
+        """A fresh copy of the record ``document`` held when first decoded, at ``location`` (None: unseen)."""
+        hit = self._kept.get((ordinal, document))
+        if hit is None:
+            return None
+        return Stored(detached_copy(hit[0]), location, hit[1], hit[2])
+
+    def put(self, ordinal: int, document: str, stored: Stored) -> None:
+        """Keep an intact record decoded from ``document`` (a copy of it)."""
+        size = len(document)
+        if size > min(self.max_document, self.max_chars) or stored.tampered or (ordinal, document) in self._kept:
+            return
+        kept = self._kept
+        while kept and self._chars + size > self.max_chars:
+            oldest = next(iter(kept))
+            del kept[oldest]
+            self._chars -= len(oldest[1])
+        kept[(ordinal, document)] = (detached_copy(stored.record), stored.recorded_hash, stored.warnings)
+        self._chars += size
+
+    def clear(self) -> None:
+        """Forget every record."""
+        self._kept.clear()
+        self._chars = 0
 
 
 def _at(exc: Corrupt | UnsupportedVersion, location: str) -> Corrupt | UnsupportedVersion:

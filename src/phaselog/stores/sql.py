@@ -16,7 +16,6 @@ Append-only and "one writer wins" come from constraints, not from reads:
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,12 +43,6 @@ from phaselog.stores.sql_schema import MIGRATIONS, SCHEMA_VERSION, Dialect
 
 if TYPE_CHECKING:
     from phaselog.stores.snapshot import RunSnapshot
-
-#: Content hashes remembered per store, by (phase ordinal, row body): a record's hash is a pure
-#: function of both, so a row read again (or just appended) is not re-serialised and re-hashed.
-#: A body that changed is a different key, so the tamper check still recomputes it.
-HASH_MEMO_ENTRIES = 4096
-HASH_MEMO_MAX_BODY = 64 * 1024
 
 
 class SqlStore(SqlRetentionMixin, SqlAdminMixin):
@@ -87,7 +80,8 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
         self._conn: Any = None
         self._held = False  # inside locked_run (one transaction; no retries)
-        self._hashes: dict[tuple[int, str], str] = {}
+        #: Records decoded before, by (ordinal, row body): a row read again is not decoded again.
+        self._decoded = kernel.DecodedRecords()
         #: The schema exists at SCHEMA_VERSION (False: nothing exists yet; the first write creates it).
         self._ready = False
         #: (from, to) schema versions of the migration ``migrate=True`` ran at open.
@@ -386,7 +380,6 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         for i in range(5):
             try:
                 attempt_once()
-                self._remember_hash(record.phase_ordinal, body, record.content_hash)
                 return location
             except AlreadyExists as exc:
                 if exc.context.pop("_same", False) and i > 0:
@@ -431,6 +424,12 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
             )
         return self._stored(ticket_id, run_id, phase_ordinal, phase, attempt, rows[0][1], rows[0][3], rows[0][2])
 
+    def read_phase(self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None) -> Stored | None:
+        """A phase's latest checkpoint (or one attempt) in one statement; None: ask the general way."""
+        from phaselog.stores.sql_phase import read_phase
+
+        return read_phase(self, ticket_id, run_id, phase, attempt)
+
     def _stored(
         self,
         ticket_id: str,
@@ -443,9 +442,11 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
         column_hash: str | None,
     ) -> Stored:
         location = kernel.attempt_location(ticket_id, run_id, ordinal, phase, attempt, completed=status == "completed")
-        doc = kernel.decode_document(body.encode("utf-8"), location)
-        known = self._hashes.get((ordinal, body))
-        stored = kernel.record_from_document(doc, ordinal, location, known_hash=known)
+        stored = self._decoded.get(ordinal, body, location)
+        kept = stored is not None
+        if stored is None:
+            doc = kernel.decode_document(body.encode("utf-8"), location)
+            stored = kernel.record_from_document(doc, ordinal, location)
         kernel.check_identity(stored, ticket_id, run_id, ordinal, phase, attempt)
         cp = stored.record
         # The key columns decide what readers see without reading the body (attempts() lists the
@@ -457,15 +458,9 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
                 path=location,
                 rule="row_mismatch",
             )
-        if known is None and stored.recorded_hash is not None:
-            self._remember_hash(ordinal, body, cp.content_hash)
+        if not kept and stored.recorded_hash is not None:
+            self._decoded.put(ordinal, body, stored)
         return stored
-
-    def _remember_hash(self, ordinal: int, body: str, content_hash: str) -> None:
-        if len(body) <= HASH_MEMO_MAX_BODY:
-            if len(self._hashes) >= HASH_MEMO_ENTRIES:
-                self._hashes.clear()
-            self._hashes[(ordinal, body)] = content_hash
 
     def tickets(self) -> list[str]:
         """Every ticket with a record or an audit entry, sorted."""
@@ -593,8 +588,3 @@ class SqlStore(SqlRetentionMixin, SqlAdminMixin):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def dumps(doc: Any) -> str:
-    """Compact JSON as stored in rows."""
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))

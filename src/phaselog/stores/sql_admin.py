@@ -21,6 +21,7 @@ SQL_CAPABILITIES = frozenset(
         Capability.GUARD_STORAGE,
         Capability.STAMPS,
         Capability.MANIFESTS,
+        Capability.PHASE_READ,
     }
 )
 
