@@ -31,6 +31,21 @@ GOAL_MIB = 48.0
 COMMANDS = ("list", "history", "copy", "export", "diff")
 
 
+def _insert(conn: sqlite3.Connection, rows: list[Any]) -> list[Any]:
+    """Insert a batch of checkpoint rows; return a new, empty batch."""
+    conn.executemany(_sqldata.INSERT_SQL, rows)
+    return []
+
+
+def _finish(conn: sqlite3.Connection, rows: list[Any]) -> None:
+    """Insert the last batch, commit, fold the WAL into the database and close."""
+    if rows:
+        _insert(conn, rows)
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
 def _build(path: Path, ticket: str, records: int, template: _sqldata.Template) -> None:
     exe = str(Path(sys.executable).parent / "phaselog")
     subprocess.run([exe, "store", "migrate", "--store", f"sqlite:///{path}"], check=True, stdout=subprocess.DEVNULL)
@@ -44,13 +59,8 @@ def _build(path: Path, ticket: str, records: int, template: _sqldata.Template) -
         run = _sqldata.run_uuid(ticket, j)
         rows.extend(r for r, _ in template.clone(ticket, run, _sqldata.RUN_SPACING * j))
         if len(rows) >= 8000:
-            conn.executemany(_sqldata.INSERT_SQL, rows)
-            rows = []
-    if rows:
-        conn.executemany(_sqldata.INSERT_SQL, rows)
-    conn.execute("COMMIT")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+            rows = _insert(conn, rows)
+    _finish(conn, rows)
 
 
 def _build_long_phase(path: Path, ticket: str, run: str, attempts: int, template: _sqldata.Template) -> None:
@@ -75,13 +85,8 @@ def _build_long_phase(path: Path, ticket: str, run: str, attempts: int, template
         body = record_document(cp, None).decode()
         rows.append((ticket, run, cp.phase_ordinal, cp.phase, k, k - 1, cp.status, cp.content_hash, body))
         if len(rows) >= 8000:
-            conn.executemany(_sqldata.INSERT_SQL, rows)
-            rows = []
-    if rows:
-        conn.executemany(_sqldata.INSERT_SQL, rows)
-    conn.execute("COMMIT")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+            rows = _insert(conn, rows)
+    _finish(conn, rows)
 
 
 def _hwm_kib(pid: int) -> int | None:
