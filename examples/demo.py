@@ -125,7 +125,19 @@ def main() -> int:
     banner("7. look at these runs in a browser (the dashboard; Ctrl-C stops it)")
     ui = command(("ui", "--store", str(ROOT / "store"), "--open"))
     print(f"  {shlex.join(ui)}", flush=True)
+    print_next_steps()
     return 0
+
+
+def print_next_steps() -> None:
+    """How to call `phaselog` yourself: it lives in the virtualenv, which `make demo` does not activate."""
+    venv = os.path.relpath(BIN.parent)
+    store = os.path.relpath(ROOT / "store")
+    banner("try it yourself")
+    print(f"  The phaselog command is in {venv}/bin; put it on your PATH first:\n", flush=True)
+    print(f"    . {venv}/bin/activate", flush=True)
+    print(f"    phaselog status --store {store} --ticket-id {TICKET} --run-id {RUN} --format table", flush=True)
+    print(f"    phaselog history --store {store} --ticket-id {TICKET} --format table", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,3 +50,16 @@ def test_demo_kills_the_ticket_agent_in_phase_3_and_the_rerun_skips_phases_1_and
     assert "redone after a rejection: 'too long: one idea only'" in video
     assert video.count("waiting for approval") == 3
     assert '"publish": "completed"' in video
+    # After the demo, a newcomer is told how to put `phaselog` on the PATH, and the commands shown work as
+    # printed (the virtualenv is not active in the shell that ran `make demo`).
+    told = out.split("try it yourself", 1)[1]
+    activate = re.search(r"^\s+(\. \S+/bin/activate)$", told, re.MULTILINE)
+    assert activate is not None, told
+    shown = re.findall(r"^\s+(phaselog .+)$", told, re.MULTILINE)
+    assert len(shown) >= 2
+    for line in shown:
+        ran = subprocess.run(
+            ["bash", "-c", f"{activate.group(1)} && {line}"], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert ran.returncode == 0, (line, ran.stdout[-2000:], ran.stderr[-2000:])
+        assert "DEMO-1" in ran.stdout
