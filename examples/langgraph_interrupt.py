@@ -1,6 +1,6 @@
 """A LangGraph graph that pauses for a person, checkpointed in a phaselog store.
 
-    python examples/langgraph_interrupt.py [STORE]      # default: sqlite:///.demo/langgraph.db
+    python examples/langgraph_interrupt.py [STORE]      # default: sqlite://./.demo/langgraph.db
 
 It runs the graph until ``review`` asks "publish this?", stops (as a process that exits would),
 then resumes the thread from the store with ``Command(resume="yes")`` and prints the result and
@@ -76,4 +76,4 @@ def main(store: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "sqlite:///.demo/langgraph.db"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "sqlite://./.demo/langgraph.db"))

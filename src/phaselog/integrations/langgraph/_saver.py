@@ -43,12 +43,12 @@ log = logging.getLogger("phaselog.langgraph")
 class PhaselogSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoints in a phaselog store: append-only, hash-chained, verifiable.
 
-    ``store`` is a store URL or path (``sqlite:///ledger.db``, ``postgresql://…``, a folder for
+    ``store`` is a store URL or path (``sqlite://./ledger.db``, ``postgresql://…``, a folder for
     the files store), an open :class:`phaselog.stores.Store`, or None for ``PHASELOG_STORE`` /
     ``PHASELOG_HOME`` as everywhere in phaselog. ``serde`` is LangGraph's serializer protocol
     (default: LangGraph's own ``JsonPlusSerializer``, which never pickles).
 
-        >>> with PhaselogSaver("sqlite:///ledger.db") as saver:          # doctest: +SKIP
+        >>> with PhaselogSaver("sqlite://./ledger.db") as saver:          # doctest: +SKIP
         ...     graph = builder.compile(checkpointer=saver)
     """
 
@@ -66,7 +66,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
             self.store = store
             self._owns_store = False
         self.ledger = Ledger(self.store)
-        self._threads = Threads(self.store, self.serde, lambda: datetime.now(UTC))
+        self._threads = Threads(self.store, lambda: self.serde, lambda: datetime.now(UTC))
 
     def __repr__(self) -> str:
         return f"PhaselogSaver({self.store!r})"

@@ -57,9 +57,9 @@ class RunState:
 class Threads:
     """Checkpoints and pending writes of LangGraph threads in one phaselog store."""
 
-    def __init__(self, store: Store, serde: Any, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: Store, serde: Callable[[], Any], clock: Callable[[], datetime]) -> None:
         self.store = store
-        self.serde = serde
+        self._serde = serde
         self.clock = clock
         self.pipeline = builtin(C.PIPELINE).ref
         self.lock = threading.RLock()
@@ -68,6 +68,11 @@ class Threads:
         #: give the same immutable event, so reading a checkpoint again skips the re-hash.
         self._parsed: dict[bytes, ProgressEvent] = {}
         self._early: dict[tuple[str, str, str], list[tuple[str, str, list[tuple[int, str, Any]]]]] = {}
+
+    @property
+    def serde(self) -> Any:
+        """The saver's serializer as it is now (``saver.serde = X`` after construction counts)."""
+        return self._serde()
 
     # -- run state --------------------------------------------------------------------------------
     def state(self, thread: str, rid: str, *, refresh: bool = False) -> RunState:
