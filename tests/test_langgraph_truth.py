@@ -135,3 +135,80 @@ def test_the_docs_commands_work_as_written_from_the_checkout(tmp_path: Path) -> 
         assert run.returncode == 0, (line, run.stdout, run.stderr)
     assert stores == {"sqlite://./ledger.db"}
     assert (tmp_path / "ledger.db").is_file()
+
+
+# -- thread ids ----------------------------------------------------------------------------------
+SEEN_REFUSED = ["user:42", "alice@example.com", "a b", "tenant/123", "x" * 65, "é", "../escape", "", ".hidden"]
+
+
+def contained(saver: PhaselogSaver, url: str) -> None:
+    """Every ticket key is a safe path segment; on the files store nothing lies outside its root."""
+    for key in saver.store.tickets():
+        assert thread_ticket(key) == key or re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}", key)
+    if not url.startswith(("sqlite:", "postgresql:")):
+        for p in Path(url).rglob("*"):
+            assert p.resolve().is_relative_to(Path(url).resolve())
+
+
+@pytest.mark.parametrize("thread", SEEN_REFUSED)
+def test_thread_ids_langgraphs_savers_accept_are_accepted(tmp_path: Path, thread: str) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference = InMemorySaver()
+    cp = checkpoint({"x": 1})
+    reference.put(cfg(thread), cp, {"source": "input", "step": -1}, {})
+    with PhaselogSaver(str(tmp_path / "store")) as saver:
+        saver.put(cfg(thread), cp, {"source": "input", "step": -1}, {})
+        saver.put_writes(cfg(thread, cp["id"]), [("x", 2)], "task")
+        got = saver.get_tuple(cfg(thread))
+        assert got is not None
+        assert got.config["configurable"]["thread_id"] == thread
+        assert got.pending_writes == [("task", "x", 2)]
+        listed = list(saver.list(None))  # every thread, shown as given
+        assert [t.config["configurable"]["thread_id"] for t in listed] == [thread]
+        key = thread_ticket(thread)
+        assert saver.store.tickets() == [key]
+        if thread != key:
+            assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]*\.[0-9a-f]{16}|thread\.[0-9a-f]{16}", key)
+        contained(saver, str(tmp_path / "store"))
+
+
+def test_an_id_shaped_like_a_mapped_key_gets_a_key_of_its_own() -> None:
+    mapped = thread_ticket("user:42")
+    assert mapped.startswith("user_42.")
+    assert thread_ticket(mapped) != mapped  # no two thread ids share a ticket
+    assert thread_ticket("REPORT-7") == "REPORT-7"  # a ticket id stays its own key (threads written before)
+    assert thread_ticket(42) == "42"
+
+
+@pytest.mark.all_stores
+def test_any_string_is_a_thread_id_kept_as_given_and_contained(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from _langgraph import phaselog_url
+
+    url = phaselog_url(backend, tmp_path, request)
+    keys: dict[str, str] = {}
+    with PhaselogSaver(url) as saver:
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(st.text(max_size=80) | st.sampled_from(SEEN_REFUSED))
+        def check(thread: str) -> None:
+            key = thread_ticket(thread)
+            assert keys.setdefault(key, thread) == thread, "two thread ids share a ticket key"
+            cp = checkpoint({"t": thread})
+            saver.put(cfg(thread), cp, {"source": "input", "step": -1}, {})
+            got = saver.get_tuple(cfg(thread))
+            assert got is not None
+            assert got.config["configurable"]["thread_id"] == thread
+            assert got.checkpoint["id"] == cp["id"]
+            assert got.checkpoint["channel_values"] == {"t": thread}
+
+        check()
+        shown = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+        assert shown == set(keys.values())
+        assert sorted(saver.store.tickets()) == sorted(keys)
+        contained(saver, url)

@@ -127,8 +127,11 @@ class Threads:
         checkpoint: Mapping[str, Any],
         metadata: Mapping[str, Any],
         parent_id: str | None,
+        thread_id: str | None = None,
     ) -> Checkpoint:
-        """Append one checkpoint as the run's next attempt; return its record once durable."""
+        """Append one checkpoint as the run's next attempt; return its record once durable.
+
+        ``thread_id``: the thread id as given, when it differs from the ticket key ``thread``."""
         now = self.clock()
         ts = C.parse_ts(checkpoint.get("ts"), now)
         with self.lock:
@@ -143,6 +146,7 @@ class Threads:
                     checkpoint_ns=checkpoint_ns,
                     parent_id=parent_id,
                     parent_hash=self._parent_hash(thread, rid, st, parent_id),
+                    thread_id=thread_id,
                 )
                 if known is not None:
                     same = self._same_payload(thread, rid, known[0], payload)
