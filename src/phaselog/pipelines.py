@@ -323,9 +323,7 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
 MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
-PHASE_KEYS = frozenset(
-    {"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS}
-)
+PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS})
 
 
 def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:

@@ -152,8 +152,9 @@ def needed_by_latest(serde: Any, records: Sequence[Checkpoint]) -> set[int]:
 
 def copy_thread(threads: Threads, source: str, target: str, target_id: str | None = None) -> int:
     """Copy every checkpoint and pending write of ``source`` to ``target``; return how many
-    checkpoints were copied (``target_id``: the target thread id as given, when it is not its key). The copies are new records of the target thread (their own hashes
-    and chain); a damaged source record is refused, never copied."""
+    checkpoints were copied (``target_id``: the target thread id as given, when it is not its key).
+    The copies are new records of the target thread (their own hashes and chain); a damaged source
+    record is refused, never copied."""
     copied = 0
     with threads.lock:
         for rid, records, damaged in langgraph_runs(threads, source):

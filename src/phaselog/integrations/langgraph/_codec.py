@@ -28,6 +28,9 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from phaselog import inputs
 from phaselog.entries import ProgressEvent
 from phaselog.errors import InvalidIdentifier
 from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -227,16 +230,44 @@ def is_langgraph(record: Checkpoint) -> bool:
 
 
 # -- pending writes -----------------------------------------------------------------------------
+#: LangGraph's special channels: the question an ``interrupt()`` asks, and the answer given.
+INTERRUPT, RESUME = "__interrupt__", "__resume__"
+RESUME_HINT = "graph.invoke(Command(resume=answer), config)"
+
+
+def questions(serde: Any, value: Any) -> list[dict[str, Any]]:
+    """The questions an ``__interrupt__`` write asks, as phaselog.inputs keeps them: each
+    interrupt's id and its value as JSON. The value is shown only under LangGraph's default
+    serializer (which keeps it as plain msgpack anyway); under another one (an encrypting one)
+    it stays only serialised."""
+    shown = type(serde) is JsonPlusSerializer
+    out = []
+    for intr in value if isinstance(value, list | tuple) else [value]:
+        plain = _plain_json(getattr(intr, "value", None)) if shown else None
+        out.append({"id": getattr(intr, "id", None), "value": plain, "shown": shown and plain is not None})
+    return out
+
+
 def writes_output(
     serde: Any, checkpoint_id: str, task_id: str, task_path: str, writes: Iterable[tuple[int, str, Any]]
 ) -> str:
-    """The ``output`` text of the progress event holding one ``put_writes`` call."""
-    doc = {
+    """The ``output`` text of the progress event holding one ``put_writes`` call.
+
+    An ``interrupt()`` (an ``__interrupt__`` write) is marked as the question the checkpoint waits
+    on, a ``Command(resume=…)`` (a ``__resume__`` write) as its answer: phaselog.inputs reads them.
+    """
+    writes = list(writes)
+    doc: dict[str, Any] = {
         "checkpoint_id": checkpoint_id,
         "task_id": task_id,
         "task_path": task_path,
         "writes": [{"idx": idx, "channel": ch, **typed(serde, value)} for idx, ch, value in writes],
     }
+    asked = [q for _idx, ch, value in writes if ch == INTERRUPT for q in questions(serde, value)]
+    if asked:
+        doc[inputs.REQUEST], doc["resume"] = asked, RESUME_HINT
+    if any(ch == RESUME for _idx, ch, _value in writes):
+        doc[inputs.ANSWER] = True
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -225,7 +225,8 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
             return []
         events = self._threads.events(thread, rid)  # Corrupt for an edited write event, as in get_tuple
         return [
-            (C.given_thread_id(r) if original is None else original, r, events.get(r.attempt_number, [])) for r in chosen
+            (C.given_thread_id(r) if original is None else original, r, events.get(r.attempt_number, []))
+            for r in chosen
         ]
 
     def _tuple(self, thread_id: Any, record: Checkpoint, events: Sequence[ProgressEvent]) -> CheckpointTuple:
