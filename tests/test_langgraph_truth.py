@@ -123,22 +123,30 @@ def test_the_example_writes_where_it_says_from_any_directory(tmp_path: Path) -> 
 
 
 def test_the_docs_commands_work_as_written_from_the_checkout(tmp_path: Path) -> None:
-    """docs/langgraph.md's console block, run line by line in a directory laid out as the
-    checkout (examples/ beside it): every command exits 0 and the store is where the URL says."""
+    """docs/langgraph.md's console blocks, each run line by line in a fresh directory laid out as
+    the checkout (examples/ beside it): every command exits 0 and the store is where its URL says."""
     text = (ROOT / "docs" / "langgraph.md").read_text("utf-8")
-    block = re.search(r"```console\n(\$ python examples/.*?)```", text, re.S)
-    assert block is not None
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
-    stores = set()
-    for raw in block.group(1).splitlines():
-        line = raw.removeprefix("$ ").split("  #")[0].strip()
-        args = shlex.split(line)
-        stores.update(a for a in args if a.startswith("sqlite:"))
-        argv = [sys.executable, *args[1:]] if args[0] == "python" else [sys.executable, "-m", *args]
-        run = subprocess.run(argv, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120, check=False)
-        assert run.returncode == 0, (line, run.stdout, run.stderr)
-    assert stores == {"sqlite://./ledger.db"}
-    assert (tmp_path / "ledger.db").is_file()
+    blocks = re.findall(r"```console\n(\$ python examples/.*?)```", text, re.S)
+    assert len(blocks) == 2
+    outputs = []
+    for n, block in enumerate(blocks):
+        cwd = tmp_path / f"checkout{n}"
+        cwd.mkdir()
+        (cwd / "examples").symlink_to(ROOT / "examples")
+        stores = set()
+        for raw in block.splitlines():
+            line = raw.removeprefix("$ ").split("  #")[0].strip()
+            args = shlex.split(line)
+            stores.update(a for a in args if a.startswith("sqlite:"))
+            argv = [sys.executable, *args[1:]] if args[0] == "python" else [sys.executable, "-m", *args]
+            run = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=120, check=False)
+            assert run.returncode == 0, (line, run.stdout, run.stderr)
+            outputs.append(run.stdout)
+        assert len(stores) == 1
+        (store,) = stores
+        assert store.startswith("sqlite://./")
+        assert (cwd / store.removeprefix("sqlite://./")).is_file()
+    assert "awaiting_input" in outputs[-1]  # the paused thread's status
 
 
 # -- thread ids ----------------------------------------------------------------------------------
