@@ -1,10 +1,11 @@
 """A LangGraph graph that pauses for a person, checkpointed in a phaselog store.
 
-    python examples/langgraph_interrupt.py [STORE]      # default: sqlite:///.demo/langgraph.db
+    python examples/langgraph_interrupt.py [--pause] [STORE]      # default: sqlite://./.demo/langgraph.db
 
 It runs the graph until ``review`` asks "publish this?", stops (as a process that exits would),
 then resumes the thread from the store with ``Command(resume="yes")`` and prints the result and
-the phaselog commands that show the thread's history. Needs ``pip install 'phaselog[langgraph]'``
+the phaselog commands that show the thread's history. With ``--pause`` it stops at the question
+(the thread is then ``awaiting_input`` in ``phaselog status``). Needs ``pip install 'phaselog[langgraph]'``
 and ``langgraph``. docs/langgraph.md walks through it.
 """
 
@@ -59,11 +60,14 @@ def build(saver: PhaselogSaver) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def main(store: str) -> int:
+def main(store: str, *, pause: bool = False) -> int:
     config: Any = {"configurable": {"thread_id": THREAD}}
     with PhaselogSaver(store) as saver:  # first process: runs until the interrupt
         paused = build(saver).invoke({"topic": "otters", "log": []}, config)
         print("paused:", paused["__interrupt__"][0].value)
+    if pause:
+        print(f"\nthe thread waits for input: phaselog status --ticket-id {THREAD} --run-id ns: --store {store}")
+        return 0
     with PhaselogSaver(store) as saver:  # later, any process with the same store: resume
         graph = build(saver)
         print("waiting at:", graph.get_state(config).next)
@@ -76,4 +80,5 @@ def main(store: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "sqlite:///.demo/langgraph.db"))
+    args = [a for a in sys.argv[1:] if a != "--pause"]
+    sys.exit(main(args[0] if args else "sqlite://./.demo/langgraph.db", pause="--pause" in sys.argv[1:]))

@@ -37,7 +37,7 @@ class RunSummary:
     ticket_id: str
     run_id: str
     pipeline: str | None
-    #: ``RunStatus.summary`` (running, stuck, awaiting_approval, failed, pending, complete), or
+    #: ``RunStatus.summary`` (running, stuck, awaiting_approval, awaiting_input, failed, pending, complete), or
     #: ``damaged`` when the run cannot be read at all (``error`` says why).
     state: str
     next_phase: str | None

@@ -16,8 +16,8 @@ from phaselog.entries import Approval, entry_bytes, read_entries
 from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.limits import check_text, is_control, json_loads
-from phaselog.records import format_timestamp
-from phaselog.state import APPROVED, AWAITING_APPROVAL, REJECTED
+from phaselog.records import format_timestamp, parse_timestamp
+from phaselog.state import APPROVED, AWAITING_APPROVAL, AWAITING_INPUT, REJECTED
 from phaselog.stores.names import approval_name, parse_approval_name
 
 if TYPE_CHECKING:
@@ -131,6 +131,14 @@ class Gates:
             check_text(comment, field="comment", max_chars=MAX_COMMENT, multiline=True)
         snap = self.store.snapshot(ticket_id, run_id)  # O(phases): the phase's newest completed attempt
         ph = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap).phase(phase)
+        if ph.awaits_input and not ph.requires_approval:
+            raise GateRefused(
+                f"phase {ph.name} waits for input, not for an approval: it is answered by the program that "
+                "asked (a LangGraph interrupt() is resumed by the graph: graph.invoke(Command(resume=answer), "
+                "config) on the thread; see docs/langgraph.md); `phaselog status` shows what it asks",
+                phase=ph.name,
+                rule="awaits_input",
+            )
         if not ph.requires_approval:
             raise GateRefused(
                 f"phase {ph.name} has no approval gate (requires_approval is false in its pipeline)",
@@ -249,7 +257,8 @@ def _requeue(store: Any, ticket_id: str, run_id: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Awaiting:
-    """A gated phase whose latest checkpoint waits for a person's judgement."""
+    """A phase whose latest checkpoint waits for a person: a gated phase's judgement
+    (``waiting_for`` "approval"), or the input it asks for ("input": a LangGraph interrupt)."""
 
     ticket_id: str
     run_id: str
@@ -257,6 +266,9 @@ class Awaiting:
     attempt_number: int
     content_hash: str
     since: datetime
+    waiting_for: str = "approval"
+    #: For "input": what is asked (``PhaseState.input_request``).
+    input_request: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -267,6 +279,8 @@ class Awaiting:
             "attempt_number": self.attempt_number,
             "content_hash": self.content_hash,
             "since": format_timestamp(self.since),
+            "waiting_for": self.waiting_for,
+            "input_request": self.input_request,
         }
 
 
@@ -290,7 +304,8 @@ class QueueSource(Protocol):
 
 
 def approval_queue(ledger: QueueSource, ticket_ids: Iterable[str] | None = None) -> tuple[list[Awaiting], list[str]]:
-    """Everything awaiting approval (oldest first) across tickets, and the runs that could not be read."""
+    """Everything waiting for a person (oldest first) across tickets — approvals and the input a
+    checkpoint asks for (``awaiting_input``) — and the runs that could not be read."""
     queue: list[Awaiting] = []
     problems: list[str] = []
     tickets = list(ticket_ids) if ticket_ids is not None else ledger.store.tickets()
@@ -299,9 +314,10 @@ def approval_queue(ledger: QueueSource, ticket_ids: Iterable[str] | None = None)
             try:
                 status = ledger.states.status(ticket_id, run_id)
                 for ps in status.phases:
-                    if ps.state != AWAITING_APPROVAL or ps.completed_attempt is None:
+                    if ps.state not in (AWAITING_APPROVAL, AWAITING_INPUT) or ps.completed_attempt is None:
                         continue
                     stored = ledger.reads.read(ticket_id, run_id, ps.phase, ps.completed_attempt)
+                    asked = ps.input_request if ps.state == AWAITING_INPUT else None
                     queue.append(
                         Awaiting(
                             ticket_id,
@@ -309,7 +325,9 @@ def approval_queue(ledger: QueueSource, ticket_ids: Iterable[str] | None = None)
                             ps.phase,
                             ps.completed_attempt,
                             stored.record.content_hash,
-                            stored.record.timestamp_utc,
+                            parse_timestamp(asked["since"]) if asked else stored.record.timestamp_utc,
+                            "input" if asked else "approval",
+                            asked,
                         )
                     )
             except PhaselogError as exc:

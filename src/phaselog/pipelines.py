@@ -82,6 +82,8 @@ class Phase:
     payload_schema: Mapping[str, Any] = field(default_factory=dict)
     requires_approval: bool = False
     execution: Execution = field(default_factory=Execution)
+    #: Its newest checkpoint may wait for input (a LangGraph ``interrupt()``): see phaselog.inputs.
+    awaits_input: bool = False
 
     @property
     def file_stem(self) -> str:
@@ -214,6 +216,8 @@ def _phase_doc(p: Phase) -> dict[str, Any]:
         "payload_schema": p.payload_schema,
         "requires_approval": p.requires_approval,
     }
+    if p.awaits_input:  # only when set: other manifests keep the hash they had
+        doc["awaits_input"] = True
     execution = p.execution.to_json()
     if execution:  # only when set: manifests without runner keys keep the hash they had
         doc["execution"] = execution
@@ -319,7 +323,7 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
 MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
-PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", *EXECUTION_KEYS})
+PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS})
 
 
 def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
@@ -362,23 +366,21 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
                 f"{where}: {at}.payload_schema must be a JSON Schema object",
                 field=f"{at}.payload_schema",
             )
-        approval = raw.get("requires_approval", False)
-        if not isinstance(approval, bool):
-            raise PipelineError(
-                f"{where}: {at}.requires_approval must be true or false",
-                field=f"{at}.requires_approval",
-            )
+        approval, awaits = raw.get("requires_approval", False), raw.get("awaits_input", False)
+        for key, value in (("requires_approval", approval), ("awaits_input", awaits)):
+            if not isinstance(value, bool):
+                raise PipelineError(f"{where}: {at}.{key} must be true or false", field=f"{at}.{key}")
         desc = raw.get("description", "") or ""
         unknown = set(raw) - PHASE_KEYS
         if unknown:
             raise PipelineError(
                 f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
-                f"payload_schema, requires_approval and the runner's keys {', '.join(EXECUTION_KEYS)})",
+                f"payload_schema, requires_approval, awaits_input and the runner's keys {', '.join(EXECUTION_KEYS)})",
                 field=f"{at}.{sorted(unknown)[0]}",
                 rule="unknown_key",
             )
         execution = execution_from_dict(raw, where, at)
-        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution))
+        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits))
     unknown_top = set(doc) - MANIFEST_KEYS
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")

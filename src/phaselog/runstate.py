@@ -19,6 +19,7 @@ from phaselog.entries import Approval, parse_entries
 from phaselog.errors import Corrupt, NotFound, UsageError
 from phaselog.gates import judge, read_approvals
 from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
+from phaselog.inputs import open_requests
 from phaselog.pipelines import Pipeline
 from phaselog.progress import flights
 from phaselog.reads import Reads
@@ -148,6 +149,7 @@ class RunStates:
             judgements=self._inherited(verdicts, records),
             flights=flying,
             counts=counts,
+            inputs={name: r.to_json() for name, r in open_requests(self.store, snap, pl).items()},
         )
         if damaged:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)

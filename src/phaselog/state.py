@@ -11,6 +11,8 @@ For each phase in pipeline order the latest attempt decides:
   flags one whose process is gone or whose last event is too old);
 * ``rejected``  the phase is gated and a person rejected its latest checkpoint;
 * ``awaiting_approval`` the phase is gated and its latest checkpoint is not approved yet;
+* ``awaiting_input`` the latest checkpoint asks for input that was not given yet (a LangGraph
+  thread paused at ``interrupt()``: phaselog.inputs);
 * ``damaged``   the newest attempt exists but cannot be read (damaged or edited after writing);
 * ``completed`` otherwise.
 
@@ -21,6 +23,7 @@ Approvals are judged by content hash: an approval of a superseded attempt does n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,12 +34,13 @@ from phaselog.records import Checkpoint, format_timestamp, parse_timestamp
 
 PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
 IN_PROGRESS, AWAITING_APPROVAL, REJECTED = "in_progress", "awaiting_approval", "rejected"
-DAMAGED = "damaged"
+DAMAGED, AWAITING_INPUT = "damaged", "awaiting_input"
 APPROVED = "approved"
 #: RunStatus.summary: ``running`` (an attempt in flight), ``stuck`` (only abandoned attempts in
-#: flight), ``awaiting_approval``, ``failed`` (the next phase failed, was rejected or is damaged),
-#: ``pending`` (the next phase has not started, or must be redone because it is stale), ``complete``.
-RUN_SUMMARIES = ("running", "stuck", "awaiting_approval", "failed", "pending", "complete")
+#: flight), ``awaiting_approval``, ``awaiting_input``, ``failed`` (the next phase failed, was
+#: rejected or is damaged), ``pending`` (the next phase has not started, or must be redone because
+#: it is stale), ``complete``.
+RUN_SUMMARIES = ("running", "stuck", "awaiting_approval", "awaiting_input", "failed", "pending", "complete")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class PhaseState:
     approval: str | None = None
     #: The attempt in flight (progress events, no checkpoint), as JSON; None if none.
     in_flight: dict[str, Any] | None = None
+    #: What the latest checkpoint asks (``awaiting_input``), as JSON (phaselog.inputs); None if nothing.
+    input_request: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -75,6 +81,7 @@ class PhaseState:
             "requires_approval": self.requires_approval,
             "approval": self.approval,
             "in_flight": self.in_flight,
+            "input_request": self.input_request,
         }
 
 
@@ -121,8 +128,8 @@ class RunStatus:
         if flights:
             return "stuck"
         nxt = next(p for p in self.phases if p.state != COMPLETED)
-        if nxt.state == AWAITING_APPROVAL:
-            return "awaiting_approval"
+        if nxt.state in (AWAITING_APPROVAL, AWAITING_INPUT):
+            return nxt.state
         if nxt.state in (FAILED, REJECTED, DAMAGED):
             return "failed"
         return "pending"
@@ -179,6 +186,7 @@ def derive_status(
     judgements: Mapping[str, str] | None = None,
     flights: Mapping[str, Mapping[str, Any]] | None = None,
     counts: Mapping[str, int] | None = None,
+    inputs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunStatus:
     """Derive a run's state from its records (any order).
 
@@ -186,6 +194,7 @@ def derive_status(
     content hash → ``approved`` / ``rejected``. ``flights``: phase → the in-flight attempt's JSON
     summary (``attempt_number``, ``abandoned`` …). ``counts``: phase → committed attempts, when
     ``records`` holds only the attempts the state depends on (a run snapshot), not all of them.
+    ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
     """
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
@@ -221,6 +230,7 @@ def derive_status(
             judgements or {},
             (flights or {}).get(p.name),
             (counts or {}).get(p.name),
+            (inputs or {}).get(p.name),
         )
         for p in pipeline.phases
     ]
@@ -236,6 +246,7 @@ def _phase_state(
     judgements: Mapping[str, str],
     flight: Mapping[str, Any] | None,
     count: int | None = None,
+    asked: Mapping[str, Any] | None = None,
 ) -> PhaseState:
     common: dict[str, Any] = {
         "phase": phase.name,
@@ -299,13 +310,28 @@ def _phase_state(
         state, reason = REJECTED, f"attempt {latest.attempt_number} was rejected; write a new attempt"
     elif phase.requires_approval and judged != APPROVED:
         state, reason = AWAITING_APPROVAL, f"attempt {latest.attempt_number} awaits approval"
+    request = dict(asked) if asked is not None and asked.get("attempt_number") == latest.attempt_number else None
+    if request is not None and state == COMPLETED:
+        state, reason = AWAITING_INPUT, _input_reason(latest.attempt_number, request)
     return PhaseState(
         state=state,
         completed_attempt=latest.attempt_number,
         reason=reason,
         approval=judged,
+        input_request=request if state == AWAITING_INPUT else None,
         **common,
     )
+
+
+def _input_reason(attempt: int, request: Mapping[str, Any]) -> str:
+    shown = [q for q in request.get("questions", []) if q.get("shown", True)]
+    if shown:
+        text = json.dumps(shown[0].get("value"), ensure_ascii=False, sort_keys=True)
+        asked = f": {text[:117]}..." if len(text) > 120 else f": {text}"
+    else:
+        asked = " (its question is kept serialised)"
+    how = request.get("resume")
+    return f"attempt {attempt} waits for input{asked}" + (f"; resume: {how}" if how else "")
 
 
 def stale_reason(cp: Checkpoint, earlier: Sequence[Phase], latest_completed: dict[str, Checkpoint]) -> str | None:

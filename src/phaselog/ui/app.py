@@ -34,6 +34,7 @@ STATE_LABELS = {
     "running": "running",
     "stuck": "stuck",
     "awaiting_approval": "waiting for approval",
+    "awaiting_input": "waiting for input",
     "failed": "failed",
     "pending": "pending",
     "complete": "complete",

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from phaselog import views
 from phaselog.errors import Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.state import RUN_SUMMARIES
 from phaselog.ui import charts, urls
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def tickets(ui: UI, request: Request) -> Response:
     )
 
 
-_SUMMARY_STATES = ("running", "stuck", "awaiting_approval", "failed", "pending", "complete")
+_SUMMARY_STATES = RUN_SUMMARIES
 
 
 def ticket(ui: UI, request: Request) -> Response:

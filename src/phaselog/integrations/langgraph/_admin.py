@@ -150,10 +150,11 @@ def needed_by_latest(serde: Any, records: Sequence[Checkpoint]) -> set[int]:
     return keep
 
 
-def copy_thread(threads: Threads, source: str, target: str) -> int:
+def copy_thread(threads: Threads, source: str, target: str, target_id: str | None = None) -> int:
     """Copy every checkpoint and pending write of ``source`` to ``target``; return how many
-    checkpoints were copied. The copies are new records of the target thread (their own hashes
-    and chain); a damaged source record is refused, never copied."""
+    checkpoints were copied (``target_id``: the target thread id as given, when it is not its key).
+    The copies are new records of the target thread (their own hashes and chain); a damaged source
+    record is refused, never copied."""
     copied = 0
     with threads.lock:
         for rid, records, damaged in langgraph_runs(threads, source):
@@ -169,6 +170,9 @@ def copy_thread(threads: Threads, source: str, target: str) -> int:
             for s in records:
                 old = s.record
                 payload = dict(old.phase_payload or {})
+                payload.pop("thread_id", None)
+                if target_id is not None:
+                    payload["thread_id"] = target_id
                 if payload.get("parent_hash") is not None:
                     payload["parent_hash"] = new_hash.get(str(payload["parent_hash"]))
                 record = threads.try_append(target, rid, st, payload, old.timestamp_utc)

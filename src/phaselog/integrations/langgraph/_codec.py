@@ -1,6 +1,7 @@
 """How LangGraph's objects map onto phaselog records (see docs/langgraph.md).
 
-* a thread is a ticket: ``thread_id`` is checked like any ticket id;
+* a thread is a ticket: a thread id that is a ticket id is its key, any other maps to a safe key
+  (:func:`thread_ticket`) and is kept, as given, in the payload;
 * a checkpoint namespace is a run: ``run_id = normalize_run_id("ns:" + checkpoint_ns)``, so the
   root namespace is ``--run-id ns:`` on the command line;
 * each checkpoint is one attempt of the phase ``checkpoint`` of the built-in ``langgraph``
@@ -20,11 +21,16 @@ import base64
 import binascii
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from phaselog import inputs
 from phaselog.entries import ProgressEvent
 from phaselog.errors import InvalidIdentifier
 from phaselog.ids import normalize_run_id, validate_ticket_id
@@ -38,14 +44,45 @@ NS_PREFIX = "ns:"
 PROVIDER = "langgraph"
 
 
+#: A ticket key made from a thread id that is no ticket id: ``<slug>.<16 hex of its SHA-256>``.
+MAPPED_KEY = re.compile(r".*\.[0-9a-f]{16}")
+SLUG_MAX = 40
+
+
 def thread_ticket(thread_id: object) -> str:
-    """The ticket id of a LangGraph thread: ``str(thread_id)``, checked like any ticket id."""
+    """The ticket key of a LangGraph thread (``str(thread_id)``), for the store's paths and queries.
+
+    A thread id that is a ticket id (1-64 of ``[A-Za-z0-9._-]``) is its own key, as before. Any
+    other string LangGraph accepts (``user:42``, ``a b``, ``tenant/123``, ``é``, a long one, ``""``)
+    maps to ``<readable slug>.<16 hex digits of its SHA-256>``, and so does an id that already
+    looks like such a key (so no two thread ids share a key). The given id is kept in the
+    record's payload (``thread_id``) and handed back to LangGraph as it was given.
+    """
     if thread_id is None:
         raise InvalidIdentifier(
             "thread_id: missing; pass config={'configurable': {'thread_id': ...}}", field="thread_id", rule="required"
         )
     text = thread_id if isinstance(thread_id, str) else str(thread_id)
-    return validate_ticket_id(text, field="thread_id")
+    return _thread_ticket(text)
+
+
+@lru_cache(maxsize=4096)
+def _thread_ticket(text: str) -> str:
+    if not MAPPED_KEY.fullmatch(text):
+        try:
+            return validate_ticket_id(text, field="thread_id")
+        except InvalidIdentifier:
+            pass
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "_", ascii_text).lstrip("-_")[:SLUG_MAX].rstrip("-_") or "thread"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return validate_ticket_id(f"{slug}.{digest}", field="thread_id")  # contained by construction; checked anyway
+
+
+def given_thread_id(record: Checkpoint) -> str:
+    """The thread id a record was written for, exactly as it was given."""
+    given = (record.phase_payload or {}).get("thread_id")
+    return given if isinstance(given, str) else record.ticket_id
 
 
 def ns_run_id(checkpoint_ns: object) -> str:
@@ -102,11 +139,13 @@ def checkpoint_payload(
     checkpoint_ns: str,
     parent_id: str | None,
     parent_hash: str | None,
+    thread_id: str | None = None,
 ) -> dict[str, Any]:
     """The ``checkpoint`` phase payload of one LangGraph checkpoint.
 
     The checkpoint itself is one serialised value (as LangGraph's own savers keep it); beside it,
     readable, the ids, the metadata and the names of the channels that hold a value.
+    ``thread_id``: the thread id as given, when it is not the ticket key itself.
     """
     payload: dict[str, Any] = {
         "phase": PHASE,
@@ -118,6 +157,8 @@ def checkpoint_payload(
         "channels": sorted(str(k) for k in checkpoint.get("channel_values", {})),
         "checkpoint": typed(serde, dict(checkpoint)),
     }
+    if thread_id is not None:  # a thread id that is not its own ticket key: kept as given
+        payload["thread_id"] = thread_id
     plain_md = _plain_json(dict(metadata))
     if plain_md is None:
         payload["metadata_typed"] = typed(serde, dict(metadata))
@@ -189,16 +230,44 @@ def is_langgraph(record: Checkpoint) -> bool:
 
 
 # -- pending writes -----------------------------------------------------------------------------
+#: LangGraph's special channels: the question an ``interrupt()`` asks, and the answer given.
+INTERRUPT, RESUME = "__interrupt__", "__resume__"
+RESUME_HINT = "graph.invoke(Command(resume=answer), config)"
+
+
+def questions(serde: Any, value: Any) -> list[dict[str, Any]]:
+    """The questions an ``__interrupt__`` write asks, as phaselog.inputs keeps them: each
+    interrupt's id and its value as JSON. The value is shown only under LangGraph's default
+    serializer (which keeps it as plain msgpack anyway); under another one (an encrypting one)
+    it stays only serialised."""
+    shown = type(serde) is JsonPlusSerializer
+    out = []
+    for intr in value if isinstance(value, list | tuple) else [value]:
+        plain = _plain_json(getattr(intr, "value", None)) if shown else None
+        out.append({"id": getattr(intr, "id", None), "value": plain, "shown": shown and plain is not None})
+    return out
+
+
 def writes_output(
     serde: Any, checkpoint_id: str, task_id: str, task_path: str, writes: Iterable[tuple[int, str, Any]]
 ) -> str:
-    """The ``output`` text of the progress event holding one ``put_writes`` call."""
-    doc = {
+    """The ``output`` text of the progress event holding one ``put_writes`` call.
+
+    An ``interrupt()`` (an ``__interrupt__`` write) is marked as the question the checkpoint waits
+    on, a ``Command(resume=…)`` (a ``__resume__`` write) as its answer: phaselog.inputs reads them.
+    """
+    writes = list(writes)
+    doc: dict[str, Any] = {
         "checkpoint_id": checkpoint_id,
         "task_id": task_id,
         "task_path": task_path,
         "writes": [{"idx": idx, "channel": ch, **typed(serde, value)} for idx, ch, value in writes],
     }
+    asked = [q for _idx, ch, value in writes if ch == INTERRUPT for q in questions(serde, value)]
+    if asked:
+        doc[inputs.REQUEST], doc["resume"] = asked, RESUME_HINT
+    if any(ch == RESUME for _idx, ch, _value in writes):
+        doc[inputs.ANSWER] = True
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -43,12 +43,12 @@ log = logging.getLogger("phaselog.langgraph")
 class PhaselogSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpoints in a phaselog store: append-only, hash-chained, verifiable.
 
-    ``store`` is a store URL or path (``sqlite:///ledger.db``, ``postgresql://…``, a folder for
+    ``store`` is a store URL or path (``sqlite://./ledger.db``, ``postgresql://…``, a folder for
     the files store), an open :class:`phaselog.stores.Store`, or None for ``PHASELOG_STORE`` /
     ``PHASELOG_HOME`` as everywhere in phaselog. ``serde`` is LangGraph's serializer protocol
     (default: LangGraph's own ``JsonPlusSerializer``, which never pickles).
 
-        >>> with PhaselogSaver("sqlite:///ledger.db") as saver:          # doctest: +SKIP
+        >>> with PhaselogSaver("sqlite://./ledger.db") as saver:          # doctest: +SKIP
         ...     graph = builder.compile(checkpointer=saver)
     """
 
@@ -66,7 +66,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
             self.store = store
             self._owns_store = False
         self.ledger = Ledger(self.store)
-        self._threads = Threads(self.store, self.serde, lambda: datetime.now(UTC))
+        self._threads = Threads(self.store, lambda: self.serde, lambda: datetime.now(UTC))
 
     def __repr__(self) -> str:
         return f"PhaselogSaver({self.store!r})"
@@ -115,9 +115,12 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         """Append ``checkpoint`` to its thread namespace; return its config once it is durable."""
         conf = config["configurable"]
         thread = C.thread_ticket(conf.get("thread_id"))
+        given = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
         md = get_serializable_checkpoint_metadata(config, metadata)
-        self._threads.append(thread, C.ns_run_id(ns), ns, checkpoint, md, conf.get("checkpoint_id"))
+        self._threads.append(
+            thread, C.ns_run_id(ns), ns, checkpoint, md, conf.get("checkpoint_id"), given if given != thread else None
+        )
         return {
             "configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
@@ -175,10 +178,11 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         before_id = get_checkpoint_id(before) if before else None
         found: list[tuple[Any, Checkpoint, list[ProgressEvent]]] = []
         with self._threads.lock:
+            threads: builtins.list[tuple[Any, str]]
             if conf.get("thread_id") is not None:
                 threads = [(conf["thread_id"], C.thread_ticket(conf["thread_id"]))]
-            else:
-                threads = [(t, t) for t in self.store.tickets()]
+            else:  # every thread, each shown by the id it was given (kept in its records)
+                threads = [(None, t) for t in self.store.tickets()]
             for original, thread in threads:
                 runs = [C.ns_run_id(conf["checkpoint_ns"])] if "checkpoint_ns" in conf else self.store.runs(thread)
                 for rid in runs:
@@ -220,7 +224,10 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         if not chosen:
             return []
         events = self._threads.events(thread, rid)  # Corrupt for an edited write event, as in get_tuple
-        return [(original, r, events.get(r.attempt_number, [])) for r in chosen]
+        return [
+            (C.given_thread_id(r) if original is None else original, r, events.get(r.attempt_number, []))
+            for r in chosen
+        ]
 
     def _tuple(self, thread_id: Any, record: Checkpoint, events: Sequence[ProgressEvent]) -> CheckpointTuple:
         payload = record.phase_payload or {}
@@ -254,7 +261,9 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of one thread to another (the whole chain)."""
-        _admin.copy_thread(self._threads, C.thread_ticket(source_thread_id), C.thread_ticket(target_thread_id))
+        target = C.thread_ticket(target_thread_id)
+        given = str(target_thread_id)
+        _admin.copy_thread(self._threads, C.thread_ticket(source_thread_id), target, given if given != target else None)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's newest checkpoint and what resuming from it needs

@@ -57,9 +57,9 @@ class RunState:
 class Threads:
     """Checkpoints and pending writes of LangGraph threads in one phaselog store."""
 
-    def __init__(self, store: Store, serde: Any, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: Store, serde: Callable[[], Any], clock: Callable[[], datetime]) -> None:
         self.store = store
-        self.serde = serde
+        self._serde = serde
         self.clock = clock
         self.pipeline = builtin(C.PIPELINE).ref
         self.lock = threading.RLock()
@@ -68,6 +68,11 @@ class Threads:
         #: give the same immutable event, so reading a checkpoint again skips the re-hash.
         self._parsed: dict[bytes, ProgressEvent] = {}
         self._early: dict[tuple[str, str, str], list[tuple[str, str, list[tuple[int, str, Any]]]]] = {}
+
+    @property
+    def serde(self) -> Any:
+        """The saver's serializer as it is now (``saver.serde = X`` after construction counts)."""
+        return self._serde()
 
     # -- run state --------------------------------------------------------------------------------
     def state(self, thread: str, rid: str, *, refresh: bool = False) -> RunState:
@@ -122,8 +127,11 @@ class Threads:
         checkpoint: Mapping[str, Any],
         metadata: Mapping[str, Any],
         parent_id: str | None,
+        thread_id: str | None = None,
     ) -> Checkpoint:
-        """Append one checkpoint as the run's next attempt; return its record once durable."""
+        """Append one checkpoint as the run's next attempt; return its record once durable.
+
+        ``thread_id``: the thread id as given, when it differs from the ticket key ``thread``."""
         now = self.clock()
         ts = C.parse_ts(checkpoint.get("ts"), now)
         with self.lock:
@@ -138,6 +146,7 @@ class Threads:
                     checkpoint_ns=checkpoint_ns,
                     parent_id=parent_id,
                     parent_hash=self._parent_hash(thread, rid, st, parent_id),
+                    thread_id=thread_id,
                 )
                 if known is not None:
                     same = self._same_payload(thread, rid, known[0], payload)
