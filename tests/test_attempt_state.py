@@ -30,9 +30,9 @@ PHASELOG = str(Path(sys.executable).parent / "phaselog")
 def test_a_sigkilled_attempt_is_abandoned_in_every_view_after_the_run_completed(kind: str, tmp_path: Path) -> None:
     store = str(tmp_path / "store") if kind == "files" else f"sqlite:///{tmp_path}/ledger.db"
     pid = killed_then_completed(store, "KILL-1", "r1", tmp_path / "work")
+    url = f"file://{store}" if kind == "files" else store
     out = subprocess.run(
-        [PHASELOG, "status", "--store", store if kind != "files" else f"file://{store}", "--ticket-id", "KILL-1"]
-        + ["--run-id", "r1"],
+        [PHASELOG, "status", "--store", url, "--ticket-id", "KILL-1", "--run-id", "r1"],
         capture_output=True,
         text=True,
         check=True,
@@ -46,7 +46,8 @@ def test_a_sigkilled_attempt_is_abandoned_in_every_view_after_the_run_completed(
         spans = {(s.phase, s.attempt): s for s in run_timeline(ledger, "KILL-1", "r1")}
         killed = spans[("gather", 1)]
         assert killed.state == "abandoned"
-        assert killed.reason is not None and f"process {pid} " in killed.reason
+        assert killed.reason is not None
+        assert f"process {pid} " in killed.reason
         assert spans[("gather", 2)].state == "completed"
         page = {(s.phase, s.attempt): s for s in attempts_page(ledger, "KILL-1", "r1").spans}
         assert page[("gather", 1)].state == "abandoned"
@@ -79,12 +80,16 @@ GONE = Liveness(T0 + timedelta(seconds=5), timedelta(hours=1), "box", lambda pid
 def test_an_attempt_without_a_checkpoint_below_a_newer_one_is_abandoned_even_if_its_process_lives() -> None:
     events = [_event(1, 1, "start", pid=7)]
     alone = attempt_state(attempt=1, outcome=None, events=events, live=ALIVE)
-    assert alone is not None and alone.state == "in_progress"
+    assert alone is not None
+    assert alone.state == "in_progress"
     superseded = attempt_state(attempt=1, outcome=None, events=events, newer=2, live=ALIVE)
-    assert superseded is not None and superseded.state == "abandoned"
-    assert superseded.reason is not None and "attempt 2" in superseded.reason
+    assert superseded is not None
+    assert superseded.state == "abandoned"
+    assert superseded.reason is not None
+    assert "attempt 2" in superseded.reason
     gone = attempt_state(attempt=1, outcome=None, events=events, newer=2, live=GONE)
-    assert gone is not None and gone.reason == "process 7 on box is gone"  # the provable reason first
+    assert gone is not None
+    assert gone.reason == "process 7 on box is gone"  # the provable reason first
     assert attempt_state(attempt=1, outcome=None, events=[], live=ALIVE) is None
 
 
