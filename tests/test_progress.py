@@ -27,15 +27,10 @@ import phaselog
 from conftest import IMPLEMENT
 from helpers import T0, Clock, tree
 from phaselog import Conflict, InvalidRecord, NotFound, TooLarge, UsageError
+from phaselog.attempts import DEFAULT_STALE_AFTER, judge_abandoned, process_start_time
 from phaselog.entries import ProgressEvent
 from phaselog.ids import normalize_run_id
-from phaselog.progress import (
-    DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_STALE_AFTER,
-    event_name,
-    judge_abandoned,
-    process_start_time,
-)
+from phaselog.progress import DEFAULT_MAX_OUTPUT_BYTES, event_name
 from phaselog.stores.files import FilesStore
 
 T = "PROG-1"

@@ -415,3 +415,43 @@ def test_a_long_run_shows_one_row_per_phase_and_pages_its_history(
     assert [len(p) for p in seqs] == [50, 50, 30]
     events = ledger.progress_events(ui_data.LONG_TICKET, run, "create_pr", 1)
     assert page.locator("table#events tbody tr").last.locator("td").nth(3).inner_text() == str(events[-1].tokens)
+
+
+# -- a killed runner's attempt, and an event's output --------------------------------------------------
+def test_a_sigkilled_attempt_is_abandoned_and_an_events_output_is_shown_as_text(
+    page: Any, tmp_path: Path, shots: Shots
+) -> None:
+    from killed_run import OUTPUT, killed_then_completed
+    from phaselog.ids import normalize_run_id
+
+    store = tmp_path / "killed"
+    pid = killed_then_completed(str(store), "KILL-1", "r1", tmp_path / "work")
+    run = normalize_run_id("r1")
+    server = Server(str(store))
+    try:
+        page.goto(f"{server.base}/tickets/KILL-1/runs/{run}")
+        shots(page, "run-killed")
+        killed = _row(page, "attempts", "data-ref", "gather:1")
+        assert killed.locator(".badge").first.inner_text() == "abandoned"
+        assert page.locator("#timeline g.bar.st-abandoned").count() == 1  # the legend's colour, used
+        gather = _row(page, "phases", "data-phase", "gather")
+        assert gather.locator("td.num").nth(1).inner_text() == "2"  # two attempts: "newest: attempt 2"
+        assert "attempt 2" in gather.locator("td.newest").inner_text()
+        ticks = page.locator("#timeline text.tick").all_text_contents()
+        assert len(ticks) >= 2
+        assert len(set(ticks)) == len(ticks), ticks  # every tick says another time
+        body = page.request.get(f"{server.base}/tickets/KILL-1/runs/{run}/attempts.json").json()
+        states = {(a["phase"], a["attempt_number"]): (a["state"], a["reason"]) for a in body["attempts"]}
+        assert states[("gather", 1)][0] == "abandoned"
+        assert f"process {pid} " in states[("gather", 1)][1]
+
+        # The killed attempt's events: its output as text, escaped and cut short, whole on its own page.
+        killed.locator("a.events-link").click()
+        cell = page.locator("table#events tr[data-seq='2'] .output-text")
+        assert cell.inner_text() == OUTPUT[:200] + "…"
+        assert page.locator("table#events b").count() == 0  # the output's markup is text, never HTML
+        shots(page, "events-output")
+        page.locator("table#events tr[data-seq='2'] a.output-link").click()
+        assert page.locator("pre#output").inner_text() == OUTPUT
+    finally:
+        server.stop()

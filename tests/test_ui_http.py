@@ -436,7 +436,8 @@ def test_a_runs_json_endpoints_give_the_librarys_views_page_by_page(
     assert [a["attempt_number"] for a in json.loads(body)["attempts"]] == [2, 1]
     assert json.loads(body)["next_before"] is None
 
-    # The attempt in flight's events, oldest first, as `progress show --all` prints each one.
+    # The attempt in flight's events, oldest first, as `progress show --all` prints each one (with
+    # the start of each one's output).
     events, after = [], 0
     while after is not None:
         status, _, body = http.get(f"{base}/phases/create_pr/attempts/1/events.json?limit=60&after={after}")
@@ -444,7 +445,10 @@ def test_a_runs_json_endpoints_give_the_librarys_views_page_by_page(
         page = json.loads(body)
         events += page["events"]
         after = page["next_after"]
-    shown = [views.progress_event(e) for e in ledger.progress_events(ticket, run, "create_pr", 1)]
+    shown = [
+        views.progress_event(e, preview=views.OUTPUT_PREVIEW_CHARS)
+        for e in ledger.progress_events(ticket, run, "create_pr", 1)
+    ]
     assert events == json.loads(json.dumps(shown))
     assert len(events) == ui_data.LONG_EVENTS
 

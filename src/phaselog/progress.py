@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from phaselog.attempts import TERMINAL_EVENTS, Liveness, attempt_state, process_start_time
+from phaselog.attempts import hostname as _hostname
 from phaselog.entries import EVENTS, ProgressEvent, entry_bytes, parse_entries, read_entries
 from phaselog.errors import (
     AlreadyExists,
@@ -55,20 +57,7 @@ DEFAULT_MAX_OUTPUT_BYTES = MAX_OUTPUT_BYTES
 MAX_PID = 2**31 - 1
 MAX_PROVIDER = 200
 MAX_STATUS = 10_000
-#: An in-flight attempt whose last event is older than this is reported ``abandoned``.
-DEFAULT_STALE_AFTER = timedelta(hours=1)
-TERMINAL_EVENTS = ("complete", "fail", "skip")
 _KIND = "progress"
-
-
-def process_start_time(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), or None if it does not exist."""
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
 
 
 @dataclass(frozen=True)
@@ -106,32 +95,6 @@ class Flight:
             "abandoned": self.abandoned,
             "abandoned_reason": self.abandoned_reason,
         }
-
-
-def judge_abandoned(
-    flight_start: ProgressEvent | None,
-    last: ProgressEvent,
-    *,
-    now: datetime,
-    stale_after: timedelta,
-    host: str,
-    start_time_of: Callable[[int], float | None],
-) -> str | None:
-    """Why an in-flight attempt is abandoned, or None: its process is provably gone on this host
-    (no such pid, or the pid now belongs to a process that started at another time), or its last
-    event is older than ``stale_after``."""
-    if flight_start is not None and flight_start.host == host and flight_start.pid is not None:
-        started = start_time_of(flight_start.pid)
-        if started is None:
-            return f"process {flight_start.pid} on {host} is gone"
-        if flight_start.process_start is not None and abs(started - flight_start.process_start) > 1.0:
-            return f"pid {flight_start.pid} on {host} now belongs to another process"
-    if last.event in TERMINAL_EVENTS:
-        return None  # ended; waiting for its checkpoint, not abandoned by age
-    age = now - last.timestamp
-    if age > stale_after:
-        return f"no event for {int(age.total_seconds())} s (limit {int(stale_after.total_seconds())} s)"
-    return None
 
 
 class AttemptEvents:
@@ -454,43 +417,34 @@ def _target_in(
     return attempt, history
 
 
-def _hostname() -> str:
-    import socket  # lazily: ~2 ms of every command's start, needed only by progress events
-
-    return socket.gethostname()
-
-
-def _stale_after_default() -> timedelta:
-    raw = os.environ.get("PHASELOG_PROGRESS_STALE_AFTER")
-    if raw:
-        from phaselog.durations import parse_duration
-
-        return parse_duration(raw, field="PHASELOG_PROGRESS_STALE_AFTER")
-    return DEFAULT_STALE_AFTER
-
-
 def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None = None) -> dict[str, Flight]:
-    """Per phase, the newest attempt of a snapshot that has events but no record (if any)."""
+    """Per phase, the newest attempt of a snapshot that has events but no record (if any), with
+    its state as :func:`phaselog.attempts.attempt_state` decides it."""
+    from phaselog.stores.names import parse_event_name
+
     top_checkpoint = {s.ordinal: s.newest.attempt_number for s in snap.summaries}
+    top_started: dict[int, int] = {}
+    for name in snap.event_names:
+        parsed = parse_event_name(name)
+        if parsed is not None:
+            top_started[parsed.ordinal] = max(top_started.get(parsed.ordinal, 0), parsed.attempt)
     events, _damaged = parse_entries(ProgressEvent, snap.events)
     groups: dict[tuple[int, int], list[ProgressEvent]] = {}
     for ev in events:
         groups.setdefault((ev.phase_ordinal, ev.attempt_number), []).append(ev)
     out: dict[str, Flight] = {}
-    host = _hostname()
+    live = Liveness.here(now, stale_after)
     for (ordinal, attempt), group in sorted(groups.items()):
         if attempt <= top_checkpoint.get(ordinal, 0):  # finished, or older than the newest record
             continue
         group.sort(key=lambda e: e.seq)
         start = next((e for e in group if e.event == "start"), None)
         last = group[-1]
-        reason = judge_abandoned(
-            start,
-            last,
-            now=now,
-            stale_after=stale_after or _stale_after_default(),
-            host=host,
-            start_time_of=process_start_time,
+        newer = top_started.get(ordinal, 0)
+        judged = attempt_state(
+            attempt=attempt, outcome=None, events=group, newer=newer if newer > attempt else None, live=live
         )
-        out[last.phase] = Flight(last.phase, ordinal, attempt, len(group), last, start, reason is not None, reason)
+        gone = judged is not None and judged.abandoned
+        reason = judged.reason if judged is not None and gone else None
+        out[last.phase] = Flight(last.phase, ordinal, attempt, len(group), last, start, gone, reason)
     return out

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from phaselog.ledger import Ledger
     from phaselog.pipelines import Pipeline
     from phaselog.runstate import SkipDecision
-    from phaselog.state import RunStatus
+    from phaselog.state import PhaseState, RunStatus
     from phaselog.stores.snapshot import RunSnapshot
     from phaselog.timeline import Span
 
@@ -138,6 +138,7 @@ def attempts_page(
     attempt and one read of the progress events per ten attempts, so a page costs its size, not
     the run's. Where attempts are missing (pruned), the run's list of attempts says which remain.
     """
+    from phaselog.attempts import Liveness
     from phaselog.gates import judge
     from phaselog.stores.base import Damaged, Stored
     from phaselog.timeline import spans
@@ -158,12 +159,9 @@ def attempts_page(
         {key: evs for key, _, evs in page if evs},
         verdicts=judge(ledger.approvals(ticket_id, run_id)),
         gated=[p.name for p in pipeline.phases if p.requires_approval],
-        abandoned=[
-            (by_name[ps.phase], ps.in_flight["attempt_number"])
-            for ps in status.phases
-            if ps.in_flight is not None and ps.in_flight.get("abandoned")
-        ],
         damaged=damaged,
+        newest={by_name[ps.phase]: _newest_attempt(ps) for ps in status.phases},
+        live=Liveness.here(ledger.clock()),
     )
     made.sort(key=lambda s: (s.ordinal, s.attempt), reverse=True)
     # The attempt before each one (for "diff with the previous"): the next one, newest first, of
@@ -178,6 +176,12 @@ def attempts_page(
         f"{last[0]}:{last[1]}" if last else None,
         tuple(before_it.get((s.ordinal, s.attempt)) for s in made),
     )
+
+
+def _newest_attempt(ps: PhaseState) -> int:
+    """A phase's newest attempt as its state knows it: recorded, in flight or damaged (0: none)."""
+    flying = int(ps.in_flight["attempt_number"]) if ps.in_flight is not None else 0
+    return max(ps.latest_attempt or 0, flying, *ps.damaged_attempts)
 
 
 #: (ordinal, attempt), its record (Stored, Damaged, or None: progress events only), its events.
@@ -196,8 +200,7 @@ def _newest_first(
         ph = by_name[ps.phase]
         if (only is not None and ph.ordinal != only) or (cursor is not None and ph.ordinal > cursor[0]):
             continue
-        flying = ps.in_flight["attempt_number"] if ps.in_flight is not None else 0
-        attempt = max(ps.latest_attempt or 0, flying, *ps.damaged_attempts)
+        attempt = _newest_attempt(ps)
         if cursor is not None and ph.ordinal == cursor[0]:
             attempt = min(attempt, cursor[1] - 1)
         events = AttemptEvents(ledger.store, ticket_id, run_id, ph, block=True)

@@ -81,6 +81,18 @@ def _skip_reason(ps: PhaseState) -> str | None:
     return None
 
 
+def _started(snap: RunSnapshot) -> list[tuple[int, str, list[int]]]:
+    """Per (ordinal, phase name), the attempts that have progress events (from the event names)."""
+    from phaselog.stores.names import parse_event_name
+
+    found: dict[tuple[int, str], set[int]] = {}
+    for name in snap.event_names:
+        parsed = parse_event_name(name)
+        if parsed is not None:
+            found.setdefault((parsed.ordinal, parsed.phase), set()).add(parsed.attempt)
+    return [(o, p, sorted(a)) for (o, p), a in sorted(found.items())]
+
+
 @dataclass(frozen=True)
 class SkipDecision:
     """Whether a run may skip to a phase."""
@@ -138,7 +150,7 @@ class RunStates:
         damaged = snap.damaged()
         records = [s.record for s in snap.stored()]
         flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
-        counts = snap.counts()
+        counts = self._attempt_counts(snap)
         verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
         st = derive_status(
             pl,
@@ -155,6 +167,29 @@ class RunStates:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)
             st = dataclasses.replace(st, warnings=st.warnings + extra)
         return st
+
+    def _attempt_counts(self, snap: RunSnapshot) -> dict[str, int]:
+        """How many attempts each phase has: committed (completed, failed or damaged) and those with
+        progress events only (in flight or abandoned), so ``attempts`` agrees with the newest one.
+
+        From the snapshot alone, except when a phase has gaps below its newest record and events of
+        attempts in them: then the run's list of attempts (names only) says which have a record."""
+        counts = snap.counts()
+        committed: set[tuple[int, int]] | None = None
+        for ordinal, phase, attempts in _started(snap):
+            s = snap.summary(ordinal)
+            top = s.newest.attempt_number if s is not None else 0
+            extra = [a for a in attempts if a > top]
+            below = [a for a in attempts if a <= top]
+            if below and s is not None and s.count < top:  # gaps: an attempt without a record, or pruned
+                if committed is None:
+                    committed = {
+                        (r.phase_ordinal, r.attempt_number) for r in self.store.attempts(snap.ticket_id, snap.run_id)
+                    }
+                extra += [a for a in below if (ordinal, a) not in committed]
+            if extra:
+                counts[phase] = counts.get(phase, 0) + len(extra)
+        return counts
 
     def _inherited(self, verdicts: dict[str, str], records: Sequence[Checkpoint]) -> dict[str, str]:
         """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals."""

@@ -54,7 +54,8 @@ class PhaseState:
     latest_timestamp: datetime | None = None
     #: The completed attempt that counts for this phase (None if none).
     completed_attempt: int | None = None
-    #: How many attempts the phase has: recorded (completed or failed), damaged, and in flight.
+    #: How many attempts the phase has: recorded (completed or failed), damaged, and with progress
+    #: events only (in flight or abandoned).
     attempts: int = 0
     reason: str | None = None
     damaged_attempts: tuple[int, ...] = ()
@@ -192,8 +193,9 @@ def derive_status(
 
     ``damaged``: (phase, attempt) pairs that exist but cannot be read. ``judgements``: checkpoint
     content hash → ``approved`` / ``rejected``. ``flights``: phase → the in-flight attempt's JSON
-    summary (``attempt_number``, ``abandoned`` …). ``counts``: phase → committed attempts, when
-    ``records`` holds only the attempts the state depends on (a run snapshot), not all of them.
+    summary (``attempt_number``, ``abandoned`` …). ``counts``: phase → every attempt (committed,
+    damaged, and with progress events only), when ``records`` holds only the attempts the state
+    depends on (a run snapshot), not all of them.
     ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
     """
     by_phase: dict[str, list[Checkpoint]] = {}
@@ -256,8 +258,9 @@ def _phase_state(
     }
     top = attempts[-1].attempt_number if attempts else 0
     n_attempts = count if count is not None else len(attempts)
-    # The attempt in flight is an attempt too: "attempts" must agree with "latest_attempt".
-    if flight is not None and flight["attempt_number"] > top:
+    # The attempt in flight is an attempt too: "attempts" must agree with "latest_attempt" (given
+    # ``count`` holds every attempt already, those with progress events only among them).
+    if count is None and flight is not None and flight["attempt_number"] > top:
         n_attempts += 1
     if damaged and max(damaged) > top and (flight is None or max(damaged) > flight["attempt_number"]):
         lc = latest_completed.get(phase.name)

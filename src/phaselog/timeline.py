@@ -10,11 +10,13 @@ Derived from the records like everything else (``docs/ui.md`` shows the chart dr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from phaselog.attempts import ATTEMPT_STATES, Liveness, attempt_state
 from phaselog.entries import ProgressEvent
 from phaselog.records import Checkpoint, format_timestamp
 
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
     from phaselog.ledger import Ledger
     from phaselog.stores.snapshot import RunSnapshot
 
-#: Span states: a finished attempt's status, or where an attempt in flight stands.
-SPAN_STATES = ("completed", "failed", "in_progress", "abandoned", "damaged")
+#: Span states: an attempt's state as :func:`phaselog.attempts.attempt_state` decides it.
+SPAN_STATES = ATTEMPT_STATES
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Span:
     error: str | None = None
     content_hash: str | None = None
     location: str | None = None
+    #: Why the attempt is in its state, when that is not obvious (abandoned: why it can never finish).
+    reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -62,6 +66,7 @@ class Span:
             "error": self.error,
             "content_hash": self.content_hash,
             "location": self.location,
+            "reason": self.reason,
         }
 
 
@@ -71,19 +76,21 @@ def spans(
     *,
     verdicts: Mapping[str, str] | None = None,
     gated: Iterable[str] = (),
-    abandoned: Iterable[tuple[int, int]] = (),
     damaged: Iterable[tuple[str, int, int]] = (),
+    newest: Mapping[int, int] | None = None,
+    live: Liveness | None = None,
 ) -> list[Span]:
     """Spans of a run's attempts, ordered by (phase ordinal, attempt).
 
     ``records``: (checkpoint, location) pairs; ``events``: progress events by (ordinal, attempt);
     ``verdicts``: checkpoint content hash → approved / rejected; ``gated``: names of gated phases;
-    ``abandoned``: (ordinal, attempt) of attempts in flight judged abandoned; ``damaged``:
-    (phase, ordinal, attempt) of attempts that exist but cannot be read.
+    ``damaged``: (phase, ordinal, attempt) of attempts that exist but cannot be read; ``newest``:
+    per phase ordinal, its newest attempt when more exist than are given (a page of them);
+    ``live``: how processes are judged (default: on this machine, now). Each span's state is
+    :func:`phaselog.attempts.attempt_state`'s.
     """
     verdicts = verdicts or {}
     gates = set(gated)
-    gone = set(abandoned)
     out: dict[tuple[int, int], Span] = {}
     for cp, location in records:
         evs = events.get((cp.phase_ordinal, cp.attempt_number), ())
@@ -104,6 +111,7 @@ def spans(
             content_hash=cp.content_hash,
             location=location,
         )
+    outcomes = {key: span.state for key, span in out.items()}
     for (ordinal, attempt), evs in events.items():
         if (ordinal, attempt) in out or not evs:
             continue
@@ -116,18 +124,40 @@ def spans(
             phase=last.phase,
             ordinal=ordinal,
             attempt=attempt,
-            state="abandoned" if (ordinal, attempt) in gone else "in_progress",
+            state="in_progress",
             started_at=start or evs[0].timestamp,
             ended_at=last.timestamp,
             duration_sec=round(float(elapsed), 3) if elapsed is not None else None,
             events=len(evs),
             last_step=_last_step(evs),
         )
+    broken = set()
     for phase, ordinal, attempt in damaged:
+        broken.add((ordinal, attempt))
         out.setdefault(
             (ordinal, attempt),
             Span(phase=phase, ordinal=ordinal, attempt=attempt, state="damaged", started_at=None, ended_at=None),
         )
+    top = dict(newest or {})
+    for ordinal, attempt in out:
+        top[ordinal] = max(top.get(ordinal, 0), attempt)
+    live = live or Liveness.here(datetime.now(UTC))
+    for key, span in out.items():
+        judged = attempt_state(
+            attempt=span.attempt,
+            outcome=outcomes.get(key),
+            error=span.error,
+            events=events.get(key, ()),
+            damaged=key in broken,
+            newer=top[key[0]] if top[key[0]] > key[1] else None,
+            gated=span.phase in gates,
+            verdict=span.approval,
+            live=live,
+        )
+        if judged is not None and judged.state != span.state:
+            out[key] = dataclasses.replace(span, state=judged.state, reason=judged.reason)
+        elif judged is not None and judged.reason and span.error is None:
+            out[key] = dataclasses.replace(span, reason=judged.reason)
     return [out[k] for k in sorted(out)]
 
 
@@ -156,7 +186,6 @@ def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
     pipeline = ledger.pipeline_for(ticket_id, run_id)
-    flights = ledger.in_flight(ticket_id, run_id)
     damaged: list[tuple[str, int, int]] = []
 
     def records() -> Iterator[tuple[Checkpoint, str]]:
@@ -172,8 +201,8 @@ def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
         ledger.event_index(ticket_id, run_id),
         verdicts=judge(ledger.approvals(ticket_id, run_id)),
         gated=[p.name for p in pipeline.phases if p.requires_approval],
-        abandoned=[(f.phase_ordinal, f.attempt_number) for f in flights.values() if f.abandoned],
         damaged=damaged,  # filled while spans() reads the records, which it does first
+        live=Liveness.here(ledger.clock()),
     )
 
 

@@ -151,12 +151,17 @@ def span_page(page: SpanPage) -> dict[str, Any]:
     }
 
 
+#: How much of a progress event's output a page of events shows (characters); the rest is on its own page.
+OUTPUT_PREVIEW_CHARS = 200
+
+
 def event_page(page: EventPage) -> dict[str, Any]:
-    """A page of one attempt's progress events (each as ``progress show`` prints it), and the cursor."""
+    """A page of one attempt's progress events (each as ``progress show`` prints it, with the first
+    :data:`OUTPUT_PREVIEW_CHARS` characters of its output), and the cursor."""
     return {
         "phase": page.phase,
         "attempt_number": page.attempt_number,
-        "events": [progress_event(e) for e in page.events],
+        "events": [progress_event(e, preview=OUTPUT_PREVIEW_CHARS) for e in page.events],
         "next_after": page.next_after,
     }
 
@@ -222,13 +227,20 @@ def forked(new_run_id: str, from_run_id: str, written_records: Iterable[WriteRes
 
 
 # -- audit records --------------------------------------------------------------------------------
-def progress_event(event: ProgressEvent, *, with_output: bool = False) -> dict[str, Any]:
-    """A progress event; its output text (up to 8 MiB) only on request (hash and length name it)."""
+def progress_event(event: ProgressEvent, *, with_output: bool = False, preview: int | None = None) -> dict[str, Any]:
+    """A progress event; its output text (up to 8 MiB) only on request (hash and length name it).
+
+    ``preview``: also the output's first ``preview`` characters (``output_preview``, None without
+    output) and whether that is all of it (``output_truncated``).
+    """
     d: dict[str, Any] = event.to_json()
     output = d.pop("output", None)
     d["content_hash"] = event.content_hash
     if with_output:
         d["output"] = output
+    if preview is not None:
+        d["output_preview"] = output[:preview] if output is not None else None
+        d["output_truncated"] = output is not None and len(output) > preview
     return d
 
 

@@ -38,14 +38,46 @@ def duration(sec: float | None) -> str:
     return _fmt_duration(sec) if sec is not None else "—"
 
 
+#: Tick steps in seconds, from a millisecond to a week: a step is the smallest that gives at most
+#: ``count`` ticks, and every tick is a whole multiple of it.
+_STEPS = (
+    *(m * 10.0**e for e in (-3, -2, -1) for m in (1, 2, 5)),
+    *(1.0, 2.0, 5.0, 10.0, 15.0, 30.0),
+    *(60.0 * m for m in (1, 2, 5, 10, 15, 30)),
+    *(3600.0 * h for h in (1, 2, 3, 6, 12)),
+    *(86400.0 * d for d in (1, 2, 7)),
+)
+
+
+def _tick_label(t: datetime, step: float, same_day: bool) -> str:
+    """``t`` at the resolution of ``step``: milliseconds below a second, so ticks never repeat."""
+    if step >= 86400:
+        return t.strftime("%m-%d")
+    day = "" if same_day else t.strftime("%m-%d ")
+    if step >= 60:
+        return day + t.strftime("%H:%M")
+    if step >= 1:
+        return day + t.strftime("%H:%M:%S")
+    digits = 1 if step >= 0.1 else 2 if step >= 0.01 else 3
+    return day + t.strftime("%H:%M:%S") + f"{t.microsecond / 1e6:.{digits}f}"[1:]
+
+
 def _ticks(t0: datetime, t1: datetime, x_of: Callable[[datetime], float], count: int = 6) -> list[dict[str, Any]]:
-    span = (t1 - t0).total_seconds()
+    """Ticks at whole multiples of a step between ``t0`` and ``t1``, each label distinct (D88)."""
+    span = max((t1 - t0).total_seconds(), 0.001)
+    step = next((s for s in _STEPS if span / s <= count), _STEPS[-1])
     same_day = t0.date() == t1.date()
-    out = []
-    for i in range(count):
-        t = t0 + timedelta(seconds=span * i / (count - 1))
-        label = t.strftime("%H:%M:%S") if same_day else t.strftime("%m-%d %H:%M")
-        out.append({"x": round(x_of(t), 1), "label": label})
+    epoch = datetime(1970, 1, 1, tzinfo=t0.tzinfo)
+    micro = round(step * 1_000_000)
+    first = -(-int((t0 - epoch) / timedelta(microseconds=1)) // micro) * micro  # the first multiple >= t0
+    out: list[dict[str, Any]] = []
+    at = first
+    while len(out) <= count:
+        t = epoch + timedelta(microseconds=at)
+        if t > t1:
+            break
+        out.append({"x": round(x_of(t), 1), "label": _tick_label(t, step, same_day)})
+        at += micro
     return out
 
 

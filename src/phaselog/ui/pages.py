@@ -205,6 +205,21 @@ def events_json(ui: UI, request: Request) -> Response:
     return JSONResponse(views.event_page(page))
 
 
+def event_output(ui: UI, request: Request) -> Response:
+    """The whole output text of one progress event (``Ledger.progress_event``), escaped, as it was recorded."""
+    ticket_id, run_id = _params(request)
+    phase, attempt, seq = request.path_params["phase"], request.path_params["attempt"], request.path_params["seq"]
+    event = ui.ledger.progress_event(ticket_id, run_id, phase, attempt, seq)
+    return ui.render(
+        request,
+        "output.html",
+        ticket_id=ticket_id,
+        run_id=run_id,
+        event=views.progress_event(event, with_output=True),
+        title=f"{event.phase} attempt {event.attempt_number} · event {event.seq} · output",
+    )
+
+
 def _default_pair(run_id: str, spans: Sequence[Any]) -> tuple[str, str]:
     """The diff picker's preselection: the two newest attempts of the phase that has more than one."""
     by_phase: dict[str, list[int]] = {}

@@ -56,6 +56,11 @@ def events_json(ticket_id: str, run_id: str, phase: str, attempt: int, **params:
     return with_query(f"{checkpoint(ticket_id, run_id, phase, attempt)}/events.json", **params)
 
 
+def event_output(ticket_id: str, run_id: str, phase: str, attempt: int, seq: int) -> str:
+    """The whole output text of one progress event, on a page of its own."""
+    return f"{checkpoint(ticket_id, run_id, phase, attempt)}/events/{int(seq)}/output"
+
+
 def explain(ticket_id: str, run_id: str) -> str:
     """Why the run stands where it stands (the library's ``explain``)."""
     return f"{run(ticket_id, run_id)}/explain"
