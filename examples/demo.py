@@ -47,7 +47,12 @@ def agent() -> subprocess.Popen[str]:
     args = ["--ticket-id", TICKET, "--run-id", RUN, "--workdir", str(ROOT / "work"), "--seconds", "1.0"]
     print(f"$ python examples/ticket_agent.py {shlex.join(args)}", flush=True)
     return subprocess.Popen(
-        [sys.executable, str(HERE / "ticket_agent.py"), *args], env=ENV, stdout=subprocess.PIPE, text=True
+        # stderr too: the runner's own lines (skip, run, done …) go there, in order with the agent's
+        [sys.executable, str(HERE / "ticket_agent.py"), *args],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -82,7 +87,7 @@ def main() -> int:
     phaselog("status", *ids, "--format", "table")
     phaselog("explain", *ids, "--workdir", str(ROOT / "work"), "--format", "table")
 
-    banner("3. run it again: phases 1-2 are skipped, phase 3 restarts from its last step")
+    banner("3. run it again: phases 1-2 are skipped, phase 3 resumes after its last step done")
     proc = agent()
     assert proc.stdout is not None
     for line in proc.stdout:

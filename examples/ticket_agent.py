@@ -27,12 +27,11 @@ def sha(text: str) -> str:
 
 def work(ctx: Any, what: str) -> str:
     """Pretend to work, visibly: a progress event per step, restarting where an attempt stopped."""
-    first = ctx.resume_from_step or 1
-    if ctx.resume_from_step:
-        print(f"    attempt {ctx.attempt} restarts {ctx.phase} from step {first}", flush=True)
-    for i in range(first, STEPS + 1):
-        ctx.step(i, output=f"{what}: step {i} of {STEPS}\n", tokens=250 * i)
+    if ctx.resume_after:
+        print(f"    attempt {ctx.attempt} resumes {ctx.phase} after step {ctx.resume_after}", flush=True)
+    for i in range(ctx.resume_after + 1, STEPS + 1):  # the steps an interrupted attempt finished are done
         time.sleep(SECONDS / STEPS)
+        ctx.step_done(i, output=f"{what}: step {i} of {STEPS}\n", tokens=250 * i)
         print(f"    … {what} ({i}/{STEPS})", flush=True)
     artifact = f"{ctx.phase}.log"
     (ctx.workdir / artifact).write_text(f"{ctx.phase} done at {datetime.now(UTC).isoformat()}\n")
@@ -92,9 +91,8 @@ def main() -> int:
     args = ap.parse_args()
     SECONDS = args.seconds
     try:
-        result = pipe.run(
-            args.ticket_id, args.run_id, workdir=args.workdir, echo=lambda line: print(f"  runner: {line}", flush=True)
-        )
+        # The runner's lines (skip, run, done, retry, failed, waiting) go to stderr; quiet=True hides them.
+        result = pipe.run(args.ticket_id, args.run_id, workdir=args.workdir)
     except phaselog.RunHeld as exc:
         print(f"  {exc}", file=sys.stderr)
         return 75

@@ -323,13 +323,13 @@ def test_status_and_resume_of_an_attempt_in_progress(root: Path) -> None:
     assert ph["in_flight"]["abandoned"] is False
     here = ok(root, "resume", "--ticket-id", T, "--run-id", R, "--skip-to", "implement")
     assert here["allowed"] is True
-    assert here["in_progress"]["resume_from_step"] == 4
+    assert here["in_progress"]["resume_after"] == 4
     res = cli(root, "resume", "--ticket-id", T, "--run-id", R, "--skip-to", "create_pr")
     assert res.rc == 1
     blocker = res.json["blockers"][0]
     assert blocker["phase"] == "implement"
     assert blocker["state"] == "in_progress"
-    assert "restart it from step 4" in blocker["reason"]
+    assert "resume it after step 4, the last step recorded done" in blocker["reason"]
 
 
 def test_abandoned_when_the_recorded_process_is_gone(root: Path) -> None:

@@ -31,8 +31,9 @@ def old_skip_blockers(st_: RunStatus, ordinal: int, check: dict[str, Blocker | N
             }.get(ps.state, ps.reason or ps.state)
             if ps.in_flight is not None:
                 reason = (
-                    f"attempt {ps.in_flight['attempt_number']} is in progress; restart it from step "
-                    f"{ps.in_flight['resume_from_step']}" + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
+                    f"attempt {ps.in_flight['attempt_number']} is in progress; resume it after step "
+                    f"{ps.in_flight['resume_after']}, the last step recorded done"
+                    + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
                 )
             blockers.append(Blocker(ps.phase, ps.state, reason))
             continue
@@ -67,7 +68,7 @@ def run_states(draw: Any) -> tuple[RunStatus, dict[str, Blocker | None]]:
         flight = draw(
             st.none()
             | st.fixed_dictionaries(
-                {"attempt_number": st.integers(1, 9), "resume_from_step": st.integers(0, 9), "abandoned": st.booleans()}
+                {"attempt_number": st.integers(1, 9), "resume_after": st.integers(0, 9), "abandoned": st.booleans()}
             )
         )
         phases.append(

@@ -37,7 +37,9 @@ def test_demo_kills_the_ticket_agent_in_phase_3_and_the_rerun_skips_phases_1_and
     assert "skip implement" in second
     assert "skip local_review" in second
     assert "▶ phase 3 create_pr (attempt 2)" in second
-    assert "attempt 2 restarts create_pr from step 2" in second
+    assert "attempt 2 resumes create_pr after step 2" in second  # steps 1-2 were done: not redone
+    assert "open the pull request (1/5)" not in second
+    assert "open the pull request (3/5)" in second
     assert "pipeline finished" in second
     assert "verified" in out
     assert ": ok" in out

@@ -301,18 +301,19 @@ def test_in_progress_after_a_failed_attempt(led: phaselog.Ledger) -> None:
     assert ps.latest_attempt == 2
 
 
-def test_resume_says_which_step_to_restart_from(led: phaselog.Ledger) -> None:
+def test_resume_says_which_step_to_resume_after(led: phaselog.Ledger) -> None:
     led.progress(T, R, "implement", "start")
     led.progress(T, R, "implement", "step", step=4, tokens=10)
     here = led.can_skip_to(T, R, "implement").to_json()
     assert here["allowed"] is True  # nothing before implement
-    assert here["in_progress"]["resume_from_step"] == 4
+    assert here["in_progress"]["resume_after"] == 4  # step 4 is done: resume after it
+    assert here["in_progress"]["resume_from_step"] == 4  # the old name of the same number
     assert here["in_progress"]["attempt_number"] == 1
     later = led.can_skip_to(T, R, "create_pr")
     assert not later.allowed
     blocker = later.blockers[0]
     assert (blocker.phase, blocker.state) == ("implement", "in_progress")
-    assert "restart it from step 4" in blocker.reason
+    assert "resume it after step 4, the last step recorded done" in blocker.reason
 
 
 # -- abandoned -------------------------------------------------------------------------------------
@@ -330,7 +331,7 @@ def test_abandoned_when_last_event_is_older_than_the_limit(led: phaselog.Ledger,
     assert ps.reason is not None
     assert ps.reason.startswith("abandoned")
     blocker = led.can_skip_to(T, R, "local_review").blockers[0]
-    assert "restart it from step 2" in blocker.reason
+    assert "resume it after step 2" in blocker.reason
     assert "abandoned" in blocker.reason
 
 

@@ -263,14 +263,14 @@ def test_gate_stops_waits_for_approval_and_a_rejection_redoes_the_phase(ledger: 
     assert seen.count("draft") == 1
 
 
-def test_resume_from_step_comes_from_the_abandoned_attempt(ledger: Ledger, tmp_path: Path) -> None:
+def test_resume_after_comes_from_the_abandoned_attempt(ledger: Ledger, tmp_path: Path) -> None:
     pipe = phaselog.pipeline("steps", phases=["work"])
     got: list[Any] = []
 
     @pipe.phase("work")
     def work(ctx: Any) -> Any:
-        got.append((ctx.attempt, ctx.resume_from_step))
-        ctx.step(4, output="done")
+        got.append((ctx.attempt, ctx.resume_after))
+        ctx.step_done(4, output="done")
         return {}
 
     pl = pipe.pipeline

@@ -86,7 +86,9 @@ class Flight:
             "events": self.events,
             "last_event": self.last.event,
             "last_step": self.last.step,
-            "resume_from_step": self.last.step,
+            # The last step recorded (a step event says that step is done): resume after it.
+            "resume_after": self.last.step,
+            "resume_from_step": self.last.step,  # the old name of the same number
             "elapsed_sec": self.last.elapsed_sec,
             "tokens": self.last.tokens,
             "last_event_at": self.last.to_json()["timestamp"],

@@ -67,12 +67,21 @@ def blockers_before(
     return blockers
 
 
+def resume_advice(flight: dict[str, Any]) -> str:
+    """Where an attempt in flight resumes: after the last step recorded done (a step event says so)."""
+    done = flight.get("resume_after")
+    return (
+        "start it over (no step recorded done)"
+        if done is None
+        else f"resume it after step {done}, the last step recorded done"
+    )
+
+
 def _skip_reason(ps: PhaseState) -> str | None:
     """Why an unfinished phase blocks a skip past it (None: its own reason)."""
     if ps.in_flight is not None:
-        return (
-            f"attempt {ps.in_flight['attempt_number']} is in progress; restart it from step "
-            f"{ps.in_flight['resume_from_step']}" + (f" ({ps.reason})" if ps.in_flight.get("abandoned") else "")
+        return f"attempt {ps.in_flight['attempt_number']} is in progress; {resume_advice(ps.in_flight)}" + (
+            f" ({ps.reason})" if ps.in_flight.get("abandoned") else ""
         )
     if ps.state == "pending":
         return "no checkpoint yet"

@@ -80,17 +80,9 @@ def run(
     from phaselog.errors import Fenced, PhaseFailed, RunInterrupted
 
     pipe = _runner(call, ticket_id, run_id)
-    echo = None if quiet else (lambda text: print(f"phaselog run: {text}", file=sys.stderr, flush=True))
     try:
         result = pipe.run(
-            ticket_id,
-            run_id,
-            store=call.ledger,
-            workdir=workdir,
-            wait=wait,
-            log_dir=log_dir,
-            echo=echo,
-            shell_output=None if quiet else sys.stderr.buffer,
+            ticket_id, run_id, store=call.ledger, workdir=workdir, wait=wait, log_dir=log_dir, quiet=quiet
         )
     except (PhaseFailed, RunInterrupted) as exc:
         result = exc.result  # recorded; the result says what happened

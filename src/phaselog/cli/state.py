@@ -70,11 +70,10 @@ def _skip_table(d: dict[str, Any]) -> str:
     ]
     flight = d.get("in_progress")
     if flight:
+        from phaselog.runstate import resume_advice  # the reason text a blocker gives, in one place
+
         note = f" ({flight['abandoned_reason']})" if flight.get("abandoned") else ""
-        out.append(
-            f"{d['skip_to']} attempt {flight['attempt_number']} is in progress{note}: "
-            f"restart from step {flight['resume_from_step']}"
-        )
+        out.append(f"{d['skip_to']} attempt {flight['attempt_number']} is in progress{note}: {resume_advice(flight)}")
     return lines(*out)
 
 

@@ -2,22 +2,27 @@
 
 @pipe.phase("extract")
 def extract(ctx):
-    ctx.logger.info("attempt %s of %s", ctx.attempt, ctx.phase)
+    ctx.logger.info("attempt %s of %s", ctx.attempt, ctx.phase)   # the attempt's log and the console
     rows = ctx.payload("fetch")["rows"]          # an earlier phase's payload
-    for i in range(ctx.resume_from_step or 1, 4):
+    for i in range(ctx.resume_after + 1, 4):     # after the last step an interrupted attempt finished
         ...
-        ctx.step(i, output=f"chunk {i} done")     # a progress event (and a heartbeat)
+        ctx.step_done(i, output=f"chunk {i} done")   # step i is done (a progress event, and a heartbeat)
     return {"rows": rows}, ["out/rows.parquet"]
+
+``ctx.step(n)`` and ``ctx.resume_from_step`` are the old names of ``step_done`` and ``resume_after``
+(the same record, the same number; DeprecationWarning): they read as "step n starts" and "start at
+step n", while the number is the last step recorded, i.e. done.
 """
 
 from __future__ import annotations
 
-import logging
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import NotFound, UsageError
+from phaselog.runner.console import phase_logger
 
 if TYPE_CHECKING:
     from phaselog.ledger import Ledger
@@ -51,11 +56,14 @@ class PhaseContext:
         self.attempt = attempt
         #: The runner's working directory: artifact paths are relative to it.
         self.workdir = workdir
-        #: The last step an earlier, interrupted attempt of this phase reported (None: start over).
-        self.resume_from_step = resume_from_step
+        #: The last step an earlier, interrupted attempt of this phase recorded as done with
+        #: ``step_done`` (0: none, start at the beginning): resume after it.
+        self.resume_after: int = resume_from_step or 0
+        self._last_step = resume_from_step
         #: The comment of the rejection that sent this phase back (None: not rejected).
         self.rejection = rejection
-        self.logger = logging.getLogger(f"phaselog.runner.{phase}")
+        #: Writes to the attempt's log and the run's console (see runner/console.py).
+        self.logger = phase_logger(phase)
         self._payloads = payloads
         self._heartbeat = heartbeat
         self._lease = lease
@@ -89,7 +97,35 @@ class PhaseContext:
         self._payloads[phase] = payload
         return payload
 
+    @property
+    def resume_from_step(self) -> int | None:
+        """Deprecated: ``resume_after`` (the last step recorded done; None here when there is none)."""
+        warnings.warn(
+            "ctx.resume_from_step is deprecated: use ctx.resume_after, the last step recorded done "
+            "(resume with step ctx.resume_after + 1)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._last_step
+
+    def step_done(self, step: int, *, output: str | bytes | None = None, tokens: int | None = None) -> None:
+        """Record that step ``step`` (1, 2, …) of this attempt is done: a progress event, and a renewal of
+        the run's lease. An attempt interrupted after it resumes with ``resume_after == step``."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise UsageError(f"ctx.step_done(step): step must be an integer ≥ 1, got {step!r}", field="step")
+        self._record(step, output, tokens)
+
     def step(self, step: int, *, output: str | bytes | None = None, tokens: int | None = None) -> None:
+        """Deprecated: ``step_done`` (the same record: step ``step`` is done)."""
+        warnings.warn(
+            "ctx.step(n) is deprecated: use ctx.step_done(n) once step n is done (an interrupted attempt "
+            "resumes after it, at ctx.resume_after + 1)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self._record(step, output, tokens)
+
+    def _record(self, step: int, output: str | bytes | None, tokens: int | None) -> None:
         """Record a progress event (step N of this attempt); also renews the run's lease."""
         if self._heartbeat.fenced is not None:
             raise self._heartbeat.fenced

@@ -29,6 +29,7 @@ from phaselog.runner.result import RunResult
 
 if TYPE_CHECKING:
     from phaselog.ledger import Ledger
+    from phaselog.runner.console import Console
 
 
 def pipeline(
@@ -151,22 +152,28 @@ class PipelineRunner:
                 out[ph.name] = shell_fingerprint(ph)
         return out
 
-    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, output: IO[bytes] | None) -> Any:
+    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, out: Console) -> Any:
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
             from phaselog.runner.calls import resolve_call
+            from phaselog.runner.console import attempt_log, logging_to
             from phaselog.runner.python_phase import run_python
 
             fn = bound.fn if bound is not None else resolve_call(ph)
 
             def python_phase(phase: Phase, ctx: Any) -> Success | Failure:
-                return run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
+                log = attempt_log(ctx, phase.ordinal, log_dir)
+                with logging_to(ctx.logger, log, out, f"{phase.name} attempt {ctx.attempt}"):
+                    outcome = run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
+                if isinstance(outcome, Failure) and log.exists():
+                    outcome.detail.setdefault("log", str(log))  # what ctx.logger wrote, as for a shell phase
+                return outcome
 
             return python_phase
         if ph.execution.run is not None:
             from phaselog.runner.shell import ShellPhase
 
-            return ShellPhase(log_dir=log_dir, store_url=store_url, tee=output)
+            return ShellPhase(log_dir=log_dir, store_url=store_url, tee=out.shell)
         raise UsageError(
             f"phase {ph.name} of pipeline {self.base.name} has nothing to run: decorate a function with "
             f"@pipe.phase({ph.name!r}), or give the phase a run: command or a call: function in the manifest",
@@ -186,6 +193,7 @@ class PipelineRunner:
         start_event_after: float | None = None,
         handle_signals: bool = True,
         log_dir: str | os.PathLike[str] | None = None,
+        quiet: bool = False,
         echo: Callable[[str], None] | None = None,
         shell_output: IO[bytes] | None = None,
         before_phase: Callable[[str], None] | None = None,
@@ -196,9 +204,12 @@ class PipelineRunner:
         ``run_id``: the run to start or resume (default: a new one). ``store``: a Ledger, a
         Store, a URL or path (default: ``PHASELOG_STORE``, else the files store). ``workdir``:
         where artifacts are (default: the current folder). ``wait``: wait for a runner holding
-        the run (True, or seconds) instead of raising RunHeld. ``echo``: called with a line per
-        step of the run (skips, attempts, retries). ``shell_output``: where shell phases' output
-        is echoed as it comes (it always goes to their log). ``before_phase``: called with a
+        the run (True, or seconds) instead of raising RunHeld. The run prints what ``phaselog run``
+        prints on stderr — a line per phase skipped, started, completed, failed, retried or
+        waiting, and what ``ctx.logger`` logs (which also goes to the attempt's log) — unless
+        ``quiet=True``. ``echo``: a callable that gets those lines instead of stderr (then
+        ``quiet`` does not matter). ``shell_output``: where shell phases' output is echoed as it
+        comes (default: stderr when the lines go there; it always goes to their log). ``before_phase``: called with a
         phase's name before it runs (a worker notes it, and may raise to stop between phases);
         ``signals``: a SignalGuard of the caller's (a worker finishing the phase on SIGTERM).
 
@@ -210,6 +221,7 @@ class PipelineRunner:
         import uuid
 
         from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
+        from phaselog.runner.console import console
         from phaselog.runner.engine import Engine, default_workdir
         from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
 
@@ -220,9 +232,8 @@ class PipelineRunner:
             folder = default_workdir(workdir)
             logs = Path(log_dir).absolute() if log_dir is not None else None
             url = ledger.store.url
-            executors = {
-                ph.name: self._executor_for(ph, log_dir=logs, store_url=url, output=shell_output) for ph in pl.phases
-            }
+            out = console(echo=echo, quiet=quiet, shell_output=shell_output)
+            executors = {ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out) for ph in pl.phases}
             engine = Engine(
                 ledger=ledger,
                 pipeline=pl,
@@ -236,7 +247,7 @@ class PipelineRunner:
                 ttl=ttl,
                 start_event_after=DEFAULT_START_EVENT_AFTER if start_event_after is None else start_event_after,
                 handle_signals=handle_signals,
-                echo=echo,
+                echo=out.say,
                 before_phase=before_phase,
                 signals=signals,
             )

@@ -1,7 +1,7 @@
 """Shell phases: a manifest phase's ``run:`` command, run by ``sh -c`` in the working directory.
 
 The command gets ``PHASELOG_TICKET_ID``, ``PHASELOG_RUN_ID``, ``PHASELOG_PHASE``,
-``PHASELOG_ATTEMPT``, ``PHASELOG_RESUME_FROM_STEP``, ``PHASELOG_PAYLOAD`` (a file to write its
+``PHASELOG_ATTEMPT``, ``PHASELOG_RESUME_AFTER`` (the last step done), ``PHASELOG_PAYLOAD`` (a file to write its
 JSON payload to; else the last JSON object line of its stdout is the payload), ``PHASELOG_INPUTS``
 (a file with the earlier phases' payloads), and what ``phaselog step N`` needs to record progress
 (``PHASELOG_STORE``, ``PHASELOG_PIPELINE_FILE``, ``PHASELOG_LEASE_TOKEN``). Its stdout and stderr
@@ -32,9 +32,9 @@ from typing import IO, Any
 
 from phaselog.errors import NotFound
 from phaselog.pipelines import Phase, manifest_dict
+from phaselog.runner.console import attempt_log
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
-from phaselog.stores.base import local_root
 
 KILL_GRACE_S = 5.0
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
@@ -68,15 +68,6 @@ def _die_with(parent: int) -> Any:
     return child
 
 
-def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: Path | None) -> Path:
-    """Where a run's shell logs go: ``log_dir``, else ``<files root>/logs``, else ``<workdir>/.phaselog/logs``."""
-    base = log_dir
-    if base is None:
-        root = local_root(store)
-        base = Path(root) / "logs" if root is not None else workdir / ".phaselog" / "logs"
-    return base / ticket_id / run_id
-
-
 class ShellPhase:
     """Runs one attempt of a shell phase (callable as an executor)."""
 
@@ -88,9 +79,8 @@ class ShellPhase:
     def __call__(self, phase: Phase, ctx: Any) -> Success | Failure:
         ex = phase.execution
         assert ex.run is not None
-        folder = log_folder(ctx.store, ctx.workdir, ctx.ticket_id, ctx.run_id, self.log_dir)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        log_path = folder / f"{phase.ordinal}_{phase.name}_a{ctx.attempt}.log"
+        log_path = attempt_log(ctx, phase.ordinal, self.log_dir)
+        log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         scratch = Path(tempfile.mkdtemp(prefix="phaselog-phase-"))
         try:
             env = self._env(phase, ctx, scratch)
@@ -114,7 +104,8 @@ class ShellPhase:
                 "PHASELOG_RUN_ID": ctx.run_id,
                 "PHASELOG_PHASE": phase.name,
                 "PHASELOG_ATTEMPT": str(ctx.attempt),
-                "PHASELOG_RESUME_FROM_STEP": "" if ctx.resume_from_step is None else str(ctx.resume_from_step),
+                "PHASELOG_RESUME_AFTER": str(ctx.resume_after),
+                "PHASELOG_RESUME_FROM_STEP": str(ctx.resume_after) if ctx.resume_after else "",  # the old name
                 "PHASELOG_PAYLOAD": str(scratch / "payload.json"),
                 "PHASELOG_INPUTS": str(scratch / "inputs.json"),
                 "PHASELOG_PIPELINE_FILE": str(scratch / "pipeline.json"),

@@ -1,0 +1,135 @@
+"""What a run says while it runs, and where an attempt's log is.
+
+One renderer for ``phaselog run`` and ``pipe.run``: a line per phase skipped, started, completed,
+failed, retried or waiting for approval (the engine's ``echo`` lines), on stderr by default,
+prefixed ``phaselog run:``; ``quiet=True`` silences it, ``echo=`` sends the lines elsewhere (a
+worker prefixes them with its run). A shell phase's output goes to the same stderr as it comes.
+
+``ctx.logger`` of a Python phase writes to the attempt's log — the file a shell phase's output
+goes to, ``<files root>/logs/<ticket>/<run>/<N>_<phase>_a<k>.log`` (``<workdir>/.phaselog/logs/…``
+on SQL stores, ``log_dir`` when given) — created on the first record, and to the console.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from phaselog.stores.base import local_root
+
+PREFIX = "phaselog run: "
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+
+
+def to_stderr(text: str) -> None:
+    """Print one of the run's lines on (the current) stderr."""
+    print(f"{PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+def _stderr_bytes() -> IO[bytes] | None:
+    return getattr(sys.stderr, "buffer", None)
+
+
+@dataclass(frozen=True)
+class Console:
+    """Where a run's lines (``say``) and its shell phases' output (``shell``) go; None: nowhere."""
+
+    line: Callable[[str], None] | None
+    shell: IO[bytes] | None
+
+    def say(self, text: str) -> None:
+        """One line of the run (the engine's ``echo``)."""
+        if self.line is not None:
+            self.line(text)
+
+
+def console(
+    *, echo: Callable[[str], None] | None = None, quiet: bool = False, shell_output: IO[bytes] | None = None
+) -> Console:
+    """The run's console: lines to ``echo`` if given, else to stderr unless ``quiet``; shell output
+    to ``shell_output`` if given, else to stderr when the lines go there."""
+    if echo is not None:
+        return Console(echo, shell_output)
+    if quiet:
+        return Console(None, shell_output)
+    return Console(to_stderr, shell_output if shell_output is not None else _stderr_bytes())
+
+
+# -- the attempt's log ---------------------------------------------------------------------------
+def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: Path | None) -> Path:
+    """Where a run's logs go: ``log_dir``, else ``<files root>/logs``, else ``<workdir>/.phaselog/logs``."""
+    base = log_dir
+    if base is None:
+        root = local_root(store)
+        base = Path(root) / "logs" if root is not None else workdir / ".phaselog" / "logs"
+    return base / ticket_id / run_id
+
+
+def attempt_log(ctx: Any, ordinal: int, log_dir: Path | None) -> Path:
+    """The log of attempt ``ctx.attempt`` of phase ``ctx.phase`` (shell output, ``ctx.logger``)."""
+    folder = log_folder(ctx.store, ctx.workdir, ctx.ticket_id, ctx.run_id, log_dir)
+    return folder / f"{ordinal}_{ctx.phase}_a{ctx.attempt}.log"
+
+
+class _AttemptLog(logging.FileHandler):
+    """Appends to the attempt's log, made (folder 0700, file 0600) on the first record only."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+
+    def _open(self) -> Any:
+        path = Path(self.baseFilename)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        return super()._open()
+
+
+class _ToConsole(logging.Handler):
+    def __init__(self, say: Callable[[str], None], where: str) -> None:
+        super().__init__()
+        self.say = say
+        self.where = where
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = "" if record.levelno == logging.INFO else f"{record.levelname}: "
+            self.say(f"log {self.where}: {level}{record.getMessage()}")
+        except Exception:  # a handler never breaks the phase
+            self.handleError(record)
+
+
+def phase_logger(phase: str) -> logging.Logger:
+    """``ctx.logger``: a logger of this attempt alone, named ``phaselog.runner.<phase>``; its records
+    also reach the handlers an application configured on that name (or its parents)."""
+    parent = logging.getLogger(f"phaselog.runner.{phase}")
+    own = logging.Logger(parent.name)
+    own.parent = parent
+    own.setLevel(min(logging.INFO, parent.getEffectiveLevel()))
+    return own
+
+
+@contextlib.contextmanager
+def logging_to(logger: logging.Logger, path: Path, out: Console, where: str) -> Iterator[None]:
+    """While the attempt runs, ``logger`` writes to its log at ``path`` and to the console."""
+    log = _AttemptLog(path)
+    stamp = logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%SZ")
+    stamp.converter = time.gmtime
+    log.setFormatter(stamp)
+    handlers: list[logging.Handler] = [log]
+    if out.line is not None:
+        handlers.append(_ToConsole(out.say, where))
+    for h in handlers:
+        logger.addHandler(h)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            logger.removeHandler(h)
+            h.close()
