@@ -104,6 +104,37 @@ class SkipDecision:
         }
 
 
+def artifacts_folder(root: str | os.PathLike[str], field: str = "workdir") -> str:
+    """``root`` as a folder artifacts are checked in; UsageError naming ``field`` if it is not one."""
+    path = os.fspath(root)
+    if not os.path.isdir(path):
+        raise UsageError(f"{field}: {path} is not a folder; artifacts are checked in a folder", field=field)
+    return path
+
+
+def artifact_drift(records: Sequence[Checkpoint], root: str | os.PathLike[str]) -> dict[str, str]:
+    """Content hash → why its artifacts no longer match, for each phase's newest record when it is
+    a completed checkpoint that recorded artifact hashes (the only ones a run's state rests on).
+
+    No store read: the records come from the run's snapshot; the files are hashed under ``root``
+    (remembered by stat signature, :mod:`phaselog.artifacts`; D90).
+    """
+    from phaselog.artifacts import drift
+
+    newest: dict[str, Checkpoint] = {}
+    for cp in records:
+        if cp.phase not in newest or cp.attempt_number > newest[cp.phase].attempt_number:
+            newest[cp.phase] = cp
+    folder = artifacts_folder(root)
+    out: dict[str, str] = {}
+    for cp in newest.values():
+        if cp.completed and cp.artifact_hashes:
+            why = drift(folder, cp.artifact_hashes)
+            if why is not None:
+                out[cp.content_hash] = f"attempt {cp.attempt_number}'s artifacts are not what it recorded: {why}"
+    return out
+
+
 class RunStates:
     """Derive run states from one store; ``reads`` checks the checkpoints a skip relies on."""
 
@@ -113,18 +144,33 @@ class RunStates:
         self.pipelines = pipelines
         self.reads = reads
 
-    def status(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> RunStatus:
-        """Derive the state of every phase of a run, and the next phase (one store call)."""
+    def status(
+        self,
+        ticket_id: str,
+        run_id: str,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> RunStatus:
+        """Derive the state of every phase of a run, and the next phase (one store call).
+
+        ``artifacts_root``: the folder the run's artifacts live in (the runner's workdir); a
+        completed phase whose recorded artifacts no longer match the files there is ``stale``
+        (D89). None: artifacts are not looked at.
+        """
         ticket_id = validate_ticket_id(ticket_id)
         given = given_run_name(run_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
-        return self._status(snap, given, self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap))
+        pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
+        return self._status(snap, given, pl, artifacts_root)
 
-    def _status(self, snap: RunSnapshot, given: str | None, pl: Pipeline) -> RunStatus:
+    def _status(
+        self, snap: RunSnapshot, given: str | None, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None = None
+    ) -> RunStatus:
         """``status`` from a snapshot: ``given`` is the run id as the caller wrote it (None: a UUID)."""
         ticket_id, run_id = snap.ticket_id, snap.run_id
-        st = self.status_from(snap, pl)
+        st = self.status_from(snap, pl, artifacts_root=artifacts_root)
         if st.run_name is None and given is not None:
             st = dataclasses.replace(st, run_name=given)  # the name the caller used names this run
         if snap.empty and not snap.approvals:
@@ -133,8 +179,10 @@ class RunStates:
                 st = dataclasses.replace(st, recorded=False, known_runs=tuple(known))
         return st
 
-    def status_from(self, snap: RunSnapshot, pl: Pipeline) -> RunStatus:
-        """The state of a run as a snapshot shows it."""
+    def status_from(
+        self, snap: RunSnapshot, pl: Pipeline, *, artifacts_root: str | os.PathLike[str] | None = None
+    ) -> RunStatus:
+        """The state of a run as a snapshot shows it (and, given ``artifacts_root``, the files there)."""
         damaged = snap.damaged()
         records = [s.record for s in snap.stored()]
         flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
@@ -150,6 +198,7 @@ class RunStates:
             flights=flying,
             counts=counts,
             inputs={name: r.to_json() for name, r in open_requests(self.store, snap, pl).items()},
+            artifacts=artifact_drift(records, artifacts_root) if artifacts_root is not None else None,
         )
         if damaged:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)

@@ -6,7 +6,8 @@ For each phase in pipeline order the latest attempt decides:
 * ``failed``    the latest attempt failed;
 * ``stale``     the latest attempt completed, but an earlier phase has since completed a newer
   attempt than the one this phase was built on (its ``basis``; for seed-tool checkpoints,
-  which have no basis, an earlier phase completed after this one);
+  which have no basis, an earlier phase completed after this one), or its artifacts no longer
+  match the SHA-256 it recorded (``artifacts``: judged by the caller under a folder, D89);
 * ``in_progress`` an attempt newer than any checkpoint has progress events (``abandoned``
   flags one whose process is gone or whose last event is too old);
 * ``rejected``  the phase is gated and a person rejected its latest checkpoint;
@@ -187,6 +188,7 @@ def derive_status(
     flights: Mapping[str, Mapping[str, Any]] | None = None,
     counts: Mapping[str, int] | None = None,
     inputs: Mapping[str, Mapping[str, Any]] | None = None,
+    artifacts: Mapping[str, str] | None = None,
 ) -> RunStatus:
     """Derive a run's state from its records (any order).
 
@@ -195,6 +197,8 @@ def derive_status(
     summary (``attempt_number``, ``abandoned`` …). ``counts``: phase → committed attempts, when
     ``records`` holds only the attempts the state depends on (a run snapshot), not all of them.
     ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
+    ``artifacts``: checkpoint content hash → why its artifacts no longer match what it recorded
+    (:func:`phaselog.artifacts.drift`); such a completed checkpoint is ``stale``.
     """
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
@@ -231,6 +235,7 @@ def derive_status(
             (flights or {}).get(p.name),
             (counts or {}).get(p.name),
             (inputs or {}).get(p.name),
+            artifacts or {},
         )
         for p in pipeline.phases
     ]
@@ -247,6 +252,7 @@ def _phase_state(
     flight: Mapping[str, Any] | None,
     count: int | None = None,
     asked: Mapping[str, Any] | None = None,
+    artifacts: Mapping[str, str] | None = None,
 ) -> PhaseState:
     common: dict[str, Any] = {
         "phase": phase.name,
@@ -301,7 +307,9 @@ def _phase_state(
             reason=latest.error,
             **common,
         )
-    reason = stale_reason(latest, pipeline.earlier(phase), latest_completed)
+    reason = stale_reason(latest, pipeline.earlier(phase), latest_completed) or (artifacts or {}).get(
+        latest.content_hash
+    )
     judged = judgements.get(latest.content_hash) if phase.requires_approval else None
     state = COMPLETED
     if reason:
