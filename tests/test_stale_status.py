@@ -181,3 +181,22 @@ def test_a_remembered_digest_never_hides_a_change(ledger: Ledger, tmp_path: Path
     st = ledger.status("M-1", "r", pipeline=pipe.pipeline, artifacts_root=tmp_path)
     assert st.phase("extract").state == "stale"
     assert "'rows.csv' changed" in str(st.phase("extract").reason)
+
+
+def test_the_dashboard_shows_the_state_status_shows(setup: tuple[Path, dict[str, str], tuple[str, ...]]) -> None:
+    from ui_data import Http, Server
+
+    work, env, base = setup
+    (work / "rows.txt").write_text("edited by hand\n")
+    st = _status(work, env, base)
+    url = base[base.index("--store") + 1]
+    srv = Server(url, "--artifacts-root", str(work))
+    try:
+        code, _, body = Http(srv.base).request("GET", f"/tickets/T-1/runs/{st['run_id']}/overview.json")
+    finally:
+        srv.stop()
+    assert code == 200, body
+    shown = json.loads(body)["status"]
+    assert shown["next_phase"] == st["next_phase"] == "fetch"
+    assert shown["phases"][0]["state"] == "stale"
+    assert shown["phases"][0]["reason"] == st["phases"][0]["reason"]
