@@ -17,15 +17,15 @@ from typing import Any
 
 from phaselog.entries import Approval, parse_entries
 from phaselog.errors import Corrupt, NotFound, UsageError
-from phaselog.gates import judge, read_approvals
+from phaselog.gates import judge
 from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.inputs import open_requests
 from phaselog.pipelines import Pipeline
 from phaselog.progress import flights
 from phaselog.reads import Reads
-from phaselog.records import Checkpoint
+from phaselog.records import Checkpoint, format_timestamp
 from phaselog.resolve import PipelineArg, PipelineResolver
-from phaselog.state import COMPLETED, PhaseState, RunStatus, derive_status
+from phaselog.state import APPROVED, COMPLETED, PhaseState, RunStatus, derive_status
 from phaselog.stores import Store, Stored
 from phaselog.stores.snapshot import RunSnapshot
 
@@ -188,13 +188,15 @@ class RunStates:
         flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
         counts = snap.counts()
         verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
+        judgements, origins = self._inherited(verdicts, records)
         st = derive_status(
             pl,
             records,
             ticket_id=snap.ticket_id,
             run_id=snap.run_id,
             damaged=[(d.phase, d.attempt_number) for d in damaged],
-            judgements=self._inherited(verdicts, records),
+            judgements=judgements,
+            approval_sources=origins,
             flights=flying,
             counts=counts,
             inputs={name: r.to_json() for name, r in open_requests(self.store, snap, pl).items()},
@@ -205,9 +207,14 @@ class RunStates:
             st = dataclasses.replace(st, warnings=st.warnings + extra)
         return st
 
-    def _inherited(self, verdicts: dict[str, str], records: Sequence[Checkpoint]) -> dict[str, str]:
-        """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals."""
-        sources: dict[str, dict[str, str]] = {}
+    def _inherited(
+        self, verdicts: dict[str, str], records: Sequence[Checkpoint]
+    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+        """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals (D91),
+        and say for each where it came from (content hash → ``approval_from``): the source run (read
+        once per source run: its approvals and its name), the judged attempt, who judged and when."""
+        sources: dict[str, tuple[list[Approval], str | None]] = {}
+        origins: dict[str, dict[str, Any]] = {}
         for cp in records:
             src = cp.forked_from
             if not src or cp.content_hash in verdicts:
@@ -216,13 +223,31 @@ class RunStates:
             if key not in sources:
                 try:
                     other = (validate_ticket_id(str(src.get("ticket_id"))), normalize_run_id(str(src.get("run_id"))))
-                    sources[key] = judge(read_approvals(self.store, *other)[0])
+                    snap = self.store.snapshot(*other)
+                    named = next((s.record.run_name for s in snap.stored() if s.record.run_name), None)
+                    sources[key] = (sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq), named)
                 except (Corrupt, NotFound, UsageError):
-                    sources[key] = {}
-            inherited = sources[key].get(str(src.get("content_hash")))
-            if inherited is not None:
-                verdicts[cp.content_hash] = inherited
-        return verdicts
+                    sources[key] = ([], None)
+            approvals, run_name = sources[key]
+            source_hash = str(src.get("content_hash"))
+            inherited = judge(a for a in approvals if a.checkpoint_hash == source_hash).get(source_hash)
+            if inherited is None:
+                continue
+            verdicts[cp.content_hash] = inherited
+            same = [a for a in approvals if a.checkpoint_hash == source_hash and a.approved == (inherited == APPROVED)]
+            last = same[-1]
+            origins[cp.content_hash] = {
+                "inherited": True,
+                "ticket_id": last.ticket_id,
+                "run_id": last.run_id,
+                "run_name": run_name,
+                "phase": last.phase,
+                "attempt_number": last.attempt_number,
+                "decision": last.decision,
+                "by": last.by,
+                "timestamp": format_timestamp(last.timestamp),
+            }
+        return verdicts, origins
 
     def can_skip_to(
         self,

@@ -66,6 +66,9 @@ class PhaseState:
     in_flight: dict[str, Any] | None = None
     #: What the latest checkpoint asks (``awaiting_input``), as JSON (phaselog.inputs); None if nothing.
     input_request: dict[str, Any] | None = None
+    #: For a gated phase judged by another run's approval (a fork's copy, D91): that run, the
+    #: attempt judged there, ``by``, ``timestamp``, ``decision``, ``inherited: true``; else None.
+    approval_from: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -83,6 +86,7 @@ class PhaseState:
             "approval": self.approval,
             "in_flight": self.in_flight,
             "input_request": self.input_request,
+            "approval_from": self.approval_from,
         }
 
 
@@ -189,6 +193,7 @@ def derive_status(
     counts: Mapping[str, int] | None = None,
     inputs: Mapping[str, Mapping[str, Any]] | None = None,
     artifacts: Mapping[str, str] | None = None,
+    approval_sources: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunStatus:
     """Derive a run's state from its records (any order).
 
@@ -199,6 +204,8 @@ def derive_status(
     ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
     ``artifacts``: checkpoint content hash → why its artifacts no longer match what it recorded
     (:func:`phaselog.artifacts.drift`); such a completed checkpoint is ``stale``.
+    ``approval_sources``: checkpoint content hash → where its judgement came from, when another
+    run's approval judged it (a fork's copy): shown as the phase's ``approval_from``.
     """
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
@@ -236,6 +243,7 @@ def derive_status(
             (counts or {}).get(p.name),
             (inputs or {}).get(p.name),
             artifacts or {},
+            approval_sources or {},
         )
         for p in pipeline.phases
     ]
@@ -253,6 +261,7 @@ def _phase_state(
     count: int | None = None,
     asked: Mapping[str, Any] | None = None,
     artifacts: Mapping[str, str] | None = None,
+    approval_sources: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PhaseState:
     common: dict[str, Any] = {
         "phase": phase.name,
@@ -311,6 +320,7 @@ def _phase_state(
         latest.content_hash
     )
     judged = judgements.get(latest.content_hash) if phase.requires_approval else None
+    origin = (approval_sources or {}).get(latest.content_hash) if judged is not None else None
     state = COMPLETED
     if reason:
         state = STALE
@@ -321,12 +331,18 @@ def _phase_state(
     request = dict(asked) if asked is not None and asked.get("attempt_number") == latest.attempt_number else None
     if request is not None and state == COMPLETED:
         state, reason = AWAITING_INPUT, _input_reason(latest.attempt_number, request)
+    if origin is not None and state in (COMPLETED, REJECTED):
+        where = origin.get("run_name") or origin.get("run_id")
+        copied = f"its attempt {origin.get('attempt_number')}, copied here by fork"
+        said = f"{judged} by {origin.get('by')} in run {where} ({copied})"
+        reason = f"{reason}: {said}" if reason else said
     return PhaseState(
         state=state,
         completed_attempt=latest.attempt_number,
         reason=reason,
         approval=judged,
         input_request=request if state == AWAITING_INPUT else None,
+        approval_from=dict(origin) if origin is not None else None,
         **common,
     )
 
