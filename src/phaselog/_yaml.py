@@ -167,6 +167,32 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
+#: ``key: value`` on one line (in a list item or not), the value plain: not quoted, not a block.
+_PLAIN_PAIR = re.compile(r"\s*(?:-\s+)?([A-Za-z_][\w.-]*):[ \t]+(?![\"'|>])(.*\S)")
+
+
+def _syntax_hint(probe: bytes, exc: yaml.YAMLError) -> tuple[int | None, str]:
+    """The 1-based line a YAML error is on, and what to do about it: a one-line ``key: value``
+    whose plain value holds ``": "`` (a shell command printing JSON: ``run: echo '{"ok": 1}'``)
+    is read as a second key; it must be quoted or written as a block scalar."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return None, ""
+    lines = probe.decode("utf-8", "replace").splitlines()
+    if not 0 <= mark.line < len(lines):
+        return mark.line + 1, ""
+    text = lines[mark.line]
+    found = _PLAIN_PAIR.match(text)
+    if found is None or ": " not in found.group(2):
+        return mark.line + 1, ""
+    key = found.group(1)
+    return mark.line + 1, (
+        f"; line {mark.line + 1} ({text.strip()[:80]}): the value of {key!r} holds ': ', which YAML "
+        f'reads as another key; quote the whole value ({key}: "..." with \\" for each " inside) or '
+        f"write it as a block scalar ({key}: | and the value indented on the next line)"
+    )
+
+
 def _check_tree(node: Any, depth: int = 0, *, json_only: bool = False, at: str = "") -> None:
     if depth > MAX_DEPTH:
         raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth")
@@ -222,7 +248,8 @@ def load(data: bytes | str, *, json_only: bool = False) -> Any:
     except RecursionError as exc:
         raise Corrupt(f"nesting deeper than {MAX_DEPTH} levels", rule="max_depth") from exc
     except yaml.YAMLError as exc:
-        raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
+        line, hint = _syntax_hint(probe, exc)
+        raise Corrupt(f"not valid YAML: {_short(exc)}{hint}", rule="yaml_syntax", line=line) from exc
     except (UnicodeDecodeError, ValueError) as exc:
         raise Corrupt(f"not valid YAML: {_short(exc)}", rule="yaml_syntax") from exc
     try:

@@ -4,12 +4,17 @@ An artifact is a path relative to an artifacts root (the runner's working direct
 hashes to the SHA-256 of its bytes; a folder to the SHA-256 of its sorted ``path NUL sha256``
 lines (every regular file below it), so a changed, added or removed file changes the folder's
 hash. Symlinks are not followed out of the root: a path that resolves outside it is refused.
+
+A file's digest is remembered for the life of the process under its stat signature (path, device,
+inode, size, mtime and ctime in ns), once the file has been still for a second (D90): a dashboard,
+a worker or a runner that checks the same artifacts again pays one ``stat`` per file, not a read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -17,6 +22,11 @@ from phaselog import formats
 from phaselog.errors import InvalidRecord
 
 _CHUNK = 1 << 20
+#: How long a file must have been unchanged before its digest is remembered (a write in the
+#: same clock tick as the hash would leave the stat signature as it was).
+_SETTLED_NS = 1_000_000_000
+_MEMO_MAX = 4096
+_memo: dict[tuple[str, int, int, int, int, int], str] = {}
 
 
 def file_sha256(path: Path) -> str:
@@ -28,6 +38,26 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _signature(path: Path, st: os.stat_result) -> tuple[str, int, int, int, int, int]:
+    return (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _digest(path: Path) -> str:
+    """:func:`file_sha256`, remembered under the file's stat signature once the file has settled."""
+    before = os.stat(path)
+    key = _signature(path, before)
+    known = _memo.get(key)
+    if known is not None:
+        return known
+    digest = file_sha256(path)
+    settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > _SETTLED_NS
+    if settled and _signature(path, os.stat(path)) == key:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[key] = digest
+    return digest
+
+
 def tree_sha256(path: Path) -> str:
     """SHA-256 hex of a folder: its regular files' relative paths and hashes, sorted."""
     lines = []
@@ -37,7 +67,7 @@ def tree_sha256(path: Path) -> str:
             full = Path(dirpath) / name
             if full.is_file() and not full.is_symlink():
                 rel = full.relative_to(path).as_posix()
-                lines.append(f"{rel}\0{file_sha256(full)}\n")
+                lines.append(f"{rel}\0{_digest(full)}\n")
     return hashlib.sha256("".join(sorted(lines)).encode("utf-8")).hexdigest()
 
 
@@ -60,7 +90,7 @@ def sha256_of(root: str | os.PathLike[str], rel: str) -> str | None:
         return tree_sha256(target)
     if not target.is_file():
         return None
-    return file_sha256(target)
+    return _digest(target)
 
 
 def hash_artifacts(root: str | os.PathLike[str], paths: Iterable[str]) -> dict[str, str]:
@@ -117,3 +147,22 @@ def changed_artifacts(root: str | os.PathLike[str], recorded: Mapping[str, str])
                 )
             )
     return problems
+
+
+def drift(root: str | os.PathLike[str], recorded: Mapping[str, str]) -> str | None:
+    """Why the artifacts a checkpoint recorded (path → SHA-256) no longer match the files under
+    ``root``, or None when every one is there with its hash (D89).
+
+    The one test of "are this checkpoint's artifacts still what it recorded": the run's state
+    (``status``), and so ``explain`` and the runner's skip, use it. Paths recorded without a hash
+    made no claim about their content and are not judged here (``validate --artifacts-root``
+    checks that they exist).
+    """
+    problems = []
+    base = Path(root).resolve()
+    for rel, rule, message in changed_artifacts(base, recorded):
+        problems.append(f"{rel!r} does not exist under {base}" if rule == "artifact_missing" else message)
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 2} more)" if len(problems) > 2 else ""
+    return "; ".join(problems[:2]) + more

@@ -408,7 +408,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
 
             doc = _yaml.load(data, json_only=True)
     except Corrupt as exc:
-        raise PipelineError(f"pipeline manifest {p}: {exc.message}", path=str(p)) from None
+        raise PipelineError(f"pipeline manifest {p}: {exc.message}", path=str(p), **exc.context) from None
     # The payload schemas are checked against the JSON Schema metaschema on first use
     # (``Phase.check_payload``), not here: reading checkpoints must not pay for jsonschema.
     return pipeline_from_dict(doc, source=str(p))

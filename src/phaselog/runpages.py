@@ -83,26 +83,29 @@ def check_limit(limit: Any, *, field: str = "limit") -> int:
     return limit
 
 
-def overview(ledger: Ledger, ticket_id: str, run_id: str) -> RunOverview:
+def overview(ledger: Ledger, ticket_id: str, run_id: str, *, artifacts_root: str | None = None) -> RunOverview:
     """The state of every phase, the next phase and its blockers, and the fingerprint: one snapshot.
 
-    NotFound when nothing at all is recorded for the run.
+    ``artifacts_root``: where the run's artifacts are checked, as ``status --workdir`` (None: not
+    looked at). NotFound when nothing at all is recorded for the run.
     """
     from phaselog.timeline import snapshot_version
 
-    snap, pipeline, status = _read(ledger, ticket_id, run_id)
+    snap, pipeline, status = _read(ledger, ticket_id, run_id, artifacts_root)
     skip = ledger.states.skip_from(snap, status, pipeline, status.next_phase) if status.next_phase else None
     return RunOverview(status, pipeline, skip, snapshot_version(snap))
 
 
-def _read(ledger: Ledger, ticket_id: str, run_id: str) -> tuple[RunSnapshot, Pipeline, RunStatus]:
+def _read(
+    ledger: Ledger, ticket_id: str, run_id: str, artifacts_root: str | None = None
+) -> tuple[RunSnapshot, Pipeline, RunStatus]:
     """One snapshot of the run, its pipeline and its status; NotFound when nothing is recorded."""
     ticket_id, run_id = _ids(ticket_id, run_id)
     snap = ledger.store.snapshot(ticket_id, run_id)
     if snap.empty:
         raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id)
     pipeline = ledger.pipelines.for_run(ticket_id, run_id, snapshot=snap)
-    return snap, pipeline, ledger.states.status_from(snap, pipeline)
+    return snap, pipeline, ledger.states.status_from(snap, pipeline, artifacts_root=artifacts_root)
 
 
 # -- attempts ----------------------------------------------------------------------------------------

@@ -17,15 +17,15 @@ from typing import Any
 
 from phaselog.entries import Approval, parse_entries
 from phaselog.errors import Corrupt, NotFound, UsageError
-from phaselog.gates import judge, read_approvals
+from phaselog.gates import judge
 from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.inputs import open_requests
 from phaselog.pipelines import Pipeline
 from phaselog.progress import flights
 from phaselog.reads import Reads
-from phaselog.records import Checkpoint
+from phaselog.records import Checkpoint, format_timestamp
 from phaselog.resolve import PipelineArg, PipelineResolver
-from phaselog.state import COMPLETED, PhaseState, RunStatus, derive_status
+from phaselog.state import APPROVED, COMPLETED, PhaseState, RunStatus, derive_status
 from phaselog.stores import Store, Stored
 from phaselog.stores.snapshot import RunSnapshot
 
@@ -125,6 +125,37 @@ class SkipDecision:
         }
 
 
+def artifacts_folder(root: str | os.PathLike[str], field: str = "workdir") -> str:
+    """``root`` as a folder artifacts are checked in; UsageError naming ``field`` if it is not one."""
+    path = os.fspath(root)
+    if not os.path.isdir(path):
+        raise UsageError(f"{field}: {path} is not a folder; artifacts are checked in a folder", field=field)
+    return path
+
+
+def artifact_drift(records: Sequence[Checkpoint], root: str | os.PathLike[str]) -> dict[str, str]:
+    """Content hash → why its artifacts no longer match, for each phase's newest record when it is
+    a completed checkpoint that recorded artifact hashes (the only ones a run's state rests on).
+
+    No store read: the records come from the run's snapshot; the files are hashed under ``root``
+    (remembered by stat signature, :mod:`phaselog.artifacts`; D90).
+    """
+    from phaselog.artifacts import drift
+
+    newest: dict[str, Checkpoint] = {}
+    for cp in records:
+        if cp.phase not in newest or cp.attempt_number > newest[cp.phase].attempt_number:
+            newest[cp.phase] = cp
+    folder = artifacts_folder(root)
+    out: dict[str, str] = {}
+    for cp in newest.values():
+        if cp.completed and cp.artifact_hashes:
+            why = drift(folder, cp.artifact_hashes)
+            if why is not None:
+                out[cp.content_hash] = f"attempt {cp.attempt_number}'s artifacts are not what it recorded: {why}"
+    return out
+
+
 class RunStates:
     """Derive run states from one store; ``reads`` checks the checkpoints a skip relies on."""
 
@@ -134,18 +165,33 @@ class RunStates:
         self.pipelines = pipelines
         self.reads = reads
 
-    def status(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> RunStatus:
-        """Derive the state of every phase of a run, and the next phase (one store call)."""
+    def status(
+        self,
+        ticket_id: str,
+        run_id: str,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> RunStatus:
+        """Derive the state of every phase of a run, and the next phase (one store call).
+
+        ``artifacts_root``: the folder the run's artifacts live in (the runner's workdir); a
+        completed phase whose recorded artifacts no longer match the files there is ``stale``
+        (D89). None: artifacts are not looked at.
+        """
         ticket_id = validate_ticket_id(ticket_id)
         given = given_run_name(run_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
-        return self._status(snap, given, self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap))
+        pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
+        return self._status(snap, given, pl, artifacts_root)
 
-    def _status(self, snap: RunSnapshot, given: str | None, pl: Pipeline) -> RunStatus:
+    def _status(
+        self, snap: RunSnapshot, given: str | None, pl: Pipeline, artifacts_root: str | os.PathLike[str] | None = None
+    ) -> RunStatus:
         """``status`` from a snapshot: ``given`` is the run id as the caller wrote it (None: a UUID)."""
         ticket_id, run_id = snap.ticket_id, snap.run_id
-        st = self.status_from(snap, pl)
+        st = self.status_from(snap, pl, artifacts_root=artifacts_root)
         if st.run_name is None and given is not None:
             st = dataclasses.replace(st, run_name=given)  # the name the caller used names this run
         if snap.empty and not snap.approvals:
@@ -154,23 +200,28 @@ class RunStates:
                 st = dataclasses.replace(st, recorded=False, known_runs=tuple(known))
         return st
 
-    def status_from(self, snap: RunSnapshot, pl: Pipeline) -> RunStatus:
-        """The state of a run as a snapshot shows it."""
+    def status_from(
+        self, snap: RunSnapshot, pl: Pipeline, *, artifacts_root: str | os.PathLike[str] | None = None
+    ) -> RunStatus:
+        """The state of a run as a snapshot shows it (and, given ``artifacts_root``, the files there)."""
         damaged = snap.damaged()
         records = [s.record for s in snap.stored()]
         flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
         counts = self._attempt_counts(snap)
         verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
+        judgements, origins = self._inherited(verdicts, records)
         st = derive_status(
             pl,
             records,
             ticket_id=snap.ticket_id,
             run_id=snap.run_id,
             damaged=[(d.phase, d.attempt_number) for d in damaged],
-            judgements=self._inherited(verdicts, records),
+            judgements=judgements,
+            approval_sources=origins,
             flights=flying,
             counts=counts,
             inputs={name: r.to_json() for name, r in open_requests(self.store, snap, pl).items()},
+            artifacts=artifact_drift(records, artifacts_root) if artifacts_root is not None else None,
         )
         if damaged:
             extra = tuple(f"{d.location}: {d.message}" for d in damaged)
@@ -200,9 +251,14 @@ class RunStates:
                 counts[phase] = counts.get(phase, 0) + len(extra)
         return counts
 
-    def _inherited(self, verdicts: dict[str, str], records: Sequence[Checkpoint]) -> dict[str, str]:
-        """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals."""
-        sources: dict[str, dict[str, str]] = {}
+    def _inherited(
+        self, verdicts: dict[str, str], records: Sequence[Checkpoint]
+    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+        """Add to ``verdicts`` those a forked checkpoint inherits from its source's approvals (D91),
+        and say for each where it came from (content hash → ``approval_from``): the source run (read
+        once per source run: its approvals and its name), the judged attempt, who judged and when."""
+        sources: dict[str, tuple[list[Approval], str | None]] = {}
+        origins: dict[str, dict[str, Any]] = {}
         for cp in records:
             src = cp.forked_from
             if not src or cp.content_hash in verdicts:
@@ -211,13 +267,31 @@ class RunStates:
             if key not in sources:
                 try:
                     other = (validate_ticket_id(str(src.get("ticket_id"))), normalize_run_id(str(src.get("run_id"))))
-                    sources[key] = judge(read_approvals(self.store, *other)[0])
+                    snap = self.store.snapshot(*other)
+                    named = next((s.record.run_name for s in snap.stored() if s.record.run_name), None)
+                    sources[key] = (sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq), named)
                 except (Corrupt, NotFound, UsageError):
-                    sources[key] = {}
-            inherited = sources[key].get(str(src.get("content_hash")))
-            if inherited is not None:
-                verdicts[cp.content_hash] = inherited
-        return verdicts
+                    sources[key] = ([], None)
+            approvals, run_name = sources[key]
+            source_hash = str(src.get("content_hash"))
+            inherited = judge(a for a in approvals if a.checkpoint_hash == source_hash).get(source_hash)
+            if inherited is None:
+                continue
+            verdicts[cp.content_hash] = inherited
+            same = [a for a in approvals if a.checkpoint_hash == source_hash and a.approved == (inherited == APPROVED)]
+            last = same[-1]
+            origins[cp.content_hash] = {
+                "inherited": True,
+                "ticket_id": last.ticket_id,
+                "run_id": last.run_id,
+                "run_name": run_name,
+                "phase": last.phase,
+                "attempt_number": last.attempt_number,
+                "decision": last.decision,
+                "by": last.by,
+                "timestamp": format_timestamp(last.timestamp),
+            }
+        return verdicts, origins
 
     def can_skip_to(
         self,

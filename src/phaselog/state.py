@@ -6,7 +6,8 @@ For each phase in pipeline order the latest attempt decides:
 * ``failed``    the latest attempt failed;
 * ``stale``     the latest attempt completed, but an earlier phase has since completed a newer
   attempt than the one this phase was built on (its ``basis``; for seed-tool checkpoints,
-  which have no basis, an earlier phase completed after this one);
+  which have no basis, an earlier phase completed after this one), or its artifacts no longer
+  match the SHA-256 it recorded (``artifacts``: judged by the caller under a folder, D89);
 * ``in_progress`` an attempt newer than any checkpoint has progress events (``abandoned``
   flags one whose process is gone or whose last event is too old);
 * ``rejected``  the phase is gated and a person rejected its latest checkpoint;
@@ -66,6 +67,9 @@ class PhaseState:
     in_flight: dict[str, Any] | None = None
     #: What the latest checkpoint asks (``awaiting_input``), as JSON (phaselog.inputs); None if nothing.
     input_request: dict[str, Any] | None = None
+    #: For a gated phase judged by another run's approval (a fork's copy, D91): that run, the
+    #: attempt judged there, ``by``, ``timestamp``, ``decision``, ``inherited: true``; else None.
+    approval_from: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
@@ -83,6 +87,7 @@ class PhaseState:
             "approval": self.approval,
             "in_flight": self.in_flight,
             "input_request": self.input_request,
+            "approval_from": self.approval_from,
         }
 
 
@@ -188,6 +193,8 @@ def derive_status(
     flights: Mapping[str, Mapping[str, Any]] | None = None,
     counts: Mapping[str, int] | None = None,
     inputs: Mapping[str, Mapping[str, Any]] | None = None,
+    artifacts: Mapping[str, str] | None = None,
+    approval_sources: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunStatus:
     """Derive a run's state from its records (any order).
 
@@ -197,6 +204,10 @@ def derive_status(
     damaged, and with progress events only), when ``records`` holds only the attempts the state
     depends on (a run snapshot), not all of them.
     ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
+    ``artifacts``: checkpoint content hash → why its artifacts no longer match what it recorded
+    (:func:`phaselog.artifacts.drift`); such a completed checkpoint is ``stale``.
+    ``approval_sources``: checkpoint content hash → where its judgement came from, when another
+    run's approval judged it (a fork's copy): shown as the phase's ``approval_from``.
     """
     by_phase: dict[str, list[Checkpoint]] = {}
     warnings: list[str] = []
@@ -233,6 +244,8 @@ def derive_status(
             (flights or {}).get(p.name),
             (counts or {}).get(p.name),
             (inputs or {}).get(p.name),
+            artifacts or {},
+            approval_sources or {},
         )
         for p in pipeline.phases
     ]
@@ -249,6 +262,8 @@ def _phase_state(
     flight: Mapping[str, Any] | None,
     count: int | None = None,
     asked: Mapping[str, Any] | None = None,
+    artifacts: Mapping[str, str] | None = None,
+    approval_sources: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> PhaseState:
     common: dict[str, Any] = {
         "phase": phase.name,
@@ -304,8 +319,11 @@ def _phase_state(
             reason=latest.error,
             **common,
         )
-    reason = stale_reason(latest, pipeline.earlier(phase), latest_completed)
+    reason = stale_reason(latest, pipeline.earlier(phase), latest_completed) or (artifacts or {}).get(
+        latest.content_hash
+    )
     judged = judgements.get(latest.content_hash) if phase.requires_approval else None
+    origin = (approval_sources or {}).get(latest.content_hash) if judged is not None else None
     state = COMPLETED
     if reason:
         state = STALE
@@ -316,12 +334,18 @@ def _phase_state(
     request = dict(asked) if asked is not None and asked.get("attempt_number") == latest.attempt_number else None
     if request is not None and state == COMPLETED:
         state, reason = AWAITING_INPUT, _input_reason(latest.attempt_number, request)
+    if origin is not None and state in (COMPLETED, REJECTED):
+        where = origin.get("run_name") or origin.get("run_id")
+        copied = f"its attempt {origin.get('attempt_number')}, copied here by fork"
+        said = f"{judged} by {origin.get('by')} in run {where} ({copied})"
+        reason = f"{reason}: {said}" if reason else said
     return PhaseState(
         state=state,
         completed_attempt=latest.attempt_number,
         reason=reason,
         approval=judged,
         input_request=request if state == AWAITING_INPUT else None,
+        approval_from=dict(origin) if origin is not None else None,
         **common,
     )
 

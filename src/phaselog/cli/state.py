@@ -6,6 +6,7 @@ lists them in the order of a pipeline's life.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -47,14 +48,23 @@ def _status_table(d: dict[str, Any]) -> str:
 @command(cli, pipeline=True, section="Resume")
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
-def status(call: Call, ticket_id: str, run_id: str) -> Result:
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Where the run's artifacts are checked against their recorded SHA-256 (default: here, as `run`).",
+)
+def status(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Result:
     """Derived state of every phase (pending, completed, failed, stale) and the next phase.
+
+    A completed phase whose recorded artifacts changed (or are gone) under --workdir is stale,
+    exactly as `explain` and `run` judge it.
 
     \b
     Example:
       phaselog status --ticket-id PROJ-1234 --run-id a1b2c3d4 --format table
     """
-    st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline)
+    root = workdir if workdir is not None else os.getcwd()
+    st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline, artifacts_root=root)
     return Result(views.run_status(st), _status_table)
 
 

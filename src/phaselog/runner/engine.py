@@ -363,9 +363,13 @@ class Engine:
     def _result(self, waiting: str | None, interrupted: int | None) -> RunResult:
         try:
             if self.snapshot is not None and self.written:
-                status = self.ledger.states.status_from(after_writes(self.snapshot, self.written), self.pipeline)
+                status = self.ledger.states.status_from(
+                    after_writes(self.snapshot, self.written), self.pipeline, artifacts_root=self.workdir
+                )
             else:
-                status = self.ledger.status(self.ticket_id, self.run_id, pipeline=self.pipeline)
+                status = self.ledger.status(
+                    self.ticket_id, self.run_id, pipeline=self.pipeline, artifacts_root=self.workdir
+                )
         except PhaselogError:
             status = None
         took = dict(self.lease.took_over) if self.lease and self.lease.took_over else None

@@ -2,8 +2,9 @@
 
 The runner plans with this very function, so what ``explain`` says is what ``run`` does. A phase
 is **skipped** only while its latest checkpoint is completed (and approved, if gated), current
-(no earlier phase has a newer completed attempt), valid against the manifest, its artifacts
-still exist with the SHA-256 recorded at write time, and — for ``fingerprint: code`` — the
+(no earlier phase has a newer completed attempt, and its artifacts still exist with the SHA-256
+recorded at write time: both are the run's state, ``status``, decided once in
+:mod:`phaselog.runstate`, D89), valid against the manifest and — for ``fingerprint: code`` — the
 phase's code is unchanged. Otherwise it **runs**, and so does every phase after it (their
 checkpoints would be built on work that is being redone). A gated phase whose checkpoint awaits
 approval makes the run **wait**; a damaged newest attempt **blocks** it.
@@ -124,9 +125,10 @@ def explain(
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline)
-    st: RunStatus = ledger.status(ticket_id, run_id, pipeline=pl)
+    root = os.fspath(workdir) if workdir is not None else os.getcwd()
+    st: RunStatus = ledger.status(ticket_id, run_id, pipeline=pl, artifacts_root=root)
     held = _lease(ledger, ticket_id, run_id) if lease else None
-    return _plan(ledger, ticket_id, run_id, pl, st, workdir, fingerprints, held)
+    return _plan(ledger, ticket_id, run_id, pl, st, fingerprints, held)
 
 
 def plan_run(
@@ -145,8 +147,8 @@ def plan_run(
     """
     snap: RunSnapshot = ledger.store.snapshot(ticket_id, run_id)
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline, snapshot=snap)
-    st: RunStatus = ledger.states.status_from(snap, pl)
-    return _plan(ledger, ticket_id, run_id, pl, st, workdir, fingerprints, None), snap
+    st: RunStatus = ledger.states.status_from(snap, pl, artifacts_root=workdir)
+    return _plan(ledger, ticket_id, run_id, pl, st, fingerprints, None), snap
 
 
 def _plan(
@@ -155,11 +157,9 @@ def _plan(
     run_id: str,
     pl: Pipeline,
     st: RunStatus,
-    workdir: str | os.PathLike[str] | None,
     fingerprints: Mapping[str, str] | None,
     held: Mapping[str, Any] | None,
 ) -> Explanation:
-    root = os.fspath(workdir) if workdir is not None else os.getcwd()
     plans: list[PhasePlan] = []
     rerun: str | None = None  # the first earlier phase that runs again
     stop: str | None = None  # why the run stops before reaching later phases
@@ -178,7 +178,7 @@ def _plan(
             plans.append(PhasePlan(action=RUN, reason=why, resume_from_step=resume, **common))
             continue
         if ps.state == COMPLETED:
-            problem = _skip_problem(ledger, ticket_id, run_id, pl, ps.phase, ps.completed_attempt, root, fingerprints)
+            problem = _skip_problem(ledger, ticket_id, run_id, pl, ps.phase, ps.completed_attempt, fingerprints)
             if problem is None:
                 plans.append(
                     PhasePlan(
@@ -254,19 +254,15 @@ def _skip_problem(
     pl: Pipeline,
     phase: str,
     attempt: int | None,
-    root: str,
     fingerprints: Mapping[str, str] | None,
 ) -> str | None:
-    """Why a completed phase cannot be skipped, or None."""
+    """Why a completed (current, artifacts unchanged: its state says so) phase cannot be skipped, or None."""
     ph = pl.phase(phase)
     try:
-        stored, report = ledger.validate(ticket_id, run_id, phase, attempt, pipeline=pl, artifacts_root=root)
+        stored, report = ledger.validate(ticket_id, run_id, phase, attempt, pipeline=pl)
     except (Corrupt, NotFound, UnsupportedVersion) as exc:
         return f"attempt {attempt} cannot be read: {exc}"
     if not report.is_valid:
-        art = [i for i in report.errors if i.rule.startswith("artifact")]
-        if art:
-            return f"attempt {attempt}'s artifacts are not what it recorded: " + "; ".join(i.message for i in art)
         return f"attempt {attempt} is not valid against pipeline {pl.name}: " + "; ".join(
             i.text() for i in report.errors
         )

@@ -120,7 +120,7 @@ def run(ui: UI, request: Request) -> Response:
 
     ticket_id, run_id = _params(request)
     ledger = ui.ledger
-    ov = overview(ledger, ticket_id, run_id)
+    ov = overview(ledger, ticket_id, run_id, artifacts_root=ui.settings.artifacts_root)
     top = views.run_overview(ov)
     query = _attempts_query(ui, request)
     page = attempts_page(ledger, ticket_id, run_id, **query, status=ov.status, pipeline=ov.pipeline)
@@ -163,7 +163,8 @@ def run_json(ui: UI, request: Request) -> Response:
     from phaselog.runpages import overview
 
     ticket_id, run_id = _params(request)
-    return JSONResponse(views.run_overview(overview(ui.ledger, ticket_id, run_id)))
+    overview_ = overview(ui.ledger, ticket_id, run_id, artifacts_root=ui.settings.artifacts_root)
+    return JSONResponse(views.run_overview(overview_))
 
 
 def attempts_json(ui: UI, request: Request) -> Response:
@@ -287,7 +288,7 @@ def checkpoint(ui: UI, request: Request) -> Response:
         )
     stored = found["stored"]
     cp = stored.record
-    st = ledger.status(ticket_id, run_id)
+    st = ledger.status(ticket_id, run_id, artifacts_root=ui.settings.artifacts_root)
     ps = st.phase(ph.name)
     judgements = [a.to_json() for a in ledger.approvals(ticket_id, run_id) if a.checkpoint_hash == cp.content_hash]
     issues_by_field: dict[str, list[dict[str, Any]]] = {}
