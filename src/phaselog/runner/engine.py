@@ -245,18 +245,24 @@ class Engine:
                     PhaseOutcome(ph.name, "interrupted", failure.error, tuple(tried), error=failure.error)
                 )
                 raise Interrupt(failure.signum or 15)
+            if not failure.retryable:
+                if retry < ex.retries:
+                    self.echo(f"not retrying {ph.name}: {failure.rule} is not an error another attempt can fix")
+                break
             attempt += 1
             resume = None
         assert failure is not None
-        last = PhaseOutcome(
-            ph.name, "failed", f"failed after {len(tried)} attempt(s)", tuple(tried), error=failure.error
-        )
+        why = f"failed after {len(tried)} attempt(s)"
+        if not failure.retryable and ex.retries:
+            why += f" (not retried: {failure.rule} is permanent)"
+        last = PhaseOutcome(ph.name, "failed", why, tuple(tried), error=failure.error)
         self.outcomes.append(last)
         error = PhaseFailed(
-            f"phase {ph.name} failed after {len(tried)} attempt(s) ({', '.join(map(str, tried))}): {failure.error}",
+            f"phase {ph.name} {why} ({', '.join(map(str, tried))}): {failure.error}",
             phase=ph.name,
             attempts=tried,
             rule=failure.rule,
+            retryable=failure.retryable,
         )
         self.outcomes.extend(
             PhaseOutcome(p.name, "not_reached", f"{ph.name} failed")
