@@ -40,7 +40,13 @@ def test_the_readme_runner_example_runs_as_written(tmp_path: Path) -> None:
     script.write_text(readme_runner_example() + '\nassert result.waiting == "publish", result.to_json()\n')
     home = tmp_path / "home"
     proc = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=_env(home), capture_output=True, text=True, timeout=120
+        [sys.executable, str(script)],
+        check=False,
+        cwd=tmp_path,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -59,7 +65,7 @@ def test_the_readme_runner_example_runs_as_written(tmp_path: Path) -> None:
 
 def test_the_readme_example_without_its_artifact_fails_at_once_without_a_traceback(tmp_path: Path) -> None:
     code = readme_runner_example()
-    code = "\n".join(line for line in code.splitlines() if "rows.parquet\").write" not in line)
+    code = "\n".join(line for line in code.splitlines() if 'rows.parquet").write' not in line)
     script = tmp_path / "example.py"
     script.write_text(
         code.replace("result = pipe.run(", "try:\n    result = pipe.run(", 1)
@@ -67,6 +73,7 @@ def test_the_readme_example_without_its_artifact_fails_at_once_without_a_traceba
     )
     proc = subprocess.run(
         [sys.executable, str(script)],
+        check=False,
         cwd=tmp_path,
         env=_env(tmp_path / "home"),
         capture_output=True,
@@ -76,7 +83,6 @@ def test_the_readme_example_without_its_artifact_fails_at_once_without_a_traceba
     assert proc.returncode == 1, proc.stderr
     assert "phase extract failed after 1 attempt(s) (not retried: artifact_missing is permanent)" in proc.stdout
     assert "out/rows.parquet" in proc.stdout
-
 
 
 def _pipe(retried: list[int], kind: str) -> Any:
@@ -137,7 +143,19 @@ def test_the_cli_fails_a_missing_artifact_at_once_with_the_error_and_no_tracebac
         "  - name: extract\n    run: echo hi\n    retries: 3\n    retry_delay: 5s\n    artifacts: [rows.txt]\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "phaselog", "run", "--pipeline-file", str(manifest), "--ticket-id", "C-1", "--run-id", "r"],
+        [
+            sys.executable,
+            "-m",
+            "phaselog",
+            "run",
+            "--pipeline-file",
+            str(manifest),
+            "--ticket-id",
+            "C-1",
+            "--run-id",
+            "r",
+        ],
+        check=False,
         cwd=tmp_path,
         env=_env(tmp_path / "home"),
         capture_output=True,

@@ -207,6 +207,7 @@ class Engine:
                 time.sleep(delay)
             if self.heartbeat.fenced is not None:
                 raise self.heartbeat.fenced
+            started = datetime.now(UTC)  # the attempt's work starts now: its start event and checkpoint say so
             ctx = PhaseContext(
                 ledger=self.ledger,
                 pipeline=self.pipeline,
@@ -220,15 +221,16 @@ class Engine:
                 payloads=self.payloads,
                 heartbeat=self.heartbeat,
                 lease=self.lease,
+                started_at=started,
             )
-            self.heartbeat.begin(ph.name, attempt, self.pipeline)
+            self.heartbeat.begin(ph.name, attempt, self.pipeline, started)
             try:
                 outcome = executor(ph, ctx)
             finally:
                 self.heartbeat.end()
             tried.append(attempt)
             if isinstance(outcome, Success):
-                refused = self._record_success(ph, attempt, outcome)
+                refused = self._record_success(ph, attempt, outcome, started)
                 if refused is None:
                     self.payloads[ph.name] = {"phase": ph.name, **outcome.payload}
                     if ph.requires_approval:
@@ -238,7 +240,7 @@ class Engine:
                     return PhaseOutcome(ph.name, "completed", "", tuple(tried), attempt)
                 outcome = refused
             failure = outcome
-            self._record_failure(ph, attempt, failure)
+            self._record_failure(ph, attempt, failure, started)
             self.echo(f"failed {ph.name} attempt {attempt}: {failure.error}")
             if failure.rule == "interrupted":
                 self.outcomes.append(
@@ -275,12 +277,13 @@ class Engine:
         raise error
 
     # -- recording ------------------------------------------------------------------------------
-    def _record_success(self, ph: Phase, attempt: int, ok: Success) -> Failure | None:
+    def _record_success(self, ph: Phase, attempt: int, ok: Success, started: datetime) -> Failure | None:
         """Write the completed checkpoint; a Failure if the output itself is refused."""
         ts = datetime.now(UTC)
         kwargs: dict[str, Any] = {
             "attempt": attempt,
             "timestamp": ts,
+            "started_at": min(started, ts),  # a wall clock stepped back must not refuse the record
             "artifact_paths": ok.artifacts,
             "pipeline": self.pipeline,
             "fence": self.lease.fence if self.lease else None,
@@ -303,10 +306,12 @@ class Engine:
             return Failure("bad_result", f"the payload cannot be stored as JSON: {exc}")
         return None
 
-    def _record_failure(self, ph: Phase, attempt: int, failure: Failure) -> None:
+    def _record_failure(self, ph: Phase, attempt: int, failure: Failure, started: datetime) -> None:
+        ts = datetime.now(UTC)
         kwargs: dict[str, Any] = {
             "attempt": attempt,
-            "timestamp": datetime.now(UTC),
+            "timestamp": ts,
+            "started_at": min(started, ts),
             "status": "failed",
             "error": failure.error,
             "pipeline": self.pipeline,
