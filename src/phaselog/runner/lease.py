@@ -8,8 +8,11 @@ Who may take a lease that is held (:func:`judge`, the same rule on every store, 
 ``judge_holder``):
 
 * a holder on this host whose process is gone (no such pid, or the pid now belongs to a process
-  that started at another time) is displaced at once — unless the phase command it started
-  (its process group) is still running;
+  that started at another time) is displaced at once. If the phase command it started (its
+  process group) is still running, that command's processes are ended first (SIGKILL, waited
+  for: :func:`orphans`, :func:`end_orphans`) — they belong to a runner that can never record
+  their result — when every one of them provably is that runner's (its environment names the
+  run and the holder's fencing token); a group that holds anything else keeps the run held;
 * a holder on another host is displaced once its lease has expired (no heartbeat for ``ttl``);
 * otherwise the run is held: ``RunHeld`` (exit 75), or wait with ``wait=``.
 """
@@ -66,6 +69,71 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+#: How long a runner taking over waits for a dead runner's phase command to die after SIGKILL.
+END_ORPHANS_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Orphaned(Verdict):
+    """Held by a dead holder's phase command, which the new runner may end (``pids``) and then take over."""
+
+    pgid: int = 0
+    pids: tuple[int, ...] = ()
+
+
+def _group_members(pgid: int) -> list[Any]:
+    """The processes of group ``pgid`` on this host that are not zombies."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def orphans(pgid: int, run_id: str, token: int) -> tuple[int, ...] | None:
+    """The pids of group ``pgid`` when every live one is the phase command of ``run_id``'s
+    acquisition ``token`` (its environment says so: PHASELOG_RUN_ID, PHASELOG_LEASE_TOKEN); None
+    when one is not provably that (another's, or unreadable) — such a group is never signalled."""
+    import psutil
+
+    pids = []
+    for proc in _group_members(pgid):
+        try:
+            env = proc.environ()
+        except psutil.NoSuchProcess:
+            continue
+        except (psutil.AccessDenied, OSError):
+            return None
+        if env.get("PHASELOG_RUN_ID") != run_id or env.get("PHASELOG_LEASE_TOKEN") != str(token):
+            return None
+        pids.append(proc.pid)
+    return tuple(pids)
+
+
+def end_orphans(verdict: Orphaned, *, wait_s: float = END_ORPHANS_WAIT_S) -> bool:
+    """SIGKILL a dead runner's phase command (re-checked: the group's members are still its own)
+    and wait until none runs; True when the group is gone."""
+    import signal
+
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        members = [p.pid for p in _group_members(verdict.pgid)]
+        if not members:
+            return True
+        if not set(members) <= set(verdict.pids):
+            return False  # something joined the group that we did not judge: leave it alone
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return not _group_members(verdict.pgid)
+
+
 def holder_info(runner_id: str | None = None) -> dict[str, Any]:
     """Who we are, as a lease records it: host, pid, process start time, a random runner id."""
     pid = os.getpid()
@@ -103,7 +171,14 @@ def judge(
     same_host = holder.get("host") == here
     pgid = holder.get("child_pgid")
     if same_host and isinstance(pgid, int) and group_alive_of(pgid):
-        return Verdict(False, f"{who}: its phase command (process group {pgid}) is still running")
+        why = f"{who}: its phase command (process group {pgid}) is still running"
+        if _gone(state, holder, start_time_of):
+            pids = orphans(pgid, state.run_id, state.token)
+            if pids:
+                return Orphaned(False, f"{why}, but its runner is gone: ending it", pgid=pgid, pids=pids)
+            if pids is None:
+                why += " and holds processes that are not provably its own; stop them"
+        return Verdict(False, why)
     if state.lock_free is False:
         pid = holder.get("pid")
         gone = same_host and isinstance(pid, int) and start_time_of(pid) is None
@@ -130,6 +205,17 @@ def judge(
         return Verdict(True, f"{who}: {late}")
     left = (state.expires_at or state.now) - state.now
     return Verdict(False, f"{who}; its liveness cannot be checked from here, and its lease expires in {left:.0f} s")
+
+
+def _gone(state: LeaseState, holder: Mapping[str, Any], start_time_of: Callable[[int], float | None]) -> bool:
+    """The holder, on this host, provably no longer runs: its lock was freed (files), or its pid is
+    gone or belongs to a process started at another time."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return state.lock_free is True
+    started = start_time_of(pid)
+    recorded = holder.get("process_start")
+    return started is None or (isinstance(recorded, int | float) and abs(started - recorded) > 1.0)
 
 
 def _late(state: LeaseState) -> str | None:
@@ -214,10 +300,24 @@ def acquire(
     me = holder_info()
     deadline = None if wait is True else time.monotonic() + (float(wait) if wait else 0.0)
     told = False
+    seen: list[Verdict] = []
+    ended: list[dict[str, Any]] = []
+
+    def judging(state: LeaseState) -> Verdict:
+        verdict = judge_fn(state)
+        seen[:] = [verdict]
+        return verdict
+
     while True:
+        seen.clear()
         try:
-            state = leases.acquire(ticket_id, run_id, me, ttl=ttl, judge=judge_fn)
+            state = leases.acquire(ticket_id, run_id, me, ttl=ttl, judge=judging)
         except RunHeld as exc:
+            orphan = seen[0] if seen and isinstance(seen[0], Orphaned) else None
+            if orphan is not None and len(ended) < 3 and end_orphans(orphan):
+                # The dead runner's command is gone: take the run over now (D100).
+                ended.append({"process_group": orphan.pgid, "pids": list(orphan.pids), "signal": "SIGKILL"})
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 if wait:
                     exc.message += f" (waited {float(wait):g} s)"
@@ -229,6 +329,14 @@ def acquire(
                 told = True
             time.sleep(WAIT_POLL_S)
             continue
+        took_over = state.took_over
+        if ended and took_over is not None:
+            took_over = {
+                **took_over,
+                "ended": ended,
+                "reason": f"{took_over.get('reason')}; its phase command (process group "
+                f"{ended[-1]['process_group']}: pids {', '.join(map(str, ended[-1]['pids']))}) was ended with SIGKILL",
+            }
         return Lease(
             leases,
             ticket_id,
@@ -236,6 +344,6 @@ def acquire(
             state.token,
             ttl,
             dict(state.holder or me),
-            state.took_over,
+            took_over,
             expires=state.lock_free is None,
         )
