@@ -50,12 +50,12 @@ def _env(store: str) -> dict[str, str]:
     return env
 
 
-def _run(store: str, workdir: Path, **kw: Any) -> Any:
+def _run(store: str, workdir: Path, env: dict[str, str] | None = None) -> Any:
     return subprocess.Popen(
         [sys.executable, "-m", "phaselog", "run", "--pipeline-file", str(workdir / "job.yaml"), "--quiet",
          "--ticket-id", "O-1", "--run-id", "r"],
-        cwd=workdir, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, **kw,
+        cwd=workdir, env=env or _env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )  # fmt: skip
 
 
@@ -136,3 +136,61 @@ def test_only_a_group_that_is_provably_the_dead_runner_s_is_ended(tmp_path: Path
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+PY_MANIFEST = """name: orphans-py
+version: "1"
+phases:
+  - name: work
+    call: orphan_phase:work
+"""
+
+PY_PHASE = """
+import subprocess
+import time
+from pathlib import Path
+
+
+def work(ctx):
+    first = ctx.workdir / "first"
+    if first.exists():
+        first.unlink()
+        child = subprocess.Popen(["sleep", "30"])
+        (ctx.workdir / "child.pid").write_text(str(child.pid))
+        time.sleep(30)
+    return {"ok": 1}
+"""
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_a_sigkilled_runner_s_python_phase_child_is_ended_and_the_rerun_starts_at_once(
+    kind: str, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "store") if kind == "files" else f"sqlite:///{tmp_path / 'ledger.db'}"
+    (tmp_path / "job.yaml").write_text(PY_MANIFEST)
+    (tmp_path / "orphan_phase.py").write_text(PY_PHASE)
+    (tmp_path / "first").write_text("")
+    env = {**_env(store), "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{tmp_path}"}
+    first = _run(store, tmp_path, env=env)
+    marker = tmp_path / "child.pid"
+    for _ in range(600):
+        if marker.exists() and marker.read_text().strip():
+            break
+        assert first.poll() is None, first.communicate()
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)  # not communicate(): the child holds the runner's stdout open
+    first.stdout.close()
+    first.stderr.close()
+    try:
+        assert _running(child), "the phase's child outlives its runner: the case this test is about"
+        rerun = _run(store, tmp_path, env=env)
+        out, err = rerun.communicate(timeout=60)
+        assert rerun.returncode == 0, (out, err)
+        took = json.loads(out)["took_over"]
+        assert child in took["ended"][0]["pids"]
+        assert not _running(child)
+    finally:
+        if _running(child):
+            os.kill(child, signal.SIGKILL)

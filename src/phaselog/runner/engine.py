@@ -129,6 +129,7 @@ class Engine:
             ttl=self.ttl,
             wait=self.wait,
             on_wait=lambda exc: self.echo(f"waiting: {exc.message}"),
+            marks=any(p.execution.run is None for p in pl.phases),  # Python phases' processes: D100
         )
         if self.lease.took_over:
             self.echo(f"took the run over: {self.lease.took_over.get('reason')}")
@@ -225,7 +226,11 @@ class Engine:
             )
             self.heartbeat.begin(ph.name, attempt, self.pipeline, started)
             try:
-                outcome = executor(ph, ctx)
+                if ex.run is None:
+                    with leasing.marking(self.lease):
+                        outcome = executor(ph, ctx)
+                else:
+                    outcome = executor(ph, ctx)
             finally:
                 self.heartbeat.end()
             tried.append(attempt)

@@ -25,7 +25,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -115,14 +115,69 @@ def orphans(pgid: int, run_id: str, token: int) -> tuple[int, ...] | None:
     return tuple(pids)
 
 
+def marked(run_id: str, token: int) -> tuple[int, ...]:
+    """Processes on this host (not this one) whose environment names ``run_id`` and the lease
+    ``token``: what a Python phase of that acquisition started (:func:`marking`)."""
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["status"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("PHASELOG_RUN_ID") == run_id and env.get("PHASELOG_LEASE_TOKEN") == str(token):
+            pids.append(proc.pid)
+    return tuple(pids)
+
+
+@contextlib.contextmanager
+def marking(lease: Lease) -> Iterator[None]:
+    """While a Python phase runs, the processes it starts carry the run and the lease's token in
+    their environment, so a runner taking over from this one, dead, can find and end them.
+    Only on the main thread (``os.environ`` is the process's); restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    marks = {"PHASELOG_RUN_ID": lease.run_id, "PHASELOG_LEASE_TOKEN": str(lease.token)}
+    old = {k: os.environ.get(k) for k in marks}
+    os.environ.update(marks)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
 def end_orphans(verdict: Orphaned, *, wait_s: float = END_ORPHANS_WAIT_S) -> bool:
-    """SIGKILL a dead runner's phase command (re-checked: the group's members are still its own)
-    and wait until none runs; True when the group is gone."""
+    """SIGKILL a dead runner's phase processes (a group re-checked: its members are still the ones
+    judged) and wait until none runs; True when they are gone."""
     import signal
+
+    def live() -> list[int]:
+        if verdict.pgid:
+            return [p.pid for p in _group_members(verdict.pgid)]
+        return [pid for pid in verdict.pids if _running(pid)]
 
     end = time.monotonic() + wait_s
     while time.monotonic() < end:
-        members = [p.pid for p in _group_members(verdict.pgid)]
+        members = live()
         if not members:
             return True
         if not set(members) <= set(verdict.pids):
@@ -131,13 +186,15 @@ def end_orphans(verdict: Orphaned, *, wait_s: float = END_ORPHANS_WAIT_S) -> boo
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
-    return not _group_members(verdict.pgid)
+    return not live()
 
 
-def holder_info(runner_id: str | None = None) -> dict[str, Any]:
-    """Who we are, as a lease records it: host, pid, process start time, a random runner id."""
+def holder_info(runner_id: str | None = None, *, marks: bool = False) -> dict[str, Any]:
+    """Who we are, as a lease records it: host, pid, process start time, a random runner id, and
+    ``marks`` when the processes our Python phases start carry our marks (:func:`marking`)."""
     pid = os.getpid()
     return {
+        **({"marks": True} if marks else {}),
         "runner_id": runner_id or secrets.token_hex(8),
         "host": socket.gethostname(),
         "pid": pid,
@@ -179,6 +236,11 @@ def judge(
             if pids is None:
                 why += " and holds processes that are not provably its own; stop them"
         return Verdict(False, why)
+    if same_host and holder.get("marks") and _gone(state, holder, start_time_of):
+        pids = marked(state.run_id, state.token)
+        if pids:
+            return Orphaned(False, f"{who} is gone, but processes its Python phase started still run: ending them",
+                            pids=pids)  # fmt: skip
     if state.lock_free is False:
         pid = holder.get("pid")
         gone = same_host and isinstance(pid, int) and start_time_of(pid) is None
@@ -289,6 +351,7 @@ def acquire(
     wait: float | bool = False,
     judge_fn: Callable[[LeaseState], Verdict] = judge,
     on_wait: Callable[[RunHeld], None] | None = None,
+    marks: bool = False,
 ) -> Lease:
     """Take the run's lease; RunHeld (exit 75) if another runner holds it.
 
@@ -297,7 +360,7 @@ def acquire(
     if ttl <= 0:
         raise UsageError("the lease ttl must be positive", field="ttl")
     leases = leases_of(store)
-    me = holder_info()
+    me = holder_info(marks=marks)
     deadline = None if wait is True else time.monotonic() + (float(wait) if wait else 0.0)
     told = False
     seen: list[Verdict] = []
