@@ -82,6 +82,7 @@ class Forks:
                 decisions=list(src.decisions),
                 artifact_hashes=src.artifact_hashes,
                 code_fingerprint=src.code_fingerprint,
+                started_at=src.started_at,
                 forked_from={
                     "ticket_id": ticket_id,
                     "run_id": run_id,

@@ -27,7 +27,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from phaselog.attempts import TERMINAL_EVENTS, Liveness, attempt_state, process_start_time
@@ -57,6 +57,8 @@ DEFAULT_MAX_OUTPUT_BYTES = MAX_OUTPUT_BYTES
 MAX_PID = 2**31 - 1
 MAX_PROVIDER = 200
 MAX_STATUS = 10_000
+#: How far ahead of this clock a start event's ``started_at`` may be (another host's clock).
+FUTURE_TOLERANCE_S = 60.0
 _KIND = "progress"
 
 
@@ -233,8 +235,13 @@ class Progress:
         pid: int | Literal["self"] | None = "self",
         pipeline: Any = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        started_at: datetime | None = None,
     ) -> ProgressEvent:
         """Append a progress event to the attempt in flight (``start`` opens a new attempt).
+
+        ``started_at`` (with ``start`` only): when the attempt's work started, if that was before
+        now (a runner that writes the event once the attempt has run a while); the event is
+        stamped with it. Default: now.
 
         ``pid`` (with ``start``): the process that runs the phase and lives until its checkpoint.
         ``"self"`` (the default) is this process; an int is a process you vouch for; None records
@@ -253,6 +260,8 @@ class Progress:
             raise UsageError(f"--pid: must be a process id from 1 to {MAX_PID} (got {pid!r})", field="pid", rule="pid")
         if attempt is not None:
             check_attempt(attempt)
+        if started_at is not None:
+            started_at = self._started_at(event, started_at)
         if provider is not None:
             check_text(provider, field="provider", max_chars=MAX_PROVIDER)
         if status is not None:
@@ -280,7 +289,7 @@ class Progress:
                 snap = self.store.snapshot(ticket_id, run_id)  # someone took our sequence number: re-read
             number, history = self._target_attempt(snap, ph, event, attempt)
             ev = self._build_event(
-                ticket_id, run_id, ph, number, history, event, step, text, tokens, provider, status, pid
+                ticket_id, run_id, ph, number, history, event, step, text, tokens, provider, status, pid, started_at
             )
             try:
                 self.store.put_entry(
@@ -290,6 +299,26 @@ class Progress:
                 continue  # another writer took this sequence number: re-read, retry
             return ev
         raise Conflict(f"could not append a progress event to phase {ph.name}")
+
+    def _started_at(self, event: str, given: Any) -> datetime:
+        """A ``start`` event's ``started_at``, checked: aware, and not in the future."""
+        if event != "start":
+            raise UsageError(
+                f"started_at: only a start event has one (got event {event!r})", field="started_at", rule="start_only"
+            )
+        if not isinstance(given, datetime) or given.utcoffset() is None:
+            raise UsageError("started_at: must be a timezone-aware time", field="started_at", rule="timezone_aware")
+        try:
+            started_at = given.astimezone(UTC)
+        except OverflowError:
+            raise UsageError(f"started_at: {given} is out of range in UTC", field="started_at") from None
+        if started_at - self.clock() > timedelta(seconds=FUTURE_TOLERANCE_S):
+            raise UsageError(
+                f"started_at: {started_at.isoformat()} is in the future; an attempt cannot have started yet",
+                field="started_at",
+                rule="not_future",
+            )
+        return started_at
 
     def _target_attempt(
         self, snap: RunSnapshot, ph: Phase, event: str, attempt: int | None
@@ -334,8 +363,9 @@ class Progress:
         provider: str | None,
         status: str | None,
         pid: int | Literal["self"] | None,
+        started_at: datetime | None = None,
     ) -> ProgressEvent:
-        now = self.clock()
+        now = self.clock() if started_at is None else min(started_at, self.clock())
         last = history[-1] if history else None
         start = history[0] if history else None
         if tokens is not None and last is not None and last.tokens is not None and tokens < last.tokens:

@@ -157,6 +157,8 @@ class Checkpoint:
     code_fingerprint: str | None = None
     #: The run id as the user gave it (``nightly-1``) when it was a name; ``run_id`` is its UUID v5.
     run_name: str | None = None
+    #: When the attempt's work started (the runner records it; None: not known). D98.
+    started_at: datetime | None = None
     #: False for a checkpoint the seed tool wrote (no phaselog part on disk).
     has_metadata: bool = True
     #: Keys found in a stored seed file that the contract does not know (validation reports them).
@@ -199,6 +201,8 @@ class Checkpoint:
             meta["code_fingerprint"] = self.code_fingerprint
         if self.run_name is not None:
             meta["run_name"] = self.run_name
+        if self.started_at is not None:
+            meta["started_at"] = format_timestamp(self.started_at)
         return meta
 
     def to_json(self) -> dict[str, Any]:
@@ -473,7 +477,13 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     run_name = meta.get("run_name")
     if run_name is not None and (not isinstance(run_name, str) or not run_name):
         raise Corrupt("run_name: must be a non-empty string or absent", field="run_name", rule="type")
+    started = meta.get("started_at")
+    if started is not None:
+        if not isinstance(started, str):
+            raise Corrupt("started_at: must be a timestamp string or absent", field="started_at", rule="type")
+        started = parse_timestamp(started, field="started_at")
     return {
+        "started_at": started,
         "run_name": run_name,
         "artifact_hashes": dict(hashes) if hashes is not None else None,
         "code_fingerprint": fingerprint,

@@ -1,9 +1,10 @@
 """The timeline of a run: every attempt of every phase as a span on a time axis.
 
-A span starts at the attempt's ``start`` progress event and ends at its checkpoint (completed or
-failed); an attempt still in flight ends, for now, at its latest event. An attempt written
-without progress events has no known start: its span is a point at the checkpoint's time and its
-duration is unknown (``None``) — durations come from progress events only, never from guesses.
+A span starts when the attempt's work started (the ``started_at`` its checkpoint records, else its
+``start`` progress event) and ends at its checkpoint (completed or failed); an attempt still in
+flight ends, for now, at its latest event. An attempt recorded with neither has no known start:
+its span is a point at the checkpoint's time and its duration is unknown (``None``) — durations
+come from recorded starts only, never from guesses.
 
 Derived from the records like everything else (``docs/ui.md`` shows the chart drawn from it).
 """
@@ -94,7 +95,7 @@ def spans(
     out: dict[tuple[int, int], Span] = {}
     for cp, location in records:
         evs = events.get((cp.phase_ordinal, cp.attempt_number), ())
-        start = _start(evs)
+        start = cp.started_at or _start(evs)  # the checkpoint's own start (D98), else its start event
         duration = (cp.timestamp_utc - start).total_seconds() if start is not None else None
         out[(cp.phase_ordinal, cp.attempt_number)] = Span(
             phase=cp.phase,

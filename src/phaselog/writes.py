@@ -30,7 +30,7 @@ from phaselog.errors import (
 from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.limits import MAX_ATTEMPT, check_json_data, is_attempt
 from phaselog.pipelines import Phase, Pipeline
-from phaselog.records import BasisEntry, Checkpoint, Status
+from phaselog.records import BasisEntry, Checkpoint, Status, format_timestamp
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.runstate import RunStates, blockers_before
 from phaselog.state import PhaseState
@@ -85,6 +85,7 @@ class WriteRequest:
     code_fingerprint: str | None = None
     fence: RunFence | None = None
     check_prerequisites: bool = True
+    started_at: datetime | None = None
 
 
 class Writes:
@@ -117,6 +118,7 @@ class Writes:
         code_fingerprint: str | None = None,
         fence: RunFence | None = None,
         check_prerequisites: bool = True,
+        started_at: datetime | None = None,
     ) -> WriteResult:
         """Append a checkpoint for one attempt of ``phase``; return it once durable.
 
@@ -132,7 +134,9 @@ class Writes:
         run's lease still carries that fencing token (Fenced otherwise; see phaselog.runner).
         ``check_prerequisites=False``: the caller has checked the earlier phases itself (the
         runner does, when it plans the run under its lease); the write skips deriving the run's
-        state again.
+        state again. ``started_at``: when the attempt's work started (a timezone-aware datetime,
+        not after ``timestamp``); recorded with the checkpoint, it gives the attempt a duration even
+        without a ``start`` progress event.
         """
         hashes = hash_artifacts(artifacts_root, artifact_paths) if artifacts_root is not None else None
         return self.write_request(
@@ -153,6 +157,7 @@ class Writes:
                 code_fingerprint=code_fingerprint,
                 fence=fence,
                 check_prerequisites=check_prerequisites,
+                started_at=started_at,
             )
         )
 
@@ -182,6 +187,7 @@ class Writes:
             ts = timestamp.astimezone(UTC) if timestamp is not None else self.clock()
         except OverflowError:
             raise UsageError(f"timestamp {timestamp} is out of range in UTC", field="timestamp") from None
+        started_at = _started_at(req.started_at, ts)
         for tries in range(MAX_APPEND_RETRIES):
             if tries:
                 snap = self.store.snapshot(ticket_id, run_id)  # someone appended meanwhile: re-read
@@ -222,6 +228,7 @@ class Writes:
                 artifact_hashes=dict(req.artifact_hashes) if req.artifact_hashes is not None else None,
                 code_fingerprint=req.code_fingerprint,
                 run_name=run_name,
+                started_at=started_at,
             )
             report = check_record(cp, pl, now=self.clock())
             if not report.is_valid:
@@ -358,3 +365,23 @@ def _payload(ph: Phase, payload: Mapping[str, Any] | None, status: str) -> dict[
     body = dict(payload)
     body.setdefault("phase", ph.name)
     return ph.order_payload(body)
+
+
+def _started_at(given: Any, ts: datetime) -> datetime | None:
+    """``started_at`` checked: an aware datetime, in UTC, not after the checkpoint's ``timestamp``."""
+    if given is None:
+        return None
+    if not isinstance(given, datetime) or given.utcoffset() is None:
+        raise UsageError("started_at: must be a timezone-aware datetime", field="started_at", rule="timezone_aware")
+    try:
+        started = given.astimezone(UTC)
+    except OverflowError:
+        raise UsageError(f"started_at: {given} is out of range in UTC", field="started_at") from None
+    if started > ts:
+        raise UsageError(
+            f"started_at: {format_timestamp(started)} is after the checkpoint's timestamp {format_timestamp(ts)}; "
+            "an attempt starts before it ends",
+            field="started_at",
+            rule="started_before_end",
+        )
+    return started

@@ -99,3 +99,16 @@ def duration(value: str | None, option: str) -> Any:
     from phaselog.durations import parse_duration
 
     return parse_duration(value, field=option)
+
+
+def timestamp_opt(value: str | None, option: str) -> Any:
+    """Parse an ISO-8601 option with a timezone such as ``2026-11-30T10:00:00Z`` (None stays None)."""
+    if value is None:
+        return None
+    from phaselog.errors import PhaselogError
+    from phaselog.records import parse_timestamp
+
+    try:
+        return parse_timestamp(value, field=option)
+    except PhaselogError as exc:
+        raise UsageError(exc.message, field=option.strip("-").replace("-", "_"), rule="datetime") from None

@@ -9,7 +9,7 @@ import click
 
 from phaselog import views
 from phaselog.cli._args import attempt as _attempt
-from phaselog.cli._args import read_output
+from phaselog.cli._args import read_output, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
 from phaselog.errors import PhaselogError, UsageError
@@ -51,6 +51,11 @@ def _events_table(events: list[dict[str, Any]]) -> str:
 @click.option("--provider", metavar="NAME", help="Model or service provider.")
 @click.option("--status", "status_text", metavar="TEXT", help="Free-text task status.")
 @click.option(
+    "--started-at",
+    metavar="ISO",
+    help="With start: when the attempt's work started, if before now (ISO-8601 with timezone); default now.",
+)
+@click.option(
     "--pid",
     type=int,
     help="With start: the process that runs the phase and lives until its checkpoint, e.g. --pid $$ in the "
@@ -70,6 +75,7 @@ def progress(
     tokens: int | None,
     provider: str | None,
     status_text: str | None,
+    started_at: str | None,
     pid: int | None,
 ) -> Result | None:
     """Append a progress event to the attempt in flight (seed 003's mid-execution checkpoint).
@@ -112,6 +118,7 @@ def progress(
         status=status_text,
         pid=pid,  # None: no process recorded (this command's parent may be gone at once, e.g. under make)
         pipeline=call.pipeline,
+        started_at=timestamp_opt(started_at, "--started-at"),
     )
     return Result({"event": views.progress_event(ev)}, lambda d: _events_table([d["event"]]))
 

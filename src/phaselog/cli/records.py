@@ -11,7 +11,7 @@ import click
 
 from phaselog import views
 from phaselog.cli._args import attempt as _attempt
-from phaselog.cli._args import json_opt
+from phaselog.cli._args import json_opt, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
 from phaselog.errors import PhaselogError, UsageError
@@ -36,6 +36,9 @@ def _written_table(d: dict[str, Any]) -> str:
 @click.option("--artifact-paths", metavar="JSON", help="JSON array of relative artifact paths.")
 @click.option("--payload", metavar="JSON", help="Phase payload as JSON, @FILE, or - for stdin.")
 @click.option("--timestamp", metavar="ISO", help="Completion time (ISO-8601 with timezone); default now.")
+@click.option(
+    "--started-at", metavar="ISO", help="When the attempt's work started (ISO-8601 with timezone): its duration."
+)
 @click.option("--status", type=click.Choice(["completed", "failed"]), default="completed", show_default=True)
 @click.option("--error", "error_text", metavar="TEXT", help="Why the attempt failed (with --status failed).")
 @click.option(
@@ -56,6 +59,7 @@ def write(
     artifact_paths: str | None,
     payload: str | None,
     timestamp: str | None,
+    started_at: str | None,
     status: str,
     error_text: str | None,
     decisions_json: str | None,
@@ -98,6 +102,7 @@ def write(
             status=status,
             error=error_text,
             decisions=json_opt(decisions_json, "--decisions", list) or (),
+            started_at=timestamp_opt(started_at, "--started-at"),
         )
     except Exception as exc:
         if not best_effort:

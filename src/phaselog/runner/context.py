@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ class PhaseContext:
         payloads: dict[str, Mapping[str, Any]],
         heartbeat: Any,
         lease: Any,
+        started_at: datetime | None = None,
     ) -> None:
         self.ledger = ledger
         self.pipeline = pipeline
@@ -62,6 +64,8 @@ class PhaseContext:
         self._last_step = resume_from_step
         #: The comment of the rejection that sent this phase back (None: not rejected).
         self.rejection = rejection
+        #: When this attempt's work started (UTC): its start event and checkpoint carry it.
+        self.started_at = started_at
         #: Writes to the attempt's log and the run's console (see runner/console.py).
         self.logger = phase_logger(phase)
         self._payloads = payloads

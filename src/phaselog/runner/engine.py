@@ -129,6 +129,7 @@ class Engine:
             ttl=self.ttl,
             wait=self.wait,
             on_wait=lambda exc: self.echo(f"waiting: {exc.message}"),
+            marks=any(p.execution.run is None for p in pl.phases),  # Python phases' processes: D100
         )
         if self.lease.took_over:
             self.echo(f"took the run over: {self.lease.took_over.get('reason')}")
@@ -207,6 +208,7 @@ class Engine:
                 time.sleep(delay)
             if self.heartbeat.fenced is not None:
                 raise self.heartbeat.fenced
+            started = datetime.now(UTC)  # the attempt's work starts now: its start event and checkpoint say so
             ctx = PhaseContext(
                 ledger=self.ledger,
                 pipeline=self.pipeline,
@@ -220,15 +222,20 @@ class Engine:
                 payloads=self.payloads,
                 heartbeat=self.heartbeat,
                 lease=self.lease,
+                started_at=started,
             )
-            self.heartbeat.begin(ph.name, attempt, self.pipeline)
+            self.heartbeat.begin(ph.name, attempt, self.pipeline, started)
             try:
-                outcome = executor(ph, ctx)
+                if ex.run is None:
+                    with leasing.marking(self.lease):
+                        outcome = executor(ph, ctx)
+                else:
+                    outcome = executor(ph, ctx)
             finally:
                 self.heartbeat.end()
             tried.append(attempt)
             if isinstance(outcome, Success):
-                refused = self._record_success(ph, attempt, outcome)
+                refused = self._record_success(ph, attempt, outcome, started)
                 if refused is None:
                     self.payloads[ph.name] = {"phase": ph.name, **outcome.payload}
                     if ph.requires_approval:
@@ -238,25 +245,31 @@ class Engine:
                     return PhaseOutcome(ph.name, "completed", "", tuple(tried), attempt)
                 outcome = refused
             failure = outcome
-            self._record_failure(ph, attempt, failure)
+            self._record_failure(ph, attempt, failure, started)
             self.echo(f"failed {ph.name} attempt {attempt}: {failure.error}")
             if failure.rule == "interrupted":
                 self.outcomes.append(
                     PhaseOutcome(ph.name, "interrupted", failure.error, tuple(tried), error=failure.error)
                 )
                 raise Interrupt(failure.signum or 15)
+            if not failure.retryable:
+                if retry < ex.retries:
+                    self.echo(f"not retrying {ph.name}: {failure.rule} is not an error another attempt can fix")
+                break
             attempt += 1
             resume = None
         assert failure is not None
-        last = PhaseOutcome(
-            ph.name, "failed", f"failed after {len(tried)} attempt(s)", tuple(tried), error=failure.error
-        )
+        why = f"failed after {len(tried)} attempt(s)"
+        if not failure.retryable and ex.retries:
+            why += f" (not retried: {failure.rule} is permanent)"
+        last = PhaseOutcome(ph.name, "failed", why, tuple(tried), error=failure.error)
         self.outcomes.append(last)
         error = PhaseFailed(
-            f"phase {ph.name} failed after {len(tried)} attempt(s) ({', '.join(map(str, tried))}): {failure.error}",
+            f"phase {ph.name} {why} ({', '.join(map(str, tried))}): {failure.error}",
             phase=ph.name,
             attempts=tried,
             rule=failure.rule,
+            retryable=failure.retryable,
         )
         self.outcomes.extend(
             PhaseOutcome(p.name, "not_reached", f"{ph.name} failed")
@@ -269,12 +282,13 @@ class Engine:
         raise error
 
     # -- recording ------------------------------------------------------------------------------
-    def _record_success(self, ph: Phase, attempt: int, ok: Success) -> Failure | None:
+    def _record_success(self, ph: Phase, attempt: int, ok: Success, started: datetime) -> Failure | None:
         """Write the completed checkpoint; a Failure if the output itself is refused."""
         ts = datetime.now(UTC)
         kwargs: dict[str, Any] = {
             "attempt": attempt,
             "timestamp": ts,
+            "started_at": min(started, ts),  # a wall clock stepped back must not refuse the record
             "artifact_paths": ok.artifacts,
             "pipeline": self.pipeline,
             "fence": self.lease.fence if self.lease else None,
@@ -297,10 +311,12 @@ class Engine:
             return Failure("bad_result", f"the payload cannot be stored as JSON: {exc}")
         return None
 
-    def _record_failure(self, ph: Phase, attempt: int, failure: Failure) -> None:
+    def _record_failure(self, ph: Phase, attempt: int, failure: Failure, started: datetime) -> None:
+        ts = datetime.now(UTC)
         kwargs: dict[str, Any] = {
             "attempt": attempt,
-            "timestamp": datetime.now(UTC),
+            "timestamp": ts,
+            "started_at": min(started, ts),
             "status": "failed",
             "error": failure.error,
             "pipeline": self.pipeline,

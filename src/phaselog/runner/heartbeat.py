@@ -1,8 +1,9 @@
 """The runner's heartbeat: renews the lease, and records a long attempt's ``start`` event.
 
-A phase that finishes quickly costs one durable write, its checkpoint. A phase still running
-after ``start_event_after`` seconds (or that reports a step first) gets a ``start`` progress
-event naming this host and process, so ``status`` shows it ``in_progress`` and a crash leaves it
+A phase that finishes quickly costs one durable write, its checkpoint (which records when the
+attempt started). A phase still running after ``start_event_after`` seconds (or that reports a
+step first) gets a ``start`` progress event naming this host and process, stamped with the time
+the attempt began (D98), so ``status`` shows it ``in_progress`` and a crash leaves it
 ``abandoned`` with its attempt number used up. On SQL stores the thread also renews the lease
 every third of its ttl, so a runner on another machine can tell a live runner from a dead one.
 
@@ -24,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import AlreadyExists, Conflict, Fenced, PhaselogError
@@ -54,7 +56,8 @@ class Heartbeat:
         # and by the main thread while it changes the attempt or stops: a start event is never
         # written for an attempt that has ended, nor on a connection that is closed.
         self._write_lock = threading.Lock()
-        self._current: tuple[str, int, float, Any] | None = None  # phase, attempt, since, pipeline
+        # phase, attempt, since (monotonic), pipeline, started_at (wall clock, for the start event)
+        self._current: tuple[str, int, float, Any, datetime | None] | None = None
         self._started: set[tuple[str, int]] = set()
         self._stopped = False
         self._joined = False
@@ -62,10 +65,10 @@ class Heartbeat:
         self.fenced: Fenced | None = None
 
     # -- main thread ----------------------------------------------------------------------------
-    def begin(self, phase: str, attempt: int, pipeline: Any) -> None:
-        """An attempt starts now."""
+    def begin(self, phase: str, attempt: int, pipeline: Any, started_at: datetime | None = None) -> None:
+        """An attempt starts now (its work started at ``started_at``: its start event says so)."""
         with self._write_lock:
-            self._current = (phase, attempt, time.monotonic(), pipeline)
+            self._current = (phase, attempt, time.monotonic(), pipeline, started_at)
         if not self._joined and (self.lease.expires or self.start_event_after >= 0):
             self._joined = True
             _beats().join(self)
@@ -126,7 +129,7 @@ class Heartbeat:
             try:
                 current = self._current
                 if current is not None and self.start_event_after >= 0:
-                    phase, attempt, since, pipeline = current
+                    phase, attempt, since, pipeline, _started = current
                     if time.monotonic() - since >= self.start_event_after:
                         side = self._side_ledger()
                         self._write_start(side, self.lease.ticket_id, self.lease.run_id, phase, attempt, pipeline)
@@ -149,8 +152,11 @@ class Heartbeat:
     ) -> None:
         if (phase, attempt) in self._started:
             return
+        current = self._current
+        started = current[4] if current is not None and current[:2] == (phase, attempt) else None
         with contextlib.suppress(AlreadyExists, Conflict):  # written already (by `phaselog step`, say)
-            ledger.progress(ticket_id, run_id, phase, "start", attempt=attempt, pipeline=pipeline)
+            # Stamped with when the attempt's work started, not with when this event is written.
+            ledger.progress(ticket_id, run_id, phase, "start", attempt=attempt, pipeline=pipeline, started_at=started)
         self._started.add((phase, attempt))
 
 

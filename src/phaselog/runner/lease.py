@@ -8,8 +8,11 @@ Who may take a lease that is held (:func:`judge`, the same rule on every store, 
 ``judge_holder``):
 
 * a holder on this host whose process is gone (no such pid, or the pid now belongs to a process
-  that started at another time) is displaced at once — unless the phase command it started
-  (its process group) is still running;
+  that started at another time) is displaced at once. If the phase command it started (its
+  process group) is still running, that command's processes are ended first (SIGKILL, waited
+  for: :func:`orphans`, :func:`end_orphans`) — they belong to a runner that can never record
+  their result — when every one of them provably is that runner's (its environment names the
+  run and the holder's fencing token); a group that holds anything else keeps the run held;
 * a holder on another host is displaced once its lease has expired (no heartbeat for ``ttl``);
 * otherwise the run is held: ``RunHeld`` (exit 75), or wait with ``wait=``.
 """
@@ -22,7 +25,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -66,10 +69,132 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def holder_info(runner_id: str | None = None) -> dict[str, Any]:
-    """Who we are, as a lease records it: host, pid, process start time, a random runner id."""
+#: How long a runner taking over waits for a dead runner's phase command to die after SIGKILL.
+END_ORPHANS_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Orphaned(Verdict):
+    """Held by a dead holder's phase command, which the new runner may end (``pids``) and then take over."""
+
+    pgid: int = 0
+    pids: tuple[int, ...] = ()
+
+
+def _group_members(pgid: int) -> list[Any]:
+    """The processes of group ``pgid`` on this host that are not zombies."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def orphans(pgid: int, run_id: str, token: int) -> tuple[int, ...] | None:
+    """The pids of group ``pgid`` when every live one is the phase command of ``run_id``'s
+    acquisition ``token`` (its environment says so: PHASELOG_RUN_ID, PHASELOG_LEASE_TOKEN); None
+    when one is not provably that (another's, or unreadable) — such a group is never signalled."""
+    import psutil
+
+    pids = []
+    for proc in _group_members(pgid):
+        try:
+            env = proc.environ()
+        except psutil.NoSuchProcess:
+            continue
+        except (psutil.AccessDenied, OSError):
+            return None
+        if env.get("PHASELOG_RUN_ID") != run_id or env.get("PHASELOG_LEASE_TOKEN") != str(token):
+            return None
+        pids.append(proc.pid)
+    return tuple(pids)
+
+
+def marked(run_id: str, token: int) -> tuple[int, ...]:
+    """Processes on this host (not this one) whose environment names ``run_id`` and the lease
+    ``token``: what a Python phase of that acquisition started (:func:`marking`)."""
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["status"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("PHASELOG_RUN_ID") == run_id and env.get("PHASELOG_LEASE_TOKEN") == str(token):
+            pids.append(proc.pid)
+    return tuple(pids)
+
+
+@contextlib.contextmanager
+def marking(lease: Lease) -> Iterator[None]:
+    """While a Python phase runs, the processes it starts carry the run and the lease's token in
+    their environment, so a runner taking over from this one, dead, can find and end them.
+    Only on the main thread (``os.environ`` is the process's); restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    marks = {"PHASELOG_RUN_ID": lease.run_id, "PHASELOG_LEASE_TOKEN": str(lease.token)}
+    old = {k: os.environ.get(k) for k in marks}
+    os.environ.update(marks)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def end_orphans(verdict: Orphaned, *, wait_s: float = END_ORPHANS_WAIT_S) -> bool:
+    """SIGKILL a dead runner's phase processes (a group re-checked: its members are still the ones
+    judged) and wait until none runs; True when they are gone."""
+    import signal
+
+    def live() -> list[int]:
+        if verdict.pgid:
+            return [p.pid for p in _group_members(verdict.pgid)]
+        return [pid for pid in verdict.pids if _running(pid)]
+
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        members = live()
+        if not members:
+            return True
+        if not set(members) <= set(verdict.pids):
+            return False  # something joined the group that we did not judge: leave it alone
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return not live()
+
+
+def holder_info(runner_id: str | None = None, *, marks: bool = False) -> dict[str, Any]:
+    """Who we are, as a lease records it: host, pid, process start time, a random runner id, and
+    ``marks`` when the processes our Python phases start carry our marks (:func:`marking`)."""
     pid = os.getpid()
     return {
+        **({"marks": True} if marks else {}),
         "runner_id": runner_id or secrets.token_hex(8),
         "host": socket.gethostname(),
         "pid": pid,
@@ -103,7 +228,19 @@ def judge(
     same_host = holder.get("host") == here
     pgid = holder.get("child_pgid")
     if same_host and isinstance(pgid, int) and group_alive_of(pgid):
-        return Verdict(False, f"{who}: its phase command (process group {pgid}) is still running")
+        why = f"{who}: its phase command (process group {pgid}) is still running"
+        if _gone(state, holder, start_time_of):
+            pids = orphans(pgid, state.run_id, state.token)
+            if pids:
+                return Orphaned(False, f"{why}, but its runner is gone: ending it", pgid=pgid, pids=pids)
+            if pids is None:
+                why += " and holds processes that are not provably its own; stop them"
+        return Verdict(False, why)
+    if same_host and holder.get("marks") and _gone(state, holder, start_time_of):
+        pids = marked(state.run_id, state.token)
+        if pids:
+            return Orphaned(False, f"{who} is gone, but processes its Python phase started still run: ending them",
+                            pids=pids)  # fmt: skip
     if state.lock_free is False:
         pid = holder.get("pid")
         gone = same_host and isinstance(pid, int) and start_time_of(pid) is None
@@ -130,6 +267,17 @@ def judge(
         return Verdict(True, f"{who}: {late}")
     left = (state.expires_at or state.now) - state.now
     return Verdict(False, f"{who}; its liveness cannot be checked from here, and its lease expires in {left:.0f} s")
+
+
+def _gone(state: LeaseState, holder: Mapping[str, Any], start_time_of: Callable[[int], float | None]) -> bool:
+    """The holder, on this host, provably no longer runs: its lock was freed (files), or its pid is
+    gone or belongs to a process started at another time."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return state.lock_free is True
+    started = start_time_of(pid)
+    recorded = holder.get("process_start")
+    return started is None or (isinstance(recorded, int | float) and abs(started - recorded) > 1.0)
 
 
 def _late(state: LeaseState) -> str | None:
@@ -203,6 +351,7 @@ def acquire(
     wait: float | bool = False,
     judge_fn: Callable[[LeaseState], Verdict] = judge,
     on_wait: Callable[[RunHeld], None] | None = None,
+    marks: bool = False,
 ) -> Lease:
     """Take the run's lease; RunHeld (exit 75) if another runner holds it.
 
@@ -211,13 +360,27 @@ def acquire(
     if ttl <= 0:
         raise UsageError("the lease ttl must be positive", field="ttl")
     leases = leases_of(store)
-    me = holder_info()
+    me = holder_info(marks=marks)
     deadline = None if wait is True else time.monotonic() + (float(wait) if wait else 0.0)
     told = False
+    seen: list[Verdict] = []
+    ended: list[dict[str, Any]] = []
+
+    def judging(state: LeaseState) -> Verdict:
+        verdict = judge_fn(state)
+        seen[:] = [verdict]
+        return verdict
+
     while True:
+        seen.clear()
         try:
-            state = leases.acquire(ticket_id, run_id, me, ttl=ttl, judge=judge_fn)
+            state = leases.acquire(ticket_id, run_id, me, ttl=ttl, judge=judging)
         except RunHeld as exc:
+            orphan = seen[0] if seen and isinstance(seen[0], Orphaned) else None
+            if orphan is not None and len(ended) < 3 and end_orphans(orphan):
+                # The dead runner's command is gone: take the run over now (D100).
+                ended.append({"process_group": orphan.pgid, "pids": list(orphan.pids), "signal": "SIGKILL"})
+                continue
             if deadline is not None and time.monotonic() >= deadline:
                 if wait:
                     exc.message += f" (waited {float(wait):g} s)"
@@ -229,6 +392,14 @@ def acquire(
                 told = True
             time.sleep(WAIT_POLL_S)
             continue
+        took_over = state.took_over
+        if ended and took_over is not None:
+            took_over = {
+                **took_over,
+                "ended": ended,
+                "reason": f"{took_over.get('reason')}; its phase command (process group "
+                f"{ended[-1]['process_group']}: pids {', '.join(map(str, ended[-1]['pids']))}) was ended with SIGKILL",
+            }
         return Lease(
             leases,
             ticket_id,
@@ -236,6 +407,6 @@ def acquire(
             state.token,
             ttl,
             dict(state.holder or me),
-            state.took_over,
+            took_over,
             expires=state.lock_free is None,
         )

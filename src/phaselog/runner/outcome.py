@@ -10,6 +10,12 @@ from typing import Any
 
 TAIL_BYTES = 4096
 
+#: Failure rules that another attempt of the same code would hit again: the output itself is
+#: refused (a payload that breaks the schema, an artifact that is not there, a value that is not a
+#: payload, an earlier phase that blocks it). They fail the phase at once, without its retries.
+#: Every other rule (``exception``, ``exit_code``, ``timeout``) is retried. Decisions D99.
+PERMANENT_RULES = frozenset({"invalid", "artifact_missing", "bad_result", "prerequisite"})
+
 
 @dataclass
 class Success:
@@ -21,13 +27,19 @@ class Success:
 
 @dataclass
 class Failure:
-    """The attempt failed. ``rule``: exception, timeout, exit_code, interrupted, bad_result, invalid."""
+    """The attempt failed. ``rule``: exception, timeout, exit_code, interrupted, bad_result, invalid,
+    artifact_missing, prerequisite (:data:`PERMANENT_RULES` are not retried)."""
 
     rule: str
     message: str
     detail: dict[str, Any] = field(default_factory=dict)
     cause: BaseException | None = None
     signum: int | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """Whether another attempt may succeed: not for :data:`PERMANENT_RULES` (nor a stop)."""
+        return self.rule not in PERMANENT_RULES and self.rule != "interrupted"
 
     @property
     def error(self) -> str:

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from phaselog.errors import NotFound
 from phaselog.pipelines import Phase, manifest_dict
+from phaselog.records import format_timestamp
 from phaselog.runner.console import attempt_log
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
@@ -110,6 +111,8 @@ class ShellPhase:
                 "PHASELOG_INPUTS": str(scratch / "inputs.json"),
                 "PHASELOG_PIPELINE_FILE": str(scratch / "pipeline.json"),
                 "PHASELOG_LEASE_TOKEN": str(ctx._lease.token),
+                # `phaselog step` stamps the attempt's start event with it (D98).
+                "PHASELOG_ATTEMPT_STARTED_AT": format_timestamp(ctx.started_at) if ctx.started_at else "",
             }
         )
         return env

@@ -50,8 +50,9 @@ def step_from_env(
         token = env.get("PHASELOG_LEASE_TOKEN")
         if token:
             _check_lease(ledger.store, ticket, run, int(token))
+        started = _started_at(env.get("PHASELOG_ATTEMPT_STARTED_AT"))
         with contextlib.suppress(AlreadyExists, Conflict):  # started already (the heartbeat, an earlier step)
-            ledger.progress(ticket, run, phase, "start", attempt=attempt, pipeline=pipeline)
+            ledger.progress(ticket, run, phase, "start", attempt=attempt, pipeline=pipeline, started_at=started)
         return ledger.progress(
             ticket, run, phase, "step", attempt=attempt, step=step, output=output, tokens=tokens, pipeline=pipeline
         )
@@ -70,3 +71,16 @@ def _check_lease(store: Any, ticket: str, run: str, token: int) -> None:
             f"now {state.token if state else 'none'}); the step was not recorded",
             rule="fencing_token",
         )
+
+
+def _started_at(text: str | None) -> Any:
+    """PHASELOG_ATTEMPT_STARTED_AT (when the runner began the attempt), or None when unset."""
+    if not text:
+        return None
+    from phaselog.errors import Corrupt
+    from phaselog.records import parse_timestamp
+
+    try:
+        return parse_timestamp(text, field="PHASELOG_ATTEMPT_STARTED_AT")
+    except Corrupt as exc:
+        raise UsageError(exc.message, field="phaselog_attempt_started_at", rule="datetime") from None
