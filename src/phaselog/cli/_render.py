@@ -173,7 +173,11 @@ def table(
     shortened in the middle (``a1b2c3…7890``; the JSON output has them whole).
     """
     if not rows:
-        return (": ".join(x for x in (title, empty) if x) or "nothing to show") + "\n"
+        import textwrap
+
+        line = ": ".join(x for x in (title, empty) if x) or "nothing to show"
+        # A long path in the title folds (it is a heading, not a cell); words stay whole.
+        return "\n".join(textwrap.wrap(line, terminal_width(), break_on_hyphens=False)) + "\n"
     import io
 
     from rich.console import Console

@@ -19,10 +19,10 @@ EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
 
 # -- progress ---------------------------------------------------------------------------------------
 def _events_table(events: list[dict[str, Any]]) -> str:
+    phases = sorted({e["phase"] for e in events})
     return table(
         [
             [
-                e["phase"],
                 e["attempt_number"],
                 e["seq"],
                 e["event"],
@@ -30,11 +30,12 @@ def _events_table(events: list[dict[str, Any]]) -> str:
                 e["tokens"],
                 e["elapsed_sec"],
                 (e["output_sha256"] or "")[:12],
-                e["timestamp"],
+                short_time(e["timestamp"]),
             ]
             for e in events
         ],
-        ["phase", "attempt", "seq", "event", "step", "tokens", "elapsed s", "output", "at"],
+        ["attempt", "seq", "event", "step", "tokens", "secs", "output", "at"],
+        title=f"progress of {', '.join(phases)} (UTC)",
     )
 
 

@@ -92,7 +92,7 @@ def _approvals_table(d: dict[str, Any]) -> str:
     out = table(
         rows,
         ["ticket", "run", "phase", "attempt", "waiting since", "content hash"],
-        title=f"{d['count']} awaiting approval (UTC, oldest first)",
+        title=f"approvals: {d['count']} waiting (UTC, oldest first)",
         empty="nothing awaits approval",
     )
     return lines(out, *(f"could not read {p}" for p in d["problems"]))
