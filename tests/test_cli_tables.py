@@ -159,7 +159,7 @@ def test_the_table_renderer_keeps_words_whole_and_wraps_free_text() -> None:
     cells = [["awaiting_approval", "2026-11-30 21:13", "x" * 60, "a note that is free text and may wrap"]]
     widths = column_widths(cells, ["state", "since", "ticket", "note"], 80)
     assert sum(widths) + 3 * 4 + 1 <= 80
-    assert widths[0] == len("awaiting_approval") and widths[1] == len("2026-11-30 21:13")
+    assert widths[:2] == [len("awaiting_approval"), len("2026-11-30 21:13")]
 
 
 # -- what waits for a person ----------------------------------------------------------------------
@@ -235,8 +235,8 @@ def test_every_failing_command_says_success_false(store: Path, tmp_path: Path) -
         assert res.rc == rc, (name, res.out, res.err)
         out = json.loads(res.out)
         assert out["success"] is False, (name, out)
-        assert isinstance(out["error"], str) and out["error"], (name, out)
-        assert isinstance(out["error_code"], str) and out["error_code"], (name, out)
+        assert out["error"], (name, out)
+        assert out["error_code"], (name, out)
     refused = json.loads(run(store, *failures[0][1]).out)
     assert refused["error"] == "cannot skip to script (proposal: attempt 1 awaits approval)"
     assert refused["error_code"] == "blocked"
@@ -263,7 +263,7 @@ def test_every_failing_command_says_success_false(store: Path, tmp_path: Path) -
         res = run(copy, *args)
         assert res.rc == 1, (args, res.out)
         out = json.loads(res.out)
-        assert out["success"] is False and out["error"] and out["error_code"], out
+        assert (out["success"], bool(out["error"]), bool(out["error_code"])) == (False, True, True), out
     other = tmp_path / "other"
     ok(
         other,
