@@ -144,7 +144,7 @@ def list_view(
 
 def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The registered workers, each with its ``state``: ``gone`` when its process is provably gone
-    (on this host: pid absent or reused, :func:`phaselog.progress.process_gone`; at once, whatever
+    (on this host: pid absent or reused, :func:`phaselog.attempts.process_gone`; at once, whatever
     its heartbeat row says), ``expired`` when its heartbeat is older than its ttl, else ``alive``."""
     import socket
 
