@@ -73,6 +73,9 @@ MIN_COLUMN = 8
 #: A column whose unbreakable pieces are at most this wide (a state such as ``awaiting_approval``,
 #: a timestamp, a pipeline or phase name) is never squeezed: the long ids give way first.
 KEEP_WHOLE = 19
+#: A column of free text gets at least this many characters (or its natural width) before a long
+#: id beside it keeps its whole width.
+TEXT_COLUMN = 24
 #: A cell that is one timestamp (``2026-12-01 21:13:22``, ``2026-12-01T21:13``) is kept whole.
 _STAMP = LazyPattern(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d(\.\d+)?)?Z?")
 
@@ -121,6 +124,8 @@ def column_widths(cells: Sequence[Sequence[str]], headers: Sequence[str], width:
         head_word = max((len(w) for w in h.split()), default=0)
         natural.append(max([len(h), *map(len, col_lines)]))
         need = max([head_word, *(len(u) for ln in col_lines for u in _units(ln))])
+        if any(not _whole(ln) for ln in col_lines):  # free text: room for a few words per line
+            need = max(need, min(natural[-1], TEXT_COLUMN))
         least.append(need)
         floor.append(need if need <= KEEP_WHOLE else max(MIN_COLUMN, head_word))
     room = width - (3 * n + 1)
