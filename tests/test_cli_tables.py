@@ -179,6 +179,8 @@ def test_approvals_lists_what_waits_for_a_person(store: Path) -> None:
         "attempt_number": proposal["latest_attempt"],
         "content_hash": read["metadata"]["content_hash"],
         "since": read["checkpoint"]["timestamp_utc"],
+        "waiting_for": "approval",
+        "input_request": None,
     }
     table = run(store, "approvals", "--format", "table", env={**cli_env(store), "COLUMNS": "160"})
     for shown in (VID, VRUN, "proposal", read["metadata"]["content_hash"][:12], "waiting since"):

@@ -82,7 +82,7 @@ def _approvals_table(d: dict[str, Any]) -> str:
         [
             a["ticket_id"],
             a["run_name"] or a["run_id"],
-            a["phase"],
+            a["phase"] if a.get("waiting_for", "approval") == "approval" else f"{a['phase']} ({a['waiting_for']})",
             a["attempt_number"],
             short_time(a["since"]),
             a["content_hash"][:12],
@@ -101,7 +101,7 @@ def _approvals_table(d: dict[str, Any]) -> str:
 @command(cli, section="Gates")
 @click.option("--ticket-id", help="Only this ticket's runs.")
 def approvals(call: Call, ticket_id: str | None) -> Result:
-    """Every gated phase waiting for a person's judgement, oldest first, across tickets.
+    """Every phase waiting for a person, oldest first, across tickets: a gate's judgement, or input.
 
     One line each: ticket, run, phase, attempt, since when, and the content hash of the checkpoint
     that waits (`phaselog approve` judges it). Runs that cannot be read are listed under `problems`.
