@@ -135,6 +135,8 @@ CORPUS: list[Bad] = [
     bad("status", "--ticket-id", "../x", "--run-id", R, exit=2, code="invalid_id"),
     bad("runs", "--ticket-id", "../x", exit=2, code="invalid_id"),
     bad("tickets", "--format", "xml", exit=2, code="usage"),
+    bad("tickets", "--state", "waiting", exit=2, code="usage"),
+    bad("approvals", "--ticket-id", "../x", exit=2, code="invalid_id"),
     bad("resume", "--ticket-id", T, "--run-id", R, "--skip-to", HUGE, exit=2, code="unknown_phase"),
     bad("verify", "--ticket-id", "T-1\x00", exit=2, code="invalid_id"),
     bad("pipelines", "../../etc/passwd", exit=1, code="pipeline_error"),

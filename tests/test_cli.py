@@ -868,6 +868,7 @@ def test_every_command_is_covered() -> None:
         "queue retry",
         "tickets",  # tests/test_listing_cli.py
         "runs",  # tests/test_listing_cli.py
+        "approvals",  # tests/test_cli_tables.py
     }
     # Bare groups; a wrapper whose stdout is COMMAND's; streams of JSON Lines / a JSON summary;
     # `step` runs inside a shell phase and keeps stdout free for the phase's payload; `ui` is a server;

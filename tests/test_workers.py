@@ -115,6 +115,7 @@ def test_failures_and_missing_code_make_a_run_dead_with_the_reason(setup: tuple[
     f1 = entry(url, "F-1", failing)
     assert f1["state"] == "dead"
     assert "phase one failed after 2 attempt(s)" in f1["reason"]
+    assert f1["reason"].count("phase one failed") == 1, f1["reason"]  # said once, not "failed: phase one failed"
     assert "boom" in f1["reason"]
     assert "pipeline 'nowhere' not found" in entry(url, "F-2", missing)["reason"]
     assert "cannot import nosuchmodule" in entry(url, "F-3", badcall)["reason"]
@@ -264,3 +265,37 @@ def test_worker_options_are_checked(setup: tuple[str, Path, Path]) -> None:
     bad = cli("worker", "--store", url, "--pipelines", str(work / "missing"))
     assert bad.returncode == 2
     assert json.loads(bad.stdout)["error_code"] == "usage"
+
+
+def test_a_pool_prints_one_json_document_with_every_workers_summary(setup: tuple[str, Path, Path]) -> None:
+    url, pipelines, work = setup
+    for i in range(3):
+        submit(url, f"P-{i}", "--pipeline", "pythree")
+    proc = start_worker(url, pipelines, work, "--burst", "--concurrency", "2")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    summary = json.loads(out)  # one document (it was three: each child's and the pool's)
+    assert summary["success"] is True
+    assert (summary["concurrency"], summary["exit_code"], summary["runs"]) == (2, 0, 3)
+    assert summary["outcomes"] == {"done": 3}
+    assert len(summary["workers"]) == 2
+    assert sum(w["runs"] for w in summary["workers"]) == 3
+    assert all(w["worker"] and w["exit_code"] == 0 for w in summary["workers"]), summary
+
+
+def test_a_sigkilled_worker_is_shown_gone_at_once(setup: tuple[str, Path, Path]) -> None:
+    url, pipelines, work = setup
+    proc = start_worker(url, pipelines, work, "--poll", "0.2", "--lease-ttl", "60s")
+    try:
+        wait_for(lambda: cli_json("queue", "list", "--store", url)["workers"], 30, "the worker to register")
+    finally:
+        assert stop(proc, signal.SIGKILL) == -signal.SIGKILL
+    listed = cli_json("queue", "list", "--store", url)
+    (gone,) = listed["workers"]
+    assert gone["pid"] == proc.pid
+    assert gone["expired"] is False  # its heartbeat row is still fresh (60 s) …
+    assert (gone["state"], gone["gone"]) == ("gone", True)  # … but its process is provably gone
+    assert gone["gone_reason"] == f"process {proc.pid} on {gone['host']} is gone"
+    table = cli("queue", "list", "--store", url, "--format", "table")
+    assert "workers: 1 gone" in table.stdout, table.stdout
+    assert "alive" not in table.stdout

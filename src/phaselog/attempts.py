@@ -60,6 +60,30 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+def process_gone(
+    host: str | None,
+    pid: int | None,
+    process_start: float | None,
+    *,
+    here: str,
+    start_time_of: Callable[[int], float | None] = process_start_time,
+) -> str | None:
+    """Why the process ``pid`` on ``host`` (started at ``process_start``) is provably gone, or None.
+
+    Provable only on ``here``, this host: no process has that pid, or the pid now belongs to a
+    process that started at another time (reused). The one rule for an attempt's process
+    (:func:`judge_abandoned`) and a queue worker (``queue list``, the workers' recovery) alike.
+    """
+    if host != here or pid is None:
+        return None
+    started = start_time_of(pid)
+    if started is None:
+        return f"process {pid} on {host} is gone"
+    if process_start is not None and abs(started - process_start) > 1.0:
+        return f"pid {pid} on {host} now belongs to another process"
+    return None
+
+
 def hostname() -> str:
     """This machine's name, as a ``start`` event records it."""
     import socket  # lazily: ~2 ms of every command's start, needed only by progress events
@@ -89,12 +113,12 @@ def judge_abandoned(
     """Why an in-flight attempt is abandoned, or None: its process is provably gone on this host
     (no such pid, or the pid now belongs to a process that started at another time), or its last
     event is older than ``stale_after``."""
-    if flight_start is not None and flight_start.host == host and flight_start.pid is not None:
-        started = start_time_of(flight_start.pid)
-        if started is None:
-            return f"process {flight_start.pid} on {host} is gone"
-        if flight_start.process_start is not None and abs(started - flight_start.process_start) > 1.0:
-            return f"pid {flight_start.pid} on {host} now belongs to another process"
+    if flight_start is not None:
+        gone = process_gone(
+            flight_start.host, flight_start.pid, flight_start.process_start, here=host, start_time_of=start_time_of
+        )
+        if gone is not None:
+            return gone
     if last.event in TERMINAL_EVENTS:
         return None  # ended; waiting for its checkpoint, not abandoned by age
     age = now - last.timestamp

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import PhaselogError
+from phaselog.errors import PhaselogError, UsageError
 from phaselog.records import format_timestamp
+from phaselog.state import RUN_SUMMARIES
 from phaselog.stores.stamps import run_stamps, ticket_stamp
 
 if TYPE_CHECKING:
@@ -173,6 +174,20 @@ class Catalog:
             latest_run_name=latest.run_name if latest else None,
         )
 
-    def tickets(self, ledger: Ledger) -> list[TicketSummary]:
-        """Every ticket of the store, most recently active first."""
-        return _newest_first(self.ticket(ledger, t) for t in ledger.store.tickets())
+    def tickets(self, ledger: Ledger, *, state: str | None = None) -> list[TicketSummary]:
+        """Every ticket of the store, most recently active first; with ``state``, only the tickets
+        whose shown state (their latest run's, :data:`RUN_STATES`) is that one."""
+        wanted = check_run_state(state) if state is not None else None
+        found = (self.ticket(ledger, t) for t in ledger.store.tickets())
+        return _newest_first(t for t in found if wanted is None or t.state == wanted)
+
+
+#: The states a listing shows for a run (``RunStatus.summary``), and ``damaged`` (cannot be read).
+RUN_STATES = (*RUN_SUMMARIES, "damaged")
+
+
+def check_run_state(state: str) -> str:
+    """``state`` if it is one of :data:`RUN_STATES`, else a UsageError naming the field and the rule."""
+    if state not in RUN_STATES:
+        raise UsageError(f"state must be one of {', '.join(RUN_STATES)} (got {state!r})", field="state", rule="enum")
+    return state

@@ -269,12 +269,15 @@ class Awaiting:
     waiting_for: str = "approval"
     #: For "input": what is asked (``PhaseState.input_request``).
     input_request: dict[str, Any] | None = None
+    #: The run id as it was given (``nightly-1``); None when it was given as a UUID.
+    run_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
+            "run_name": self.run_name,
             "phase": self.phase,
             "attempt_number": self.attempt_number,
             "content_hash": self.content_hash,
@@ -328,6 +331,7 @@ def approval_queue(ledger: QueueSource, ticket_ids: Iterable[str] | None = None)
                             parse_timestamp(asked["since"]) if asked else stored.record.timestamp_utc,
                             "input" if asked else "approval",
                             asked,
+                            status.run_name,
                         )
                     )
             except PhaselogError as exc:

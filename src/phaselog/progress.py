@@ -160,15 +160,27 @@ class Progress:
         attempt: int | None = None,
         *,
         pipeline: Any = None,
+        newest: bool = False,
     ) -> list[ProgressEvent]:
-        """Every event of an attempt (default: the attempt in flight), oldest first."""
+        """Every event of an attempt (default: the attempt in flight), oldest first.
+
+        ``newest``: when no attempt is in flight, the phase's newest attempt (a finished one);
+        what ``phaselog progress show`` shows without ``--attempt``.
+        """
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         ph = self._phase(ticket_id, run_id, phase, pipeline)
         if attempt is None:
-            flight = self.in_flight(ticket_id, run_id).get(ph.name)
-            if flight is None:
+            snap = self.store.snapshot(ticket_id, run_id)
+            flight = flights(snap, now=self.clock()).get(ph.name)
+            latest = snap.latest(ph.ordinal)
+            if flight is not None:
+                attempt = flight.attempt_number
+            elif newest and latest is not None:
+                attempt = latest.attempt_number
+            elif newest:
+                raise NotFound(f"phase {ph.name} has no attempt in run {run_id}", phase=ph.name)
+            else:
                 raise NotFound(f"no attempt of phase {ph.name} is in flight in run {run_id}", phase=ph.name)
-            attempt = flight.attempt_number
         return self._events(ticket_id, run_id, ph, attempt)
 
     def progress_latest(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phaselog.catalog import RunSummary, TicketSummary
     from phaselog.entries import Approval, Marker, ProgressEvent
+    from phaselog.gates import Awaiting
     from phaselog.ledger import Page, SkipDecision, WriteResult
     from phaselog.pipelines import Pipeline
     from phaselog.runner.explain import Explanation
@@ -177,6 +178,12 @@ def runs(ticket_id: str, summaries: Sequence[RunSummary], *, known: bool = True)
     if not known:
         out["message"] = f"nothing is recorded for ticket {ticket_id} (`phaselog tickets` lists the tickets)"
     return out
+
+
+def approvals(queue: Sequence[Awaiting], problems: Sequence[str]) -> dict[str, Any]:
+    """Everything awaiting a person's judgement, oldest first (``phaselog approvals``; the
+    dashboard's Approvals page), and the runs that could not be read."""
+    return {"count": len(queue), "approvals": [a.to_json() for a in queue], "problems": list(problems)}
 
 
 def skip_decision(decision: SkipDecision) -> dict[str, Any]:

@@ -50,7 +50,7 @@ SECTIONS = ("Record", "Resume", "Runner", "Workers", "Audit", "Gates", "Tickets 
 AREAS: dict[str, tuple[str, ...]] = {
     "records": ("write", "read", "validate", "list"),
     "state": ("status", "resume", "verify", "pipelines"),
-    "catalog": ("tickets", "runs"),
+    "catalog": ("tickets", "runs", "approvals"),
     "audit": ("progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"),
     "runner": ("run", "explain", "step"),
     "queue": ("submit", "queue", "worker"),
@@ -141,8 +141,11 @@ def cli() -> None:
 class Result:
     """What a command's body returns: a JSON view, how to show it to people, and the exit code.
 
-    ``data`` is wrapped as ``{"success": true, **data, "correlation_id": …}`` unless
+    ``data`` is wrapped as ``{"success": …, **data, "correlation_id": …}`` unless
     ``envelope`` is false (the body built the whole object, e.g. a best-effort warning).
+    ``success`` is false whenever the exit code says the command failed (a check that says no,
+    a refused skip, conflicts), and the object then has ``error`` and ``error_code`` as every
+    error object does (:func:`envelope`).
     ``table`` renders the wrapped object as text for ``--format table`` (or ``text``).
     """
 
@@ -150,6 +153,16 @@ class Result:
     table: TableFn | None = None
     exit_code: int = 0
     envelope: bool = True
+    #: Why the command failed, when ``exit_code`` says it did: the JSON's ``error`` and ``error_code``.
+    error: str | None = None
+    error_code: str | None = None
+    #: The exit code says "not done yet", not "failed" (``run`` stopped at a gate exits 3).
+    pending: bool = False
+
+    @property
+    def success(self) -> bool:
+        """The JSON's ``success``: false whenever the command failed (a non-zero exit code that is not ``pending``)."""
+        return self.exit_code == 0 or self.pending
 
 
 @dataclass
@@ -167,6 +180,26 @@ class Streamed:
     table: Callable[[IO[str]], None] | None = None
     exit_code: int = 0
     close: Callable[[], None] | None = None
+
+    @property
+    def success(self) -> bool:
+        """The JSON's ``success``: the exit code is 0."""
+        return self.exit_code == 0
+
+
+def envelope(result: Result) -> dict[str, Any]:
+    """The JSON object of ``result``: ``success`` first, and for a failure ``error`` and ``error_code``.
+
+    The one place a command's ``success`` is decided (D105): true exactly when the command did not
+    fail (exit 0, or ``pending``), so no failing command says ``"success": true``.
+    """
+    if not result.envelope:
+        return result.data
+    out = {"success": result.success, **result.data}
+    if not result.success:
+        out.setdefault("error", result.error or f"the command failed (exit {result.exit_code})")
+        out.setdefault("error_code", result.error_code or "failed")
+    return out
 
 
 def fail(err: PhaselogError, correlation_id: str | None = None, fmt: str = "json") -> NoReturn:
@@ -275,9 +308,7 @@ class Call:
 
     def render(self, result: Result) -> str:
         """The whole output of ``result`` as text (a table renderer that fails falls back to JSON)."""
-        data = result.data
-        if result.envelope:
-            data = {"success": True, **data}
+        data = envelope(result)
         data.setdefault("correlation_id", self.correlation_id)
         if self.fmt != "json" and result.table is not None:
             try:
@@ -304,9 +335,9 @@ class Call:
                         raise
                     out.seek(0)
                     out.truncate()
-                    streams.write_object(out, self._envelope(result.fields()))
+                    streams.write_object(out, self._envelope(result))
             else:
-                streams.write_object(out, self._envelope(result.fields()))
+                streams.write_object(out, self._envelope(result))
         except BaseException:
             out.close()
             raise
@@ -316,10 +347,10 @@ class Call:
         """Whether ``result`` is shown as a table (else JSON)."""
         return self.fmt != "json" and result.table is not None
 
-    def _envelope(self, fields: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    def _envelope(self, result: Streamed) -> Iterator[tuple[str, Any]]:
         seen = False
-        yield "success", True
-        for key, value in fields:
+        yield "success", result.success
+        for key, value in result.fields():
             seen = seen or key == "correlation_id"
             yield key, value
         if not seen:

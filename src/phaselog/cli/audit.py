@@ -12,17 +12,17 @@ from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import read_output, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
-from phaselog.errors import PhaselogError, UsageError
+from phaselog.errors import NotFound, PhaselogError, UsageError
 
 EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
 
 
 # -- progress ---------------------------------------------------------------------------------------
 def _events_table(events: list[dict[str, Any]]) -> str:
+    phases = sorted({e["phase"] for e in events})
     return table(
         [
             [
-                e["phase"],
                 e["attempt_number"],
                 e["seq"],
                 e["event"],
@@ -30,11 +30,12 @@ def _events_table(events: list[dict[str, Any]]) -> str:
                 e["tokens"],
                 e["elapsed_sec"],
                 (e["output_sha256"] or "")[:12],
-                e["timestamp"],
+                short_time(e["timestamp"]),
             ]
             for e in events
         ],
-        ["phase", "attempt", "seq", "event", "step", "tokens", "elapsed s", "output", "at"],
+        ["attempt", "seq", "event", "step", "tokens", "secs", "output", "at"],
+        title=f"progress of {', '.join(phases)} (UTC)",
     )
 
 
@@ -127,7 +128,7 @@ def progress(
 @click.option("--ticket-id", required=True)
 @click.option("--run-id", required=True)
 @click.option("--phase", required=True, help="Phase name or ordinal.")
-@click.option("--attempt", type=int, help="Default: the attempt in flight.")
+@click.option("--attempt", type=int, help="Default: the attempt in flight, else the phase's newest attempt.")
 @click.option("--all", "show_all", is_flag=True, help="Every event of the attempt, not just the latest.")
 @click.option("--with-output", is_flag=True, help="Include the accumulated output text.")
 def progress_show(
@@ -141,13 +142,18 @@ def progress_show(
 ) -> Result:
     """Show the latest progress event of the attempt in flight (seed 003's Load), or all of them.
 
+    With no attempt in flight, the phase's newest attempt is shown (a finished one, say).
+
     \b
     Example:
       phaselog progress show --ticket-id T --run-id R --phase implement --all --format table
     """
-    events = call.ledger.progress_events(ticket_id, run_id, phase, _attempt(attempt), pipeline=call.pipeline)
+    events = call.ledger.progress_events(
+        ticket_id, run_id, phase, _attempt(attempt), pipeline=call.pipeline, newest=True
+    )
     if not events:
-        raise PhaselogError("no progress events")
+        where = f"attempt {attempt}" if attempt is not None else "its newest attempt"
+        raise NotFound(f"phase {phase} has no progress events in {where}", phase=phase)
     data: dict[str, Any] = {"event": views.progress_event(events[-1], with_output=with_output)}
     if show_all:
         data["events"] = [views.progress_event(e, with_output=with_output) for e in events]
@@ -422,4 +428,10 @@ def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:
     from phaselog.doctor import doctor as run_doctor
 
     rep = run_doctor(call.ledger, ticket_id, quarantine=quarantine)
-    return Result(rep.to_json(), _doctor_table, exit_code=0 if rep.healthy else 1)
+    return Result(
+        rep.to_json(),
+        _doctor_table,
+        exit_code=0 if rep.healthy else 1,
+        error="the store is not healthy (see the findings)",
+        error_code="unhealthy",
+    )

@@ -11,13 +11,8 @@ from typing import Any
 import click
 
 from phaselog import views
-from phaselog.cli._render import short_time, table
+from phaselog.cli._render import lines, short_time, table
 from phaselog.cli._scaffold import Call, Result, cli, command
-
-
-def _minute(stamp: str | None) -> str:
-    """``2026-11-30 18:48``: a listing's last activity, to the minute (the JSON has it to the microsecond)."""
-    return short_time(stamp)[:16]
 
 
 def _tickets_table(d: dict[str, Any]) -> str:
@@ -27,7 +22,7 @@ def _tickets_table(d: dict[str, Any]) -> str:
             t["pipeline"] or "",
             t["state"],
             t["runs"],
-            _minute(t["last_activity"]),
+            short_time(t["last_activity"]),
             # A name, or the UUID's first digits: `phaselog runs --ticket-id T` shows it whole.
             t["latest_run_name"] or (f"{t['latest_run'][:8]}…" if t["latest_run"] else ""),
         ]
@@ -48,7 +43,7 @@ def _runs_table(d: dict[str, Any]) -> str:
             r["run_name"] or r["run_id"],
             *([] if shared else [r["pipeline"] or ""]),
             r["state"],
-            _minute(r["last_activity"]),
+            short_time(r["last_activity"]),
         ]
         for r in d["runs"]
     ]
@@ -58,18 +53,70 @@ def _runs_table(d: dict[str, Any]) -> str:
 
 
 @command(cli, section="Tickets and pipelines")
-def tickets(call: Call) -> Result:
+@click.option(
+    "--state",
+    metavar="STATE",
+    help="Only tickets whose latest run is in this state: running, stuck, awaiting_approval, failed, "
+    "pending, complete, damaged.",
+)
+def tickets(call: Call, state: str | None) -> Result:
     """Every ticket of the store: pipeline, state and last activity of its latest run, how many runs.
 
     Newest activity first; the latest run is shown by the id it was given (`nightly-1`).
+    `phaselog approvals` lists every phase waiting for a person, in any run.
 
     \b
-    Example:
+    Examples:
       phaselog tickets --format table
+      phaselog tickets --state awaiting_approval
     """
-    from phaselog.catalog import Catalog
+    from phaselog.catalog import Catalog, check_run_state
 
-    return Result(views.tickets(Catalog().tickets(call.ledger)), _tickets_table)
+    if state is not None:
+        check_run_state(state)  # before the store is opened: bad input is refused as such
+    return Result(views.tickets(Catalog().tickets(call.ledger, state=state)), _tickets_table)
+
+
+def _approvals_table(d: dict[str, Any]) -> str:
+    rows = [
+        [
+            a["ticket_id"],
+            a["run_name"] or a["run_id"],
+            a["phase"] if a.get("waiting_for", "approval") == "approval" else f"{a['phase']} ({a['waiting_for']})",
+            a["attempt_number"],
+            short_time(a["since"]),
+            a["content_hash"][:12],
+        ]
+        for a in d["approvals"]
+    ]
+    out = table(
+        rows,
+        ["ticket", "run", "phase", "attempt", "waiting since", "content hash"],
+        title=f"approvals: {d['count']} waiting (UTC, oldest first)",
+        empty="nothing awaits approval",
+    )
+    return lines(out, *(f"could not read {p}" for p in d["problems"]))
+
+
+@command(cli, section="Gates")
+@click.option("--ticket-id", help="Only this ticket's runs.")
+def approvals(call: Call, ticket_id: str | None) -> Result:
+    """Every phase waiting for a person, oldest first, across tickets: a gate's judgement, or input.
+
+    One line each: ticket, run, phase, attempt, since when, and the content hash of the checkpoint
+    that waits (`phaselog approve` judges it). Runs that cannot be read are listed under `problems`.
+
+    \b
+    Examples:
+      phaselog approvals --format table
+      phaselog approvals --ticket-id VID-7
+    """
+    from phaselog.gates import approval_queue
+    from phaselog.ids import validate_ticket_id
+
+    tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else None
+    queue, problems = approval_queue(call.ledger, tickets)
+    return Result(views.approvals(queue, problems), _approvals_table)
 
 
 @command(cli, section="Tickets and pipelines")

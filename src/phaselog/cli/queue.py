@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from phaselog.cli._render import lines, table
+from phaselog.cli._render import lines, short_time, table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
 
 STORE_HELP = "The PostgreSQL store holding the queue (postgresql://…). Env: PHASELOG_STORE."
@@ -87,10 +87,14 @@ def _list_table(d: dict[str, Any]) -> str:
     rows = [[r[k] or "" for k in keys] for r in d["runs"]]
     for row in rows:
         row[1] = row[1][:8]
+        row[5] = short_time(row[5])
     counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items() if v)
+    states = [w["state"] for w in d["workers"]]
+    workers = ", ".join(f"{states.count(s)} {s}" for s in ("alive", "expired", "gone") if s in states)
     return lines(
         table(rows, ["ticket", "run", "state", "worker", "phase", "since", "reason"], title="queue", empty="empty"),
-        f"{counts or 'nothing queued'}; {len(d['workers'])} worker(s) registered",
+        f"{counts or 'nothing queued'}; workers: {workers or 'none registered'}",
+        *(f"worker {w['worker']}: {w['gone_reason']}" for w in d["workers"] if w["gone"]),
     )
 
 
@@ -183,6 +187,7 @@ def retry(call: Call, ticket_id: str, run_id: str) -> Result:
 @click.option("--burst", is_flag=True, help="Exit when nothing is left to claim (batch jobs, CI).")
 @click.option("--max-runs", type=click.IntRange(min=1), help="Exit after this many runs.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--summary-file", type=click.Path(dir_okay=False), hidden=True)  # a pool's child: its summary goes here
 def worker(
     call: Call,
     concurrency: int,
@@ -197,6 +202,7 @@ def worker(
     burst: bool,
     max_runs: int | None,
     quiet: bool,
+    summary_file: str | None,
 ) -> Result | None:
     """Claim queued runs and run them (FOR UPDATE SKIP LOCKED; one run per process at a time).
 
@@ -208,6 +214,7 @@ def worker(
     Example:
       phaselog worker --store postgresql://db/phaselog --concurrency 4 --pipelines /srv/pipelines
     """
+    import json
     import sys
     from pathlib import Path
 
@@ -236,8 +243,14 @@ def worker(
                 args += [flag, str(Path(value).absolute())]
         args += (["--burst"] if burst else []) + (["--quiet"] if quiet else [])
         args += ["--max-runs", str(max_runs)] if max_runs else []
-        code = pool.supervise(pool.child_command(args), concurrency, burst=burst, echo=echo or (lambda _t: None))
-        return Result({"concurrency": concurrency, "exit_code": code}, exit_code=code)
+        done = pool.supervise(pool.child_command(args), concurrency, burst=burst, echo=echo or (lambda _t: None))
+        code = done["exit_code"]
+        return Result(
+            {"concurrency": concurrency, **done},
+            exit_code=code,
+            error=f"a worker process exited {code}",
+            error_code="worker_failed",
+        )
     from phaselog.runner.engine import default_workdir
     from phaselog.runner.worker import Worker, WorkerOptions
 
@@ -256,4 +269,7 @@ def worker(
     w = Worker(store.url, options, echo=echo)
     code = w.serve()
     summary = {"worker": w.worker_id, "runs": w.runs, "outcomes": w.counts, "exit_code": code}
-    return Result(summary, exit_code=code)
+    if summary_file is not None:  # a child of --concurrency N: the pool prints one document for all
+        Path(summary_file).write_text(json.dumps(summary), encoding="utf-8")
+        sys.exit(code)
+    return Result(summary, exit_code=code, error=f"the worker exited {code}", error_code="worker_failed")

@@ -170,7 +170,13 @@ def validate(
     stored, report = call.ledger.validate(
         ticket_id, run_id, phase, _attempt(attempt), pipeline=call.pipeline, artifacts_root=artifacts_root
     )
-    return Result(views.validation(stored, report), _validation_table, exit_code=0 if report.is_valid else 1)
+    return Result(
+        views.validation(stored, report),
+        _validation_table,
+        exit_code=0 if report.is_valid else 1,
+        error=f"the checkpoint is not valid: {len(report.errors)} error(s)",
+        error_code="invalid",
+    )
 
 
 # -- list -----------------------------------------------------------------------------------------

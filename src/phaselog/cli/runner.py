@@ -87,11 +87,19 @@ def run(
     except (PhaseFailed, RunInterrupted) as exc:
         result = exc.result  # recorded; the result says what happened
         data = {**views.run_result(result), "error": exc.message, "error_code": exc.error_code}
-        return Result(data, _run_table, exit_code=result.exit_code)
+        return Result(data, _run_table, exit_code=result.exit_code, error_code=exc.error_code)
     except Fenced as exc:
         exc.exit_code = 75  # another runner took the run over: as "held", try later
         raise
-    return Result(views.run_result(result), _run_table, exit_code=result.exit_code)
+    blocked = next((p for p in result.phases if p.outcome in ("blocked", "failed")), None)
+    return Result(
+        views.run_result(result),
+        _run_table,
+        exit_code=result.exit_code,
+        pending=result.waiting is not None and result.exit_code == 3,  # stopped at a gate: not a failure
+        error=f"the run cannot go on: {blocked.phase}: {blocked.reason}" if blocked else "the run did not complete",
+        error_code="blocked" if blocked else "not_done",
+    )
 
 
 def _explain_table(d: dict[str, Any]) -> str:

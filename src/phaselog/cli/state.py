@@ -103,7 +103,14 @@ def resume(call: Call, ticket_id: str, run_id: str, skip_to: str, artifacts_root
     decision = call.ledger.can_skip_to(
         ticket_id, run_id, skip_to, pipeline=call.pipeline, artifacts_root=artifacts_root
     )
-    return Result(views.skip_decision(decision), _skip_table, exit_code=0 if decision.allowed else 1)
+    why = "; ".join(f"{b.phase}: {b.reason}" for b in decision.blockers)
+    return Result(
+        views.skip_decision(decision),
+        _skip_table,
+        exit_code=0 if decision.allowed else 1,
+        error=f"cannot skip to {decision.target}" + (f" ({why})" if why else ""),
+        error_code="blocked",
+    )
 
 
 def _verify_table(d: dict[str, Any]) -> str:
@@ -127,7 +134,13 @@ def verify(call: Call, ticket_id: str, run_id: str | None) -> Result:
       phaselog verify --ticket-id PROJ-1234
     """
     report = call.ledger.verify(ticket_id, run_id)
-    return Result(views.verify_report(report), _verify_table, exit_code=0 if report.ok else 1)
+    return Result(
+        views.verify_report(report),
+        _verify_table,
+        exit_code=0 if report.ok else 1,
+        error=f"verify found {len(report.problems)} problem(s)",
+        error_code="verify_failed",
+    )
 
 
 # -- pipelines -----------------------------------------------------------------------------------------

@@ -75,6 +75,8 @@ def import_cmd(call: Call, input_path: str) -> Result:
             + (f", pipeline manifests recorded {d['pipelines_recorded']}" if d["pipelines_recorded"] else ""),
         ),
         exit_code=1 if rep.conflicts else 0,
+        error=f"{len(rep.conflicts)} line(s) conflict with records already stored",
+        error_code="conflict",
     )
 
 
@@ -140,7 +142,12 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
     else:
         rep = import_records(target, lines, on_total=counted, pipelines_root=manifests)
     shown = src if src is not None else source.url
-    return Result({"from": shown, "to": dst, "records": total, **rep.to_json()}, exit_code=1 if rep.conflicts else 0)
+    return Result(
+        {"from": shown, "to": dst, "records": total, **rep.to_json()},
+        exit_code=1 if rep.conflicts else 0,
+        error=f"{len(rep.conflicts)} record(s) conflict with records already in the target",
+        error_code="conflict",
+    )
 
 
 def _reading(lines: Iterator[Any], path: str) -> Iterator[Any]:

@@ -5,27 +5,83 @@ time in its main thread, its own heartbeat row and connections. The supervisor f
 SIGTERM/SIGINT to every child and waits for them (each finishes its phase, releases its run);
 a child that dies while the pool is not stopping is started again after a short pause (its run
 is recovered by the queue's rules). With ``--burst`` children that exit 0 are not replaced.
+
+Each child writes its JSON summary into a file of the supervisor's (``--summary-file``), not on
+stdout: the pool prints one JSON document, its own summary with every child's in ``workers``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 RESTART_PAUSE_S = 1.0
 
 
-def supervise(child_argv: Sequence[str], n: int, *, burst: bool, echo: Callable[[str], None] = lambda _t: None) -> int:
-    """Run ``n`` children of ``child_argv`` (a ``phaselog worker`` command line) until they end; exit code."""
+def supervise(
+    child_argv: Sequence[str], n: int, *, burst: bool, echo: Callable[[str], None] = lambda _t: None
+) -> dict[str, Any]:
+    """Run ``n`` children of ``child_argv`` (a ``phaselog worker`` command line) until they end.
+
+    Returns the pool's summary: ``exit_code``, ``runs`` and ``outcomes`` summed over the children,
+    and ``workers``: each child's summary (``worker``, ``pid``, ``runs``, ``outcomes``,
+    ``exit_code``; a child killed before it could write one has ``worker`` None), in start order.
+    """
+    with tempfile.TemporaryDirectory(prefix="phaselog-pool-") as folder:
+        started: list[tuple[int, Path]] = []
+        code = _supervise(child_argv, n, burst=burst, echo=echo, folder=Path(folder), started=started)
+        workers = [_summary_of(pid, path) for pid, path in started]
+    outcomes: dict[str, int] = {}
+    for w in workers:
+        for state, count in (w["outcomes"] or {}).items():
+            outcomes[state] = outcomes.get(state, 0) + count
+    return {
+        "exit_code": code,
+        "runs": sum(w["runs"] or 0 for w in workers),
+        "outcomes": outcomes,
+        "workers": workers,
+    }
+
+
+def _summary_of(pid: int, path: Path) -> dict[str, Any]:
+    """A child's summary from its file (None fields when it died before writing it)."""
+    found: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        found = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "worker": found.get("worker"),
+        "pid": pid,
+        "runs": found.get("runs"),
+        "outcomes": found.get("outcomes"),
+        "exit_code": found.get("exit_code"),
+    }
+
+
+def _supervise(
+    child_argv: Sequence[str],
+    n: int,
+    *,
+    burst: bool,
+    echo: Callable[[str], None],
+    folder: Path,
+    started: list[tuple[int, Path]],
+) -> int:
     stopping: list[int] = []
     children: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(slot: int) -> None:
-        children[slot] = subprocess.Popen(list(child_argv))
+        summary = folder / f"worker-{len(started) + 1}.json"
+        children[slot] = subprocess.Popen([*child_argv, "--summary-file", str(summary)])
+        started.append((children[slot].pid, summary))
         echo(f"worker {slot + 1}/{n}: pid {children[slot].pid}")
 
     def forward(signum: int, _frame: FrameType | None) -> None:

@@ -137,9 +137,27 @@ def list_view(
     return {
         "runs": [entry_view(e) for e in runs],
         "counts": q.counts(queue),
-        "workers": q.workers(),
+        "workers": workers_view(q.workers()),
         "truncated": len(runs) >= limit,
     }
+
+
+def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The registered workers, each with its ``state``: ``gone`` when its process is provably gone
+    (on this host: pid absent or reused, :func:`phaselog.attempts.process_gone`; at once, whatever
+    its heartbeat row says), ``expired`` when its heartbeat is older than its ttl, else ``alive``."""
+    import socket
+
+    from phaselog.attempts import process_gone
+    from phaselog.runner.lease import process_start_time
+
+    here = socket.gethostname()
+    out = []
+    for row in rows:
+        why = process_gone(row["host"], row["pid"], row["process_start"], here=here, start_time_of=process_start_time)
+        state = "gone" if why is not None else "expired" if row["expired"] else "alive"
+        out.append({**row, "state": state, "gone": why is not None, "gone_reason": why})
+    return out
 
 
 def show_view(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:

@@ -196,16 +196,15 @@ class Worker:
 
     def _dead_local(self) -> list[str]:
         """Workers registered from this host whose process is provably gone."""
+        from phaselog.attempts import process_gone
         from phaselog.runner.lease import process_start_time
 
-        dead = []
-        for worker_id, pid, started in self.queue.workers_on(self.host):
-            if worker_id == self.worker_id:
-                continue
-            now_started = process_start_time(pid)
-            if now_started is None or (started is not None and abs(now_started - started) > 1.0):
-                dead.append(worker_id)
-        return dead
+        return [
+            worker_id
+            for worker_id, pid, started in self.queue.workers_on(self.host)
+            if worker_id != self.worker_id
+            and process_gone(self.host, pid, started, here=self.host, start_time_of=process_start_time)
+        ]
 
     # -- one run ----------------------------------------------------------------------------------
     def run_claim(self, claim: Claim) -> int:
@@ -252,7 +251,7 @@ class Worker:
                 return self._end(claim, CANCELLED, self._cancel_reason(claim, stop.reason))
             return self._end(claim, QUEUED, stop.reason)
         except PhaseFailed as exc:
-            return self._end(claim, DEAD, f"phase {exc.context.get('phase')} failed: {exc.message}")
+            return self._end(claim, DEAD, exc.message)  # "phase P failed after N attempt(s) (…): why"
         except RunInterrupted as exc:
             self._end(claim, QUEUED, f"released: the phase in progress was interrupted ({exc.message})")
             return int(exc.exit_code)

@@ -394,7 +394,7 @@ class SqlQueue:
     def workers(self) -> list[dict[str, Any]]:
         """Every registered worker, with whether its heartbeat is current."""
         rows = self.store._query_raw(
-            "SELECT worker_id, queue, host, pid, started_at, heartbeat_at, expires_at < "
+            "SELECT worker_id, queue, host, pid, process_start, started_at, heartbeat_at, expires_at < "
             f"{_NOW} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
         )
         return [
@@ -403,11 +403,12 @@ class SqlQueue:
                 "queue": q,
                 "host": h,
                 "pid": int(p),
+                "process_start": None if ps is None else float(ps),
                 "started_at": timestamp(s),
                 "heartbeat_at": timestamp(b),
                 "expired": bool(x),
             }
-            for w, q, h, p, s, b, x in rows
+            for w, q, h, p, ps, s, b, x in rows
         ]
 
     def forget_workers(self, worker_ids: Sequence[str], *, expired_for: float) -> int:

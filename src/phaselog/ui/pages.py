@@ -57,14 +57,13 @@ def tickets(ui: UI, request: Request) -> Response:
     """Every ticket: pipeline, last activity, runs, state badge; filter by state and text."""
     q = request.query_params.get("q", "").strip()
     state = request.query_params.get("state", "").strip()
-    rows = [t.to_json() for t in ui.catalog.tickets(ui.ledger)]
+    # The state filter is the catalog's (`phaselog tickets --state` uses the same; D104).
+    rows = [t.to_json() for t in ui.catalog.tickets(ui.ledger, state=state or None)]
     if q:
         needle = q.lower()
         rows = [
             r for r in rows if any(needle in str(r.get(k) or "").lower() for k in ("ticket_id", "title", "pipeline"))
         ]
-    if state:
-        rows = [r for r in rows if r["state"] == state]
     listing = paginate(rows, _page_number(request), ui.settings.page_size)
     return ui.render(
         request, "tickets.html", listing=listing, q=q, state=state, states=_SUMMARY_STATES, title="Tickets"
