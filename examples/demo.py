@@ -138,10 +138,12 @@ def print_next_steps() -> None:
     """How to call `phaselog` yourself: it lives in the virtualenv, which `make demo` does not activate."""
     venv = os.path.relpath(BIN.parent)
     store = os.path.relpath(ROOT / "store")
+    work = os.path.relpath(ROOT / "work")  # where the agent's artifacts are: status checks them there
     banner("try it yourself")
     print(f"  The phaselog command is in {venv}/bin; put it on your PATH first:\n", flush=True)
     print(f"    . {venv}/bin/activate", flush=True)
-    print(f"    phaselog status --store {store} --ticket-id {TICKET} --run-id {RUN} --format table", flush=True)
+    status = f"status --store {store} --workdir {work} --ticket-id {TICKET} --run-id {RUN} --format table"
+    print(f"    phaselog {status}", flush=True)
     print(f"    phaselog history --store {store} --ticket-id {TICKET} --format table", flush=True)
 
 

@@ -70,3 +70,4 @@ def test_demo_kills_the_ticket_agent_in_phase_3_and_the_rerun_skips_phases_1_and
         )
         assert ran.returncode == 0, (line, ran.stdout[-2000:], ran.stderr[-2000:])
         assert "create_pr" in ran.stdout  # the demo run's phase 3, in status's table and in history
+        assert "stale" not in ran.stdout  # status checks the artifacts where the demo's agent wrote them
