@@ -10,6 +10,7 @@ the same bound (``limits.is_phase_ordinal``) on every store.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,14 +32,14 @@ def _run(tmp_path: Path, second: dict[str, Any], *args: str) -> tuple[subprocess
     manifest = tmp_path / "job.json"
     manifest.write_text(json.dumps({"name": "job", "version": "1", "phases": [FIRST, {"name": "second", **second}]}))
     store = tmp_path / "store"
+    cmd = [PHASELOG, "run", "--store", str(store), "--ticket-id", "T-1", "--pipeline-file", str(manifest)]
     proc = subprocess.run(
-        [PHASELOG, "run", "--store", str(store), "--ticket-id", "T-1", "--pipeline-file", str(manifest), "--quiet"]
-        + list(args),
+        [*cmd, "--quiet", *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}"},
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"},
         check=False,
     )
     return proc, store
@@ -113,9 +114,9 @@ def test_a_manifest_with_more_phases_than_the_ordinal_bound_is_refused(tmp_path:
     phases = [{"name": f"p{i}"} for i in range(1, MAX_PHASE_ORDINAL + 6)]
     manifest.write_text(json.dumps({"name": "big", "version": "1", "order": "free", "phases": phases}))
     store = tmp_path / "store"
+    cmd = [PHASELOG, "write", "--store", str(store), "--ticket-id", "T-1", "--run-id", "r1", "--phase", "p1003"]
     proc = subprocess.run(
-        [PHASELOG, "write", "--store", str(store), "--ticket-id", "T-1", "--run-id", "r1", "--phase", "p1003"]
-        + ["--pipeline-file", str(manifest), "--payload", "{}"],
+        [*cmd, "--pipeline-file", str(manifest), "--payload", "{}"],
         capture_output=True,
         text=True,
         timeout=120,

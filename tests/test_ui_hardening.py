@@ -172,6 +172,9 @@ HOSTILE = ["%C2%B2", "9" * 5000, "-1", "%EF%BC%91", "1:%C2%B2", "%00"]
 PARAMS = ["page", "limit", "after", "before", "phase", "ticket", "a", "b", "q"]
 
 
+ATTEMPT = "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt}"
+
+
 def _routes(runs: dict[str, str]) -> dict[str, str]:
     """A real URL for every route of the app, keyed by the route's path template."""
     vid, proj = runs["vid"], runs["proj"]
@@ -189,6 +192,7 @@ def _routes(runs: dict[str, str]) -> dict[str, str]:
         "/tickets/{ticket}/runs/{run}/explain": f"{run}/explain",
         "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt}/events": f"{attempt}/events",
         "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt}/events.json": f"{attempt}/events.json",
+        ATTEMPT + "/events/{seq}/output": f"{attempt}/events/1/output",
         "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt}": f"/tickets/VID-7/runs/{vid}"
         "/phases/proposal/attempts/2",
         "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt}.{fmt}": f"{done}.json",
@@ -230,6 +234,8 @@ def test_no_url_answers_a_server_error(server: Server, built: tuple[Path, dict[s
         f"{run}/phases/implement/attempts/{'9' * 5000}/events.json",
         f"{run}/phases/implement/attempts/{'9' * 5000}.json",
         f"{run}/phases/implement/attempts/0",
+        f"{run}/phases/create_pr/attempts/1/events/{'9' * 5000}/output",
+        f"{run}/phases/create_pr/attempts/{'9' * 5000}/events/1/output",
         f"{run}/phases/%C2%B2/attempts/1",
         f"{run}/phases/{'9' * 5000}/attempts/1",
         f"{run}/phases/implement/attempts/1.%C2%B2",
@@ -241,6 +247,7 @@ def test_no_url_answers_a_server_error(server: Server, built: tuple[Path, dict[s
     ):
         status, _, body = http.get(path)
         assert 400 <= status < 500, (path[:200], status, body[:300])
+    assert http.get(f"{run}/phases/create_pr/attempts/1/events/1/output")[0] == 200  # digits routes still work
     status, _, _ = http.post(f"{run}/phases/implement/attempts/{'9' * 5000}/judge", {"x": "1"})
     assert 400 <= status < 500
 

@@ -257,7 +257,7 @@ def create_app(settings: Settings) -> Starlette:
         Route(run_path + "/attempts.json", wrap_json(pages.attempts_json)),
         Route(attempt_path + "/events", wrap(pages.events)),
         Route(attempt_path + "/events.json", wrap_json(pages.events_json)),
-        Route(attempt_path + "/events/{seq:int}/output", wrap(pages.event_output)),
+        Route(attempt_path + "/events/{seq:digits}/output", wrap(pages.event_output)),
         Route("/tickets", wrap(pages.tickets)),
         Route("/tickets/{ticket}", wrap(pages.ticket)),
         Route("/tickets/{ticket}/runs/{run}", wrap(pages.run)),

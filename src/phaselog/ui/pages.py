@@ -209,7 +209,8 @@ def events_json(ui: UI, request: Request) -> Response:
 def event_output(ui: UI, request: Request) -> Response:
     """The whole output text of one progress event (``Ledger.progress_event``), escaped, as it was recorded."""
     ticket_id, run_id = _params(request)
-    phase, attempt, seq = request.path_params["phase"], request.path_params["attempt"], request.path_params["seq"]
+    phase, attempt = request.path_params["phase"], attempt_param(request)
+    seq = parse_number(request.path_params["seq"], field="seq")
     event = ui.ledger.progress_event(ticket_id, run_id, phase, attempt, seq)
     return ui.render(
         request,
