@@ -44,10 +44,17 @@ def _shown(text: str) -> str:
 
 
 def _bounded(seconds: float, text: str, field: str) -> timedelta:
-    if not seconds <= MAX_DAYS * 86400:  # also catches inf and nan from absurdly long numbers
+    return timedelta(seconds=check_seconds(seconds, field=field, text=text))
+
+
+def check_seconds(seconds: float, *, field: str, text: str | None = None) -> float:
+    """``seconds`` as a float if it is at most MAX_DAYS: the one bound of a duration, whether it was
+    written ``30d`` or as a number of seconds; UsageError naming ``field`` (rule ``duration_max``)."""
+    if not seconds <= MAX_DAYS * 86400:  # also catches inf and nan (compared before float(): no OverflowError)
+        shown = _shown(text) if text is not None else _shown(str(seconds))
         raise UsageError(
-            f"{field}: {_shown(text)} is too long; at most {MAX_DAYS}d (100 years)",
+            f"{field}: {shown} is too long; at most {MAX_DAYS}d (100 years)",
             field=field,
             rule="duration_max",
         )
-    return timedelta(seconds=seconds)
+    return float(seconds)

@@ -54,6 +54,33 @@ SIDECAR_SLACK_BYTES = 128
 YAML_WORST_EXPANSION = 70
 
 
+#: A number given as text (a URL's ``?page=``, a cursor's parts): at most this many ASCII digits,
+#: so ``int()`` never sees 5,000 digits and ``²`` or an Arabic-Indic one are not numbers.
+MAX_NUMBER_DIGITS = 18
+
+
+def is_digits(text: str) -> bool:
+    """True for 1 to MAX_NUMBER_DIGITS ASCII digits (what :func:`parse_number` takes)."""
+    return 0 < len(text) <= MAX_NUMBER_DIGITS and text.isascii() and text.isdigit()
+
+
+def parse_number(text: str, *, field: str, minimum: int = 0, maximum: int = 10**MAX_NUMBER_DIGITS - 1) -> int:
+    """``text`` as a whole number from ``minimum`` to ``maximum``; UsageError naming ``field`` (rule
+    ``number``) for anything else: signs, spaces, non-ASCII digits, more than MAX_NUMBER_DIGITS digits."""
+    if not is_digits(text) or not minimum <= int(text) <= maximum:
+        shown = repr(text) if len(text) <= 40 else repr(text[:40]) + "…"
+        raise UsageError(
+            f"{field}: must be a whole number from {minimum} to {maximum} (got {shown})", field=field, rule="number"
+        )
+    return int(text)
+
+
+def is_phase_ordinal(value: Any) -> bool:
+    """True for a phase ordinal: an int from 1 to MAX_PHASE_ORDINAL (the one check of that bound:
+    a manifest's length, a record written, a record read)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PHASE_ORDINAL
+
+
 def is_attempt(value: Any) -> bool:
     """True for an attempt number: an int from 1 to MAX_ATTEMPT."""
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ATTEMPT

@@ -20,7 +20,7 @@ from typing import Any
 
 from phaselog._lazyre import LazyPattern
 from phaselog.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
-from phaselog.limits import MAX_MANIFEST_BYTES, read_file_bounded
+from phaselog.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
 from phaselog.records import PipelineRef
 
 DEFAULT_PIPELINE = "ticket-pipeline"
@@ -180,7 +180,7 @@ class Pipeline:
 
     def phase(self, name_or_ordinal: str | int) -> Phase:
         """Return a phase by name or 1-based ordinal; UnknownPhase lists the valid ones."""
-        if isinstance(name_or_ordinal, int) or (isinstance(name_or_ordinal, str) and name_or_ordinal.isdigit()):
+        if isinstance(name_or_ordinal, int) or (isinstance(name_or_ordinal, str) and is_digits(name_or_ordinal)):
             n = int(name_or_ordinal)
             for p in self.phases:
                 if p.ordinal == n:
@@ -243,7 +243,7 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
 # -- building and loading -------------------------------------------------------------------------
 def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
     """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""
-    from phaselog.durations import parse_duration
+    from phaselog.durations import MAX_DAYS, check_seconds, parse_duration
     from phaselog.errors import UsageError
 
     def bad(key: str, rule: str, message: str) -> PipelineError:
@@ -251,15 +251,18 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 
     def seconds(key: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r})")
-        if isinstance(value, int | float):
-            if value < 0:
-                raise bad(key, "duration", f"must not be negative (got {value!r})")
-            return float(value)
+            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r:.60})")
         try:
+            if isinstance(value, int | float):
+                if value < 0:
+                    raise bad(key, "duration", f"must not be negative (got {value!r:.60})")
+                return check_seconds(value, field=f"{at}.{key}")  # the bound `…d` has: one for both forms
             return parse_duration(value, field=f"{at}.{key}").total_seconds()
-        except UsageError:
-            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r})") from None
+        except UsageError as exc:
+            if exc.context.get("rule") == "duration_max":
+                too_long = f"is too long: at most {MAX_DAYS}d (100 years) (got {value!r:.60})"
+                raise bad(key, "duration_max", too_long) from None
+            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r:.60})") from None
 
     kw: dict[str, Any] = {}
     if "run" in raw:
@@ -286,6 +289,12 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
                 raise bad("env", "env_name", f"has an invalid variable name {k!r}")
             if isinstance(v, bool) or not isinstance(v, str | int | float):
                 raise bad("env", "type", f"value of {k} must be a string (got {v!r})")
+            if isinstance(v, str) and "\x00" in v:
+                raise bad("env", "format", f"value of {k} must not contain NUL characters (an environment cannot)")
+            try:
+                os.fsencode(str(v))
+            except UnicodeError:
+                raise bad("env", "format", f"value of {k} cannot be encoded for the environment") from None
             clean[k] = str(v)
         kw["env"] = clean
     if "timeout" in raw and raw["timeout"] is not None:
@@ -345,6 +354,13 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
     raw_phases = doc.get("phases")
     if not isinstance(raw_phases, Sequence) or isinstance(raw_phases, str) or not raw_phases:
         raise PipelineError(f"{where}: phases must be a non-empty list", field="phases")
+    if not is_phase_ordinal(len(raw_phases)):
+        raise PipelineError(
+            f"{where}: phases has {len(raw_phases)} phases; a pipeline has at most {MAX_PHASE_ORDINAL} "
+            f"(the highest phase ordinal a record can carry; phases[{MAX_PHASE_ORDINAL}] is one too many)",
+            field="phases",
+            rule="max_phase_ordinal",
+        )
     phases: list[Phase] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_phases, start=1):
@@ -495,8 +511,9 @@ def _validator(schema_json: str, ordinal: int) -> Any:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise PipelineError(
-            f"phases[{ordinal - 1}].payload_schema is not a valid JSON Schema: {exc.message}",
+            f"phases[{ordinal - 1}].payload_schema is not a valid JSON Schema (Draft 2020-12): {exc.message}",
             field=f"phases[{ordinal - 1}].payload_schema",
+            rule="json_schema",
         ) from None
     return Draft202012Validator(schema, format_checker=_format_checker())
 
@@ -504,30 +521,9 @@ def _validator(schema_json: str, ordinal: int) -> Any:
 # Keywords whose meaning is the same in Draft 7 (fastjsonschema) and Draft 2020-12 (jsonschema).
 # A schema using only these is checked by fastjsonschema first; anything else goes to jsonschema.
 _FAST_KEYWORDS = frozenset(
-    {
-        "type",
-        "properties",
-        "required",
-        "additionalProperties",
-        "enum",
-        "const",
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "minItems",
-        "maxItems",
-        "uniqueItems",
-        "format",
-        "description",
-        "title",
-        "default",
-        "examples",
-        "items",
-    }
+    {"type", "properties", "required", "additionalProperties", "enum", "const", "minimum", "maximum"}
+    | {"exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems"}
+    | {"uniqueItems", "format", "description", "title", "default", "examples", "items"}
 )
 
 
@@ -562,12 +558,17 @@ def _fast_validator(schema_json: str) -> Any:
 
 
 def check_schemas(pipeline: Pipeline) -> None:
-    """Check every payload schema of ``pipeline`` against the JSON Schema metaschema."""
+    """Check every payload schema of ``pipeline`` against the JSON Schema metaschema (Draft 2020-12,
+    the draft payloads are validated with); PipelineError naming the phase and its payload_schema."""
     for phase in pipeline.phases:
+        if not phase.payload_schema:
+            continue
         try:
             _validator(phase._schema_key, phase.ordinal)
         except PipelineError as exc:
-            raise PipelineError(f"pipeline manifest {pipeline.source}: {exc.message}", **exc.context) from None
+            raise PipelineError(
+                f"pipeline manifest {pipeline.source}: phase {phase.name}: {exc.message}", **exc.context
+            ) from None
 
 
 def _message(err: Any) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import Corrupt, NotFound, UnsupportedVersion, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.limits import check_attempt, is_attempt
+from phaselog.limits import check_attempt, is_attempt, is_digits
 from phaselog.records import Checkpoint
 from phaselog.resolve import PipelineArg, PipelineResolver
 from phaselog.stores import Damaged, Store, Stored
@@ -52,7 +52,7 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     if after is None:
         return None
     parts = after.split(":")
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 3 or not is_digits(parts[1]) or not is_digits(parts[2]):
         raise UsageError(
             f"--after must be a cursor RUN_UUID:PHASE_ORDINAL:ATTEMPT as printed in next_after (got {after!r})",
             field="after",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from phaselog._json import dumps_canonical, dumps_sorted_fast
 from phaselog.errors import Corrupt, UnsupportedVersion
-from phaselog.limits import MAX_ATTEMPT, MAX_PHASE_ORDINAL
+from phaselog.limits import MAX_ATTEMPT, MAX_PHASE_ORDINAL, is_phase_ordinal
 
 SCHEMA_VERSION = "1.0.0"
 SUPPORTED_MAJOR = 1
@@ -431,7 +431,7 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
     if status not in STATUSES:
         raise Corrupt(f"status: must be one of {', '.join(STATUSES)}", field="status", rule="enum")
     ordinal = meta.get("phase_ordinal")
-    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or not 1 <= ordinal <= MAX_PHASE_ORDINAL:
+    if not is_phase_ordinal(ordinal):
         raise Corrupt(
             f"phase_ordinal: must be an integer from 1 to {MAX_PHASE_ORDINAL}", field="phase_ordinal", rule="type"
         )

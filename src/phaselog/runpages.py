@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import NotFound, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.limits import is_digits
 from phaselog.stores.names import parse_event_name
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def parse_before(before: str | None, *, field: str = "before") -> tuple[int, int
     if before is None or before == "":
         return None
     ordinal, sep, attempt = before.partition(":")
-    if not sep or not ordinal.isdigit() or not attempt.isdigit():
+    if not sep or not is_digits(ordinal) or not is_digits(attempt):
         raise UsageError(
             f"{field}: must be a cursor ORDINAL:ATTEMPT as given in next_before (got {before!r})",
             field=field,

@@ -209,11 +209,16 @@ def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
 
 def run_version(ledger: Ledger, ticket_id: str, run_id: str) -> str:
     """A short fingerprint of what a run holds: it changes whenever a checkpoint, progress event
-    or approval is added (or pruned). Live views poll it (one snapshot, O(phases) and names)."""
+    or approval is added (or pruned). Live views poll it (one snapshot, O(phases) and names).
+    NotFound when nothing is recorded for the run, as its page and overview say."""
+    from phaselog.errors import NotFound
     from phaselog.ids import normalize_run_id, validate_ticket_id
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-    return snapshot_version(ledger.store.snapshot(ticket_id, run_id))
+    snap = ledger.store.snapshot(ticket_id, run_id)
+    if snap.empty:
+        raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id)
+    return snapshot_version(snap)
 
 
 def snapshot_version(snap: RunSnapshot) -> str:

@@ -27,15 +27,22 @@ from phaselog.errors import UsageError
 def export_cmd(call: Call, ticket_id: str | None) -> None:
     """Write every record with its content hash as JSON Lines on stdout, in a stable order.
 
+    Nothing is printed until the export is complete: one that fails prints only its error.
+
     \b
     Example:
       phaselog export --ticket-id PROJ-1234 > dump.jsonl
     """
+    from phaselog import streams
+    from phaselog.cli._render import write_spooled
     from phaselog.transfer import export_records
 
-    for line in export_records(call.ledger.store, ticket_id):
-        sys.stdout.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    # Spooled (memory, then a temporary file), printed only once complete (D110): an export that
+    # fails half-way prints its error object alone, never lines that look like a whole export.
+    with streams.spool() as out:
+        for line in export_records(call.ledger.store, ticket_id):
+            out.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+        write_spooled(out, escape=True)
 
 
 @command(cli, "import", writes=True, section="Stores")

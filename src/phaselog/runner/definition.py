@@ -75,6 +75,9 @@ class PipelineRunner:
     """A pipeline and the code of its phases; ``run`` executes it durably (see the module doc)."""
 
     def __init__(self, base: Pipeline) -> None:
+        from phaselog.pipelines import check_schemas
+
+        check_schemas(base)  # a payload_schema that is no JSON Schema is refused now, before any phase runs
         self.base = base
         self._bound: dict[str, _Bound] = {}
 

@@ -79,7 +79,7 @@ def submit(
     runs exactly what was submitted.
     """
     from phaselog.ids import normalize_run_id, validate_ticket_id
-    from phaselog.pipelines import _PIPELINE_NAME_RE, load_manifest, manifest_dict
+    from phaselog.pipelines import _PIPELINE_NAME_RE, check_schemas, load_manifest, manifest_dict
 
     q = SqlQueue(store)
     validate_ticket_id(ticket_id)
@@ -93,6 +93,7 @@ def submit(
     at, delay = parse_not_before(not_before)
     if pipeline_file is not None:
         pl = load_manifest(pipeline_file)
+        check_schemas(pl)  # refused at submit, as `phaselog run` refuses it: before a worker runs anything
         name, manifest, digest = pl.name, manifest_dict(pl), pl.manifest_hash
     else:
         assert pipeline is not None

@@ -29,9 +29,25 @@ from collections.abc import Callable
 from typing import Any
 
 from phaselog._json import dumps_compact
-from phaselog.errors import AlreadyExists, Conflict, Corrupt, Fenced, StoreError, TooLarge, UnsupportedVersion
+from phaselog.errors import (
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    Fenced,
+    InvalidRecord,
+    StoreError,
+    TooLarge,
+    UnsupportedVersion,
+)
 from phaselog.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.limits import MAX_RECORD_BYTES, check_record_size, json_loads, yaml_size_matters
+from phaselog.limits import (
+    MAX_PHASE_ORDINAL,
+    MAX_RECORD_BYTES,
+    check_record_size,
+    is_phase_ordinal,
+    json_loads,
+    yaml_size_matters,
+)
 from phaselog.records import (
     SCHEMA_VERSION,
     Checkpoint,
@@ -64,6 +80,14 @@ def check_record_key(record: Checkpoint) -> None:
     """Refuse a record whose key cannot be stored (ids, or a phase / attempt no name can hold)."""
     check_run_key(record.ticket_id, record.run_id)
     ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
+    if not is_phase_ordinal(ordinal):  # the bound a reader applies: never acknowledge what reads as damage
+        message = f"must be an integer from 1 to {MAX_PHASE_ORDINAL} (a pipeline has at most that many phases)"
+        raise InvalidRecord(
+            f"phase_ordinal: {message} (got {ordinal!r:.40})",
+            errors=[{"field": "phase_ordinal", "rule": "max_phase_ordinal", "message": message}],
+            field="phase_ordinal",
+            rule="max_phase_ordinal",
+        )
     if attempt < 1 or parse_checkpoint_name(checkpoint_name(ordinal, phase, attempt)) != (ordinal, phase, attempt):
         raise StoreError(f"phase {phase!r} / ordinal {ordinal} / attempt {attempt} cannot name a file")
 

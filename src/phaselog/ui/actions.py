@@ -17,7 +17,8 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from phaselog.errors import PhaselogError, UsageError
 from phaselog.ids import normalize_run_id, validate_ticket_id
 from phaselog.ui import urls
-from phaselog.ui.security import CSRF_FIELD, MAX_FORM_BYTES
+from phaselog.ui.pages import attempt_param
+from phaselog.ui.security import CSRF_FIELD
 
 if TYPE_CHECKING:
     from phaselog.ui.app import UI
@@ -26,9 +27,10 @@ NAME_COOKIE = "phaselog_name"
 
 
 def _form(ui: UI, request: Request, body: bytes) -> dict[str, str] | Response:
-    """The posted fields, or a refusal (403) when the CSRF token is missing or wrong."""
-    if len(body) > MAX_FORM_BYTES:
-        return PlainTextResponse(f"form too large (over {MAX_FORM_BYTES} bytes)\n", status_code=413)
+    """The posted fields, or a refusal (403) when the CSRF token is missing or wrong.
+
+    ``body`` is at most ``security.MAX_FORM_BYTES``: the middleware refused anything larger
+    before it was read."""
     kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         return PlainTextResponse("send the form as application/x-www-form-urlencoded\n", status_code=415)
@@ -65,7 +67,7 @@ def judge(ui: UI, request: Request, body: bytes) -> Response:
         return fields
     ticket_id = validate_ticket_id(request.path_params["ticket"])
     run_id = normalize_run_id(request.path_params["run"], field="run")
-    phase, attempt = request.path_params["phase"], int(request.path_params["attempt"])
+    phase, attempt = request.path_params["phase"], attempt_param(request)
     page = urls.checkpoint(ticket_id, run_id, phase, attempt)
     try:
         decision = fields.get("decision", "")

@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -192,6 +193,22 @@ class UI:
         return self.render(request, "error.html", status_code=status, error=exc.to_dict(), title="Error")
 
 
+class Digits(Convertor[str]):
+    """A path segment of ASCII digits, handed over as text: ``pages.attempt_param`` bounds it (the
+    ``int`` convertor would call ``int()`` on 5,000 digits and answer 500)."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("digits", Digits())
+
+
 def create_app(settings: Settings) -> Starlette:
     """The ASGI application for ``settings``."""
     from phaselog.ui import actions, pages
@@ -233,23 +250,23 @@ def create_app(settings: Settings) -> Starlette:
         return endpoint
 
     run_path = "/tickets/{ticket}/runs/{run}"
-    attempt_path = run_path + "/phases/{phase}/attempts/{attempt:int}"
+    attempt_path = run_path + "/phases/{phase}/attempts/{attempt:digits}"
     routes = [
         Route("/", wrap(pages.home)),
         Route(run_path + "/overview.json", wrap_json(pages.run_json)),
         Route(run_path + "/attempts.json", wrap_json(pages.attempts_json)),
         Route(attempt_path + "/events", wrap(pages.events)),
         Route(attempt_path + "/events.json", wrap_json(pages.events_json)),
-        Route(attempt_path + "/events/{seq:int}/output", wrap(pages.event_output)),
+        Route(attempt_path + "/events/{seq:digits}/output", wrap(pages.event_output)),
         Route("/tickets", wrap(pages.tickets)),
         Route("/tickets/{ticket}", wrap(pages.ticket)),
         Route("/tickets/{ticket}/runs/{run}", wrap(pages.run)),
-        Route("/tickets/{ticket}/runs/{run}/version", wrap(pages.run_version)),
+        Route("/tickets/{ticket}/runs/{run}/version", wrap_json(pages.run_version)),
         Route("/tickets/{ticket}/runs/{run}/explain", wrap(pages.explain)),
-        Route("/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt:int}", wrap(pages.checkpoint)),
-        Route("/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt:int}.{fmt}", wrap(pages.raw)),
+        Route("/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt:digits}", wrap(pages.checkpoint)),
+        Route("/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt:digits}.{fmt}", wrap(pages.raw)),
         Route(
-            "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt:int}/judge",
+            "/tickets/{ticket}/runs/{run}/phases/{phase}/attempts/{attempt:digits}/judge",
             wrap_post(actions.judge),
             methods=["POST"],
         ),

@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from phaselog import views
-from phaselog.errors import Corrupt, NotFound, PhaselogError, UsageError
+from phaselog.errors import Corrupt, NotFound, PhaselogError
 from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.limits import MAX_ATTEMPT, parse_number
 from phaselog.state import RUN_SUMMARIES
 from phaselog.ui import charts, urls
 
@@ -25,11 +26,20 @@ if TYPE_CHECKING:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+def number_param(request: Request, name: str, default: int, *, minimum: int = 0) -> int:
+    """The query parameter ``name`` as a whole number (``default`` when absent or empty): every number
+    a page takes is read here, by ``limits.parse_number`` (ASCII digits, bounded), a 400 naming it."""
+    raw = request.query_params.get(name, "")
+    return default if raw == "" else parse_number(raw, field=name, minimum=minimum)
+
+
+def attempt_param(request: Request) -> int:
+    """The ``{attempt}`` of a path, 1 to MAX_ATTEMPT (the route matches ASCII digits only)."""
+    return parse_number(request.path_params["attempt"], field="attempt", minimum=1, maximum=MAX_ATTEMPT)
+
+
 def _page_number(request: Request) -> int:
-    raw = request.query_params.get("page", "1")
-    if not raw.isdigit() or int(raw) < 1:
-        raise UsageError(f"page: must be a whole number >= 1 (got {raw!r})", field="page")
-    return int(raw)
+    return number_param(request, "page", 1, minimum=1)
 
 
 def paginate(items: Sequence[Any], page: int, size: int) -> dict[str, Any]:
@@ -93,21 +103,12 @@ def ticket(ui: UI, request: Request) -> Response:
 
 
 # -- a run ----------------------------------------------------------------------------------------
-def _int_param(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name, "")
-    if raw == "":
-        return default
-    if not raw.isdigit():
-        raise UsageError(f"{name}: must be a whole number (got {raw!r})", field=name)
-    return int(raw)
-
-
 def _attempts_query(ui: UI, request: Request) -> dict[str, Any]:
     """``phase``, ``before`` and ``limit`` of an attempts page, as the library takes them."""
     return {
         "phase": request.query_params.get("phase") or None,
         "before": request.query_params.get("before") or None,
-        "limit": _int_param(request, "limit", ui.settings.page_size),
+        "limit": number_param(request, "limit", ui.settings.page_size),
     }
 
 
@@ -178,9 +179,9 @@ def _events(ui: UI, request: Request) -> Any:
     from phaselog.runpages import events_page
 
     ticket_id, run_id = _params(request)
-    phase, attempt = request.path_params["phase"], int(request.path_params["attempt"])
-    after = _int_param(request, "after", 0)
-    limit = _int_param(request, "limit", ui.settings.page_size)
+    phase, attempt = request.path_params["phase"], attempt_param(request)
+    after = number_param(request, "after", 0)
+    limit = number_param(request, "limit", ui.settings.page_size)
     return ticket_id, run_id, events_page(ui.ledger, ticket_id, run_id, phase, attempt, after=after, limit=limit)
 
 
@@ -208,7 +209,8 @@ def events_json(ui: UI, request: Request) -> Response:
 def event_output(ui: UI, request: Request) -> Response:
     """The whole output text of one progress event (``Ledger.progress_event``), escaped, as it was recorded."""
     ticket_id, run_id = _params(request)
-    phase, attempt, seq = request.path_params["phase"], request.path_params["attempt"], request.path_params["seq"]
+    phase, attempt = request.path_params["phase"], attempt_param(request)
+    seq = parse_number(request.path_params["seq"], field="seq")
     event = ui.ledger.progress_event(ticket_id, run_id, phase, attempt, seq)
     return ui.render(
         request,
@@ -238,7 +240,7 @@ def run_version(ui: UI, request: Request) -> Response:
     from phaselog.timeline import run_version as version
 
     ticket_id, run_id = _params(request)
-    return JSONResponse({"version": version(ui.ledger, ticket_id, run_id)})
+    return JSONResponse({"version": version(ui.ledger, ticket_id, run_id)})  # NotFound: nothing recorded
 
 
 def explain(ui: UI, request: Request) -> Response:
@@ -267,7 +269,7 @@ def _checkpoint_views(ui: UI, ticket_id: str, run_id: str, phase: str, attempt: 
 def checkpoint(ui: UI, request: Request) -> Response:
     """One attempt: payload, commit map, artifacts, basis, hash, verify status, approvals, gate form."""
     ticket_id, run_id = _params(request)
-    phase, attempt = request.path_params["phase"], int(request.path_params["attempt"])
+    phase, attempt = request.path_params["phase"], attempt_param(request)
     ledger = ui.ledger
     pipeline = ledger.pipeline_for(ticket_id, run_id)
     ph = pipeline.phase(phase)
@@ -346,7 +348,7 @@ def raw(ui: UI, request: Request) -> Response:
     """The checkpoint as a download: ``.yaml`` (the seed fields, as the files store keeps them) or
     ``.json`` (the record with phaselog's metadata, as ``phaselog read`` prints it)."""
     ticket_id, run_id = _params(request)
-    phase, attempt, fmt = request.path_params["phase"], int(request.path_params["attempt"]), request.path_params["fmt"]
+    phase, attempt, fmt = request.path_params["phase"], attempt_param(request), request.path_params["fmt"]
     stored = ui.ledger.read(ticket_id, run_id, phase, attempt)
     name = f"{ticket_id}_{run_id[:8]}_{stored.record.phase}_a{attempt}"
     if fmt == "json":

@@ -7,8 +7,12 @@
   whose name resolves to 127.0.0.1 sends ``Host: evil.example``) — plus ``--allow-host`` names
   for a reverse proxy.
 * Changes: POST only, with a CSRF token (an HMAC of a per-browser cookie under a per-process
-  secret) and, when the browser sends one, an ``Origin`` naming this server. ``--read-only``
-  refuses every POST.
+  secret) and, when the browser sends one, an ``Origin`` that is one of this server's own
+  (scheme, host and port: ``own_origins``). ``--read-only`` refuses every POST. A form is at most
+  MAX_FORM_BYTES: a larger ``Content-Length`` is refused before anything is read, and a body
+  without one is cut off at the cap (the bytes past it are never read).
+* The ``?token=`` redirect goes to a path on this server (``same_origin_location``): ASCII,
+  percent-encoded, one leading slash.
 * Every response: a Content-Security-Policy that allows only this server's own script and styles
   (no inline script), ``nosniff``, no framing, no referrer to other sites.
 """
@@ -24,9 +28,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote_from_bytes, unquote_plus, urlsplit
 
 from phaselog.errors import UsageError
+from phaselog.limits import is_digits
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -96,6 +101,25 @@ class Guarding:
                 out.add(f"{n.lower()}:{self.port}")
         return out
 
+    def own_origins(self) -> set[str]:
+        """The origins this server is reached at, as a browser writes them in ``Origin``: ``http`` on
+        its port for the loopback names and the bind address; for an ``--allow-host`` name (a
+        reverse proxy, which may terminate TLS) ``http`` and ``https`` on its port, or the
+        scheme's default port when it names none, and ``http`` on this server's port."""
+        out = {origin_of("http", n, self.port) for n in ("127.0.0.1", "localhost", "[::1]", _bracketed(self.host))}
+        for entry in self.allow_hosts:
+            try:
+                parts = urlsplit(f"//{entry}")
+                name, port = parts.hostname, parts.port
+            except ValueError:
+                continue  # not a host[:port]: no browser can send it either
+            if not name:
+                continue
+            for scheme in ("http", "https"):
+                out.add(origin_of(scheme, name, DEFAULT_PORTS[scheme] if port is None else port))
+            out.add(origin_of("http", name, self.port))
+        return out
+
     def csrf_token(self, cookie: str) -> str:
         """The form token that goes with a browser's CSRF cookie."""
         return hmac.new(self.secret, cookie.encode(), hashlib.sha256).hexdigest()
@@ -111,6 +135,56 @@ class Guarding:
         if self.token is None:
             return True
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def origin_of(scheme: str, host: str, port: int) -> str:
+    """An origin as browsers serialize it (the scheme's default port left out)."""
+    host = _bracketed(host.lower())
+    return f"{scheme}://{host}" if DEFAULT_PORTS.get(scheme) == port else f"{scheme}://{host}:{port}"
+
+
+def normalize_origin(value: str) -> str | None:
+    """``value`` as ``scheme://host[:port]`` (lower case, default port dropped), or None when it
+    is not an http(s) origin (``null``, a path, credentials, a bad port)."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or parts.username is not None or parts.password is not None:
+        return None
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    return origin_of(scheme, parts.hostname, DEFAULT_PORTS[scheme] if port is None else port)
+
+
+#: Characters left as they are in a redirect's path and query (RFC 3986 pchar and delimiters, and
+#: ``%`` of the escapes the client sent); every other byte is percent-encoded, so it is ASCII.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~%"
+_QUERY_SAFE = _PATH_SAFE + "?"
+
+
+def same_origin_location(raw_path: bytes, raw_query: bytes, drop: str) -> str:
+    """A ``Location`` for this server's ``raw_path`` with ``raw_query`` minus the ``drop`` parameter:
+    percent-encoded ASCII that starts with exactly one ``/`` (``//evil.example`` and ``/\\evil``
+    would leave the server), never anything a header cannot carry."""
+    path = quote_from_bytes(raw_path, safe=_PATH_SAFE)
+    path = "/" + path.lstrip("/")  # a backslash is %5C by now: only slashes can start an authority
+    kept = [
+        piece
+        for piece in raw_query.split(b"&")
+        if piece and unquote_plus(piece.split(b"=", 1)[0].decode("latin-1"), encoding="latin-1") != drop
+    ]
+    query = quote_from_bytes(b"&".join(kept), safe=_QUERY_SAFE)
+    return path + (f"?{query}" if query else "")
 
 
 def _headers(scope: Scope) -> dict[str, str]:
@@ -135,6 +209,7 @@ class SecurityMiddleware:
         self.app = app
         self.g = guarding
         self.hosts = guarding.allowed_hosts()
+        self.origins = guarding.own_origins()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -158,8 +233,8 @@ class SecurityMiddleware:
             pairs = parse_qsl(query, keep_blank_values=True)
             from_query = next((v for k, v in pairs if k == "token"), None)
             if from_query is not None and scope["method"] in ("GET", "HEAD") and self.g.token_ok(from_query):
-                rest = urlencode([(k, v) for k, v in pairs if k != "token"])
-                target = scope.get("path", "/") + (f"?{rest}" if rest else "")
+                raw_path = scope.get("raw_path") or scope.get("path", "/").encode("utf-8", "surrogateescape")
+                target = same_origin_location(raw_path, scope.get("query_string", b""), "token")
                 await _redirect(send, target, [_cookie(TOKEN_COOKIE, from_query)])
                 return
             if not self.g.token_ok(given):
@@ -178,9 +253,15 @@ class SecurityMiddleware:
                 await _plain(send, 403, "this dashboard is read-only (phaselog ui --read-only): nothing can be changed")
                 return
             origin = headers.get("origin")
-            if origin is not None and origin.split("://", 1)[-1].lower() not in self.hosts:
-                await _plain(send, 403, f"cross-site request refused (Origin {origin!r})")
+            if origin is not None and normalize_origin(origin) not in self.origins:
+                await _plain(send, 403, f"cross-site request refused (Origin {origin[:200]!r} is not this server's)")
                 return
+            body = await _read_form(headers, receive)
+            if isinstance(body, tuple):
+                status, text = body
+                await _plain(send, status, text, close=True)
+                return
+            receive = _replay(body, receive)
         new_cookie = None
         csrf = jar.get(CSRF_COOKIE)
         if not csrf or len(csrf) != 64:
@@ -203,11 +284,51 @@ class SecurityMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+async def _read_form(headers: dict[str, str], receive: Receive) -> bytes | tuple[int, str]:
+    """A POST's body, at most MAX_FORM_BYTES, or the refusal (status, text): by ``Content-Length``
+    before anything is read, else as soon as the bytes received pass the cap (the rest is never
+    read: memory stays at the cap whatever is sent)."""
+    too_large = (413, f"form too large (over {MAX_FORM_BYTES} bytes)")
+    length = headers.get("content-length")
+    if length is not None:
+        if not is_digits(length.strip()):
+            return 400, f"Content-Length {length[:40]!r} is not a number of bytes"
+        if int(length) > MAX_FORM_BYTES:
+            return too_large
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away
+            return 400, "the request ended before its body"
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            return too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then waits on the real one."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def _cookie(name: str, value: str) -> tuple[bytes, bytes]:
     return (b"set-cookie", f"{name}={value}; Path=/; HttpOnly; SameSite=Strict".encode())
 
 
-async def _plain(send: Send, status: int, text: str) -> None:
+async def _plain(send: Send, status: int, text: str, *, close: bool = False) -> None:
     body = (text + "\n").encode()
     await send(
         {
@@ -217,6 +338,8 @@ async def _plain(send: Send, status: int, text: str) -> None:
                 (b"content-type", b"text/plain; charset=utf-8"),
                 (b"content-length", str(len(body)).encode()),
                 *HEADERS,
+                # a body left unread: the connection cannot carry another request
+                *([(b"connection", b"close")] if close else []),
             ],
         }
     )
