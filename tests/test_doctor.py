@@ -335,7 +335,7 @@ def test_quarantine_of_a_file_that_is_not_there_moves_nothing(healthy: phaselog.
     assert {k: v for k, v in tree(root).items() if not k.startswith("quarantine")} == before
 
 
-def test_quarantine_needs_the_files_store(healthy: phaselog.Ledger) -> None:
+def test_quarantine_needs_a_store_that_declares_it(healthy: phaselog.Ledger) -> None:
     from phaselog.stores.base import Capability
 
     class NoQuarantine:

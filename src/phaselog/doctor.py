@@ -1,10 +1,11 @@
-"""``doctor``: find what needs a person's attention, and optionally quarantine damaged files.
+"""``doctor``: find what needs a person's attention, and optionally quarantine damaged records.
 
 Finishes prunes a crash interrupted (they had decided what to remove and noted it first), then
 reports damaged records and audit entries, leftover temp files and orphaned sidecars (what a
 crash leaves behind), abandoned in-flight attempts, and broken hash links. With ``quarantine``,
-damaged files are moved — never deleted — into ``<root>/quarantine/`` with their original bytes
-and a note of where they came from; every move is reported. Nothing else moves or deletes a file.
+damaged records are moved — never deleted — with their original bytes and a note of where they
+came from (files: into ``<root>/quarantine/``; SQL: into the table ``phaselog_quarantine``); every
+move is reported. Nothing else moves or deletes a record.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def doctor(
     """
     store = ledger.store
     if quarantine and Capability.QUARANTINE not in store.capabilities:
-        raise UsageError(f"--quarantine applies to the files store, not {store.url}", field="quarantine")
+        raise UsageError(f"--quarantine: {store.url} cannot move damaged records aside", field="quarantine")
     tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
     rep = DoctorReport(tickets=len(tickets))
     damaged_files: list[tuple[str, str]] = []

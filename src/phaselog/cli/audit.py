@@ -414,9 +414,14 @@ def _doctor_table(d: dict[str, Any]) -> str:
 
 @command(cli, section="Audit")
 @click.option("--ticket-id", help="Only this ticket (default: every ticket).")
-@click.option("--quarantine", is_flag=True, help="Move damaged files into <root>/quarantine/ (with a note each).")
+@click.option(
+    "--quarantine",
+    is_flag=True,
+    help="Move damaged records aside, never deleted: files into <root>/quarantine/ (with a note each), "
+    "SQL rows into the table phaselog_quarantine.",
+)
 def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:
-    """Report damaged files, leftover temp files, abandoned attempts and broken links. Exit 1 if any.
+    """Report damaged records, leftover temp files, abandoned attempts and broken links. Exit 1 if any.
 
     First finishes any prune a crash interrupted (it removes what that prune had noted it would).
 

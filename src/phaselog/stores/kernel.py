@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from phaselog._json import dumps_compact
 from phaselog.errors import (
@@ -58,7 +58,14 @@ from phaselog.records import (
     stored_parts_match,
 )
 from phaselog.stores.base import Damaged, RunFence, Stored
-from phaselog.stores.names import ENTRY_KINDS, checkpoint_name, is_entry_name, parse_checkpoint_name, record_name
+from phaselog.stores.names import (
+    ENTRY_KINDS,
+    checkpoint_name,
+    is_entry_name,
+    parse_checkpoint_name,
+    parse_failed_name,
+    record_name,
+)
 
 #: A store's cap on one record unless it is opened with another.
 DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES
@@ -141,6 +148,34 @@ def entry_dir_location(kind: str, ticket_id: str, run_id: str | None) -> str:
 def entry_location(kind: str, ticket_id: str, run_id: str | None, name: str) -> str:
     """The logical path of one audit entry."""
     return f"{entry_dir_location(kind, ticket_id, run_id)}/{name}.json"
+
+
+class Located(NamedTuple):
+    """What a logical location names: a record (``kind`` ``record``) or an audit entry of ``kind``."""
+
+    kind: str
+    ticket_id: str
+    #: "" for a ticket's own entries (markers).
+    run_id: str
+    #: An entry's name; a record's file name.
+    name: str
+    ordinal: int = 0
+    phase: str = ""
+    attempt: int = 0
+
+
+def parse_location(location: str) -> Located | None:
+    """What ``location`` names (the inverse of the two functions above), or None. Ids are not
+    validated here."""
+    segs = location.split("/")
+    if len(segs) == 3 and not segs[1].startswith("."):
+        got = parse_checkpoint_name(segs[2]) or parse_failed_name(segs[2])
+        return None if got is None else Located("record", segs[0], segs[1], segs[2], *got)
+    if len(segs) in (3, 4) and segs[-2].startswith(".") and segs[-1].endswith(".json"):
+        kind, name = segs[-2][1:], segs[-1][: -len(".json")]
+        if kind in ENTRY_KINDS and is_entry_name(name):
+            return Located(kind, segs[0], segs[1] if len(segs) == 4 else "", name)
+    return None
 
 
 # -- the record codec ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The SQL stores' change stamps and guard storage (optional capabilities, declared by SqlStore).
+"""The SQL stores' change stamps, guard storage and quarantine (optional capabilities, declared by SqlStore).
 
 Kept apart from the append/read path in :mod:`phaselog.stores.sql`; see
 :class:`phaselog.stores.base.Capability`.
@@ -11,8 +11,8 @@ from typing import Any
 from phaselog.ids import validate_ticket_id
 from phaselog.stores.base import Capability
 
-#: What the SQL stores have beyond the contract (no QUARANTINE, LEFTOVERS: rows are never moved
-#: aside and a transaction leaves nothing behind; no LOCAL_ROOT: a database is not a folder).
+#: What the SQL stores have beyond the contract (no LEFTOVERS: a transaction leaves nothing behind;
+#: no LOCAL_ROOT: a database is not a folder). QUARANTINE moves a damaged row aside (sql_quarantine).
 SQL_CAPABILITIES = frozenset(
     {
         Capability.LEASES,
@@ -22,12 +22,19 @@ SQL_CAPABILITIES = frozenset(
         Capability.STAMPS,
         Capability.MANIFESTS,
         Capability.PHASE_READ,
+        Capability.QUARANTINE,
     }
 )
 
 
 class SqlAdminMixin:
-    """Stamps and guard storage for :class:`phaselog.stores.sql.SqlStore`."""
+    """Stamps, guard storage and quarantine for :class:`phaselog.stores.sql.SqlStore`."""
+
+    def quarantine(self, location: str, reason: str) -> list[dict[str, Any]]:
+        """Move the damaged row at ``location`` into ``phaselog_quarantine`` (``doctor --quarantine``)."""
+        from phaselog.stores.sql_quarantine import quarantine
+
+        return quarantine(self, location, reason)  # type: ignore[arg-type]  # self is the SqlStore
 
     def run_stamps(self, ticket_id: str) -> dict[str, str | None]:
         """Every run of a ticket with its change stamp (see :mod:`phaselog.stores.stamps`)."""

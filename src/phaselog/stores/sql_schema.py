@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from phaselog.errors import StoreError
-from phaselog.stores import manifests, sql_lease, sql_queue
+from phaselog.stores import manifests, sql_lease, sql_quarantine, sql_queue
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -66,6 +66,8 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS phaselog_checkpoints_summary "
         "ON phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, status)"
     ],
+    # Where `doctor --quarantine` moves damaged rows, append-only: see stores/sql_quarantine.py (D117).
+    6: sql_quarantine.MIGRATION,
 }
 
 
