@@ -262,6 +262,55 @@ def test_an_edited_pending_write_is_refused(tmp_path: Path) -> None:
     assert not phaselog.open(str(root)).verify(T).ok
 
 
+def edit_attempt(url: str, attempt: int, old: str, new: str) -> None:
+    """Edit one stored checkpoint of thread ``T`` by hand (files: its seed file; SQLite: its row)."""
+    run = ns_run_id("")
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        con = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)
+        where = "WHERE ticket_id = ? AND run_id = ? AND attempt = ?"
+        ((body,),) = con.execute(f"SELECT body FROM phaselog_checkpoints {where}", (T, run, attempt)).fetchall()
+        assert old in body
+        con.execute(f"UPDATE phaselog_checkpoints SET body = ? {where}", (body.replace(old, new), T, run, attempt))
+        con.close()
+        return
+    (path,) = (Path(url) / "checkpoints" / T / run).glob(f"phase_*_a{attempt}.yaml")
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_an_edited_older_checkpoint_is_corrupt_not_missing(kind: str, tmp_path: Path) -> None:
+    # Issue 20: checkpoint 2 of 3 edited by hand; a fresh saver's get_tuple by its id returned None,
+    # which LangGraph takes for "no such checkpoint" (D118).
+    url = str(tmp_path / "store") if kind == "files" else f"sqlite:///{tmp_path / 'ledger.db'}"
+    with PhaselogSaver(url) as saver:
+        ids = put_chain(saver, 3)
+    old, new = ("step: 1", "step: 7") if kind == "files" else ('"step":1', '"step":7')
+    edit_attempt(url, 2, old, new)
+    with PhaselogSaver(url) as fresh:
+        with pytest.raises(Corrupt) as info:
+            fresh.get_tuple(cfg(T, ids[1]))
+        assert info.value.context["path"].endswith("_a2.yaml")
+        # The others still read, and an id that is nowhere is still missing once the damage is gone.
+        assert [fresh.get_tuple(cfg(T, i)).checkpoint["id"] for i in (ids[0], ids[2])] == [ids[0], ids[2]]  # type: ignore[union-attr]
+        assert fresh.get_tuple(cfg()).checkpoint["id"] == ids[2]  # type: ignore[union-attr]
+    with PhaselogSaver(url) as warm:  # a saver that indexed the thread before asking answers the same
+        assert warm.get_tuple(cfg(T, ids[2])) is not None
+        with pytest.raises(Corrupt):
+            warm.get_tuple(cfg(T, ids[1]))
+    from phaselog.doctor import doctor
+
+    led = phaselog.open(url)
+    assert len(doctor(led, T, quarantine=True).moved) >= 1
+    led.close()
+    with PhaselogSaver(url) as after:
+        assert after.get_tuple(cfg(T, ids[1])) is None  # set aside: now it is missing
+        assert after.get_tuple(cfg(T, str(uuid6(clock_seq=-1)))) is None
+
+
 @pytest.mark.all_stores
 def test_prune_keep_latest_leaves_an_interrupted_graph_resumable(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest

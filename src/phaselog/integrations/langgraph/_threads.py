@@ -192,15 +192,21 @@ class Threads:
         return stored.record if old == dict(payload) else None
 
     def find(self, thread: str, rid: str, checkpoint_id: str) -> Stored | None:
-        """The record of a checkpoint id (None if absent); Corrupt if it was damaged or edited."""
+        """The record of a checkpoint id; Corrupt if it was damaged or edited.
+
+        None only when no checkpoint of the run holds the id and every one of them reads: an id
+        not among the readable checkpoints while one cannot be read may be that one's (its id
+        cannot be read either), so it is Corrupt, never "missing" (D118).
+        """
         with self.lock:
             st = self.state(thread, rid)
+            damaged: list[Corrupt | UnsupportedVersion] = []
             for round_ in range(2):
                 hit = st.ids.get(checkpoint_id)
                 if hit is None:
                     if round_:
-                        return None
-                    self._index(thread, rid, st)
+                        break
+                    damaged = self._index(thread, rid, st)
                     continue
                 try:
                     stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, hit[0])
@@ -211,19 +217,33 @@ class Threads:
                 # The attempt was pruned or its number reused: re-read the run and look again.
                 st = self.state(thread, rid, refresh=True)
                 st.ids.pop(checkpoint_id, None)
-                self._index(thread, rid, st)
+                damaged = self._index(thread, rid, st)
+            if damaged:
+                first = damaged[0]
+                raise Corrupt(
+                    f"checkpoint {checkpoint_id} is not among the readable checkpoints of thread {thread}, and "
+                    f"{len(damaged)} of them cannot be read ({first.message}): it may be that one; "
+                    "`phaselog verify` names the damage, `phaselog doctor --quarantine` sets it aside",
+                    path=first.context.get("path"),
+                    rule=first.context.get("rule"),
+                )
             return None
 
-    def _index(self, thread: str, rid: str, st: RunState) -> None:
-        """Index every attempt of the run not indexed yet (reads only those)."""
+    def _index(self, thread: str, rid: str, st: RunState) -> list[Corrupt | UnsupportedVersion]:
+        """Index every attempt of the run not indexed yet (reads only those); return the damaged ones."""
+        damaged: list[Corrupt | UnsupportedVersion] = []
         for ref in self.store.attempts(thread, rid):
             if ref.phase_ordinal != C.ORDINAL or not ref.completed or ref.attempt_number in st.indexed:
                 continue
             try:
                 stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, ref.attempt_number)
-            except (NotFound, Corrupt, UnsupportedVersion):
-                continue  # a damaged record is reported by get_tuple/verify when it is asked for
+            except NotFound:
+                continue  # pruned meanwhile
+            except (Corrupt, UnsupportedVersion) as exc:
+                damaged.append(exc)  # never indexed: tried again (and reported) on every miss
+                continue
             self.note(st, stored.record)
+        return damaged
 
     def latest(self, thread: str, rid: str) -> Stored | None:
         """The run's newest checkpoint (None if it has none); Corrupt if it is damaged.
