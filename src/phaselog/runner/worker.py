@@ -55,6 +55,21 @@ DEFAULT_MAX_RECOVERIES = 3
 HELD_RETRY_S = 5.0
 
 
+def _nothing_ran(claim: Claim, result: Any) -> str | None:
+    """The reason of a ``done`` row whose claim ran no phase: the run was complete already (D119).
+
+    Decided by the runner's own plan (every phase skipped as complete), not by a second reading.
+    """
+    if not result.phases or any(p.outcome != "skipped" for p in result.phases):
+        return None
+    if claim.recovered_from:
+        return "every phase was already complete when the run was recovered; nothing ran"
+    return (
+        "completed outside the queue (`phaselog run`, `write` …): every phase was already complete "
+        "when a worker claimed it; nothing ran"
+    )
+
+
 class _Stop(Exception):
     """Raised before a phase: leave the run between phases (reason in ``args[0]``)."""
 
@@ -268,7 +283,7 @@ class Worker:
         if result.waiting:
             return self._end(claim, AWAITING, f"waiting for approval of {result.waiting}", phase=result.waiting)
         if result.done:
-            return self._end(claim, DONE, None)
+            return self._end(claim, DONE, _nothing_ran(claim, result))
         blocked = next((p for p in result.phases if p.outcome in ("blocked", "failed")), None)
         why = f"{blocked.phase}: {blocked.reason}" if blocked else "the run did not complete"
         return self._end(claim, DEAD, f"the run cannot go on: {why}")
