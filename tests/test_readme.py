@@ -141,6 +141,7 @@ def test_pipelines_guide_describes_every_manifest_key() -> None:
             "retry_delay": "1s",
             "artifacts": ["out/*"],
             "fingerprint": "code",
+            "awaits_input": True,
         }.get(key, "text")
         if key in PHASE_KEYS:
             pipeline_from_dict({**base, "phases": [{"name": "a", key: value}]})

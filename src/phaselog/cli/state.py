@@ -139,7 +139,7 @@ def verify(call: Call, ticket_id: str, run_id: str | None) -> Result:
         _verify_table,
         exit_code=0 if report.ok else 1,
         error=f"verify found {len(report.problems)} problem(s)",
-        error_code="verify_failed",
+        error_code="corrupt",  # what verify finds is damage: records that are not what was written
     )
 
 
