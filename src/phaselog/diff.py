@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import UsageError
@@ -52,6 +52,8 @@ class Ref:
     phase: str
     attempt: int
     seq: int | None = None
+    #: The run as it was written in the reference (a name, or a UUID).
+    given: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         tail = f":{self.seq}" if self.seq is not None else ""
@@ -75,7 +77,8 @@ def parse_ref(text: str, *, field: str = "ref") -> Ref:
             )
     if not re.fullmatch(r"[a-z][a-z0-9_]*|[1-9][0-9]*", phase):
         raise UsageError(f"{field}: {phase!r} is not a phase name or ordinal", field=field, rule="ref_phase")
-    return Ref(normalize_run_id(run, field=field), phase, int(attempt), int(parts[3]) if len(parts) == 4 else None)
+    seq = int(parts[3]) if len(parts) == 4 else None
+    return Ref(normalize_run_id(run, field=field), phase, int(attempt), seq, given=run)
 
 
 def diff_values(a: Any, b: Any, path: str = "") -> list[dict[str, Any]]:
@@ -127,11 +130,21 @@ def diff_fields(a: Mapping[str, Any], b: Mapping[str, Any], fields: tuple[str, .
     return out
 
 
-def checkpoint_view(stored: Stored, label: str, events: Sequence[ProgressEvent]) -> dict[str, Any]:
+def checkpoint_view(
+    stored: Stored, label: str, events: Sequence[ProgressEvent], run_name: str | None = None
+) -> dict[str, Any]:
     """What a diff compares of an attempt: its seed fields, status, error, hash, and a summary of
-    its last progress event (``events``: the attempt's, by sequence number)."""
+    its last progress event (``events``: the attempt's, by sequence number). ``run_name``: the
+    run's name (:func:`phaselog.ids.run_name_of`), shown with the diff."""
     cp = stored.record
-    view = {**cp.seed_dict(), "status": cp.status, "error": cp.error, "content_hash": cp.content_hash, "ref": label}
+    view = {
+        **cp.seed_dict(),
+        "status": cp.status,
+        "error": cp.error,
+        "content_hash": cp.content_hash,
+        "ref": label,
+        "run_name": run_name,
+    }
     if events:
         last = events[-1]
         view["progress"] = {
@@ -145,20 +158,36 @@ def checkpoint_view(stored: Stored, label: str, events: Sequence[ProgressEvent])
     return view
 
 
-def event_view(event: ProgressEvent, label: str) -> dict[str, Any]:
+def event_view(event: ProgressEvent, label: str, run_name: str | None = None) -> dict[str, Any]:
     """What a diff compares of a progress event."""
-    return {**event.to_json(), "ref": label}
+    return {**event.to_json(), "ref": label, "run_name": run_name}
 
 
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], *, events: bool) -> dict[str, Any]:
     """The diff result of two views (:func:`checkpoint_view`, or :func:`event_view` with ``events``)."""
     changes = diff_fields(a, b, EVENT_FIELDS if events else (*CHECKPOINT_FIELDS, "progress"))
-    return {"a": a["ref"], "b": b["ref"], "identical": not changes, "changes": changes}
+    return {
+        "a": a["ref"],
+        "b": b["ref"],
+        "a_run_name": a.get("run_name"),
+        "b_run_name": b.get("run_name"),
+        "identical": not changes,
+        "changes": changes,
+    }
+
+
+def shown_ref(ref: str, run_name: str | None) -> str:
+    """A reference as people read it: its run by name (``nightly-1:implement:2``), else as it is."""
+    from phaselog.ids import run_label
+
+    run, _, rest = ref.partition(":")
+    return f"{run_label(run, run_name)}:{rest}"
 
 
 def render_text(result: Mapping[str, Any]) -> str:
     """A readable rendering of one diff result."""
-    lines = [f"--- {result['a']}", f"+++ {result['b']}"]
+    a, b = shown_ref(result["a"], result.get("a_run_name")), shown_ref(result["b"], result.get("b_run_name"))
+    lines = [f"--- {a}", f"+++ {b}"]
     if not result["changes"]:
         lines.append("(identical)")
     for c in result["changes"]:

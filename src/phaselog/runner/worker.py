@@ -46,13 +46,20 @@ from phaselog.errors import (
 )
 from phaselog.runner.signals import SignalGuard
 from phaselog.stores import sql_queue_claim as flow
-from phaselog.stores.sql_queue import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, SqlQueue
+from phaselog.stores.sql_queue import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, QueueEntry, SqlQueue
 
 DEFAULT_POLL = 2.0
 DEFAULT_GRACE = 30.0
 DEFAULT_MAX_RECOVERIES = 3
 #: A run held by another runner (``phaselog run`` by hand, say) is retried after this long.
 HELD_RETRY_S = 5.0
+
+
+def _label(entry: QueueEntry) -> str:
+    """A run in the worker's progress lines: ``ticket/name`` (the UUID when it has no name)."""
+    from phaselog.ids import run_label
+
+    return f"{entry.ticket_id}/{run_label(entry.run_id, entry.run_name)}"
 
 
 class _Stop(Exception):
@@ -210,7 +217,7 @@ class Worker:
     def run_claim(self, claim: Claim) -> int:
         """Run a claimed run and move its row; the worker's exit code if it must stop (else 0)."""
         e = claim.entry
-        label = f"{e.ticket_id}/{e.run_id}"
+        label = _label(e)
         if claim.recovered_from:
             self.echo(f"recovering {label} (recovery {e.recoveries}): {claim.recovered_from}")
         else:
@@ -232,7 +239,7 @@ class Worker:
         try:
             result = pipe.run(
                 e.ticket_id,
-                e.run_id,
+                e.run_name or e.run_id,  # by the name it was submitted with: its checkpoints keep it
                 store=self.ledger,
                 workdir=self.options.workdir,
                 # A dead worker's lease may outlive its heartbeat row by a little: wait for it.
@@ -281,7 +288,7 @@ class Worker:
         return where
 
     def _end(self, claim: Claim, state: str, reason: str | None, *, phase: str | None = None, delay: float = 0) -> int:
-        label = f"{claim.entry.ticket_id}/{claim.entry.run_id}"
+        label = _label(claim.entry)
         moved = False
         for wait in (0.5, 1, 2, 4, 8, None):
             try:

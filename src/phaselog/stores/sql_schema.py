@@ -13,7 +13,7 @@ from phaselog.errors import StoreError
 from phaselog.stores import manifests, sql_lease, sql_queue
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -66,6 +66,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS phaselog_checkpoints_summary "
         "ON phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, status)"
     ],
+    # The name a submitted run was given (`submit --run-id w49`), kept with its queue row so that
+    # the queue, the worker and the run's checkpoints show it (decisions: D93).
+    6: sql_queue.MIGRATION_6,
 }
 
 
