@@ -151,11 +151,11 @@ class Audit:
         from phaselog.progress import AttemptEvents
         from phaselog.stores.base import Damaged
 
-        given, (ticket_id, run_id) = run_id, (validate_ticket_id(ticket_id), normalize_run_id(run_id))
+        ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
         ph = self.pipelines.for_run(ticket_id, run_id, snapshot=snap).phase(phase)
         events = AttemptEvents(self.store, ticket_id, run_id, ph, block=True)
-        name = run_name_of(run_id, snap.run_name(), given)
+        name = run_name_of(run_id, snap.run_name())
 
         def diffs() -> Iterator[dict[str, Any]]:
             previous: dict[str, Any] | None = None
@@ -190,7 +190,7 @@ class Audit:
             raise NotFound(f"no run {ref.run_id} for ticket {ticket_id}", run_id=ref.run_id)
         label = f"{ref.run_id}:{ph.name}:{ref.attempt}" + (f":{ref.seq}" if ref.seq is not None else "")
         events = AttemptEvents(self.store, ticket_id, ref.run_id, ph).of(ref.attempt)
-        name = run_name_of(ref.run_id, snap.run_name(), ref.given)
+        name = run_name_of(ref.run_id, snap.run_name())
         if ref.seq is not None:
             ev = next((e for e in events if e.seq == ref.seq), None)
             if ev is None:

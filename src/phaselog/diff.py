@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import UsageError
@@ -52,8 +52,6 @@ class Ref:
     phase: str
     attempt: int
     seq: int | None = None
-    #: The run as it was written in the reference (a name, or a UUID).
-    given: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         tail = f":{self.seq}" if self.seq is not None else ""
@@ -77,8 +75,7 @@ def parse_ref(text: str, *, field: str = "ref") -> Ref:
             )
     if not re.fullmatch(r"[a-z][a-z0-9_]*|[1-9][0-9]*", phase):
         raise UsageError(f"{field}: {phase!r} is not a phase name or ordinal", field=field, rule="ref_phase")
-    seq = int(parts[3]) if len(parts) == 4 else None
-    return Ref(normalize_run_id(run, field=field), phase, int(attempt), seq, given=run)
+    return Ref(normalize_run_id(run, field=field), phase, int(attempt), int(parts[3]) if len(parts) == 4 else None)
 
 
 def diff_values(a: Any, b: Any, path: str = "") -> list[dict[str, Any]]:
@@ -180,8 +177,8 @@ def shown_ref(ref: str, run_name: str | None) -> str:
     """A reference as people read it: its run by name (``nightly-1:implement:2``), else as it is."""
     from phaselog.ids import run_label
 
-    run, _, rest = ref.partition(":")
-    return f"{run_label(run, run_name)}:{rest}"
+    run, sep, rest = ref.partition(":")
+    return f"{run_label(run, run_name)}{sep}{rest}"
 
 
 def render_text(result: Mapping[str, Any]) -> str:

@@ -97,7 +97,7 @@ def history_items(
     for rid in runs:
         phase_name = pipeline_for(ticket_id, rid).phase(phase).name if phase is not None else None
         damaged: list[Damaged] = []
-        name = run_name_of(rid, run_id)  # the id the caller typed, until a record names the run
+        name: str | None = None  # the run's records name it (never how the caller typed it: history is pure)
         for s in store.iter_records(ticket_id, rid):
             if isinstance(s, Damaged):
                 damaged.append(s)
