@@ -68,7 +68,7 @@ def ok(proc: subprocess.CompletedProcess[str]) -> Any:
 def test_fork_keeps_the_new_runs_name_and_every_cli_view_shows_names(tmp_path: Path) -> None:
     root, job = tmp_path / "store", tmp_path / "job.yaml"
     job.write_text(JOB)
-    ran = ok(cli(root, "run", "--pipeline-file", str(job), "--ticket-id", "T", "--run-id", "r1", "--quiet", cwd=tmp_path))
+    ran = ok(cli(root, "run", "--pipeline-file", str(job), "--ticket-id", "T", "--run-id", "r1", cwd=tmp_path))
     assert (ran["run_id"], ran["run_name"]) == (R1, "r1")
     table = cli(root, "run", "--pipeline-file", str(job), "--ticket-id", "T", "--run-id", R1, "--format", "table")
     assert f"run r1 ({R1[:8]}…) (job): done" in ok(table)  # resumed by UUID: still named
@@ -81,15 +81,21 @@ def test_fork_keeps_the_new_runs_name_and_every_cli_view_shows_names(tmp_path: P
     )  # fmt: skip
 
     runs = ok(cli(root, "runs", "--ticket-id", "T"))
-    assert {(r["run_id"], r["run_name"]) for r in runs["runs"]} == {(R1, "r1"), (R2, "r2"), (normalize_run_id("r3"), "r3")}
+    named = {(r["run_id"], r["run_name"]) for r in runs["runs"]}
+    assert named == {(R1, "r1"), (R2, "r2"), (normalize_run_id("r3"), "r3")}
     listed = ok(cli(root, "runs", "--ticket-id", "T", "--format", "table"))
-    assert "r2" in listed and R2 not in listed and R2[:8] not in listed
+    assert "r2" in listed
+    assert R2 not in listed
+    assert R2[:8] not in listed
     assert ok(cli(root, "status", "--ticket-id", "T", "--run-id", R2))["run_name"] == "r2"  # asked by UUID
 
     history = ok(cli(root, "history", "--ticket-id", "T"))["history"]
     assert {(e["run_id"], e["run_name"]) for e in history} >= {(R1, "r1"), (R2, "r2")}
     shown = ok(cli(root, "history", "--ticket-id", "T", "--format", "table"))
-    assert " r2 " in shown and " r1 " in shown and R1[:8] not in shown and R2[:8] not in shown
+    assert " r2 " in shown
+    assert " r1 " in shown
+    assert R1[:8] not in shown
+    assert R2[:8] not in shown
 
     diff = ok(cli(root, "diff", "--ticket-id", "T", "r1:a:1", "r2:a:1"))["diffs"][0]
     assert (diff["a"], diff["b"]) == (f"{R1}:a:1", f"{R2}:a:1")  # refs stay UUIDs: scripts pass them back
@@ -119,7 +125,8 @@ def test_submit_keeps_the_name_through_the_queue_the_worker_and_the_listings(
     assert [(r["run_id"], r["run_name"]) for r in listed["runs"]] == [(w49, "w49")]
     table = queue_cli("queue", "list", "--store", url, "--format", "table", env=base_env({"COLUMNS": "120"}))
     assert table.returncode == 0, table.stderr
-    assert "w49" in table.stdout and w49[:8] not in table.stdout
+    assert "w49" in table.stdout
+    assert w49[:8] not in table.stdout
 
     log = tmp_path / "worker.log"
     proc = start_worker(url, pipelines, work, "--burst", log=log)
@@ -139,7 +146,8 @@ def test_submit_keeps_the_name_through_the_queue_the_worker_and_the_listings(
     tickets = cli_json("tickets", "--store", url)["tickets"]
     assert [(t["latest_run"], t["latest_run_name"]) for t in tickets] == [(w49, "w49")]
     shown = queue_cli("tickets", "--store", url, "--format", "table", env=base_env({"COLUMNS": "120"}))
-    assert "w49" in shown.stdout and w49[:8] not in shown.stdout, shown.stdout + shown.stderr
+    assert "w49" in shown.stdout, shown.stdout + shown.stderr
+    assert w49[:8] not in shown.stdout
     assert cli_json("queue", "show", "--ticket-id", "T-49", "--run-id", w49, "--store", url)["run_name"] == "w49"
 
 
@@ -161,7 +169,8 @@ def test_a_store_of_schema_5_migrates_and_keeps_submitted_names(pg_schema_url: s
         finally:
             conn.close()
     before = queue_cli("queue", "list", "--store", pg_schema_url)
-    assert before.returncode != 0 and json.loads(before.stdout)["error_code"] == "migration_needed", before.stdout
+    assert before.returncode != 0, before.stdout
+    assert json.loads(before.stdout)["error_code"] == "migration_needed"
     assert cli_json("store", "migrate", "--store", pg_schema_url)
     with open_store(pg_schema_url) as store:
         assert queue.submit(store, ticket_id="T-1", pipeline="job", run_id="nightly-3")["run_name"] == "nightly-3"
@@ -217,7 +226,7 @@ def test_the_dashboard_shows_runs_by_name_with_the_uuid_on_hover(named_server: A
             head = page.locator("h1 span.mono")
             assert (head.inner_text(), head.get_attribute("title")) == ("r1", R1)
 
-            for path in (f"/phases/research/attempts/1", "/phases/research/attempts/1/events", "/explain"):
+            for path in ("/phases/research/attempts/1", "/phases/research/attempts/1/events", "/explain"):
                 page.goto(f"{base}/tickets/VID-1/runs/{R2 if 'events' not in path else R1}{path}{q}")
                 crumb = page.locator("p.crumbs a").nth(2)
                 name, uuid = ("r1", R1) if "events" in path else ("r2", R2)
