@@ -700,7 +700,8 @@ def test_diff_commands(root: Path) -> None:
     assert every["diffs"] == one["diffs"]
     text = cli(root, "diff", "--ticket-id", T, "--run-id", R, "--phase", "implement", "--format", "text")
     assert text.rc == 0
-    assert f"--- {RUN}:implement:1" in text.out
+    assert f"--- {R}:implement:1" in text.out  # the run by the name it was written under (D92)
+    assert one["diffs"][0]["a"] == f"{RUN}:implement:1"  # the JSON's reference stays its UUID
     assert "~ phase_payload.commit_sha: 'a1b2c3d' → 'bbbbbbb'" in text.out
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import UsageError
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import normalize_run_id, run_name_of, validate_ticket_id
 from phaselog.records import Checkpoint
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ class Audit:
         snap = self.store.snapshot(ticket_id, run_id)
         ph = self.pipelines.for_run(ticket_id, run_id, snapshot=snap).phase(phase)
         events = AttemptEvents(self.store, ticket_id, run_id, ph, block=True)
+        name = run_name_of(run_id, snap.run_name())
 
         def diffs() -> Iterator[dict[str, Any]]:
             previous: dict[str, Any] | None = None
@@ -169,7 +170,7 @@ class Audit:
                 else:
                     stored = entry
                 attempt = stored.record.attempt_number
-                view = checkpoint_view(stored, f"{run_id}:{ph.name}:{attempt}", events.of(attempt))
+                view = checkpoint_view(stored, f"{run_id}:{ph.name}:{attempt}", events.of(attempt), name)
                 if previous is not None:
                     yield compare(previous, view, events=False)
                 previous = view
@@ -189,9 +190,11 @@ class Audit:
             raise NotFound(f"no run {ref.run_id} for ticket {ticket_id}", run_id=ref.run_id)
         label = f"{ref.run_id}:{ph.name}:{ref.attempt}" + (f":{ref.seq}" if ref.seq is not None else "")
         events = AttemptEvents(self.store, ticket_id, ref.run_id, ph).of(ref.attempt)
+        name = run_name_of(ref.run_id, snap.run_name())
         if ref.seq is not None:
             ev = next((e for e in events if e.seq == ref.seq), None)
             if ev is None:
                 raise NotFound(f"no progress event {ref.seq} in attempt {ref.attempt} of {ph.name}", ref=label)
-            return event_view(ev, label)
-        return checkpoint_view(self.store.get(ticket_id, ref.run_id, ph.ordinal, ph.name, ref.attempt), label, events)
+            return event_view(ev, label, name)
+        stored = self.store.get(ticket_id, ref.run_id, ph.ordinal, ph.name, ref.attempt)
+        return checkpoint_view(stored, label, events, name)

@@ -127,11 +127,21 @@ def diff_fields(a: Mapping[str, Any], b: Mapping[str, Any], fields: tuple[str, .
     return out
 
 
-def checkpoint_view(stored: Stored, label: str, events: Sequence[ProgressEvent]) -> dict[str, Any]:
+def checkpoint_view(
+    stored: Stored, label: str, events: Sequence[ProgressEvent], run_name: str | None = None
+) -> dict[str, Any]:
     """What a diff compares of an attempt: its seed fields, status, error, hash, and a summary of
-    its last progress event (``events``: the attempt's, by sequence number)."""
+    its last progress event (``events``: the attempt's, by sequence number). ``run_name``: the
+    run's name (:func:`phaselog.ids.run_name_of`), shown with the diff."""
     cp = stored.record
-    view = {**cp.seed_dict(), "status": cp.status, "error": cp.error, "content_hash": cp.content_hash, "ref": label}
+    view = {
+        **cp.seed_dict(),
+        "status": cp.status,
+        "error": cp.error,
+        "content_hash": cp.content_hash,
+        "ref": label,
+        "run_name": run_name,
+    }
     if events:
         last = events[-1]
         view["progress"] = {
@@ -145,20 +155,36 @@ def checkpoint_view(stored: Stored, label: str, events: Sequence[ProgressEvent])
     return view
 
 
-def event_view(event: ProgressEvent, label: str) -> dict[str, Any]:
+def event_view(event: ProgressEvent, label: str, run_name: str | None = None) -> dict[str, Any]:
     """What a diff compares of a progress event."""
-    return {**event.to_json(), "ref": label}
+    return {**event.to_json(), "ref": label, "run_name": run_name}
 
 
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], *, events: bool) -> dict[str, Any]:
     """The diff result of two views (:func:`checkpoint_view`, or :func:`event_view` with ``events``)."""
     changes = diff_fields(a, b, EVENT_FIELDS if events else (*CHECKPOINT_FIELDS, "progress"))
-    return {"a": a["ref"], "b": b["ref"], "identical": not changes, "changes": changes}
+    return {
+        "a": a["ref"],
+        "b": b["ref"],
+        "a_run_name": a.get("run_name"),
+        "b_run_name": b.get("run_name"),
+        "identical": not changes,
+        "changes": changes,
+    }
+
+
+def shown_ref(ref: str, run_name: str | None) -> str:
+    """A reference as people read it: its run by name (``nightly-1:implement:2``), else as it is."""
+    from phaselog.ids import run_label
+
+    run, sep, rest = ref.partition(":")
+    return f"{run_label(run, run_name)}{sep}{rest}"
 
 
 def render_text(result: Mapping[str, Any]) -> str:
     """A readable rendering of one diff result."""
-    lines = [f"--- {result['a']}", f"+++ {result['b']}"]
+    a, b = shown_ref(result["a"], result.get("a_run_name")), shown_ref(result["b"], result.get("b_run_name"))
+    lines = [f"--- {a}", f"+++ {b}"]
     if not result["changes"]:
         lines.append("(identical)")
     for c in result["changes"]:

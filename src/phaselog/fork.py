@@ -72,7 +72,7 @@ class Forks:
             src = self.store.get(ticket_id, run_id, ps.ordinal, ps.phase, ps.completed_attempt or 0).record
             request = WriteRequest(
                 ticket_id,
-                target,
+                new_run_id if new_run_id is not None else target,  # as given: the copies keep its name
                 src.phase,
                 dict(src.phase_payload or {}),
                 repo_commit_map=dict(src.repo_commit_map),

@@ -269,7 +269,7 @@ class Awaiting:
     waiting_for: str = "approval"
     #: For "input": what is asked (``PhaseState.input_request``).
     input_request: dict[str, Any] | None = None
-    #: The run id as it was given (``nightly-1``); None when it was given as a UUID.
+    #: The name the run was given (``nightly-1``), None for a UUID (see :func:`phaselog.ids.run_name_of`).
     run_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -331,7 +331,7 @@ def approval_queue(ledger: QueueSource, ticket_ids: Iterable[str] | None = None)
                             parse_timestamp(asked["since"]) if asked else stored.record.timestamp_utc,
                             "input" if asked else "approval",
                             asked,
-                            status.run_name,
+                            run_name=status.run_name,
                         )
                     )
             except PhaselogError as exc:

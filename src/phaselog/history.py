@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from phaselog.entries import Approval, Marker, ProgressEvent
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import normalize_run_id, run_name_of, validate_ticket_id
 from phaselog.records import format_timestamp, parse_timestamp
 from phaselog.stores.base import Damaged, Store
 from phaselog.streams import ExternalSort
@@ -54,11 +54,13 @@ def _entry(
     summary: str,
     digest: str,
     record: dict[str, Any],
+    run_name: str | None = None,
 ) -> dict[str, Any]:
     return {
         "at": format_timestamp(at),
         "kind": kind,
         "run_id": run_id,
+        "run_name": run_name,
         "phase": phase,
         "attempt_number": attempt,
         "seq": seq,
@@ -95,11 +97,13 @@ def history_items(
     for rid in runs:
         phase_name = pipeline_for(ticket_id, rid).phase(phase).name if phase is not None else None
         damaged: list[Damaged] = []
+        name: str | None = None  # the run's records name it (never how the caller typed it: history is pure)
         for s in store.iter_records(ticket_id, rid):
             if isinstance(s, Damaged):
                 damaged.append(s)
                 continue
             cp = s.record
+            name = run_name_of(rid, name, cp.run_name)
             if phase_name and cp.phase != phase_name:
                 continue
             what = "completed" if cp.completed else f"failed: {cp.error}"
@@ -113,6 +117,7 @@ def history_items(
                 f"{cp.phase} attempt {cp.attempt_number} {what}",
                 cp.content_hash,
                 {**cp.to_json(), "checkpoint_path": s.location},
+                name,
             )
             yield _key(e, cp.phase_ordinal), e
         for (ordinal, attempt), events in event_index(ticket_id, rid).items():
@@ -133,6 +138,7 @@ def history_items(
                     f"{ev.phase} attempt {attempt} {what}",
                     ev.content_hash,
                     ev.to_json(),
+                    name,
                 )
                 yield _key(e, ordinal), e
         for a in approvals(ticket_id, rid):
@@ -150,6 +156,7 @@ def history_items(
                 f"{a.phase} attempt {a.attempt_number} {verb} by {a.by}{note}",
                 a.content_hash,
                 a.to_json(),
+                name,
             )
             yield _key(e, a.phase_ordinal), e
         for d in damaged:
@@ -157,6 +164,7 @@ def history_items(
                 "at": None,
                 "kind": "damaged",
                 "run_id": rid,
+                "run_name": name,
                 "phase": d.phase,
                 "attempt_number": d.attempt_number,
                 "seq": None,

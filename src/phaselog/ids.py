@@ -95,3 +95,31 @@ def normalize_run_id(run_id: object, *, field: str = "run_id") -> str:
 def is_canonical_uuid(value: str) -> bool:
     """Tell whether ``value`` is a lowercase hyphenated UUID (a run directory name)."""
     return bool(_CANON_UUID_RE.fullmatch(value))
+
+
+def run_name_of(run_id: str, *names: str | None) -> str | None:
+    """The name run ``run_id`` was given: the first of ``names`` that is one, else None.
+
+    The one decision of a run's name, for every surface (CLI, dashboard, queue, worker, JSON's
+    ``run_name``). ``names`` are where a name is kept, most trusted first: the run's records
+    (``Checkpoint.run_name``), its queue row, the id the caller typed. A candidate counts only when
+    it is a name (not a UUID) whose UUID v5 is ``run_id``, so a run is never shown by another's name.
+    """
+    for name in names:
+        if name and given_run_name(name) is not None and normalize_run_id(name) == run_id:
+            return name
+    return None
+
+
+def run_label(run_id: str, *names: str | None, short: bool = False) -> str:
+    """How a run is shown: its name (:func:`run_name_of`), else its UUID (``short``: ``8f9bade3…``)."""
+    name = run_name_of(run_id, *names)
+    if name is not None:
+        return name
+    return f"{run_id[:8]}…" if short and len(run_id) > 9 else run_id
+
+
+def run_title(run_id: str, *names: str | None) -> str:
+    """A run in a title: ``nightly-1 (8f9bade3…)`` (its name, then its UUID's first digits), else its UUID."""
+    name = run_name_of(run_id, *names)
+    return f"{name} ({run_id[:8]}…)" if name is not None else run_id

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phaselog.errors import NotFound, UsageError
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import normalize_run_id, run_name_of, validate_ticket_id
 from phaselog.limits import is_digits
 from phaselog.stores.names import parse_event_name
 
@@ -71,6 +71,8 @@ class EventPage:
     attempt_number: int
     events: tuple[ProgressEvent, ...]
     next_after: int | None
+    #: The run's name (:func:`phaselog.ids.run_name_of`), None for a UUID.
+    run_name: str | None = None
 
 
 def _ids(ticket_id: str, run_id: str) -> tuple[str, str]:
@@ -276,8 +278,10 @@ def events_page(
     check_attempt(attempt)
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise UsageError(f"after: must be a whole number >= 0 (got {after!r})", field="after", rule="cursor")
-    ph = ledger.pipeline_for(ticket_id, run_id).phase(phase)
+    snap = ledger.store.snapshot(ticket_id, run_id)  # the run's pipeline and its name
+    ph = ledger.pipeline_for(ticket_id, run_id, snapshot=snap).phase(phase)
     every = [e for e in AttemptEvents(ledger.store, ticket_id, run_id, ph).of(attempt) if e.seq > after]
     page = every[:limit]
     more = len(every) > limit
-    return EventPage(ph.name, attempt, tuple(page), page[-1].seq if more else None)
+    name = run_name_of(run_id, snap.run_name())
+    return EventPage(ph.name, attempt, tuple(page), page[-1].seq if more else None, run_name=name)

@@ -162,6 +162,7 @@ def event_page(page: EventPage) -> dict[str, Any]:
     return {
         "phase": page.phase,
         "attempt_number": page.attempt_number,
+        "run_name": page.run_name,
         "events": [progress_event(e, preview=OUTPUT_PREVIEW_CHARS) for e in page.events],
         "next_after": page.next_after,
     }
@@ -222,9 +223,13 @@ def diffs_stream(results: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, An
 
 
 def forked(new_run_id: str, from_run_id: str, written_records: Iterable[WriteResult]) -> dict[str, Any]:
-    """A fork: the new run, its origin and the checkpoints it reuses."""
+    """A fork: the new run (its UUID and the name it was given), its origin and the checkpoints it reuses."""
+    from phaselog.ids import run_name_of
+
+    written_records = list(written_records)
     return {
         "run_id": new_run_id,
+        "run_name": run_name_of(new_run_id, *(w.record.run_name for w in written_records)),
         "forked_from": from_run_id,
         "checkpoints": [
             {"checkpoint_path": w.location, "phase": w.record.phase, "content_hash": w.record.content_hash}

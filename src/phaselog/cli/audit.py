@@ -306,8 +306,16 @@ def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -
     entries = sorted_history(call.ledger, ticket_id, run_id, phase)  # reads everything: errors before output
 
     def show(out: IO[str]) -> None:
+        from phaselog.ids import run_label
+
         rows = [
-            [short_time(e["at"]), (e["run_id"] or "")[:8], e["kind"], e["summary"], (e["hash"] or "")[:12]]
+            [
+                short_time(e["at"]),
+                run_label(e["run_id"], e["run_name"], short=True) if e["run_id"] else "",
+                e["kind"],
+                e["summary"],
+                (e["hash"] or "")[:12],
+            ]
             for e in itertools.islice(entries, TABLE_MAX_ROWS)
         ]
         rest = entries.count - len(rows)
@@ -386,7 +394,7 @@ def fork(call: Call, ticket_id: str, run_id: str, through: str, new_run_id: str 
     Example:
       phaselog fork --ticket-id VID-7 --run-id r1 --through script --new-run-id r2
     """
-    from phaselog.ids import normalize_run_id
+    from phaselog.ids import normalize_run_id, run_title
 
     new_id, written = call.ledger.fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
     return Result(
@@ -394,7 +402,7 @@ def fork(call: Call, ticket_id: str, run_id: str, through: str, new_run_id: str 
         lambda d: table(
             [[c["phase"], c["checkpoint_path"]] for c in d["checkpoints"]],
             ["phase", "reused as"],
-            title=f"new run {d['run_id']}",
+            title=f"new run {run_title(d['run_id'], d['run_name'])}",
         ),
     )
 

@@ -16,6 +16,8 @@ from phaselog.cli._scaffold import Call, Result, cli, command
 
 
 def _tickets_table(d: dict[str, Any]) -> str:
+    from phaselog.ids import run_label
+
     rows = [
         [
             t["ticket_id"],
@@ -24,7 +26,7 @@ def _tickets_table(d: dict[str, Any]) -> str:
             t["runs"],
             short_time(t["last_activity"]),
             # A name, or the UUID's first digits: `phaselog runs --ticket-id T` shows it whole.
-            t["latest_run_name"] or (f"{t['latest_run'][:8]}…" if t["latest_run"] else ""),
+            run_label(t["latest_run"], t["latest_run_name"], short=True) if t["latest_run"] else "",
         ]
         for t in d["tickets"]
     ]
@@ -36,11 +38,13 @@ def _tickets_table(d: dict[str, Any]) -> str:
 
 
 def _runs_table(d: dict[str, Any]) -> str:
+    from phaselog.ids import run_label
+
     pipelines = {r["pipeline"] for r in d["runs"]}
     shared = len(pipelines) == 1  # the usual case: the pipeline goes in the title, the run id fits
     rows = [
         [
-            r["run_name"] or r["run_id"],
+            run_label(r["run_id"], r["run_name"]),
             *([] if shared else [r["pipeline"] or ""]),
             r["state"],
             short_time(r["last_activity"]),
@@ -78,10 +82,12 @@ def tickets(call: Call, state: str | None) -> Result:
 
 
 def _approvals_table(d: dict[str, Any]) -> str:
+    from phaselog.ids import run_label
+
     rows = [
         [
             a["ticket_id"],
-            a["run_name"] or a["run_id"],
+            run_label(a["run_id"], a["run_name"]),
             a["phase"] if a.get("waiting_for", "approval") == "approval" else f"{a['phase']} ({a['waiting_for']})",
             a["attempt_number"],
             short_time(a["since"]),

@@ -20,7 +20,8 @@ STATE_CHOICES = ("queued", "running", "awaiting_approval", "dead", "done", "canc
 
 
 def _entry_table(d: dict[str, Any]) -> str:
-    rows = [[k, d.get(k)] for k in ("ticket_id", "run_id", "state", "worker", "phase", "since", "reason")]
+    keys = ("ticket_id", *(("run_name",) if d.get("run_name") else ()), "run_id", "state", "worker", "phase", "since")
+    rows = [[k, d.get(k)] for k in (*keys, "reason")]
     extra = [[k, d[k]] for k in ("position", "created", "stops", "recoveries", "pipeline") if d.get(k) is not None]
     return table(rows + extra, ["field", "value"])
 
@@ -83,10 +84,12 @@ in_section(queue, SECTION)
 
 
 def _list_table(d: dict[str, Any]) -> str:
+    from phaselog.ids import run_label
+
     keys = ("ticket_id", "run_id", "state", "worker", "phase", "since", "reason")
     rows = [[r[k] or "" for k in keys] for r in d["runs"]]
-    for row in rows:
-        row[1] = row[1][:8]
+    for row, r in zip(rows, d["runs"], strict=True):
+        row[1] = run_label(r["run_id"], r.get("run_name"), short=True)
         row[5] = short_time(row[5])
     counts = ", ".join(f"{k} {v}" for k, v in d["counts"].items() if v)
     states = [w["state"] for w in d["workers"]]

@@ -38,7 +38,9 @@ def _run_table(d: dict[str, Any]) -> str:
     rows = [
         [p["phase"], p["outcome"], ",".join(map(str, p["attempts"])), p["error"] or p["reason"]] for p in d["phases"]
     ]
-    head = f"run {d['run_id']} ({d['pipeline']}): "
+    from phaselog.ids import run_title
+
+    head = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}): "
     head += (
         "done"
         if d["done"]
@@ -109,8 +111,11 @@ def _explain_table(d: dict[str, Any]) -> str:
     if lease and lease.get("holder"):
         held = f"lease: {'held' if lease['held'] else 'free'}: {lease['reason']}"
     nxt = d["next_phase"] or "— nothing to do"
+    from phaselog.ids import run_title
+
+    title = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}) next: {nxt}"
     return lines(
-        table(rows, ["#", "phase", "action", "state", "why"], title=f"run {d['run_id']} ({d['pipeline']}) next: {nxt}"),
+        table(rows, ["#", "phase", "action", "state", "why"], title=title),
         held,
     )
 

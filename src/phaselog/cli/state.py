@@ -19,7 +19,9 @@ from phaselog.cli._scaffold import Call, Result, cli, command
 # -- status / resume / verify -----------------------------------------------------------------------
 def _named(d: dict[str, Any]) -> str:
     """A run as people call it: ``nightly-1 (8f9bade3…)``, or its UUID when it has no name."""
-    return f"{d['run_name']} ({d['run_id'][:8]}…)" if d.get("run_name") else str(d["run_id"])
+    from phaselog.ids import run_title
+
+    return run_title(str(d["run_id"]), d.get("run_name"))
 
 
 def _status_table(d: dict[str, Any]) -> str:

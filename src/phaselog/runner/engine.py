@@ -31,6 +31,7 @@ from phaselog.errors import (
     StoreError,
     UsageError,
 )
+from phaselog.ids import run_label, run_name_of
 from phaselog.pipelines import Execution, Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
@@ -148,8 +149,8 @@ class Engine:
         result = self._result(waiting, interrupted)
         if interrupted is not None:
             stop = RunInterrupted(
-                f"run {self.run_id} was interrupted by signal {interrupted}; the attempt in progress is recorded "
-                "as interrupted, and the next run continues from there",
+                f"run {run_label(self.run_id, result.run_name)} was interrupted by signal {interrupted}; the attempt "
+                "in progress is recorded as interrupted, and the next run continues from there",
                 signum=interrupted,
             )
             stop.result = result
@@ -389,6 +390,7 @@ class Engine:
         except PhaselogError:
             status = None
         took = dict(self.lease.took_over) if self.lease and self.lease.took_over else None
+        name = run_name_of(self.run_id, status.run_name if status is not None else None, self.run_name)
         return RunResult(
             self.ticket_id,
             self.run_id,
@@ -398,6 +400,7 @@ class Engine:
             status=status,
             took_over=took,
             interrupted=interrupted,
+            run_name=name,
         )
 
 

@@ -91,11 +91,17 @@ class Explanation:
         """The plan of one phase."""
         return row_of(self.phases, phase)
 
+    @property
+    def run_name(self) -> str | None:
+        """The name the run was given (:func:`phaselog.ids.run_name_of`), None for a UUID."""
+        return self.status.run_name if self.status is not None else None
+
     def to_json(self) -> dict[str, Any]:
         """The JSON view (``phaselog explain``, the dashboard)."""
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
+            "run_name": self.run_name,
             "pipeline": self.pipeline,
             "done": self.done,
             "next_phase": self.next_phase,
@@ -123,10 +129,10 @@ def explain(
     """
     from phaselog.ids import normalize_run_id, validate_ticket_id
 
-    ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
+    given, (ticket_id, run_id) = run_id, (validate_ticket_id(ticket_id), normalize_run_id(run_id))
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline)
     root = os.fspath(workdir) if workdir is not None else os.getcwd()
-    st: RunStatus = ledger.status(ticket_id, run_id, pipeline=pl, artifacts_root=root)
+    st: RunStatus = ledger.status(ticket_id, given, pipeline=pl, artifacts_root=root)  # as given: a name names the run
     held = _lease(ledger, ticket_id, run_id) if lease else None
     return _plan(ledger, ticket_id, run_id, pl, st, fingerprints, held)
 

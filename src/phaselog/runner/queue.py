@@ -78,7 +78,7 @@ def submit(
     built-ins); ``pipeline_file``: a manifest whose content goes into the queue, so every worker
     runs exactly what was submitted.
     """
-    from phaselog.ids import normalize_run_id, validate_ticket_id
+    from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
     from phaselog.pipelines import _PIPELINE_NAME_RE, check_schemas, load_manifest, manifest_dict
 
     q = SqlQueue(store)
@@ -112,6 +112,7 @@ def submit(
         not_before=at,
         delay=delay,
         dedup_key=dedup_key,
+        run_name=given_run_name(run_id),  # the name given is kept: the worker runs the run by it
     )
     return {**entry_view(entry), "created": created, "position": q.position(entry)}
 

@@ -73,6 +73,8 @@ class RunResult:
     #: The runner this one displaced when it took the lease, and why.
     took_over: dict[str, Any] | None = None
     interrupted: int | None = None
+    #: The name the run was given (``nightly-1``; :func:`phaselog.ids.run_name_of`), None for a UUID.
+    run_name: str | None = None
 
     @property
     def done(self) -> bool:
@@ -119,6 +121,7 @@ class RunResult:
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
+            "run_name": self.run_name,
             "pipeline": self.pipeline,
             "done": self.done,
             "waiting": self.waiting,

@@ -46,14 +46,13 @@ from phaselog.errors import (
 )
 from phaselog.runner.signals import SignalGuard
 from phaselog.stores import sql_queue_claim as flow
-from phaselog.stores.sql_queue import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, SqlQueue
+from phaselog.stores.sql_queue import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, QueueEntry, SqlQueue
 
 DEFAULT_POLL = 2.0
 DEFAULT_GRACE = 30.0
 DEFAULT_MAX_RECOVERIES = 3
 #: A run held by another runner (``phaselog run`` by hand, say) is retried after this long.
 HELD_RETRY_S = 5.0
-
 
 def _nothing_ran(claim: Claim, result: Any) -> str | None:
     """The reason of a ``done`` row whose claim ran no phase: the run was complete already (D119).
@@ -69,6 +68,11 @@ def _nothing_ran(claim: Claim, result: Any) -> str | None:
         "when a worker claimed it; nothing ran"
     )
 
+def _label(entry: QueueEntry) -> str:
+    """A run in the worker's progress lines: ``ticket/name`` (the UUID when it has no name)."""
+    from phaselog.ids import run_label
+
+    return f"{entry.ticket_id}/{run_label(entry.run_id, entry.run_name)}"
 
 class _Stop(Exception):
     """Raised before a phase: leave the run between phases (reason in ``args[0]``)."""
@@ -78,10 +82,8 @@ class _Stop(Exception):
         self.state = state
         self.reason = reason
 
-
 class _Wake(BaseException):
     """A signal arrived while the worker was idle."""
-
 
 @dataclass
 class WorkerOptions:
@@ -97,7 +99,6 @@ class WorkerOptions:
     poll: float = DEFAULT_POLL
     burst: bool = False
     max_runs: int | None = None
-
 
 class DrainGuard(SignalGuard):
     """The runner's signal guard in a worker: the first signal lets the phase finish.
@@ -124,7 +125,6 @@ class DrainGuard(SignalGuard):
         if self._timer is not None:
             self._timer.cancel()
         super().__exit__(*exc)
-
 
 class Worker:
     """One worker process (see the module docstring)."""
@@ -225,7 +225,7 @@ class Worker:
     def run_claim(self, claim: Claim) -> int:
         """Run a claimed run and move its row; the worker's exit code if it must stop (else 0)."""
         e = claim.entry
-        label = f"{e.ticket_id}/{e.run_id}"
+        label = _label(e)
         if claim.recovered_from:
             self.echo(f"recovering {label} (recovery {e.recoveries}): {claim.recovered_from}")
         else:
@@ -247,7 +247,7 @@ class Worker:
         try:
             result = pipe.run(
                 e.ticket_id,
-                e.run_id,
+                e.run_name or e.run_id,  # by the name it was submitted with: its checkpoints keep it
                 store=self.ledger,
                 workdir=self.options.workdir,
                 # A dead worker's lease may outlive its heartbeat row by a little: wait for it.
@@ -296,7 +296,7 @@ class Worker:
         return where
 
     def _end(self, claim: Claim, state: str, reason: str | None, *, phase: str | None = None, delay: float = 0) -> int:
-        label = f"{claim.entry.ticket_id}/{claim.entry.run_id}"
+        label = _label(claim.entry)
         moved = False
         for wait in (0.5, 1, 2, 4, 8, None):
             try:

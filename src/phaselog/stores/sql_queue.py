@@ -91,9 +91,12 @@ MIGRATION = [
     )""",
 ]
 
+#: Migration 6: the run id as it was given when it is a name (``w49``), else NULL.
+MIGRATION_7 = ["ALTER TABLE phaselog_queue ADD COLUMN run_name TEXT"]
+
 _COLUMNS = (
     "ticket_id, run_id, queue, pipeline, manifest, manifest_hash, priority, not_before, dedup_key, state, "
-    "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since"
+    "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since, run_name"
 )
 _NOW = NOW["postgresql"]
 
@@ -130,11 +133,13 @@ class QueueEntry:
     cancel_requested: bool
     submitted_at: float
     since: float
+    #: The run id as it was submitted when it is a name (``w49``); None when it was a UUID.
+    run_name: str | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> QueueEntry:
         """Build from a row of ``_COLUMNS``."""
-        r = list(row[:19])
+        r = list(row[:20])
         for i in (6, 11, 12, 13):
             r[i] = int(r[i])
         r[16] = bool(r[16])
@@ -152,6 +157,7 @@ class QueueEntry:
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
+            "run_name": self.run_name,
             "state": self.state,
             "worker": self.worker,
             "phase": self.phase,
@@ -250,12 +256,14 @@ class SqlQueue:
         not_before: float | None = None,
         delay: float | None = None,
         dedup_key: str | None = None,
+        run_name: str | None = None,
     ) -> tuple[QueueEntry, bool]:
         """Queue a run; idempotent by run and by dedup key. Returns (entry, created).
 
         ``not_before``: an epoch; ``delay``: seconds from now in the database's clock (one or
         neither). A run already in the queue is returned as it is (Conflict if it was submitted
-        with another pipeline); so is the unfinished run holding ``dedup_key``.
+        with another pipeline); so is the unfinished run holding ``dedup_key``. ``run_name``: the
+        run id as it was given, when it is a name (kept with the row; the worker runs it by that name).
         """
         key = check_key(ticket_id, run_id)
         body = json.dumps(dict(manifest), sort_keys=True) if manifest is not None else None
@@ -281,11 +289,12 @@ class SqlQueue:
                     )
                 return existing, False
             at = None if not_before is None else float(not_before)
+            due = (at, float(delay or 0.0))
             row = conn.execute(
                 f"INSERT INTO phaselog_queue ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, "
                 f"COALESCE(%s::double precision, {_NOW} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
-                f"{_NOW}, {_NOW}) RETURNING {_COLUMNS}",
-                (*key, queue, pipeline, body, manifest_hash, int(priority), at, float(delay or 0.0), dedup_key),
+                f"{_NOW}, {_NOW}, %s) RETURNING {_COLUMNS}",
+                (*key, queue, pipeline, body, manifest_hash, int(priority), *due, dedup_key, run_name),
             ).fetchone()
             self._notify(conn, queue)
             return QueueEntry.from_row(row), True

@@ -13,7 +13,7 @@ from phaselog.errors import StoreError
 from phaselog.stores import manifests, sql_lease, sql_quarantine, sql_queue
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -68,6 +68,9 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # Where `doctor --quarantine` moves damaged rows, append-only: see stores/sql_quarantine.py (D117).
     6: sql_quarantine.MIGRATION,
+    # The name a submitted run was given (`submit --run-id w49`), kept with its queue row so that
+    # the queue, the worker and the run's checkpoints show it (decisions: D93).
+    7: sql_queue.MIGRATION_7,
 }
 
 

@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from phaselog.errors import NotFound, PhaselogError
+from phaselog.ids import run_label
 from phaselog.ui import charts, urls
 from phaselog.ui.security import Guarding, SecurityMiddleware
 
@@ -116,6 +117,7 @@ def _environment() -> jinja2.Environment:
     )
     env.globals["urls"] = urls
     env.globals["duration"] = charts.duration
+    env.globals["run_label"] = run_label  # how a run is shown: its name, else its UUID (phaselog.ids)
     env.globals["state_label"] = lambda s: STATE_LABELS.get(str(s), str(s).replace("_", " "))
     env.filters["short"] = lambda h, n=12: str(h)[:n] if h else ""
     env.filters["when"] = _when

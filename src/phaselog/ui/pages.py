@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from phaselog import views
 from phaselog.errors import Corrupt, NotFound, PhaselogError
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.ids import normalize_run_id, run_label, validate_ticket_id
 from phaselog.limits import MAX_ATTEMPT, parse_number
 from phaselog.state import RUN_SUMMARIES
 from phaselog.ui import charts, urls
@@ -154,7 +154,7 @@ def run(ui: UI, request: Request) -> Response:
         pick=_default_pair(run_id, page.spans),
         attempt_refs=[(r, label) for r, label in refs if r],
         version=top["version"],
-        title=f"{ticket_id} · run {run_id[:8]}",
+        title=f"{ticket_id} · run {run_label(run_id, top['status']['run_name'], short=True)}",
     )
 
 
@@ -194,6 +194,7 @@ def events(ui: UI, request: Request) -> Response:
         "events.html",
         ticket_id=ticket_id,
         run_id=run_id,
+        run_name=page.run_name,
         page=views.event_page(page),
         more=more if page.next_after is not None else None,
         title=f"{page.phase} attempt {page.attempt_number} · progress",
@@ -254,8 +255,9 @@ def explain(ui: UI, request: Request) -> Response:
         "explain.html",
         ticket_id=ticket_id,
         run_id=run_id,
+        run_name=result.run_name,
         data=result.to_json(),
-        title=f"explain · {ticket_id} · run {run_id[:8]}",
+        title=f"explain · {ticket_id} · run {run_label(run_id, result.run_name, short=True)}",
     )
 
 
@@ -283,6 +285,7 @@ def checkpoint(ui: UI, request: Request) -> Response:
             damaged=exc.to_dict(),
             ticket_id=ticket_id,
             run_id=run_id,
+            run_name=None,
             phase=ph.name,
             attempt=attempt,
             title=f"{ph.name} attempt {attempt} (damaged)",
@@ -321,6 +324,7 @@ def checkpoint(ui: UI, request: Request) -> Response:
         damaged=None,
         ticket_id=ticket_id,
         run_id=run_id,
+        run_name=st.run_name,
         phase=ph.name,
         attempt=attempt,
         view=found["read"],
