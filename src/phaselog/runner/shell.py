@@ -312,14 +312,14 @@ def _payload(path: Path, last_json: dict[str, Any] | None, too_deep: TooDeep | N
         try:
             doc = json_loads_bounded(path.read_bytes(), what="$PHASELOG_PAYLOAD")
         except TooDeep as exc:
-            return Failure("bad_result", exc.message, {"rule": exc.rule, "max_depth": exc.max_depth})
+            return Failure("bad_result", exc.message, {"max_depth": exc.max_depth})
         except ValueError as exc:
             return Failure("bad_result", f"$PHASELOG_PAYLOAD is not JSON: {exc}")
         if not isinstance(doc, dict):
             return Failure("bad_result", "$PHASELOG_PAYLOAD must hold a JSON object")
         return doc
     if too_deep is not None:
-        return Failure("bad_result", too_deep.message, {"rule": too_deep.rule, "max_depth": too_deep.max_depth})
+        return Failure("bad_result", too_deep.message, {"max_depth": too_deep.max_depth})
     return dict(last_json) if last_json is not None else {}
 
 
