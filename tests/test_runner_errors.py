@@ -80,9 +80,7 @@ def _attempts(store: str, workdir: Path, run: str) -> list[tuple[str, int, str, 
     ledger = phaselog.Ledger(phaselog.open_store(store))
     try:
         got = ledger.list("E-1", run).items
-        return [
-            (s.record.phase, s.record.attempt_number, s.record.status, dict(s.record.phase_payload)) for s in got
-        ]
+        return [(s.record.phase, s.record.attempt_number, s.record.status, dict(s.record.phase_payload)) for s in got]
     finally:
         ledger.close()
 
@@ -124,7 +122,8 @@ def test_an_unusual_end_of_a_phase_is_a_recorded_failed_attempt(
     proc = _run(store, tmp_path, "r")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, (out, err)
-    assert "Traceback" not in err and "internal error" not in out
+    assert "Traceback" not in err
+    assert "internal error" not in out
     result = json.loads(out)
     assert result["success"] is False
     assert result["failed"] == "one"

@@ -341,5 +341,6 @@ def test_a_phase_s_sys_exit_or_keyboard_interrupt_is_a_recorded_failure_and_the_
             assert dead["state"] == "dead"
             assert said in dead["reason"], dead["reason"]
             assert "worker died" not in dead["reason"]
-            attempts = [(a.phase, a.attempt_number, a.completed) for a in ledger.store.attempts(f"X-{name}", runs[name])]
+            got = ledger.store.attempts(f"X-{name}", runs[name])
+            attempts = [(a.phase, a.attempt_number, a.completed) for a in got]
             assert attempts == [("one", 1, False)], (name, attempts)

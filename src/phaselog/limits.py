@@ -245,8 +245,8 @@ def json_loads(data: str | bytes) -> Any:
     return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
 
 
-#: A JSON string (escapes included), removed before brackets are counted.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: A JSON string (escapes included), removed before brackets are counted (compiled when first used).
+_JSON_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 #: Opening brackets become 1, closing ones 255 (-1 as a signed byte), everything else is deleted.
 _BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
@@ -256,7 +256,7 @@ def json_depth(data: bytes) -> int:
     """How deeply the JSON text ``data`` nests (brackets outside strings), without parsing it."""
     if data.count(b"[") + data.count(b"{") <= 1:
         return 1 if b"[" in data or b"{" in data else 0
-    return _depth(_JSON_STRING.sub(b"", data).translate(_BRACKETS, _NOT_BRACKETS), None)
+    return _depth(re.sub(_JSON_STRING, b"", data).translate(_BRACKETS, _NOT_BRACKETS), None)
 
 
 def _depth(marks: bytes, limit: int | None) -> int:
@@ -286,7 +286,7 @@ def json_loads_bounded(data: str | bytes, *, what: str, max_depth: int = MAX_DEP
 
 
 def _too_deep(raw: bytes, max_depth: int) -> bool:
-    marks = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    marks = re.sub(_JSON_STRING, b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
     return _depth(marks, max_depth) > max_depth
 
 
