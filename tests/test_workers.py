@@ -299,3 +299,48 @@ def test_a_sigkilled_worker_is_shown_gone_at_once(setup: tuple[str, Path, Path])
     table = cli("queue", "list", "--store", url, "--format", "table")
     assert "workers: 1 gone" in table.stdout, table.stdout
     assert "alive" not in table.stdout
+
+
+ODD_ENDS_PY = """
+import sys
+
+def leave(ctx):
+    sys.exit(4)
+
+def ctrl_c(ctx):
+    raise KeyboardInterrupt()
+"""
+
+
+def test_a_phase_s_sys_exit_or_keyboard_interrupt_is_a_recorded_failure_and_the_worker_lives_on(
+    setup: tuple[str, Path, Path],
+) -> None:
+    url, pipelines, work = setup
+    (pipelines / "oddends.py").write_text(ODD_ENDS_PY)
+    deep = "python3 -c \"print('{\\\\\"a\\\\\":' * 200000 + '1' + '}' * 200000)\""
+    cases = {
+        "leave": ({"call": "oddends:leave"}, "SystemExit: the phase called sys.exit(4)"),
+        "ctrlc": ({"call": "oddends:ctrl_c"}, "KeyboardInterrupt: raised by the phase itself"),
+        "deep": ({"run": deep}, "nested deeper than 62 levels"),
+    }
+    runs = {}
+    for name, (phase, _) in cases.items():
+        (pipelines / f"{name}.yaml").write_text(json.dumps({"name": name, "version": "1", "phases": [
+            {"name": "one", **phase}, {"name": "two", "call": "qphases:step"}]}))  # fmt: skip
+        runs[name] = submit(url, f"X-{name}", "--pipeline", name)["run_id"]
+    after = submit(url, "X-after", "--pipeline", "three")["run_id"]
+    summary = burst(url, pipelines, work)  # one worker process: it must live through all of them
+    assert summary["outcomes"] == {"dead": 3, "done": 1}, summary
+    assert entry(url, "X-after", after)["state"] == "done"
+    from phaselog.ledger import Ledger
+    from phaselog.stores import open_store
+
+    with Ledger(open_store(url)) as ledger:
+        for name, (_, said) in cases.items():
+            dead = entry(url, f"X-{name}", runs[name])
+            assert dead["state"] == "dead"
+            assert said in dead["reason"], dead["reason"]
+            assert "worker died" not in dead["reason"]
+            got = ledger.store.attempts(f"X-{name}", runs[name])
+            attempts = [(a.phase, a.attempt_number, a.completed) for a in got]
+            assert attempts == [("one", 1, False)], (name, attempts)

@@ -13,9 +13,11 @@ them and ``json.dumps(allow_nan=False)`` would fail much later, far from the inp
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
+import re
 from typing import Any, BinaryIO
 
 from phaselog.errors import InvalidRecord, TooLarge, UsageError
@@ -241,3 +243,59 @@ def json_loads(data: str | bytes) -> Any:
     if value is not UNDECIDED:
         return value
     return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+
+
+#: A JSON string (escapes included), removed before brackets are counted (compiled when first used).
+_JSON_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
+#: Opening brackets become 1, closing ones 255 (-1 as a signed byte), everything else is deleted.
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[{]}")
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply the JSON text ``data`` nests (brackets outside strings), without parsing it."""
+    if data.count(b"[") + data.count(b"{") <= 1:
+        return 1 if b"[" in data or b"{" in data else 0
+    return _depth(re.sub(_JSON_STRING, b"", data).translate(_BRACKETS, _NOT_BRACKETS), None)
+
+
+def _depth(marks: bytes, limit: int | None) -> int:
+    """The nesting of ``marks`` (1 opens, 255 closes); with ``limit``, any number above it once
+    the depth is known to pass it. Each round removes every innermost pair at C speed, so a
+    shallow document (the common case) is done in as many rounds as it is deep."""
+    rounds = 0
+    while limit is not None and marks and rounds <= limit:
+        fewer = marks.replace(b"\x01\xff", b"")
+        if len(fewer) == len(marks):
+            break  # unbalanced: the rest is counted below
+        marks, rounds = fewer, rounds + 1
+    if not marks or (limit is not None and rounds > limit):
+        return rounds
+    return rounds + max(0, *itertools.accumulate(memoryview(marks).cast("b")))
+
+
+def json_loads_bounded(data: str | bytes, *, what: str, max_depth: int = MAX_DEPTH - 2) -> Any:
+    """:func:`json_loads` for JSON from outside (a shell phase's payload): a text nested deeper
+    than ``max_depth`` is refused before it is parsed (ValueError naming ``what`` and the rule
+    ``max_depth``), so a 200,000-level line never reaches a recursive parser."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _too_deep(raw, max_depth):
+        raise TooDeep(f"{what} is nested deeper than {max_depth} levels (rule max_depth: a payload nests at most "
+                      f"{max_depth} levels)", max_depth)  # fmt: skip
+    return json_loads(raw)
+
+
+def _too_deep(raw: bytes, max_depth: int) -> bool:
+    marks = re.sub(_JSON_STRING, b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    return _depth(marks, max_depth) > max_depth
+
+
+class TooDeep(ValueError):
+    """JSON text nested deeper than the limit (rule ``max_depth``)."""
+
+    rule = "max_depth"
+
+    def __init__(self, message: str, max_depth: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.max_depth = max_depth

@@ -37,7 +37,7 @@ from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
 from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, plan_run
 from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER, Heartbeat
-from phaselog.runner.outcome import Failure, Success
+from phaselog.runner.outcome import Failure, Success, runner_failure
 from phaselog.runner.result import PhaseOutcome, RunResult, after_writes
 from phaselog.runner.signals import Interrupt, SignalGuard, in_main_thread
 from phaselog.stores.base import Stored
@@ -227,16 +227,16 @@ class Engine:
             )
             self.heartbeat.begin(ph.name, attempt, self.pipeline, started)
             try:
-                if ex.run is None:
-                    with leasing.marking(self.lease):
-                        outcome = executor(ph, ctx)
-                else:
-                    outcome = executor(ph, ctx)
+                outcome = self._attempt(executor, ph, ctx)
             finally:
                 self.heartbeat.end()
             tried.append(attempt)
             if isinstance(outcome, Success):
-                refused = self._record_success(ph, attempt, outcome, started)
+                try:
+                    refused = self._record_success(ph, attempt, outcome, started)
+                except Interrupt:  # a signal while it was recorded: the record is durable, say so
+                    self.outcomes.append(PhaseOutcome(ph.name, "completed", "", tuple(tried), attempt))
+                    raise
                 if refused is None:
                     self.payloads[ph.name] = {"phase": ph.name, **outcome.payload}
                     if ph.requires_approval:
@@ -246,13 +246,18 @@ class Engine:
                     return PhaseOutcome(ph.name, "completed", "", tuple(tried), attempt)
                 outcome = refused
             failure = outcome
-            self._record_failure(ph, attempt, failure, started)
+            stop: Interrupt | None = None
+            try:
+                self._record_failure(ph, attempt, failure, started)
+            except Interrupt as exc:  # a signal while it was recorded (durably): noted, then the run stops
+                stop = exc
             self.echo(f"failed {ph.name} attempt {attempt}: {failure.error}")
-            if failure.rule == "interrupted":
+            if failure.rule == "interrupted" or stop is not None:
+                outcome_name = "interrupted" if failure.rule == "interrupted" else "failed"
                 self.outcomes.append(
-                    PhaseOutcome(ph.name, "interrupted", failure.error, tuple(tried), error=failure.error)
+                    PhaseOutcome(ph.name, outcome_name, failure.error, tuple(tried), error=failure.error)
                 )
-                raise Interrupt(failure.signum or 15)
+                raise stop or Interrupt(failure.signum or 15)
             if not failure.retryable:
                 if retry < ex.retries:
                     self.echo(f"not retrying {ph.name}: {failure.rule} is not an error another attempt can fix")
@@ -261,7 +266,9 @@ class Engine:
             resume = None
         assert failure is not None
         why = f"failed after {len(tried)} attempt(s)"
-        if not failure.retryable and ex.retries:
+        if failure.rule == "runner_error" and ex.retries:
+            why += " (not retried: the runner itself failed)"
+        elif not failure.retryable and ex.retries:
             why += f" (not retried: {failure.rule} is permanent)"
         last = PhaseOutcome(ph.name, "failed", why, tuple(tried), error=failure.error)
         self.outcomes.append(last)
@@ -281,6 +288,26 @@ class Engine:
         if failure.cause is not None:
             raise error from failure.cause
         raise error
+
+    def _attempt(self, executor: Executor, ph: Phase, ctx: PhaseContext) -> Success | Failure:
+        """One attempt's work. Whatever goes wrong in the runner meanwhile, the processes the attempt
+        started are ended before the error goes on (and so before the lease is released); an error of
+        the runner's own (not the phase's, which the executor turns into a Failure) is a failed
+        attempt, ``runner_error`` (decision D111)."""
+        assert self.lease is not None
+        try:
+            if ph.execution.run is None:
+                with leasing.marking(self.lease):
+                    return executor(ph, ctx)
+            return executor(ph, ctx)
+        except Exception as exc:
+            leasing.end_marked(self.lease)
+            if isinstance(exc, Fenced):
+                raise  # another runner holds the run: nothing of ours may be written
+            return runner_failure(exc)
+        except BaseException:
+            leasing.end_marked(self.lease)
+            raise
 
     # -- recording ------------------------------------------------------------------------------
     def _record_success(self, ph: Phase, attempt: int, ok: Success, started: datetime) -> Failure | None:

@@ -189,6 +189,14 @@ def end_orphans(verdict: Orphaned, *, wait_s: float = END_ORPHANS_WAIT_S) -> boo
     return not live()
 
 
+def end_marked(lease: Lease) -> None:
+    """End (SIGKILL, then wait) every process on this host that carries ``lease``'s marks: what the
+    attempt in progress started. A runner failing mid-attempt calls it before it releases the lease."""
+    pids = marked(lease.run_id, lease.token)
+    if pids:
+        end_orphans(Orphaned(False, "the runner is failing", pids=pids))
+
+
 def holder_info(runner_id: str | None = None, *, marks: bool = False) -> dict[str, Any]:
     """Who we are, as a lease records it: host, pid, process start time, a random runner id, and
     ``marks`` when the processes our Python phases start carry our marks (:func:`marking`)."""

@@ -28,7 +28,8 @@ class Success:
 @dataclass
 class Failure:
     """The attempt failed. ``rule``: exception, timeout, exit_code, interrupted, bad_result, invalid,
-    artifact_missing, prerequisite (:data:`PERMANENT_RULES` are not retried)."""
+    artifact_missing, prerequisite, runner_error (:data:`PERMANENT_RULES`, ``interrupted`` and
+    ``runner_error`` are not retried)."""
 
     rule: str
     message: str
@@ -39,7 +40,7 @@ class Failure:
     @property
     def retryable(self) -> bool:
         """Whether another attempt may succeed: not for :data:`PERMANENT_RULES` (nor a stop)."""
-        return self.rule not in PERMANENT_RULES and self.rule != "interrupted"
+        return self.rule not in PERMANENT_RULES and self.rule not in ("interrupted", "runner_error")
 
     @property
     def error(self) -> str:
@@ -71,6 +72,28 @@ def from_exception(exc: BaseException) -> Failure:
         {"type": name, "traceback_tail": tail(text)},
         cause=exc,
     )
+
+
+def runner_failure(exc: Exception) -> Failure:
+    """The runner itself failed during an attempt (its log's disk is full, a store error while it
+    renewed the lease, a bug): the attempt is recorded as failed with the error, and not retried."""
+    failure = from_exception(exc)
+    failure.rule = "runner_error"
+    failure.message = f"the runner failed while running the attempt: {failure.message}"
+    return failure
+
+
+def phase_exit(exc: SystemExit | KeyboardInterrupt) -> Failure:
+    """A phase's own ``sys.exit()`` or ``raise KeyboardInterrupt``: a failed attempt (rule
+    ``exception``) naming it, never the runner's exit (decision D112)."""
+    failure = from_exception(exc)
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        failure.message = f"SystemExit: the phase called sys.exit({code!r})"
+        failure.detail["exit_code"] = code if code is None or isinstance(code, int) else str(code)
+    else:
+        failure.message = "KeyboardInterrupt: raised by the phase itself (no signal reached the runner)"
+    return failure
 
 
 def normalize(result: Any, workdir: Path) -> Success | Failure:

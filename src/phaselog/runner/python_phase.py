@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from phaselog.runner.outcome import Failure, Success, from_exception, normalize
-from phaselog.runner.signals import Interrupt, PhaseTimeout, alarm
+from phaselog.runner.outcome import Failure, Success, from_exception, normalize, phase_exit
+from phaselog.runner.signals import Interrupt, PhaseTimeout, alarm, runner_owns_sigint
 
 
 def code_fingerprint(fn: Callable[..., Any]) -> str:
@@ -41,6 +42,14 @@ def run_python(fn: Callable[..., Any], ctx: Any, *, timeout: float | None, workd
         return Failure(
             "interrupted", f"interrupted by {exc.args[0]}", {"signal": exc.args[0]}, cause=exc, signum=exc.signum
         )
+    except SystemExit as exc:
+        return phase_exit(exc)
+    except KeyboardInterrupt as exc:
+        if runner_owns_sigint():
+            return phase_exit(exc)  # the runner's handler turns a real SIGINT into Interrupt
+        # No handler of ours: a real Ctrl-C and the phase's own raise look the same; a stop.
+        return Failure("interrupted", "interrupted by SIGINT (KeyboardInterrupt)", {"signal": "SIGINT"},
+                       cause=exc, signum=signal.SIGINT)  # fmt: skip
     except (PhaseTimeout, TimeoutError) as exc:
         if isinstance(exc, TimeoutError) and timeout is None:
             return from_exception(exc)  # the phase's own TimeoutError, not ours

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from phaselog.errors import NotFound
+from phaselog.limits import TooDeep, json_loads_bounded
 from phaselog.pipelines import Phase, manifest_dict
 from phaselog.records import format_timestamp
 from phaselog.runner.console import attempt_log
@@ -160,11 +161,20 @@ class ShellPhase:
                 code = proc.wait()
             except Interrupt as exc:
                 name = signal.Signals(exc.signum).name
-                _stop(proc, reader, first=exc.signum)
+                try:
+                    _stop(proc, reader, first=exc.signum)
+                except BaseException:
+                    end_group(proc)  # a second signal, or the output path failed while stopping
+                    raise
                 code = proc.wait()
                 stopped = Failure(
                     "interrupted", f"interrupted by {name}", {"signal": name}, cause=exc, signum=exc.signum
                 )
+            except BaseException:
+                # Anything else (the log's disk is full, a store error renewing the lease, a bug):
+                # the command must not outlive this attempt, nor run on after the lease is released.
+                end_group(proc)
+                raise
             finally:
                 with contextlib.suppress(Exception):
                     ctx._lease.renew(child_pgid=None, phase=None, attempt=None)
@@ -178,7 +188,7 @@ class ShellPhase:
         if code != 0:
             said = f"; last output: {last}" if last else ""
             return Failure("exit_code", f"the command exited with {_code(code)}{said}", detail)
-        payload = _payload(payload_file, reader.last_json)
+        payload = _payload(payload_file, reader.last_json, reader.too_deep)
         if isinstance(payload, Failure):
             payload.detail.update(detail)
             return payload
@@ -205,6 +215,8 @@ class _Reader:
         self.tail = ""
         self._line = b""
         self.last_json: dict[str, Any] | None = None
+        #: The last JSON object line, when it nested too deeply to be a payload.
+        self.too_deep: TooDeep | None = None
 
     @property
     def done(self) -> bool:
@@ -236,10 +248,15 @@ class _Reader:
     def _json(self, line: bytes) -> None:
         text = line.strip()
         if text.startswith(b"{"):
-            with contextlib.suppress(ValueError):
-                doc = json.loads(text)
+            try:
+                doc = json_loads_bounded(text, what="the last JSON line of stdout")
+            except TooDeep as exc:
+                self.last_json, self.too_deep = None, exc  # meant as the payload, and refused
+            except ValueError:
+                return
+            else:
                 if isinstance(doc, dict):
-                    self.last_json = doc
+                    self.last_json, self.too_deep = doc, None
 
     def drain(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -259,6 +276,22 @@ def _stop(proc: subprocess.Popen[bytes], reader: _Reader, first: int = signal.SI
     reader.drain(1.0)
 
 
+def end_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the command's whole process group now and wait until none of it runs (the runner is
+    failing: no grace period, and no reading of its output, which may be what failed)."""
+    from phaselog.runner.lease import group_alive
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILL_GRACE_S)
+    end = time.monotonic() + KILL_GRACE_S
+    while group_alive(proc.pid) and time.monotonic() < end:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a member forked after the first signal
+        time.sleep(0.01)
+
+
 def _last_line(text: str, limit: int = 200) -> str:
     """The output's last non-empty line (for a failed attempt's ``error``), shortened."""
     for raw in reversed(text.splitlines()):
@@ -272,17 +305,21 @@ def _code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _payload(path: Path, last_json: dict[str, Any] | None) -> dict[str, Any] | Failure:
+def _payload(path: Path, last_json: dict[str, Any] | None, too_deep: TooDeep | None) -> dict[str, Any] | Failure:
     if path.is_file() and path.stat().st_size > 0:
         if path.stat().st_size > MAX_PAYLOAD_BYTES:
             return Failure("bad_result", f"$PHASELOG_PAYLOAD holds more than {MAX_PAYLOAD_BYTES} bytes")
         try:
-            doc = json.loads(path.read_bytes())
+            doc = json_loads_bounded(path.read_bytes(), what="$PHASELOG_PAYLOAD")
+        except TooDeep as exc:
+            return Failure("bad_result", exc.message, {"max_depth": exc.max_depth})
         except ValueError as exc:
             return Failure("bad_result", f"$PHASELOG_PAYLOAD is not JSON: {exc}")
         if not isinstance(doc, dict):
             return Failure("bad_result", "$PHASELOG_PAYLOAD must hold a JSON object")
         return doc
+    if too_deep is not None:
+        return Failure("bad_result", too_deep.message, {"max_depth": too_deep.max_depth})
     return dict(last_json) if last_json is not None else {}
 
 

@@ -56,27 +56,35 @@ class SignalGuard:
         self._old.clear()
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.pending is None:
-            self.pending = signum
         if self._critical:
+            if self.pending is None:
+                self.pending = signum
             return  # raised when the record is durable
-        raise Interrupt(signum)
+        raise Interrupt(signum)  # raised once: the runner records it, then stops the run
 
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:
-        """Defer signals until the block ends (then raise the first one)."""
+        """Defer signals until the block ends (then raise the first one, once)."""
         self._critical += 1
         try:
             yield
         finally:
             self._critical -= 1
-        if not self._critical and self.pending is not None:
-            raise Interrupt(self.pending)
+        if not self._critical:
+            self.check()
 
     def check(self) -> None:
-        """Raise a signal that arrived while it was deferred."""
+        """Raise a signal that arrived while it was deferred (once: it is then handled)."""
         if self.pending is not None:
-            raise Interrupt(self.pending)
+            signum, self.pending = self.pending, None
+            raise Interrupt(signum)
+
+
+def runner_owns_sigint() -> bool:
+    """Whether a runner's :class:`SignalGuard` handles SIGINT here: then a real SIGINT arrives as
+    :class:`Interrupt`, and a ``KeyboardInterrupt`` can only be raised by the phase itself."""
+    handler = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+    return isinstance(handler, SignalGuard)
 
 
 @contextlib.contextmanager
