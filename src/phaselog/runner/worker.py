@@ -54,6 +54,7 @@ DEFAULT_MAX_RECOVERIES = 3
 #: A run held by another runner (``phaselog run`` by hand, say) is retried after this long.
 HELD_RETRY_S = 5.0
 
+
 def _nothing_ran(claim: Claim, result: Any) -> str | None:
     """The reason of a ``done`` row whose claim ran no phase: the run was complete already (D119).
 
@@ -68,11 +69,13 @@ def _nothing_ran(claim: Claim, result: Any) -> str | None:
         "when a worker claimed it; nothing ran"
     )
 
+
 def _label(entry: QueueEntry) -> str:
     """A run in the worker's progress lines: ``ticket/name`` (the UUID when it has no name)."""
     from phaselog.ids import run_label
 
     return f"{entry.ticket_id}/{run_label(entry.run_id, entry.run_name)}"
+
 
 class _Stop(Exception):
     """Raised before a phase: leave the run between phases (reason in ``args[0]``)."""
@@ -82,8 +85,10 @@ class _Stop(Exception):
         self.state = state
         self.reason = reason
 
+
 class _Wake(BaseException):
     """A signal arrived while the worker was idle."""
+
 
 @dataclass
 class WorkerOptions:
@@ -99,6 +104,7 @@ class WorkerOptions:
     poll: float = DEFAULT_POLL
     burst: bool = False
     max_runs: int | None = None
+
 
 class DrainGuard(SignalGuard):
     """The runner's signal guard in a worker: the first signal lets the phase finish.
@@ -125,6 +131,7 @@ class DrainGuard(SignalGuard):
         if self._timer is not None:
             self._timer.cancel()
         super().__exit__(*exc)
+
 
 class Worker:
     """One worker process (see the module docstring)."""
