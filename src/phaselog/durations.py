@@ -7,7 +7,8 @@ small, and the error must name the option and show the accepted forms.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from phaselog.errors import UsageError
 
@@ -58,3 +59,13 @@ def check_seconds(seconds: float, *, field: str, text: str | None = None) -> flo
             rule="duration_max",
         )
     return float(seconds)
+
+
+def aware_utc(given: Any, field: str) -> datetime:
+    """``given`` as a UTC datetime; a usage error naming ``field`` if it is naive, not a time, or out of range."""
+    if not isinstance(given, datetime) or given.utcoffset() is None:
+        raise UsageError(f"{field}: must be a timezone-aware time", field=field, rule="timezone_aware")
+    try:
+        return given.astimezone(UTC)
+    except OverflowError:
+        raise UsageError(f"{field}: {given} is out of range in UTC", field=field) from None

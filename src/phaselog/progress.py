@@ -27,11 +27,12 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from phaselog.attempts import TERMINAL_EVENTS, Liveness, attempt_state, process_start_time
 from phaselog.attempts import hostname as _hostname
+from phaselog.durations import aware_utc
 from phaselog.entries import EVENTS, ProgressEvent, entry_bytes, parse_entries, read_entries
 from phaselog.errors import (
     AlreadyExists,
@@ -318,12 +319,7 @@ class Progress:
             raise UsageError(
                 f"started_at: only a start event has one (got event {event!r})", field="started_at", rule="start_only"
             )
-        if not isinstance(given, datetime) or given.utcoffset() is None:
-            raise UsageError("started_at: must be a timezone-aware time", field="started_at", rule="timezone_aware")
-        try:
-            started_at = given.astimezone(UTC)
-        except OverflowError:
-            raise UsageError(f"started_at: {given} is out of range in UTC", field="started_at") from None
+        started_at = aware_utc(given, "started_at")
         if started_at - self.clock() > timedelta(seconds=FUTURE_TOLERANCE_S):
             raise UsageError(
                 f"started_at: {started_at.isoformat()} is in the future; an attempt cannot have started yet",

@@ -17,6 +17,7 @@ from typing import Any
 
 from phaselog import pipeline_shelf
 from phaselog.artifacts import hash_artifacts
+from phaselog.durations import aware_utc
 from phaselog.errors import (
     AlreadyExists,
     Conflict,
@@ -371,12 +372,7 @@ def _started_at(given: Any, ts: datetime) -> datetime | None:
     """``started_at`` checked: an aware datetime, in UTC, not after the checkpoint's ``timestamp``."""
     if given is None:
         return None
-    if not isinstance(given, datetime) or given.utcoffset() is None:
-        raise UsageError("started_at: must be a timezone-aware datetime", field="started_at", rule="timezone_aware")
-    try:
-        started = given.astimezone(UTC)
-    except OverflowError:
-        raise UsageError(f"started_at: {given} is out of range in UTC", field="started_at") from None
+    started = aware_utc(given, "started_at")
     if started > ts:
         raise UsageError(
             f"started_at: {format_timestamp(started)} is after the checkpoint's timestamp {format_timestamp(ts)}; "
