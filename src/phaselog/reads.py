@@ -286,10 +286,15 @@ class Reads:
                     target = None
             lookup[(name, entry.attempt)] = target
         from phaselog.pruned import read_notes
+        from phaselog.quarantined import quarantined_attempts
         from phaselog.validation import check_links
 
         report = check_links(
-            cp, previous=previous, lookup=lookup, pruned=read_notes(self.store, cp.ticket_id, cp.run_id).records
+            cp,
+            previous=previous,
+            lookup=lookup,
+            pruned=read_notes(self.store, cp.ticket_id, cp.run_id).records,
+            quarantined=quarantined_attempts(self.store, cp.ticket_id, cp.run_id),
         )
         if earlier and previous is None and cp.has_metadata:
             report.error("prev_hash", "prev_hash", f"attempt {max(earlier)} is damaged; the link cannot be checked")

@@ -116,16 +116,22 @@ class PipelineResolver:
                         f"`phaselog init --ticket-id {ticket_id} --title TEXT --pipeline NAME`"
                     ),
                 )
-            return self.load(recorded.name, manifest_hash=recorded.manifest_hash or None)
-        known = recorded.manifest_hash if recorded is not None and requested == recorded.name else None
-        pipeline = self.load(requested, manifest_hash=known or None)
-        if recorded is not None and recorded.name != pipeline.name:
-            raise PipelineMismatch(
-                f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}: use "
-                f"{recorded.name!r} (or name no pipeline, and the run's own is used), or start a new run",
-                recorded=recorded.name,
-                requested=pipeline.name,
-            )
+            pipeline = self.load(recorded.name, manifest_hash=recorded.manifest_hash or None)
+        else:
+            known = recorded.manifest_hash if recorded is not None and requested == recorded.name else None
+            pipeline = self.load(requested, manifest_hash=known or None)
+            if recorded is not None and recorded.name != pipeline.name:
+                raise PipelineMismatch(
+                    f"run {run_id} follows pipeline {recorded.name!r}, not {pipeline.name!r}: use "
+                    f"{recorded.name!r} (or name no pipeline, and the run's own is used), or start a new run",
+                    recorded=recorded.name,
+                    requested=pipeline.name,
+                )
+        if recorded is not None or requested is not None:
+            # an evolved manifest (D13) must fit the run's records before anything runs or is written (D114)
+            from phaselog.evolution import check_fits, run_layout
+
+            check_fits(pipeline, run_layout(self.store, ticket_id, run_id, snapshot), run_id=run_id, ref=recorded)
         return pipeline
 
     def phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: PipelineArg = None) -> Phase:

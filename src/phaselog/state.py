@@ -379,6 +379,11 @@ def stale_reason(cp: Checkpoint, earlier: Sequence[Phase], latest_completed: dic
             if b.attempt > now.attempt_number:
                 return f"built on {e.name} attempt {b.attempt}, which is no longer a stored completed attempt"
             if b.attempt == now.attempt_number and b.hash != now.content_hash:
+                if now.timestamp_utc > cp.timestamp_utc:  # a newer record took the number (D18, D115)
+                    return (
+                        f"built on {e.name} attempt {b.attempt}, whose number a newer record written after this "
+                        "one now holds (its original was set aside, as `doctor --quarantine` does)"
+                    )
                 return f"built on {e.name} attempt {b.attempt}, whose content has changed since"
         elif now.timestamp_utc > cp.timestamp_utc:
             return (

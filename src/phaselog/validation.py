@@ -265,6 +265,7 @@ def check_links(
     previous: Checkpoint | None,
     lookup: Mapping[tuple[str, int], Checkpoint | None],
     pruned: Mapping[tuple[str, int], Any] | None = None,
+    quarantined: Mapping[tuple[str, int], str | None] | None = None,
 ) -> Report:
     """Check ``prev_hash`` and ``basis`` against stored records, and timestamp order.
 
@@ -273,9 +274,12 @@ def check_links(
     found); ``pruned`` maps (phase name, attempt) to what the run's prune notes say was removed
     (anything with ``content_hash``). A link to a pruned record is checked against the note's
     hash exactly as it would be against the record: a prune never leaves a link unchecked.
+    ``quarantined`` maps (phase name, attempt) to the hash a record ``doctor --quarantine`` moved
+    aside carried (None: unknown): a link to it is a warning that says so (D115), not damage.
     """
     rep = Report()
     pruned = pruned or {}
+    quarantined = quarantined or {}
     if previous is not None and cp.timestamp_utc < previous.timestamp_utc:
         rep.warn(
             "timestamp_utc",
@@ -299,6 +303,12 @@ def check_links(
                 f"does not match attempt {max(gone)}, which was pruned (recorded {_short(cp.prev_hash)}, the prune "
                 f"note says {_short(note.content_hash)}): this record or the note changed after they were written",
             )
+    elif (moved := _quarantined_prev(cp, previous, quarantined)) is not None:
+        rep.warn(
+            "prev_hash",
+            "prev_quarantined",
+            f"links to attempt {moved} of {cp.phase}, which `doctor --quarantine` moved aside (D18)",
+        )
     elif previous is None:
         if cp.prev_hash is not None:
             rep.error("prev_hash", "prev_hash", "names a previous attempt, but none is stored or recorded as pruned")
@@ -313,7 +323,21 @@ def check_links(
     for name, entry in sorted((cp.basis or {}).items()):
         target = lookup.get((name, entry.attempt))
         gone_target = pruned.get((name, entry.attempt)) if target is None else None
-        if target is None and gone_target is not None:
+        moved = (name, entry.attempt) in quarantined and quarantined[(name, entry.attempt)] in (None, entry.hash)
+        if moved and (target is None or target.content_hash != entry.hash):
+            now = (
+                f"; attempt {entry.attempt} of {name} is now a newer record (hash {_short(target.content_hash)}) "
+                "that took the freed number, so this phase is stale, not tampered with"
+                if target is not None
+                else ""
+            )
+            rep.warn(
+                f"basis.{name}",
+                "basis_quarantined",
+                f"built on attempt {entry.attempt} of {name} with hash {_short(entry.hash)}, which "
+                f"`doctor --quarantine` moved aside as damaged (D18){now}",
+            )
+        elif target is None and gone_target is not None:
             if gone_target.content_hash != entry.hash:
                 rep.error(
                     f"basis.{name}",
@@ -365,3 +389,16 @@ def check_artifacts(cp: Checkpoint, root: str | os.PathLike[str]) -> Report:
 
 def _short(h: str | None) -> str:
     return "null" if h is None else h[:12]
+
+
+def _quarantined_prev(
+    cp: Checkpoint, previous: Checkpoint | None, quarantined: Mapping[tuple[str, int], str | None]
+) -> int | None:
+    """The quarantined attempt ``cp.prev_hash`` names, when it no longer matches a stored one (else None)."""
+    if cp.prev_hash is None or (previous is not None and cp.prev_hash == previous.content_hash):
+        return None
+    low = previous.attempt_number if previous is not None else 0
+    for (ph, a), h in sorted(quarantined.items(), key=lambda kv: -kv[0][1]):
+        if ph == cp.phase and low <= a < cp.attempt_number and h in (None, cp.prev_hash):
+            return a
+    return None

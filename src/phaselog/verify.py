@@ -96,11 +96,16 @@ class Verifier:
             for loc, rule, message in check_notes(notes, by_key, ticket_id=ticket_id, run_id=rid):
                 rep.add(loc, rule, message)
             pruned = notes.records
+            from phaselog.quarantined import quarantined_attempts
+
+            moved = quarantined_attempts(self.store, ticket_id, rid)
             for lst in per_phase.values():
                 lst.sort(key=lambda c: c.attempt_number)
                 for i, cp in enumerate(lst):
                     # Every link is checked, also across a pruned gap: the note carries the hash.
-                    links = check_links(cp, previous=lst[i - 1] if i else None, lookup=by_key, pruned=pruned)
+                    links = check_links(
+                        cp, previous=lst[i - 1] if i else None, lookup=by_key, pruned=pruned, quarantined=moved
+                    )
                     loc = self.store.location(cp)
                     for issue in links.errors:
                         rep.add(loc, issue.rule, f"{issue.field}: {issue.message}")

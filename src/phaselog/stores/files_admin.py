@@ -375,6 +375,35 @@ class FilesAdminMixin:
                 os.close(fd)
         return found
 
+    def quarantined(self, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
+        """The attempts of a run that ``doctor --quarantine`` moved aside: (phase, attempt) → the content
+        hash its quarantined sidecar recorded at write (None: not known). Read only; nothing is moved."""
+        try:
+            q_fd = self._open_dir("quarantine")
+        except (NotFound, StoreError, OSError):
+            return {}
+        out: dict[tuple[str, int], str | None] = {}
+        prefix = f"checkpoints/{ticket_id}/{run_id}/"
+        try:
+            for note_name in sorted(os.listdir(q_fd)):
+                if not note_name.endswith(".note.json") or f"__{run_id}__" not in note_name:
+                    continue
+                note = _read_json(q_fd, note_name, 64 * 1024)
+                original = note.get("original_path") if isinstance(note, dict) else None
+                if not isinstance(original, str) or not original.startswith(prefix):
+                    continue
+                name = original[len(prefix) :]
+                if (seed := _names.parse_checkpoint_name(name)) is not None:
+                    out.setdefault((seed[1], seed[2]), None)
+                elif (meta := _names.parse_meta_name(name)) is not None:
+                    side = _read_json(q_fd, note_name[: -len(".note.json")], 4 * 1024 * 1024)
+                    recorded = side.get("content_hash") if isinstance(side, dict) else None
+                    if isinstance(recorded, str) or out.get((meta[1], meta[2])) is None:
+                        out[(meta[1], meta[2])] = recorded if isinstance(recorded, str) else None
+        finally:
+            os.close(q_fd)
+        return out
+
     def quarantine(self, location: str, reason: str) -> list[dict[str, Any]]:
         """Move a damaged file (and its partner: seed file ↔ sidecar) into ``<root>/quarantine/``.
 
@@ -445,3 +474,21 @@ class FilesAdminMixin:
             os.close(src_fd)
             os.close(q_fd)
         return moved
+
+
+def _read_json(dir_fd: int, name: str, limit: int) -> Any:
+    """A small JSON file in ``dir_fd`` (None: missing, too big, or not JSON)."""
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None

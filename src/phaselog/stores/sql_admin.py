@@ -36,6 +36,13 @@ class SqlAdminMixin:
 
         return quarantine(self, location, reason)  # type: ignore[arg-type]  # self is the SqlStore
 
+    def quarantined(self, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
+        """The run's attempts ``doctor --quarantine`` moved into ``phaselog_quarantine``: (phase, attempt)
+        → the content hash their row recorded at write (D115)."""
+        from phaselog.stores.sql_quarantine import quarantined
+
+        return quarantined(self, ticket_id, run_id)  # type: ignore[arg-type]  # self is the SqlStore
+
     def run_stamps(self, ticket_id: str) -> dict[str, str | None]:
         """Every run of a ticket with its change stamp (see :mod:`phaselog.stores.stamps`)."""
         from phaselog.stores.stamps import sql_run_stamps

@@ -107,3 +107,24 @@ def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, An
 
     moved: list[dict[str, Any]] = store._write(move)
     return moved
+
+
+def quarantined(store: SqlStore, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
+    """The run's checkpoint rows in ``phaselog_quarantine``: (phase, attempt) → their recorded content hash."""
+    kernel.check_run_key(ticket_id, run_id)
+    out: dict[tuple[str, int], str | None] = {}
+    rows = store._query(
+        "SELECT row_columns FROM phaselog_quarantine WHERE origin = ? AND location LIKE ? ORDER BY seq",
+        ("phaselog_checkpoints", f"{ticket_id}/{run_id}/%"),
+    )
+    for (raw,) in rows:
+        try:
+            cols = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(cols, dict) or (cols.get("ticket_id"), cols.get("run_id")) != (ticket_id, run_id):
+            continue
+        phase, attempt, recorded = cols.get("phase"), cols.get("attempt"), cols.get("content_hash")
+        if isinstance(phase, str) and isinstance(attempt, int):
+            out[(phase, attempt)] = recorded if isinstance(recorded, str) else None
+    return out
