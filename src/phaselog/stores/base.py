@@ -115,7 +115,7 @@ class Capability(StrEnum):
 CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.LEASES: ("run_leases",),
     Capability.RETENTION: ("locked_run", "put_note", "delete_records", "remove_run", "finish_removals"),
-    Capability.QUARANTINE: ("quarantine",),
+    Capability.QUARANTINE: ("quarantine", "quarantined"),
     Capability.LEFTOVERS: ("leftovers",),
     Capability.MIGRATE: ("migrate", "schema_version", "migrated"),
     Capability.GUARD_STORAGE: ("guard_storage", "guard_names"),
