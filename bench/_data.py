@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 
 import phaselog
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.pipelines import builtin
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.facade import Ledger
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.pipelines import builtin
+from phaselog.stores.files.store import FilesStore
 
 REPO = Path(__file__).resolve().parent.parent
 PHASES = [p.name for p in builtin("ticket-pipeline").phases]

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import _data
-from phaselog.ledger import Ledger
-from phaselog.records import BasisEntry, Checkpoint
+from phaselog.ledger.facade import Ledger
+from phaselog.model.records import BasisEntry, Checkpoint
 from phaselog.stores.kernel import record_document
 
 #: Runs of 8 checkpoints per ticket: 1,000 checkpoints per ticket (the ticket that is listed).
@@ -139,7 +139,7 @@ class Template:
     TICKET = "SQL-TEMPLATE"
 
     def __init__(self, workdir: Path) -> None:
-        from phaselog.stores.sqlite import SqliteStore
+        from phaselog.stores.sql.sqlite import SqliteStore
 
         path = workdir / "sql-template.db"
         store = SqliteStore(path)
@@ -396,7 +396,7 @@ class SqliteTarget(Target):
         self._bulk: sqlite3.Connection | None = None
 
     def open_store(self) -> Any:
-        from phaselog.stores.sqlite import SqliteStore
+        from phaselog.stores.sql.sqlite import SqliteStore
 
         return SqliteStore(self.path)
 
@@ -512,7 +512,7 @@ class PostgresTarget(Target):
         return sql.replace("?", "%s")
 
     def open_store(self) -> Any:
-        from phaselog.stores.postgres import PostgresStore
+        from phaselog.stores.sql.postgres import PostgresStore
 
         return PostgresStore(self.url)
 

@@ -17,7 +17,7 @@ from typing import Any
 import phaselog
 from bench import _data
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 
 TICKET = "BENCH-6"
 GATED = "BENCH-6G"

@@ -117,7 +117,7 @@ class _Phaselog(_Side):
             time.sleep(0.1)
         import psycopg
 
-        from phaselog.stores.postgres import split_url
+        from phaselog.stores.sql.postgres import split_url
 
         dsn, schema = split_url(url)
         self.conn = psycopg.connect(dsn, autocommit=True)

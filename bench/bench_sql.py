@@ -41,7 +41,7 @@ from bench._timing import (
     run_interleaved,
     skipped_stat,
 )
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 
 # Issue 10's goals (time ratios; a speedup goal is their inverse, ops/s phaselog / ops/s LangGraph):
 GOAL_WRITE_VS_PUT = 1.0  # write at least as fast as LangGraph's put (SQLite and PostgreSQL)

@@ -6,7 +6,7 @@ sample is one real HTTP request, and the figure is the server's own time for it 
 the client's share of the noisy machine does not count. Pages are paginated (50 rows; the
 run page's chart draws at most 400 attempts).
 
-The tickets page and a ticket's runs come from ``phaselog.catalog``, which remembers each run's
+The tickets page and a ticket's runs come from ``phaselog.views.catalog``, which remembers each run's
 summary until the run changes: the *first* request after start reads every run (reported as
 ``cold``, one sample), later ones re-read only what changed.
 """

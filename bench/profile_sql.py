@@ -29,7 +29,7 @@ from typing import Any
 from bench import _data, _sqldata
 from bench._sqldata import Target
 from bench._timing import fmt_time
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 
 OPS = ("write", "read", "status", "list")
 CALLS = {"write": 200, "read": 500, "status": 300, "list": 10}

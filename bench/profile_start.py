@@ -27,7 +27,7 @@ t0 = time.time()
 import json, sys
 import phaselog.cli
 t1 = time.time()
-import phaselog.ledger, phaselog.stores.files
+import phaselog.ledger.facade, phaselog.stores.files.store
 t2 = time.time()
 try:
     phaselog.cli.main(sys.argv[1:])  # raises SystemExit when given argv (in-process use)
@@ -114,7 +114,7 @@ def phases(env: dict[str, str], args: list[str], runs: int) -> None:
     labels = [
         "spawn + interpreter start + site, up to the first line",
         "import json + phaselog.cli (click, the phaselog package …)",
-        "import phaselog.ledger + stores.files (lazy in the command)",
+        "import phaselog.ledger.facade + stores.files (lazy in the command)",
         "the command: parse options, Ledger.read, print JSON",
         "after the command: interpreter shutdown, process exit",
     ]

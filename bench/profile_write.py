@@ -42,7 +42,8 @@ from bench._timing import (
     print_section,
     run_interleaved,
 )
-from phaselog import ledger, records
+from phaselog.ledger import facade as ledger
+from phaselog.model import records
 
 TICKET = "BENCH-PW"
 
@@ -55,44 +56,44 @@ OTHER, LISTING, READS, TEMP = (
     "temp files, links",
 )
 TARGETS: list[tuple[str, str, str]] = [
-    ("phaselog.writes:Writes.write", "Writes.write own code (artifact hashes)", OTHER),
-    ("phaselog.writes:Writes.write_record", "Writes.write_record own code (Checkpoint, retry loop)", OTHER),
-    ("phaselog.resolve:PipelineResolver.for_run", "PipelineResolver.for_run own code", OTHER),
-    ("phaselog.resolve:PipelineResolver.recorded", "PipelineResolver.recorded own code", OTHER),
-    ("phaselog.writes:_basis", "writes._basis own code", OTHER),
-    ("phaselog.writes:Writes._check_prerequisites", "Writes._check_prerequisites", OTHER),
-    ("phaselog.stores.files:FilesStore.attempts", "FilesStore.attempts (listdir, names)", LISTING),
-    ("phaselog.stores.files:FilesStore.entry_names", "FilesStore.entry_names", LISTING),
+    ("phaselog.ledger.writes:Writes.write", "Writes.write own code (artifact hashes)", OTHER),
+    ("phaselog.ledger.writes:Writes.write_record", "Writes.write_record own code (Checkpoint, retry loop)", OTHER),
+    ("phaselog.ledger.resolve:PipelineResolver.for_run", "PipelineResolver.for_run own code", OTHER),
+    ("phaselog.ledger.resolve:PipelineResolver.recorded", "PipelineResolver.recorded own code", OTHER),
+    ("phaselog.ledger.writes:_basis", "writes._basis own code", OTHER),
+    ("phaselog.ledger.writes:Writes._check_prerequisites", "Writes._check_prerequisites", OTHER),
+    ("phaselog.stores.files.store:FilesStore.attempts", "FilesStore.attempts (listdir, names)", LISTING),
+    ("phaselog.stores.files.store:FilesStore.entry_names", "FilesStore.entry_names", LISTING),
     (
-        "phaselog.stores.files:FilesStore._open_dir",
+        "phaselog.stores.files.store:FilesStore._open_dir",
         "FilesStore._open_dir (O_NOFOLLOW walk)",
         LISTING,
     ),
-    ("phaselog.stores.files:FilesStore._lock", "FilesStore._lock (open, fchmod, flock)", LISTING),
-    ("phaselog.stores.files:FilesStore.append", "FilesStore.append own code (listdir)", LISTING),
-    ("phaselog.stores.files:FilesStore.get", "FilesStore.get own code", READS),
-    ("phaselog.stores.files_io:read_capped", "files_io.read_capped (open, fstat, read)", READS),
+    ("phaselog.stores.files.store:FilesStore._lock", "FilesStore._lock (open, fchmod, flock)", LISTING),
+    ("phaselog.stores.files.store:FilesStore.append", "FilesStore.append own code (listdir)", LISTING),
+    ("phaselog.stores.files.store:FilesStore.get", "FilesStore.get own code", READS),
+    ("phaselog.stores.files.io:read_capped", "files_io.read_capped (open, fstat, read)", READS),
     ("phaselog.stores.kernel:decode_document", "sidecar JSON parse (json.loads)", READS),
     ("phaselog.stores.kernel:checkpoint_at", "checkpoint_from_seed (record from dict)", READS),
-    ("phaselog.stores.files_publish:publish_completed", "publish_completed own code", OTHER),
+    ("phaselog.stores.files.publish:publish_completed", "publish_completed own code", OTHER),
     (
-        "phaselog.stores.files_io:create_temp",
+        "phaselog.stores.files.io:create_temp",
         "temp files: open, fchmod, write, close",
         TEMP,
     ),
     ("os:link", "os.link", TEMP),
     ("os:unlink", "os.unlink", TEMP),
-    ("phaselog._yaml:dump", "YAML emission (_yaml.dump)", "YAML emission"),
+    ("phaselog.model._yaml:dump", "YAML emission (_yaml.dump)", "YAML emission"),
     (
         "phaselog.stores.kernel:record_document",
         "JSON sidecar (record_document incl. json.dumps)",
         "JSON sidecar",
     ),
-    ("phaselog.records:Checkpoint.seed_dict", "Checkpoint.seed_dict", "record -> dicts"),
-    ("phaselog.records:Checkpoint.meta_dict", "Checkpoint.meta_dict", "record -> dicts"),
-    ("phaselog.records:canonical_bytes", "content hash: canonical JSON", "content hash"),
-    ("phaselog.writes:check_record", "validation: check_record own rules", "validation"),
-    ("phaselog.pipelines:Phase.check_payload", "validation: jsonschema", "validation (jsonschema)"),
+    ("phaselog.model.records:Checkpoint.seed_dict", "Checkpoint.seed_dict", "record -> dicts"),
+    ("phaselog.model.records:Checkpoint.meta_dict", "Checkpoint.meta_dict", "record -> dicts"),
+    ("phaselog.model.records:canonical_bytes", "content hash: canonical JSON", "content hash"),
+    ("phaselog.ledger.writes:check_record", "validation: check_record own rules", "validation"),
+    ("phaselog.model.pipelines:Phase.check_payload", "validation: jsonschema", "validation (jsonschema)"),
 ]
 FSYNC_FILE = ("fsync of files (2 per write)", "fsync")
 FSYNC_DIR = ("fsync of the run folder", "fsync")

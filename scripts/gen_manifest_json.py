@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-MANIFESTS = Path(__file__).resolve().parent.parent / "src" / "phaselog" / "manifests"
+MANIFESTS = Path(__file__).resolve().parent.parent / "src" / "phaselog" / "model" / "manifests"
 
 
 def render(yaml_path: Path) -> str:

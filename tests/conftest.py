@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, settings
 
 import phaselog
 from helpers import Clock
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.stores.base import Store
-from phaselog.stores.files import FilesStore
+from phaselog.stores.files.store import FilesStore
 
 # Hypothesis: deterministic in CI, a little more searching locally.
 settings.register_profile(
@@ -109,11 +109,11 @@ def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
     if backend == "files":
         return FilesStore(tmp_path / "store")
     if backend == "sqlite":
-        from phaselog.stores.sqlite import SqliteStore
+        from phaselog.stores.sql.sqlite import SqliteStore
 
         return SqliteStore(tmp_path / "ledger.db")
     url = request.getfixturevalue("pg_schema_url")
-    from phaselog.stores.postgres import PostgresStore
+    from phaselog.stores.sql.postgres import PostgresStore
 
     return PostgresStore(url)
 

@@ -164,7 +164,7 @@ def queue_states(url: str) -> dict[str, str]:
     """run_id -> state, read straight from the table."""
     import psycopg
 
-    from phaselog.stores.postgres import split_url
+    from phaselog.stores.sql.postgres import split_url
 
     dsn, schema = split_url(url)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -188,8 +188,8 @@ def effects(workdir: Path) -> list[tuple[str, str, str, str]]:
 def check_exactly_once(url: str, workdir: Path, runs: dict[str, str], manifest_path: Path) -> None:
     """Every run done: each phase's counted execution completed exactly once, nothing ran after it,
     the run verifies, and every attempt that ran is accounted for."""
-    from phaselog.ledger import Ledger
-    from phaselog.pipelines import load_manifest
+    from phaselog.ledger.facade import Ledger
+    from phaselog.model.pipelines import load_manifest
     from phaselog.stores import open_store
 
     pipeline = load_manifest(manifest_path)

@@ -18,10 +18,10 @@ import pytest
 import phaselog
 from helpers import T0
 from killed_run import killed_then_completed
-from phaselog.attempts import Liveness, attempt_state
-from phaselog.entries import ProgressEvent
-from phaselog.runpages import attempts_page
-from phaselog.timeline import run_timeline
+from phaselog.ledger.attempts import Liveness, attempt_state
+from phaselog.model.entries import ProgressEvent
+from phaselog.views.run_page import attempts_page
+from phaselog.views.timeline import run_timeline
 
 PHASELOG = str(Path(sys.executable).parent / "phaselog")
 

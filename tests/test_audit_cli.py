@@ -22,9 +22,9 @@ from conftest import IMPLEMENT, LOCAL_REVIEW
 from helpers import Result, tree
 from helpers import cli_env as env_for
 from helpers import run_cli as cli
-from phaselog.ids import normalize_run_id
-from phaselog.progress import DEFAULT_MAX_OUTPUT_BYTES
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.progress import DEFAULT_MAX_OUTPUT_BYTES
+from phaselog.model.ids import normalize_run_id
+from phaselog.stores.files.store import FilesStore
 
 T = "CLI-7"
 V = "VID-7"

@@ -31,8 +31,8 @@ import pytest
 from cli_batch import Outcome, run_batch, run_one
 from conftest import IMPLEMENT, make_store
 from helpers import clean_env
-from phaselog.ledger import Ledger
-from phaselog.limits import MAX_ATTEMPT, MAX_INPUT_BYTES
+from phaselog.ledger.facade import Ledger
+from phaselog.model.limits import MAX_ATTEMPT, MAX_INPUT_BYTES
 from phaselog.stores.base import Store
 
 T = "BAD-1"
@@ -389,10 +389,10 @@ def test_every_store_takes_the_same_records_at_the_size_cap(
     # by one store and refused by another (and copied one way only). Now both stores count the
     # stored JSON document and the YAML file, each against the cap.
     from phaselog import TooLarge
-    from phaselog.pipelines import pipeline_from_dict
-    from phaselog.stores.files import FilesStore
-    from phaselog.stores.postgres import PostgresStore
-    from phaselog.stores.sqlite import SqliteStore
+    from phaselog.model.pipelines import pipeline_from_dict
+    from phaselog.stores.files.store import FilesStore
+    from phaselog.stores.sql.postgres import PostgresStore
+    from phaselog.stores.sql.sqlite import SqliteStore
 
     cap = 8192
     free = pipeline_from_dict({"name": "free", "version": "1", "phases": [{"name": "one"}]})
@@ -449,8 +449,8 @@ def test_the_library_refuses_values_json_cannot_hold(tmp_path: Path, kwargs: dic
     # Before: NaN, dates, sets, bytes and huge integers from the Python API (or a runner's shell
     # phase) passed the free schema and failed while hashing — a raw ValueError/TypeError.
     from phaselog import InvalidRecord
-    from phaselog.pipelines import pipeline_from_dict
-    from phaselog.stores.files import FilesStore
+    from phaselog.model.pipelines import pipeline_from_dict
+    from phaselog.stores.files.store import FilesStore
 
     free = pipeline_from_dict({"name": "free", "version": "1", "phases": [{"name": "one"}]})
     store = FilesStore(tmp_path / "store")

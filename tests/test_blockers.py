@@ -11,9 +11,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phaselog.runstate import Blocker, _skip_reason, blockers_before
-from phaselog.state import COMPLETED, PhaseState, RunStatus
-from phaselog.writes import strict_reason
+from phaselog.ledger.derive import COMPLETED, PhaseState, RunStatus
+from phaselog.ledger.status import Blocker, _skip_reason, blockers_before
+from phaselog.ledger.writes import strict_reason
 
 STATES = ("pending", "completed", "failed", "stale", "in_progress", "awaiting_approval", "rejected", "damaged")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from phaselog.errors import UsageError
 from phaselog.guard import Guard, guard_names
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import UsageError
 from phaselog.stores.base import CAPABILITY_MEMBERS, Capability, Store, local_root
 from phaselog.stores.stamps import run_stamps, ticket_stamp
 

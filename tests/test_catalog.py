@@ -1,4 +1,4 @@
-"""Ticket and run summaries (phaselog.catalog) and the change stamps that let a reader remember them."""
+"""Ticket and run summaries (phaselog.views.catalog) and the change stamps that let a reader remember them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 
 import phaselog
 import ui_data
-from phaselog.catalog import Catalog, summarize_run
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.stores import stamps
 from phaselog.stores.base import Store
+from phaselog.views.catalog import Catalog, summarize_run
 
 
 class Counting:

@@ -22,8 +22,8 @@ import pytest
 from helpers import Result, cli_env, command_paths, tree
 from helpers import run_cli as run
 from phaselog.cli import main
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
+from phaselog.model.ids import normalize_run_id
 
 TICKET = "PROJ-1234"
 RUN = "a1b2c3d4-e5f6-7890-abcd-ef1234567890"

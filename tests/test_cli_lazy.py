@@ -54,7 +54,7 @@ def spy(pattern, flags=0):
     # Judge the caller by its module name, never by its file's path: a checkout or a virtualenv under a
     # folder named "phaselog…" would count a dependency's patterns as ours.
     where = sys._getframe(1).f_globals.get("__name__") or ""
-    if (where == "phaselog" or where.startswith("phaselog.")) and where != "phaselog._lazyre":
+    if (where == "phaselog" or where.startswith("phaselog.")) and where != "phaselog.model._lazyre":
         compiled.append((where, str(pattern)))
     return _compile(pattern, flags)
 re.compile = spy
@@ -63,7 +63,7 @@ try:
     _scaffold.main(sys.argv[1:])
 except SystemExit as exc:
     assert exc.code == 0, exc.code
-from phaselog._lazyre import LazyPattern
+from phaselog.model._lazyre import LazyPattern
 lazy = sorted(
     f"{name}.{attr}"
     for name, mod in list(sys.modules.items()) if name.startswith("phaselog")
@@ -73,12 +73,12 @@ sys.stderr.write(json.dumps({"modules": sorted(sys.modules), "compiled": compile
 """
 
 #: Module-level patterns the read path uses anyway (identifiers, entry names): compiling them eagerly costs nothing.
-READ_USES = {"phaselog.ids", "phaselog.stores.names"}
+READ_USES = {"phaselog.model.ids", "phaselog.stores.names"}
 
 
 def _read_process(tmp_path: Path) -> dict[str, Any]:
-    from phaselog.ledger import Ledger
-    from phaselog.stores.files import FilesStore
+    from phaselog.ledger.facade import Ledger
+    from phaselog.stores.files.store import FilesStore
 
     root = tmp_path / "store"
     with Ledger(FilesStore(root)) as ledger:
@@ -99,10 +99,18 @@ def test_read_does_not_import_what_only_other_commands_use(tmp_path: Path) -> No
     # shutil (with bz2, lzma): only printing a spooled stream copies a file object.
     assert not modules & {"shutil", "bz2", "lzma"}
     # The Ledger builds a service (importing its module) when first used; a read validates nothing.
-    services = {"writes", "runstate", "state", "progress", "gates", "audit", "fork", "verify", "retention"}
-    assert not modules & {f"phaselog.{name}" for name in {*services, "validation", "formats"}}
+    services = {"writes", "status", "derive", "progress", "gates", "audit", "fork", "verify", "retention"}
+    assert not modules & {f"phaselog.ledger.{name}" for name in services}
+    assert not modules & {"phaselog.model.validation", "phaselog.model.formats"}
     # The stored names give the phase: no pipeline is resolved, so none of what resolving takes.
-    resolving = {"pipelines", "entries", "markers", "pipeline_shelf", "stores.manifests", "stores.snapshot"}
+    resolving = {
+        "model.pipelines",
+        "model.entries",
+        "ledger.markers",
+        "ledger.recorded_pipelines",
+        "stores.manifests",
+        "stores.snapshot",
+    }
     assert not modules & {f"phaselog.{name}" for name in resolving}
 
 
@@ -112,10 +120,12 @@ def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:
     # something.
     assert {where for where, _ in report["compiled"]} & READ_USES
     eager = [(where, pattern) for where, pattern in report["compiled"] if where not in READ_USES]
-    assert eager == [], "compile these on first use (phaselog._lazyre.LazyPattern)"
+    assert eager == [], "compile these on first use (phaselog.model._lazyre.LazyPattern)"
     # Payload formats, manifest names and pipeline fields are checked by other commands only.
     assert not [
-        name for name in report["lazy_compiled"] if name.startswith(("phaselog.formats.", "phaselog.pipelines."))
+        name
+        for name in report["lazy_compiled"]
+        if name.startswith(("phaselog.model.formats.", "phaselog.model.pipelines."))
     ]
     assert not [name for name in report["lazy_compiled"] if name.startswith("phaselog.stores.manifests.")]
 

@@ -22,8 +22,8 @@ from conftest import IMPLEMENT, REPO
 from helpers import Result, run_cli
 from helpers import cli_env as env_for
 from phaselog.cli import cli
-from phaselog.errors import PipelineMismatch, UnknownPhase
-from phaselog.ids import normalize_run_id
+from phaselog.model.errors import PipelineMismatch, UnknownPhase
+from phaselog.model.ids import normalize_run_id
 
 T = "USE-1"
 V = "VID-9"
@@ -118,8 +118,8 @@ def test_a_natural_schema_validates_the_users_payload(root: Path, tmp_path: Path
 def test_library_validation_strips_only_the_injected_phase(tmp_path: Path) -> None:
     import yaml
 
-    from phaselog.pipelines import pipeline_from_dict
-    from phaselog.validation import user_payload
+    from phaselog.model.pipelines import pipeline_from_dict
+    from phaselog.model.validation import user_payload
 
     pl = pipeline_from_dict(yaml.safe_load(GATED))
     led = phaselog.open(tmp_path / "lib")

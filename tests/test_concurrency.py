@@ -18,7 +18,7 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT
 from phaselog import AlreadyExists
-from phaselog.stores.files import FilesStore
+from phaselog.stores.files.store import FilesStore
 
 pytestmark = pytest.mark.slow
 

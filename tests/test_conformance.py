@@ -40,18 +40,18 @@ from phaselog import (
     TooLarge,
     UsageError,
 )
-from phaselog.doctor import doctor
-from phaselog.errors import Prerequisite
-from phaselog.gates import GateRefused
 from phaselog.guard import Guard
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.records import Checkpoint
-from phaselog.retention import prune
+from phaselog.ledger.doctor import doctor
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.gates import GateRefused
+from phaselog.ledger.retention import prune
+from phaselog.model.errors import Prerequisite
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.records import Checkpoint
 from phaselog.stores import open_store
 from phaselog.stores.base import Store
-from phaselog.stores.files import FilesStore
-from phaselog.transfer import export_records, import_records
+from phaselog.stores.files.store import FilesStore
+from phaselog.transfer.jsonl import export_records, import_records
 
 pytestmark = pytest.mark.all_stores
 
@@ -77,7 +77,7 @@ def _sql_connect(store: Any) -> Any:
         return sqlite3.connect(store.path, isolation_level=None)
     import psycopg
 
-    from phaselog.stores.postgres import split_url
+    from phaselog.stores.sql.postgres import split_url
 
     dsn, schema = split_url(store.url)
     con = psycopg.connect(dsn, autocommit=True)

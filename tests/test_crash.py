@@ -27,11 +27,11 @@ import pytest
 
 import phaselog
 from conftest import IMPLEMENT, PAYLOADS
-from phaselog.ledger import Ledger
-from phaselog.stores import files as files_module
-from phaselog.stores import files_publish
-from phaselog.stores.files import FilesStore
-from phaselog.stores.files_io import TEMP_MAX_AGE_S
+from phaselog.ledger.facade import Ledger
+from phaselog.stores.files import publish as files_publish
+from phaselog.stores.files import store as files_module
+from phaselog.stores.files.io import TEMP_MAX_AGE_S
+from phaselog.stores.files.store import FilesStore
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ CRASH_PAYLOAD = {**IMPLEMENT, "files_changed": ["src/crash.py"]}
 WRITER = """
 import json, sys
 import phaselog
-from phaselog.stores.files import FilesStore
+from phaselog.stores.files.store import FilesStore
 
 root, ticket, run_id, status, payload = sys.argv[1:6]
 ledger = phaselog.Ledger(FilesStore(root))
@@ -187,7 +187,7 @@ def test_crash_at_fault_point_leaves_whole_or_absent(tmp_path: Path, point: str,
 
 ENTRY_WRITER = """
 import sys
-from phaselog.stores.files import FilesStore
+from phaselog.stores.files.store import FilesStore
 
 root, ticket, run_id, name, size = sys.argv[1:6]
 body = ('{"seq": 1, "output": "' + "x" * int(size) + '"}\\n').encode()

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import phaselog
-from phaselog._json import _plain
-from phaselog.records import copy_json, detached_copy
+from phaselog.model._json import _plain
+from phaselog.model.records import copy_json, detached_copy
 from phaselog.stores import open_store
 from phaselog.stores.kernel import DecodedRecords
 
@@ -142,7 +142,7 @@ def test_a_stored_records_parts_hash_to_its_content_hash(payload: dict[str, obje
     hash, and the record read from them (without rebuilding that hash) is the record written."""
     from datetime import UTC, datetime
 
-    from phaselog.records import Checkpoint, parts_hash, stored_parts_match
+    from phaselog.model.records import Checkpoint, parts_hash, stored_parts_match
     from phaselog.stores.kernel import decode_document, record_document, record_from_document
 
     cp = Checkpoint(
@@ -169,7 +169,7 @@ def test_a_stored_records_parts_hash_to_its_content_hash(payload: dict[str, obje
 def test_a_decoded_record_has_every_field_a_constructed_one_has(tmp_path: Path) -> None:
     from dataclasses import fields
 
-    from phaselog.records import Checkpoint, checkpoint_from_seed
+    from phaselog.model.records import Checkpoint, checkpoint_from_seed
 
     led = _sqlite(tmp_path)
     written = led.write("T-1", "r1", "implement", PAYLOAD).record

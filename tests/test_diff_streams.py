@@ -24,17 +24,17 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
 from helpers import Clock, clean_env
-from phaselog import views
 from phaselog.cli import main
 from phaselog.cli._render import json_text
-from phaselog.diff import render_text
-from phaselog.entries import ProgressEvent, entry_bytes
-from phaselog.ids import normalize_run_id
-from phaselog.records import Checkpoint
-from phaselog.stores import sql_pages
+from phaselog.ledger.diff import render_text
+from phaselog.model.entries import ProgressEvent, entry_bytes
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.records import Checkpoint
 from phaselog.stores.base import Store
 from phaselog.stores.kernel import record_document
 from phaselog.stores.names import event_name
+from phaselog.stores.sql import pages as sql_pages
+from phaselog.views import results as views
 from test_streams import Counting
 
 T = "DIFF-1"
@@ -121,7 +121,7 @@ def test_a_phase_with_fewer_than_two_attempts_has_no_diffs(store: Store, capsys:
 def test_a_damaged_attempt_stops_a_phase_diff_with_the_error_reading_it_gives(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from phaselog.errors import Corrupt
+    from phaselog.model.errors import Corrupt
 
     led = fill(store, attempts=6)
     victim = next(p for p in Path(store.root).rglob("phase_1_implement_a5.yaml"))  # type: ignore[attr-defined]
@@ -208,7 +208,7 @@ def build_long_phase(db: Path, attempts: int) -> None:
     """One run whose ``implement`` has ``attempts`` attempts (every tenth with two progress events),
     written in bulk: two attempts through ``Ledger.write``, the rest clones of the second with
     their own attempt number, commit, time and hash links (as bench/_sqldata.py clones runs)."""
-    from phaselog.stores.sqlite import SqliteStore
+    from phaselog.stores.sql.sqlite import SqliteStore
 
     store = SqliteStore(db)
     try:

@@ -22,9 +22,9 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
 from helpers import Clock, tree
-from phaselog.doctor import doctor
-from phaselog.ids import normalize_run_id
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.doctor import doctor
+from phaselog.model.ids import normalize_run_id
+from phaselog.stores.files.store import FilesStore
 
 T = "DOC-1"
 R = "run-1"
@@ -142,7 +142,7 @@ def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(healthy: phase
 
 def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: Path) -> None:
     ev = run_dir(root) / ".progress" / "001_implement_a000001_s000000002.json"
-    ev.write_bytes(b'{"kind": "phaselog.progress", "trunc')
+    ev.write_bytes(b'{"kind": "phaselog.ledger.progress", "trunc')
     rep = doctor(healthy, T)
     assert [(f["kind"], f["path"]) for f in rep.findings] == [
         ("damaged", f"{T}/{RUN}/.progress/001_implement_a000001_s000000002.json")
@@ -284,7 +284,7 @@ def test_approval_of_content_that_is_not_stored(healthy: phaselog.Ledger, root: 
 
 def test_approval_bound_to_content_that_is_not_stored(healthy: phaselog.Ledger, root: Path) -> None:
     # The same broken link, written consistently (hash recomputed): reported as a broken link.
-    from phaselog.entries import Approval, entry_bytes
+    from phaselog.model.entries import Approval, entry_bytes
 
     approval = next((run_dir(root, "VID-1") / ".approvals").glob("*.json"))
     doc = json.loads(approval.read_text("utf-8"))

@@ -17,7 +17,7 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT
 from phaselog.stores.base import Store
-from phaselog.stores.files import FilesStore
+from phaselog.stores.files.store import FilesStore
 from test_conformance import raw
 
 PHASELOG = str(Path(sys.executable).parent / "phaselog")

@@ -25,9 +25,9 @@ from phaselog import (
     TooLarge,
     UsageError,
 )
-from phaselog.ledger import Ledger
-from phaselog.stores.files import FilesStore
-from phaselog.stores.files_io import TEMP_MAX_AGE_S
+from phaselog.ledger.facade import Ledger
+from phaselog.stores.files.io import TEMP_MAX_AGE_S
+from phaselog.stores.files.store import FilesStore
 
 T = "PROJ-1234"
 RUN = "a1b2c3d4"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import phaselog
-from phaselog.ids import normalize_run_id
+from phaselog.model.ids import normalize_run_id
 
 BIN = Path(sys.executable).parent / "phaselog"
 GATED = {

@@ -1,4 +1,4 @@
-"""String formats: git-sha, relative-path, uri, date-time (phaselog.formats)."""
+"""String formats: git-sha, relative-path, uri, date-time (phaselog.model.formats)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phaselog import formats
-from phaselog.formats import CHECKERS, date_time, git_sha, relative_path, uri
+from phaselog.model import formats
+from phaselog.model.formats import CHECKERS, date_time, git_sha, relative_path, uri
 
 HEX = "0123456789abcdef"
 

@@ -1,4 +1,4 @@
-"""Approval gates and prerequisites (phaselog.gates; seed 002's issue-414 fix).
+"""Approval gates and prerequisites (phaselog.ledger.gates; seed 002's issue-414 fix).
 
 Seed 002 (OpenMontage) refused to close a gated stage without ``human_approved=True`` but let a
 later stage be written whatever came before it. phaselog records approvals as immutable entries
@@ -18,11 +18,11 @@ import yaml
 import phaselog
 from helpers import tree
 from phaselog import Corrupt, InvalidRecord, NotFound, UsageError
-from phaselog.entries import Approval
-from phaselog.errors import Prerequisite
-from phaselog.gates import GateRefused, judge
-from phaselog.ids import normalize_run_id
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.gates import GateRefused, judge
+from phaselog.model.entries import Approval
+from phaselog.model.errors import Prerequisite
+from phaselog.model.ids import normalize_run_id
+from phaselog.stores.files.store import FilesStore
 
 T = "VID-7"
 R = "run-1"

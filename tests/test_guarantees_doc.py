@@ -24,7 +24,7 @@ def test_every_test_the_guarantees_name_exists() -> None:
 
 
 def test_every_limit_in_the_table_is_the_one_in_the_code() -> None:
-    from phaselog import limits
+    from phaselog.model import limits
 
     text = DOC.read_text("utf-8")
     assert f"1 … {limits.MAX_ATTEMPT:,}" in text

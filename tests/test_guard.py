@@ -30,7 +30,6 @@ import yaml
 from helpers import GUARD_SEED_FIELDS as SEED_FIELDS
 from helpers import TS_Z, Clock, catches_term, wait_for
 from helpers import alive as running
-from phaselog.errors import UsageError
 from phaselog.guard import (
     Environment,
     Fenced,
@@ -41,6 +40,7 @@ from phaselog.guard import (
     outcome_of,
     process_start_time,
 )
+from phaselog.model.errors import UsageError
 
 HOST = socket.gethostname()
 T0 = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)

@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 
 from conftest import PG_URL
 from helpers import Result, alive, cli_env, run_cli, wait_for
-from phaselog.durations import MAX_DAYS, parse_duration
-from phaselog.errors import Corrupt, UsageError
 from phaselog.guard import Guard, Holder
 from phaselog.guard.job import HISTORY_TAIL_BYTES, tail_text
+from phaselog.model.durations import MAX_DAYS, parse_duration
+from phaselog.model.errors import Corrupt, UsageError
 from phaselog.stores import open_store
 
 NAME = "closeout"

@@ -1,4 +1,4 @@
-"""History, diff and fork (phaselog.audit, phaselog.diff), and the purity of everything derived.
+"""History, diff and fork (phaselog.ledger.audit, phaselog.ledger.diff), and the purity of everything derived.
 
 Seed 003 kept a history of ``<unix-nano>.json`` files, accepted ``3abc`` as attempt 3 in its
 checkpoint-diff, and joined raw ids into paths. Here history is the records themselves in time
@@ -27,11 +27,11 @@ import phaselog
 from conftest import IMPLEMENT, PAYLOADS
 from helpers import Clock, tree
 from phaselog import InvalidRecord, NotFound, PhaselogError, UnknownPhase, UsageError
-from phaselog.diff import diff_values, parse_ref, render_text
-from phaselog.errors import Prerequisite
-from phaselog.ids import normalize_run_id
-from phaselog.records import parse_timestamp
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.diff import diff_values, parse_ref, render_text
+from phaselog.model.errors import Prerequisite
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.records import parse_timestamp
+from phaselog.stores.files.store import FilesStore
 
 T = "HIST-1"
 R1, R2 = "run-1", "run-2"

@@ -1,4 +1,4 @@
-"""Ticket id rules and run-id normalisation (phaselog.ids)."""
+"""Ticket id rules and run-id normalisation (phaselog.model.ids)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phaselog.errors import InvalidIdentifier, PhaselogError, UsageError
-from phaselog.ids import (
+from phaselog.model.errors import InvalidIdentifier, PhaselogError, UsageError
+from phaselog.model.ids import (
     RUN_ID_NAMESPACE,
     TICKET_ID_MAX,
     is_canonical_uuid,

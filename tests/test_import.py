@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from conftest import IMPLEMENT, LOCAL_REVIEW, REPO
-from phaselog.errors import InvalidRecord
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.retention import prune
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.retention import prune
+from phaselog.model.errors import InvalidRecord
+from phaselog.model.ids import normalize_run_id
 from phaselog.stores import open_store
 from phaselog.stores.base import Store
-from phaselog.transfer import export_records, import_records
+from phaselog.transfer.jsonl import export_records, import_records
 
 pytestmark = pytest.mark.all_stores
 
@@ -142,7 +142,7 @@ def _bad_lines(source: Store) -> dict[str, tuple[dict[str, Any], str]]:
         "run_id": RUN,
         "name": "000001",
         "content_hash": "0" * 64,
-        "document": {"schema_version": "1.0.0", "kind": "phaselog.pruned", "removed": "everything"},
+        "document": {"schema_version": "1.0.0", "kind": "phaselog.ledger.prune_notes", "removed": "everything"},
     }
     out["malformed_note"] = (note, "removed")
     return out
@@ -183,7 +183,7 @@ def test_a_forged_prune_note_is_refused(store: Store, source: Store) -> None:
     assert len(notes) == 1
     # A second note, correctly chained and hashed, that claims attempt 3 (stored) was pruned with
     # another hash: it would vouch for a forged attempt 3.
-    from phaselog.pruned import PrunedRecord, PruneNote, parse_note
+    from phaselog.ledger.prune_notes import PrunedRecord, PruneNote, parse_note
 
     first = parse_note(json.dumps(notes[0]["document"]).encode(), "x", "000001")
     forged = PruneNote(

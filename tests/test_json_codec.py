@@ -1,4 +1,4 @@
-"""phaselog._json: orjson's fast paths give exactly the standard library's bytes and values.
+"""phaselog.model._json: orjson's fast paths give exactly the standard library's bytes and values.
 
 Content hashes are taken over ``json.dumps(sort_keys=True, …)``: a single differing byte would
 make every stored record look tampered with, so the invariant is checked over arbitrary JSON.
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from phaselog import _json
-from phaselog.limits import json_loads
+from phaselog.model import _json
+from phaselog.model.limits import json_loads
 
 scalars = (
     st.none()

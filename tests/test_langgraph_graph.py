@@ -24,8 +24,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from _langgraph import THREAD, build, phaselog_url
-from phaselog.errors import Corrupt
 from phaselog.integrations.langgraph import PhaselogSaver, ns_run_id
+from phaselog.model.errors import Corrupt
 
 
 def snapshot_view(snap: Any, index: dict[str, int]) -> dict[str, Any]:

@@ -23,10 +23,10 @@ from langgraph.types import Command
 
 import phaselog
 from _langgraph import build, phaselog_url
-from phaselog.errors import Corrupt, InvalidIdentifier, UsageError
-from phaselog.ids import normalize_run_id
 from phaselog.integrations.langgraph import PhaselogSaver, ns_run_id
-from phaselog.records import SEED_FIELDS
+from phaselog.model.errors import Corrupt, InvalidIdentifier, UsageError
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.records import SEED_FIELDS
 
 T = "thread-a"
 
@@ -73,7 +73,7 @@ def url(tmp_path: Path) -> str:
 
 def test_importing_phaselog_never_imports_langgraph() -> None:
     code = (
-        "import sys, phaselog, phaselog.ledger, phaselog.cli, phaselog.integrations; "
+        "import sys, phaselog, phaselog.ledger.facade, phaselog.cli, phaselog.integrations; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('langgraph', 'langchain_core')); "
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -301,7 +301,7 @@ def test_an_edited_older_checkpoint_is_corrupt_not_missing(kind: str, tmp_path: 
         assert warm.get_tuple(cfg(T, ids[2])) is not None
         with pytest.raises(Corrupt):
             warm.get_tuple(cfg(T, ids[1]))
-    from phaselog.doctor import doctor
+    from phaselog.ledger.doctor import doctor
 
     led = phaselog.open(url)
     assert len(doctor(led, T, quarantine=True).moved) >= 1

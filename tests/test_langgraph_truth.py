@@ -254,7 +254,7 @@ def test_a_thread_paused_at_interrupt_is_awaiting_input_until_resumed(
 ) -> None:
     import phaselog
     from _langgraph import phaselog_url
-    from phaselog.gates import approval_queue
+    from phaselog.ledger.gates import approval_queue
 
     url = phaselog_url(backend, tmp_path, request)
     pause(url, "user:42")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import phaselog
-from phaselog.errors import NotFound
-from phaselog.ledger import Ledger, delegate
+from phaselog.ledger.facade import Ledger, delegate
+from phaselog.model.errors import NotFound
 from phaselog.stores import Store
 
 pytestmark = pytest.mark.all_stores
@@ -31,7 +31,7 @@ SERVICES = (
     "resolve",
     "reads",
     "writes",
-    "runstate",
+    "status",
     "progress",
     "gates",
     "markers",
@@ -142,13 +142,13 @@ def test_the_ledger_inherits_nothing_and_delegates_to_its_services(store: Store)
 
 @pytest.mark.parametrize("module", SERVICES)
 def test_no_service_reaches_back_into_the_ledger(module: str) -> None:
-    tree = ast.parse((SRC / f"{module}.py").read_text("utf-8"))
+    tree = ast.parse((SRC / "ledger" / f"{module}.py").read_text("utf-8"))
     imported = {
         node.module
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("phaselog")
     }
-    assert "phaselog.ledger" not in imported
+    assert "phaselog.ledger.facade" not in imported
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert "NotImplementedError" not in names  # no stubs standing in for another class's methods
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name.endswith("Mixin")]
@@ -157,7 +157,7 @@ def test_no_service_reaches_back_into_the_ledger(module: str) -> None:
 
 def test_prune_is_delegated_and_its_module_loads_on_first_use(store: Store) -> None:
     code = (
-        "import sys, phaselog.ledger as m; assert 'phaselog.retention' not in sys.modules; "
+        "import sys, phaselog.ledger.facade as m; assert 'phaselog.ledger.retention' not in sys.modules; "
         "assert isinstance(m.Ledger.__dict__['prune'], m.delegate)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

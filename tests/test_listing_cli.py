@@ -19,12 +19,12 @@ import pytest
 
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
-from phaselog.catalog import Catalog
-from phaselog.errors import InvalidRecord
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import InvalidRecord
+from phaselog.model.ids import normalize_run_id
 from phaselog.stores.base import Store
-from phaselog.transfer import export_records, import_records
+from phaselog.transfer.jsonl import export_records, import_records
+from phaselog.views.catalog import Catalog
 
 pytestmark = pytest.mark.all_stores
 
@@ -131,7 +131,7 @@ def test_a_run_name_that_does_not_name_its_run_is_refused_on_import(store: Store
     assert line["document"]["phaselog"]["run_name"] == "nightly-1"
     forged = json.loads(json.dumps(line))
     forged["document"]["phaselog"]["run_name"] = "nightly-2"
-    from phaselog.records import checkpoint_from_seed
+    from phaselog.model.records import checkpoint_from_seed
 
     cp, _ = checkpoint_from_seed(forged["document"]["checkpoint"], phase_ordinal=1, meta=forged["document"]["phaselog"])
     forged["content_hash"] = forged["document"]["content_hash"] = cp.content_hash  # a forger who rehashes

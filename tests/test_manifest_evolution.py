@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 import phaselog
 from helpers import cli_env, run_cli
-from phaselog.errors import PipelineMismatch
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.stores.files import FilesStore
-from phaselog.stores.sqlite import SqliteStore
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import PipelineMismatch
+from phaselog.model.ids import normalize_run_id
+from phaselog.stores.files.store import FilesStore
+from phaselog.stores.sql.sqlite import SqliteStore
 
 
 def manifest(path: Path, *names: str, version: str = "1") -> Path:

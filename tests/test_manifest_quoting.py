@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from phaselog.errors import PipelineError
-from phaselog.pipelines import load_manifest
+from phaselog.model.errors import PipelineError
+from phaselog.model.pipelines import load_manifest
 
 BIN = Path(sys.executable).parent / "phaselog"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "pipelines.md"

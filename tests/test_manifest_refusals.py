@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.errors import InvalidRecord, PipelineError
-from phaselog.limits import MAX_PHASE_ORDINAL
-from phaselog.pipelines import Phase, Pipeline, pipeline_from_dict
+from phaselog.model.errors import InvalidRecord, PipelineError
+from phaselog.model.limits import MAX_PHASE_ORDINAL
+from phaselog.model.pipelines import Phase, Pipeline, pipeline_from_dict
 from phaselog.stores.base import Store
 
 PHASELOG = str(Path(sys.executable).parent / "phaselog")
@@ -80,7 +80,7 @@ def test_a_timeout_past_the_bound_is_refused_in_either_form(tmp_path: Path, time
 
 
 def test_the_bound_is_the_same_for_a_number_and_a_duration() -> None:
-    from phaselog.durations import MAX_DAYS
+    from phaselog.model.durations import MAX_DAYS
 
     for ok in (MAX_DAYS * 86400, f"{MAX_DAYS}d"):
         pipeline_from_dict({"name": "j", "version": "1", "phases": [{"name": "p", "timeout": ok}]})

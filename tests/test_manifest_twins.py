@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from phaselog.pipelines import BUILTIN_DIR, builtin, load_manifest
+from phaselog.model.pipelines import BUILTIN_DIR, builtin, load_manifest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gen_manifest_json.py"
 

@@ -18,10 +18,10 @@ import phaselog
 from conftest import IMPLEMENT
 from helpers import Clock, decision, tree
 from phaselog import InvalidRecord, PipelineError, PipelineMismatch, UsageError
-from phaselog.entries import Marker
-from phaselog.errors import Prerequisite
-from phaselog.ids import normalize_run_id
-from phaselog.stores.files import FilesStore
+from phaselog.model.entries import Marker
+from phaselog.model.errors import Prerequisite
+from phaselog.model.ids import normalize_run_id
+from phaselog.stores.files.store import FilesStore
 
 T = "VID-9"
 R1, R2 = "run-1", "run-2"

@@ -1,4 +1,4 @@
-"""Pipelines and phases: built-ins, lookup, manifests, payload schemas (phaselog.pipelines)."""
+"""Pipelines and phases: built-ins, lookup, manifests, payload schemas (phaselog.model.pipelines)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from phaselog.errors import PipelineError, UnknownPhase, UsageError
-from phaselog.pipelines import (
+from phaselog.model.errors import PipelineError, UnknownPhase, UsageError
+from phaselog.model.pipelines import (
     BUILTIN_DIR,
     DEFAULT_PIPELINE,
     Phase,

@@ -1,4 +1,4 @@
-"""Progress events inside a running attempt (phaselog.progress; seed 003's checkpoints).
+"""Progress events inside a running attempt (phaselog.ledger.progress; seed 003's checkpoints).
 
 Real files, real processes: the abandoned-by-death case uses a child process this test started and
 reaped; the pid-reuse case goes through ``judge_abandoned`` with a fake ``start_time_of`` (a real
@@ -27,11 +27,11 @@ import phaselog
 from conftest import IMPLEMENT
 from helpers import T0, Clock, tree
 from phaselog import Conflict, InvalidRecord, NotFound, TooLarge, UsageError
-from phaselog.attempts import DEFAULT_STALE_AFTER, judge_abandoned, process_start_time
-from phaselog.entries import ProgressEvent
-from phaselog.ids import normalize_run_id
-from phaselog.progress import DEFAULT_MAX_OUTPUT_BYTES, event_name
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.attempts import DEFAULT_STALE_AFTER, judge_abandoned, process_start_time
+from phaselog.ledger.progress import DEFAULT_MAX_OUTPUT_BYTES, event_name
+from phaselog.model.entries import ProgressEvent
+from phaselog.model.ids import normalize_run_id
+from phaselog.stores.files.store import FilesStore
 
 T = "PROG-1"
 R = "run-1"

@@ -32,9 +32,9 @@ import pytest
 
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW, REPO
-from phaselog.doctor import doctor
-from phaselog.ids import normalize_run_id
-from phaselog.retention import prune
+from phaselog.ledger.doctor import doctor
+from phaselog.ledger.retention import prune
+from phaselog.model.ids import normalize_run_id
 from phaselog.stores import open_store
 
 pytestmark = [pytest.mark.all_stores, pytest.mark.slow]
@@ -247,7 +247,7 @@ PRUNER = """
 import json, sys
 from datetime import timedelta
 import phaselog
-from phaselog.retention import prune
+from phaselog.ledger.retention import prune
 url, mode, arg, dry = sys.argv[1:5]
 led = phaselog.Ledger(phaselog.open_store(url))
 led.store.runs("PRUNE-RACE")
@@ -380,7 +380,7 @@ def test_prune_dying_at_each_fault_point_is_finished_by_doctor(tmp_path: Path, f
 def test_every_prune_fault_point_is_tested() -> None:
     import re
 
-    from phaselog.stores import files_admin
+    from phaselog.stores.files import admin as files_admin
 
     found = re.findall(
         r"""_faults\.point\(\s*["']([^"']+)["']\s*\)""",

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from phaselog.doctor import doctor
-from phaselog.ledger import Ledger
-from phaselog.pipelines import pipeline_from_dict
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.doctor import doctor
+from phaselog.ledger.facade import Ledger
+from phaselog.model.pipelines import pipeline_from_dict
+from phaselog.stores.files.store import FilesStore
 from test_sql_quarantine import raw
 
 pytestmark = pytest.mark.all_stores

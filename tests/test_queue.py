@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from phaselog.errors import Conflict, NotFound, QueueRefused, UsageError
-from phaselog.ids import normalize_run_id
+from phaselog.model.errors import Conflict, NotFound, QueueRefused, UsageError
+from phaselog.model.ids import normalize_run_id
 from phaselog.runner import queue
 from phaselog.stores import open_store
-from phaselog.stores import sql_queue_claim as flow
-from phaselog.stores.sql_queue import SqlQueue
+from phaselog.stores.sql.queue import claim as flow
+from phaselog.stores.sql.queue.rows import SqlQueue
 from queue_support import cli, manifest, queue_states
 
 

@@ -120,7 +120,7 @@ def test_pipelines_guide_example_runs(tmp_path: Path) -> None:
 
 
 def test_pipelines_guide_describes_every_manifest_key() -> None:
-    from phaselog.pipelines import MANIFEST_KEYS, PHASE_KEYS, pipeline_from_dict
+    from phaselog.model.pipelines import MANIFEST_KEYS, PHASE_KEYS, pipeline_from_dict
 
     text = (REPO / "docs" / "pipelines.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `([a-z_]+)` \|", text, re.MULTILINE))

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog import pipeline_shelf
-from phaselog.errors import Corrupt, InvalidRecord
-from phaselog.ledger import Ledger
-from phaselog.pipelines import load_manifest, pipeline_from_dict
+from phaselog.ledger import recorded_pipelines as pipeline_shelf
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import Corrupt, InvalidRecord
+from phaselog.model.pipelines import load_manifest, pipeline_from_dict
 from phaselog.stores.base import Capability, Store
-from phaselog.transfer import export_records, import_records
+from phaselog.transfer.jsonl import export_records, import_records
 
 DATA_JOB = """\
 name: data-job
@@ -223,7 +223,7 @@ def test_a_write_records_its_manifest_once_in_its_append(store: Store) -> None:
 
 
 def pipeline_from_dict_doc(pipeline: Any) -> dict[str, Any]:
-    from phaselog.pipelines import manifest_dict
+    from phaselog.model.pipelines import manifest_dict
 
     return manifest_dict(pipeline)
 
@@ -248,7 +248,7 @@ def test_a_damaged_recorded_manifest_is_reported_never_used(store: Store, tmp_pa
     else:
         import psycopg
 
-        from phaselog.stores.postgres import split_url
+        from phaselog.stores.sql.postgres import split_url
 
         dsn, schema = split_url(url)
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -1,4 +1,4 @@
-"""Checkpoint records: seed field order, timestamps, content hash, parsing (phaselog.records)."""
+"""Checkpoint records: seed field order, timestamps, content hash, parsing (phaselog.model.records)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from phaselog import _yaml
-from phaselog.errors import Corrupt, UnsupportedVersion
-from phaselog.records import (
+from phaselog.model import _yaml
+from phaselog.model.errors import Corrupt, UnsupportedVersion
+from phaselog.model.records import (
     SCHEMA_VERSION,
     SEED_FIELDS,
     BasisEntry,

@@ -13,11 +13,11 @@ import pytest
 
 from conftest import IMPLEMENT, LOCAL_REVIEW
 from helpers import T0, Clock
-from phaselog.errors import NotFound
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.pipelines import Pipeline, pipeline_from_dict
-from phaselog.retention import prune
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.retention import prune
+from phaselog.model.errors import NotFound
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.pipelines import Pipeline, pipeline_from_dict
 from phaselog.stores.base import Store
 
 pytestmark = pytest.mark.all_stores
@@ -145,8 +145,8 @@ def _replace_record(store: Store, old: Any, new: Any) -> None:
     """Overwrite a stored record with ``new``, re-hashed as a writer would (a careful forger)."""
     import hashlib
 
-    from phaselog import _yaml
-    from phaselog.stores.files import FilesStore
+    from phaselog.model import _yaml
+    from phaselog.stores.files.store import FilesStore
     from phaselog.stores.kernel import record_document
 
     assert (old.phase, old.attempt_number) == (new.phase, new.attempt_number)
@@ -172,7 +172,7 @@ def _replace_record(store: Store, old: Any, new: Any) -> None:
         return
     import psycopg
 
-    from phaselog.stores.postgres import split_url
+    from phaselog.stores.sql.postgres import split_url
 
     dsn, schema = split_url(store.url)
     with psycopg.connect(dsn, autocommit=True) as con:

@@ -3,7 +3,7 @@
 `fork --new-run-id r2` and `submit --run-id w49` dropped the name (the copies and the worker's
 checkpoints were written by UUID), and `run`, `history`, `diff`, `queue list`, the worker's lines,
 the dashboard's approvals page, titles and breadcrumbs showed the UUID even when the name was
-known. One decision (`phaselog.ids.run_name_of` / `run_label`) now names a run everywhere; JSON
+known. One decision (`phaselog.model.ids.run_name_of` / `run_label`) now names a run everywhere; JSON
 keeps `run_id` (the UUID) and adds `run_name`.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.ids import normalize_run_id
+from phaselog.model.ids import normalize_run_id
 from queue_support import base_env, cli_json, pipelines_dir, start_worker
 from queue_support import cli as queue_cli
 
@@ -38,7 +38,7 @@ phases:
 
 
 def test_one_function_decides_a_runs_name_and_how_it_is_shown() -> None:
-    from phaselog.ids import run_label, run_name_of, run_title
+    from phaselog.model.ids import run_label, run_name_of, run_title
 
     assert run_name_of(R1, None, "r1") == "r1"
     assert run_name_of(R1, "r2", "r1") == "r1"  # a name that is another run's never names this one
@@ -154,7 +154,8 @@ def test_submit_keeps_the_name_through_the_queue_the_worker_and_the_listings(
 def test_a_store_of_schema_5_migrates_and_keeps_submitted_names(pg_schema_url: str) -> None:
     """Migration 7 adds the queue row's run_name to a store created before it (and 6 its quarantine)."""
     from phaselog.runner import queue
-    from phaselog.stores import open_store, sql_schema
+    from phaselog.stores import open_store
+    from phaselog.stores.sql import schema as sql_schema
 
     with open_store(pg_schema_url, create=True) as store:
         conn: Any = store.dialect.connect()  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.runner import PipelineRunner
 
 pytestmark = pytest.mark.all_stores
@@ -327,14 +327,14 @@ def test_the_runner_checks_prerequisites_when_it_plans_not_at_every_write(ledger
     # A strict pipeline refuses a later phase before the earlier ones, unless the caller says it
     # checked them itself (the runner does, under its lease, when it plans with explain).
     pipe = phaselog.pipeline("strict-job", phases=["a", "b"])
-    with pytest.raises(phaselog.errors.Prerequisite):
+    with pytest.raises(phaselog.model.errors.Prerequisite):
         ledger.write("P-1", "r", "b", {}, pipeline=pipe.pipeline)
     written = ledger.write("P-1", "r", "b", {}, pipeline=pipe.pipeline, check_prerequisites=False)
     assert written.record.phase == "b"
 
 
 def test_backoff_grows_as_configured() -> None:
-    from phaselog.pipelines import Execution
+    from phaselog.model.pipelines import Execution
     from phaselog.runner.engine import backoff_delay
 
     def around(ex: Execution, retry: int, expected: float) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 
 BIN = Path(sys.executable).parent / "phaselog"
 
@@ -81,7 +81,7 @@ def test_ctx_logger_writes_to_the_attempts_log_where_shell_output_goes(
 ) -> None:
     pipe = flaky_pipeline([])
     pipe.run("LOUD-3", "r1", store=ledger, workdir=tmp_path, quiet=True)
-    run_id = phaselog.ids.normalize_run_id("r1")
+    run_id = phaselog.model.ids.normalize_run_id("r1")
     logs = tmp_path / "store" / "logs" / "LOUD-3" / run_id  # the files store's root is tmp_path/store
     first = (logs / "1_fetch_a1.log").read_text()
     assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ INFO fetching, attempt 1$", first, re.M), first

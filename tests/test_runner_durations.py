@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.errors import UsageError
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.timeline import run_timeline
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import UsageError
+from phaselog.model.ids import normalize_run_id
+from phaselog.views.timeline import run_timeline
 
 
 @pytest.fixture(params=["files", "sqlite"])

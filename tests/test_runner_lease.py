@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import IMPLEMENT, LOCAL_REVIEW
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.runner import lease as leasing
 from phaselog.stores import open_store
 from phaselog.stores.base import LeaseState, Verdict

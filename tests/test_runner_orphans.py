@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 import phaselog
-from phaselog.ids import normalize_run_id
+from phaselog.model.ids import normalize_run_id
 from phaselog.runner import lease as leasing
 from phaselog.stores.base import LeaseState
 

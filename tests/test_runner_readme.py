@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.stores import open_store
 
 REPO = Path(__file__).resolve().parent.parent

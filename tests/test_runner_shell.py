@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 
 pytestmark = pytest.mark.all_stores
 

@@ -14,7 +14,7 @@ import pytest
 from tests.test_sql_crash import raw, through_cutter
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.stores import open_store
 
 

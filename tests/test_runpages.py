@@ -1,4 +1,4 @@
-"""A run read for a page (phaselog.runpages): the overview from one snapshot, the history in pages.
+"""A run read for a page (phaselog.views.run_page): the overview from one snapshot, the history in pages.
 
 The overview must be what ``status``, ``can_skip_to`` and ``run_version`` say, read with one
 snapshot; the pages, followed to the end, must be exactly the timeline of the whole run (newest
@@ -12,10 +12,12 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
 from helpers import Clock
-from phaselog import runpages, timeline, views
-from phaselog.errors import NotFound, UsageError
-from phaselog.ids import normalize_run_id
+from phaselog.model.errors import NotFound, UsageError
+from phaselog.model.ids import normalize_run_id
 from phaselog.stores.base import Store
+from phaselog.views import results as views
+from phaselog.views import run_page as runpages
+from phaselog.views import timeline
 from test_streams import Counting
 
 T = "PAGES-1"

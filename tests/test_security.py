@@ -24,8 +24,8 @@ from phaselog import (
     StoreError,
     TooLarge,
 )
-from phaselog.ledger import Ledger
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.facade import Ledger
+from phaselog.stores.files.store import FilesStore
 
 T = "SEC-1"
 RUN = "sec-run"

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 import phaselog
-from phaselog.ledger import Ledger
-from phaselog.records import SEED_FIELDS, parse_timestamp
-from phaselog.stores.files import FilesStore
+from phaselog.ledger.facade import Ledger
+from phaselog.model.records import SEED_FIELDS, parse_timestamp
+from phaselog.stores.files.store import FilesStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "seed-tool-files" / "checkpoints"
 SHORT_RUN = "a1b2c3d4"

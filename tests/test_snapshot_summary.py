@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import phaselog
-from phaselog.errors import PhaselogError
+from phaselog.model.errors import PhaselogError
 from phaselog.stores.base import AttemptRef
-from phaselog.stores.files import FilesStore
+from phaselog.stores.files.store import FilesStore
 from phaselog.stores.names import parse_record_names, record_groups
 from phaselog.stores.snapshot import PhaseSummary, build_snapshot, summarize, summarize_groups, with_attempts
-from phaselog.stores.sqlite import SqliteStore
+from phaselog.stores.sql.sqlite import SqliteStore
 
 IMPLEMENT = {"branch_name": "feat/x", "commit_sha": "a1b2c3d", "files_changed": ["src/x.py"]}
 REVIEW = {"iteration_count": 1, "issue_fingerprints": [], "last_clean_sha": "a1b2c3d"}

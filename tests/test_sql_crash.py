@@ -42,11 +42,12 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW, PG_URL, REPO, require_postgres
 from phaselog import UnsupportedVersion
-from phaselog.errors import MigrationNeeded
 from phaselog.guard import Environment, Fenced, Guard
-from phaselog.ledger import Ledger
-from phaselog.stores import open_store, sql
-from phaselog.stores.sqlite import SqliteStore
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import MigrationNeeded
+from phaselog.stores import open_store
+from phaselog.stores.sql import store as sql
+from phaselog.stores.sql.sqlite import SqliteStore
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +95,7 @@ def raw(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[An
             con.close()
     import psycopg
 
-    from phaselog.stores.postgres import split_url
+    from phaselog.stores.sql.postgres import split_url
 
     dsn, schema = split_url(url)
     with psycopg.connect(dsn, autocommit=True) as con:

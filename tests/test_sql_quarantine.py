@@ -19,9 +19,9 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, make_store
 from helpers import cli_env, run_cli
-from phaselog.doctor import doctor
-from phaselog.errors import Corrupt, StoreError
-from phaselog.ids import normalize_run_id
+from phaselog.ledger.doctor import doctor
+from phaselog.model.errors import Corrupt, StoreError
+from phaselog.model.ids import normalize_run_id
 from phaselog.stores.base import Capability
 
 T = "PROJ-1"
@@ -48,7 +48,7 @@ def raw(store: Any, text: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, 
     else:
         import psycopg
 
-        from phaselog.stores.postgres import split_url
+        from phaselog.stores.sql.postgres import split_url
 
         dsn, schema = split_url(store.url)
         con = psycopg.connect(dsn, autocommit=True)

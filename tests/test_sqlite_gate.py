@@ -16,7 +16,7 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT
 from phaselog import AlreadyExists
-from phaselog.stores.sqlite import SqliteStore
+from phaselog.stores.sql.sqlite import SqliteStore
 
 T = "GATE-1"
 
@@ -76,7 +76,7 @@ def test_gate_is_released_after_a_refused_write(db: Path) -> None:
 def test_a_thread_holding_the_gate_does_not_wait_for_itself(tmp_path: Path) -> None:
     """A second store on the same database in the same thread (inside the first one's transaction)
     skips the gate and meets SQLite's own lock, as before the gate, instead of waiting forever."""
-    from phaselog.stores.sqlite import _GATES
+    from phaselog.stores.sql.sqlite import _GATES
 
     first = _GATES.enter(str(tmp_path))
     assert first is not None

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import phaselog
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
 from phaselog.stores import Store
 
 BIN = Path(sys.executable).parent / "phaselog"

@@ -1,4 +1,4 @@
-"""Derived run state: pending/completed/failed/stale, next phase (phaselog.state)."""
+"""Derived run state: pending/completed/failed/stale, next phase (phaselog.ledger.derive)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from phaselog import _yaml
-from phaselog.pipelines import builtin
-from phaselog.records import BasisEntry, Checkpoint, checkpoint_from_seed
-from phaselog.state import COMPLETED, FAILED, PENDING, STALE, RunStatus, derive_status
+from phaselog.ledger.derive import COMPLETED, FAILED, PENDING, STALE, RunStatus, derive_status
+from phaselog.model import _yaml
+from phaselog.model.pipelines import builtin
+from phaselog.model.records import BasisEntry, Checkpoint, checkpoint_from_seed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "seed-tool-files" / "checkpoints"
 RUN = "4fa2159f-9c61-5f8b-9ae5-28692b46cbd7"

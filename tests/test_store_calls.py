@@ -73,8 +73,8 @@ def test_a_first_write_and_a_failure_are_one_snapshot_and_one_append(store: Stor
 
 def test_a_first_write_records_its_pipelines_manifest_in_its_one_append(store: Store) -> None:
     """The manifest travels inside the append (stores/manifests.py), once per store handle."""
-    from phaselog import pipeline_shelf
-    from phaselog.pipelines import pipeline_from_dict
+    from phaselog.ledger import recorded_pipelines as pipeline_shelf
+    from phaselog.model.pipelines import pipeline_from_dict
 
     custom = pipeline_from_dict({"name": "custom", "version": "1", "phases": [{"name": "one"}, {"name": "two"}]})
     led, counting = _ledger(store)

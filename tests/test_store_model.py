@@ -22,11 +22,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from conftest import CREATE_PR, IMPLEMENT, LOCAL_REVIEW
 from phaselog import AlreadyExists, NotFound, NotMonotonic
-from phaselog.errors import Prerequisite
-from phaselog.gates import GateRefused
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.pipelines import builtin
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.gates import GateRefused
+from phaselog.model.errors import Prerequisite
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.pipelines import builtin
 from phaselog.stores.base import Store
 
 pytestmark = pytest.mark.all_stores

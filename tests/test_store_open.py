@@ -25,8 +25,8 @@ import pytest
 
 from conftest import IMPLEMENT, LOCAL_REVIEW, PG_URL, require_postgres
 from phaselog import StoreError, UsageError
-from phaselog.errors import Corrupt, StoreNotFound
-from phaselog.ledger import Ledger
+from phaselog.ledger.facade import Ledger
+from phaselog.model.errors import Corrupt, StoreNotFound
 from phaselog.stores import open_store
 from phaselog.stores.urls import ACCEPTED_FORMS, parse_store_url
 
@@ -418,7 +418,7 @@ def test_a_damaged_sqlite_file_is_reported_as_corrupt_with_its_path(tmp_path: Pa
 def test_a_postgres_table_altered_behind_phaselog_is_a_typed_error(pg_schema_url: str, tmp_path: Path) -> None:
     import psycopg
 
-    from phaselog.stores.postgres import split_url
+    from phaselog.stores.sql.postgres import split_url
 
     with Ledger(open_store(pg_schema_url)) as first:
         first.write(T, "r1", "implement", IMPLEMENT)

@@ -10,7 +10,7 @@ import pytest
 
 import phaselog
 import ui_data
-from phaselog.errors import StoreError, UsageError
+from phaselog.model.errors import StoreError, UsageError
 from phaselog.stores import open_store
 from phaselog.stores.base import Store
 

@@ -23,13 +23,14 @@ from hypothesis import strategies as st
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW
 from helpers import Clock
-from phaselog import streams, views
 from phaselog.cli import main
 from phaselog.cli._render import json_text
-from phaselog.ids import normalize_run_id
-from phaselog.stores import sql_pages
+from phaselog.model.ids import normalize_run_id
 from phaselog.stores.base import Store, Stored
-from phaselog.transfer import export_records
+from phaselog.stores.sql import pages as sql_pages
+from phaselog.transfer.jsonl import export_records
+from phaselog.views import results as views
+from phaselog.views import streams
 
 T = "STREAM-1"
 RUNS = [normalize_run_id(f"run-{i}") for i in range(4)]
@@ -133,7 +134,7 @@ def test_streamed_copy_copies_every_record(
     assert (out["records"], out["added"], out["skipped"], out["conflicts"]) == (n, n, 0, [])
     again = json.loads(cli(capsys, store, "copy", "--to", f"sqlite:///{target}"))
     assert (again["records"], again["added"], again["skipped"]) == (n, 0, n)
-    from phaselog.stores.sqlite import SqliteStore
+    from phaselog.stores.sql.sqlite import SqliteStore
 
     copied = SqliteStore(target)
     try:
@@ -144,8 +145,8 @@ def test_streamed_copy_copies_every_record(
 
 def test_import_of_lines_out_of_export_order_stores_the_same(tmp_path: Path) -> None:
     """Lines not grouped by run are planned all at once (in memory), with the same result."""
-    from phaselog.stores.files import FilesStore
-    from phaselog.transfer import import_records
+    from phaselog.stores.files.store import FilesStore
+    from phaselog.transfer.jsonl import import_records
 
     src = FilesStore(tmp_path / "a")
     fill(src)
@@ -324,9 +325,9 @@ def test_external_sort_is_a_stable_sort(items: list[tuple[int, str, Any]], chunk
 def test_the_run_timeline_streams_the_run_instead_of_loading_it(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """The spans are the ones built from the whole run, read without ``run_records`` (a span keeps
     no payload, so the records need not all be in memory at once)."""
-    from phaselog import timeline
-    from phaselog.gates import judge
-    from phaselog.reads import Reads
+    from phaselog.ledger.gates import judge
+    from phaselog.ledger.reads import Reads
+    from phaselog.views import timeline
 
     led = fill(store)
     for run in (RUNS[0], RUNS[3]):

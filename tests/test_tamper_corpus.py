@@ -33,9 +33,9 @@ from cli_batch import run_batch
 from conftest import IMPLEMENT, LOCAL_REVIEW, make_store
 from helpers import clean_env
 from phaselog import Corrupt, PhaselogError
-from phaselog.ids import normalize_run_id
-from phaselog.ledger import Ledger
-from phaselog.records import Checkpoint
+from phaselog.ledger.facade import Ledger
+from phaselog.model.ids import normalize_run_id
+from phaselog.model.records import Checkpoint
 from phaselog.stores.base import Store
 
 T = "TAMP-1"
@@ -125,7 +125,7 @@ class Tamper:
 
     def forge_checkpoint(self, record: Checkpoint) -> None:
         """Store ``record`` in place of the stored attempt, consistently: a recomputed content hash."""
-        from phaselog import _yaml
+        from phaselog.model import _yaml
         from phaselog.stores.kernel import record_document
 
         if self.is_files:
@@ -446,7 +446,7 @@ def earlier_phase_forged_with_a_recomputed_hash(ledger: Ledger, t: Tamper) -> Ex
 # -- the cases: across a pruned gap (prune notes) ---------------------------------------------------
 def _pruned_history(ledger: Ledger) -> dict[str, Checkpoint]:
     """ticket_history, then ``prune --keep-last 1``: implement a1, a2 and local_review a1 (failed) go."""
-    from phaselog.retention import prune
+    from phaselog.ledger.retention import prune
 
     recs = ticket_history(ledger)
     prune(ledger, T, keep_last=1)
@@ -490,7 +490,7 @@ def prune_note_forged_with_a_recomputed_hash(ledger: Ledger, t: Tamper) -> Expec
     (name,) = t.entry_names("pruned", T, RUN)
 
     def forge(text: str) -> str:
-        from phaselog.pruned import PrunedRecord, PruneNote
+        from phaselog.ledger.prune_notes import PrunedRecord, PruneNote
 
         doc = json.loads(text)
         doc.pop("content_hash")
@@ -557,7 +557,7 @@ def judgement_of_another_phase_deleted(ledger: Ledger, t: Tamper) -> Expect:
 def approval_forged_for_other_content(ledger: Ledger, t: Tamper) -> Expect:
     # A well-formed approval (its own content hash recomputed) naming a checkpoint hash that is not
     # the stored checkpoint's.
-    from phaselog.entries import Approval, entry_bytes
+    from phaselog.model.entries import Approval, entry_bytes
 
     video_history(ledger)
     name = t.entry_names("approvals", V, RUN)[-1]
@@ -617,8 +617,8 @@ def test_each_tampering_is_caught(kind: str, name: str, tmp_path: Path, request:
 
 def _every_view_reports_without_crashing(ledger: Ledger, expect: Expect) -> None:
     """status, list, history, doctor, export, validate: damage is reported or refused, typed."""
-    from phaselog.doctor import doctor
-    from phaselog.transfer import export_records
+    from phaselog.ledger.doctor import doctor
+    from phaselog.transfer.jsonl import export_records
 
     calls: list[Callable[[], Any]] = [
         lambda: ledger.status(expect.ticket, expect.run),
@@ -762,7 +762,7 @@ def test_a_pruned_rejection_leaves_no_hole_in_the_judgements(
     # The other side of the judgement chain: prune removes attempt 1 of proposal with its
     # rejection; its note lists what went, so neither the numbering nor the chain shows a hole —
     # and the next judgement of the phase still chains.
-    from phaselog.retention import prune
+    from phaselog.ledger.retention import prune
 
     store = make_store(kind, tmp_path, request)
     try:

@@ -9,12 +9,12 @@ import pytest
 
 import phaselog
 import ui_data
-from phaselog.gates import GateRefused, approval_queue
 from phaselog.guard import guard_names
-from phaselog.ledger import Ledger
-from phaselog.state import RUN_SUMMARIES
+from phaselog.ledger.derive import RUN_SUMMARIES
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.gates import GateRefused, approval_queue
 from phaselog.stores.base import Store
-from phaselog.timeline import run_timeline, run_version
+from phaselog.views.timeline import run_timeline, run_version
 
 
 @pytest.fixture

@@ -422,7 +422,7 @@ def test_a_sigkilled_attempt_is_abandoned_and_an_events_output_is_shown_as_text(
     page: Any, tmp_path: Path, shots: Shots
 ) -> None:
     from killed_run import OUTPUT, killed_then_completed
-    from phaselog.ids import normalize_run_id
+    from phaselog.model.ids import normalize_run_id
 
     store = tmp_path / "killed"
     pid = killed_then_completed(str(store), "KILL-1", "r1", tmp_path / "work")

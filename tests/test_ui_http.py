@@ -400,8 +400,8 @@ def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
 def test_a_runs_json_endpoints_give_the_librarys_views_page_by_page(
     long_server: Server, long_built: tuple[Path, str]
 ) -> None:
-    from phaselog import views
-    from phaselog.runpages import overview
+    from phaselog.views import results as views
+    from phaselog.views.run_page import overview
 
     root, run = long_built
     ticket = ui_data.LONG_TICKET

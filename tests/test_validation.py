@@ -1,4 +1,4 @@
-"""Validation rules: severity, field path and rule name for each (phaselog.validation)."""
+"""Validation rules: severity, field path and rule name for each (phaselog.model.validation)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from phaselog import _yaml
-from phaselog.pipelines import builtin
-from phaselog.records import BasisEntry, Checkpoint, checkpoint_from_seed
-from phaselog.validation import Issue, Report, check_artifacts, check_links, check_record
+from phaselog.model import _yaml
+from phaselog.model.pipelines import builtin
+from phaselog.model.records import BasisEntry, Checkpoint, checkpoint_from_seed
+from phaselog.model.validation import Issue, Report, check_artifacts, check_links, check_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "seed-tool-files" / "checkpoints"
 RUN = "4fa2159f-9c61-5f8b-9ae5-28692b46cbd7"
@@ -99,7 +99,7 @@ def test_the_seed_tools_files_validate_cleanly(path: Path) -> None:
             {"unknown_fields": ("a", "b")},
             [("error", "a", "unknown_field"), ("error", "b", "unknown_field")],
         ),
-        # ticket ids: the issue carries the identifier rule that was broken (phaselog.ids)
+        # ticket ids: the issue carries the identifier rule that was broken (phaselog.model.ids)
         ({"ticket_id": "a/b"}, [("error", "ticket_id", "charset")]),
         ({"ticket_id": "../x"}, [("error", "ticket_id", "leading_char")]),
         ({"ticket_id": "a..b"}, [("error", "ticket_id", "traversal")]),

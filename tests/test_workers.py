@@ -170,7 +170,7 @@ def test_sigterm_past_the_grace_interrupts_the_phase(setup: tuple[str, Path, Pat
     released = entry(url, "S-2", run_id)
     assert released["state"] == "queued"
     assert "interrupted" in released["reason"]
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
     from phaselog.stores import open_store
 
     with Ledger(open_store(url)) as ledger:
@@ -198,7 +198,7 @@ def test_a_worker_whose_connections_are_terminated_reconnects_and_finishes(setup
     url, pipelines, work = setup
     import psycopg
 
-    from phaselog.stores.postgres import split_url
+    from phaselog.stores.sql.postgres import split_url
 
     dsn, _ = split_url(url)
     admin = psycopg.connect(dsn, autocommit=True)
@@ -332,7 +332,7 @@ def test_a_phase_s_sys_exit_or_keyboard_interrupt_is_a_recorded_failure_and_the_
     summary = burst(url, pipelines, work)  # one worker process: it must live through all of them
     assert summary["outcomes"] == {"dead": 3, "done": 1}, summary
     assert entry(url, "X-after", after)["state"] == "done"
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
     from phaselog.stores import open_store
 
     with Ledger(open_store(url)) as ledger:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import phaselog
-from phaselog.writes import WriteRequest, Writes
+from phaselog.ledger.writes import WriteRequest, Writes
 
 T, R = "PROJ-7", "r1"
 IMPLEMENT = {"branch_name": "feat/x", "commit_sha": "a1b2c3d", "files_changed": ["src/x.py"]}

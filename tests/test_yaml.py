@@ -10,8 +10,8 @@ import yaml
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from phaselog import _yaml
-from phaselog.errors import Corrupt
+from phaselog.model import _yaml
+from phaselog.model.errors import Corrupt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "seed-tool-files"
 FIXTURE_FILES = sorted((FIXTURES / "checkpoints").rglob("*.yaml"))

@@ -15,64 +15,67 @@ from typing import TYPE_CHECKING, Any
 # Names are imported on first use (PEP 562): `import phaselog` and the CLI start fast, and a
 # command pays only for the modules it touches.
 _LAZY = {
-    "AlreadyExists": "phaselog.errors",
-    "BasisEntry": "phaselog.records",
-    "Checkpoint": "phaselog.records",
-    "Conflict": "phaselog.errors",
-    "Corrupt": "phaselog.errors",
+    "AlreadyExists": "phaselog.model.errors",
+    "BasisEntry": "phaselog.model.records",
+    "Checkpoint": "phaselog.model.records",
+    "Conflict": "phaselog.model.errors",
+    "Corrupt": "phaselog.model.errors",
     "Damaged": "phaselog.stores",
     "Explanation": "phaselog.runner",
-    "Fenced": "phaselog.errors",
-    "InvalidIdentifier": "phaselog.errors",
-    "InvalidRecord": "phaselog.errors",
-    "Issue": "phaselog.validation",
-    "Ledger": "phaselog.ledger",
-    "NotFound": "phaselog.errors",
-    "NotMonotonic": "phaselog.errors",
-    "OutcomeUnknown": "phaselog.errors",
-    "Page": "phaselog.ledger",
-    "Phase": "phaselog.pipelines",
+    "Fenced": "phaselog.model.errors",
+    "InvalidIdentifier": "phaselog.model.errors",
+    "InvalidRecord": "phaselog.model.errors",
+    "Issue": "phaselog.model.validation",
+    "Ledger": "phaselog.ledger.facade",
+    "NotFound": "phaselog.model.errors",
+    "NotMonotonic": "phaselog.model.errors",
+    "OutcomeUnknown": "phaselog.model.errors",
+    "Page": "phaselog.ledger.facade",
+    "Phase": "phaselog.model.pipelines",
     "PhaseContext": "phaselog.runner",
-    "PhaseFailed": "phaselog.errors",
-    "PhaseState": "phaselog.state",
-    "PhaselogError": "phaselog.errors",
-    "Pipeline": "phaselog.pipelines",
-    "PipelineError": "phaselog.errors",
-    "PipelineMismatch": "phaselog.errors",
-    "PipelineRef": "phaselog.records",
+    "PhaseFailed": "phaselog.model.errors",
+    "PhaseState": "phaselog.ledger.derive",
+    "PhaselogError": "phaselog.model.errors",
+    "Pipeline": "phaselog.model.pipelines",
+    "PipelineError": "phaselog.model.errors",
+    "PipelineMismatch": "phaselog.model.errors",
+    "PipelineRef": "phaselog.model.records",
     "PipelineRunner": "phaselog.runner",
-    "RecordingFailed": "phaselog.errors",
-    "Report": "phaselog.validation",
-    "Run": "phaselog.ledger",
-    "RunHeld": "phaselog.errors",
-    "RunInterrupted": "phaselog.errors",
+    "RecordingFailed": "phaselog.model.errors",
+    "Report": "phaselog.model.validation",
+    "Run": "phaselog.ledger.facade",
+    "RunHeld": "phaselog.model.errors",
+    "RunInterrupted": "phaselog.model.errors",
     "RunResult": "phaselog.runner",
-    "RunStatus": "phaselog.state",
-    "SCHEMA_VERSION": "phaselog.records",
-    "SkipDecision": "phaselog.ledger",
+    "RunStatus": "phaselog.ledger.derive",
+    "SCHEMA_VERSION": "phaselog.model.records",
+    "SkipDecision": "phaselog.ledger.facade",
     "Store": "phaselog.stores",
-    "StoreError": "phaselog.errors",
+    "StoreError": "phaselog.model.errors",
     "Stored": "phaselog.stores",
-    "TooLarge": "phaselog.errors",
-    "UnknownPhase": "phaselog.errors",
-    "UnsupportedVersion": "phaselog.errors",
-    "UsageError": "phaselog.errors",
-    "VerifyReport": "phaselog.verify",
-    "WriteResult": "phaselog.ledger",
-    "builtin": "phaselog.pipelines",
-    "derive_status": "phaselog.state",
+    "TooLarge": "phaselog.model.errors",
+    "UnknownPhase": "phaselog.model.errors",
+    "UnsupportedVersion": "phaselog.model.errors",
+    "UsageError": "phaselog.model.errors",
+    "VerifyReport": "phaselog.ledger.verify",
+    "WriteResult": "phaselog.ledger.facade",
+    "builtin": "phaselog.model.pipelines",
+    "derive_status": "phaselog.ledger.derive",
     "explain": "phaselog.runner",
-    "find_pipeline": "phaselog.pipelines",
-    "load_manifest": "phaselog.pipelines",
-    "normalize_run_id": "phaselog.ids",
+    "find_pipeline": "phaselog.model.pipelines",
+    "load_manifest": "phaselog.model.pipelines",
+    "normalize_run_id": "phaselog.model.ids",
     "open_store": "phaselog.stores",
     "pipeline": "phaselog.runner",
-    "pipeline_from_dict": "phaselog.pipelines",
-    "validate_ticket_id": "phaselog.ids",
+    "pipeline_from_dict": "phaselog.model.pipelines",
+    "validate_ticket_id": "phaselog.model.ids",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from phaselog.errors import (
+    from phaselog.ledger.derive import PhaseState, RunStatus, derive_status
+    from phaselog.ledger.facade import Ledger, Page, Run, SkipDecision, WriteResult
+    from phaselog.ledger.verify import VerifyReport
+    from phaselog.model.errors import (
         AlreadyExists,
         Conflict,
         Corrupt,
@@ -95,16 +98,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UnsupportedVersion,
         UsageError,
     )
-    from phaselog.ids import normalize_run_id, validate_ticket_id
-    from phaselog.ledger import Ledger, Page, Run, SkipDecision, WriteResult
-    from phaselog.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
-    from phaselog.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
+    from phaselog.model.ids import normalize_run_id, validate_ticket_id
+    from phaselog.model.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
+    from phaselog.model.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
+    from phaselog.model.validation import Issue, Report
     from phaselog.runner import Explanation, PhaseContext, PipelineRunner, RunResult, pipeline
     from phaselog.runner.explain import explain
-    from phaselog.state import PhaseState, RunStatus, derive_status
     from phaselog.stores import Damaged, Store, Stored, open_store
-    from phaselog.validation import Issue, Report
-    from phaselog.verify import VerifyReport
 
 
 def __getattr__(name: str) -> Any:
@@ -181,7 +181,7 @@ __all__ = [
 
 def open(store: str | os.PathLike[str] | Store | None = None) -> Ledger:
     """Open a ledger over a store: a Store, a URL (``file:///…``), a path, or None (default)."""
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
     from phaselog.stores import open_store
 
     if store is None or isinstance(store, str | os.PathLike):

@@ -4,7 +4,7 @@ Layout: :mod:`phaselog.cli._scaffold` holds the group, the shared options and th
 ``@command`` decorator (ledger opening, error mapping, rendering, closing);
 :mod:`phaselog.cli._render` builds the text; :mod:`phaselog.cli._args` parses shared option
 values; one module per area registers its commands on import. JSON views live in
-:mod:`phaselog.views` so a dashboard renders the same data.
+:mod:`phaselog.views.results` so a dashboard renders the same data.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every function here returns text; nothing is printed until a command's whole output is ready
 (a command that succeeded must not fail half-way through printing its result). Streamed output
-(see phaselog.streams) is written into a spooled buffer first, and printed from it once complete.
+(see phaselog.views.streams) is written into a spooled buffer first, and printed from it once complete.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from phaselog._lazyre import LazyPattern
-from phaselog.errors import PhaselogError
+from phaselog.model._lazyre import LazyPattern
+from phaselog.model.errors import PhaselogError
 
 
 def new_correlation_id() -> str:
@@ -45,7 +45,7 @@ def write(text: str) -> None:
 def write_spooled(out: IO[str], *, escape: bool) -> None:
     """Print finished output from a spooled buffer; JSON (``escape``) all ASCII-escaped when
     stdout cannot encode it, as :func:`json_text` does."""
-    from phaselog.streams import copy_out
+    from phaselog.views.streams import copy_out
 
     if escape:
         copy_out(out, sys.stdout, sys.stdout.encoding)

@@ -12,7 +12,7 @@ A command is a thin body over a library call::
 
 :func:`command` declares the shared options (``--root/--store``, ``--correlation-id``,
 ``--format``, and with ``pipeline=True`` ``--pipeline/--pipeline-file``), opens the ledger on
-first use, maps :class:`~phaselog.errors.PhaselogError` to the JSON error object and its exit
+first use, maps :class:`~phaselog.model.errors.PhaselogError` to the JSON error object and its exit
 code (1 = failed, 2 = bad usage), renders the result in memory before printing it, and always
 closes what it opened. Every failure prints ``{"success": false, "error": "…", "error_code": "…"}``
 and exits non-zero; never a traceback (``PHASELOG_DEBUG=1`` shows one).
@@ -32,7 +32,7 @@ from typing import IO, Any, NoReturn
 import click
 
 from phaselog.cli import _render
-from phaselog.errors import PhaselogError, UsageError
+from phaselog.model.errors import PhaselogError, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 TableFn = Callable[[dict[str, Any]], str]
@@ -170,7 +170,7 @@ class Streamed:
     """A result written piece by piece (listings of a whole ticket): memory stays flat.
 
     ``fields`` yields the JSON object's (key, value) pairs; a value may be
-    :class:`phaselog.streams.Items` or :class:`~phaselog.streams.SpooledArray`, written item by
+    :class:`phaselog.views.streams.Items` or :class:`~phaselog.views.streams.SpooledArray`, written item by
     item (the bytes are those of the whole-list JSON). ``table`` writes the ``--format table``
     output into a text sink. Either is written into a spooled buffer first and printed only once
     complete, so a failure half-way still prints just the error. ``close`` runs at the end.
@@ -254,9 +254,9 @@ class Call:
 
     @property
     def ledger(self) -> Any:
-        """The :class:`~phaselog.ledger.Ledger` on ``--store`` / ``--root``, opened on first use."""
+        """The :class:`~phaselog.ledger.facade.Ledger` on ``--store`` / ``--root``, opened on first use."""
         if self._ledger is None:
-            from phaselog.ledger import Ledger
+            from phaselog.ledger.facade import Ledger
 
             self.check_root_and_store()
             # --store (or PHASELOG_STORE) names the store completely, so it wins over PHASELOG_HOME.
@@ -281,7 +281,7 @@ class Call:
         if self.pipeline_name and self.pipeline_file:
             raise UsageError("give --pipeline or --pipeline-file, not both", field="pipeline")
         if self.pipeline_file:
-            from phaselog.pipelines import load_manifest
+            from phaselog.model.pipelines import load_manifest
 
             return load_manifest(self.pipeline_file)
         return self.pipeline_name
@@ -320,7 +320,7 @@ class Call:
 
     def render_stream(self, result: Streamed) -> IO[str]:
         """The whole output of a streamed result, in a spooled buffer (rewound by the printer)."""
-        from phaselog import streams
+        from phaselog.views import streams
 
         out = streams.spool()
         try:

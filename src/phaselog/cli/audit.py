@@ -7,12 +7,12 @@ from typing import IO, Any
 
 import click
 
-from phaselog import views
 from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import read_output, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
-from phaselog.errors import NotFound, PhaselogError, UsageError
+from phaselog.model.errors import NotFound, PhaselogError, UsageError
+from phaselog.views import results as views
 
 EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
 
@@ -187,7 +187,7 @@ def _judge_command(decision: str) -> click.Command:
         by: str,
         comment: str | None,
     ) -> Result:
-        from phaselog.ids import normalize_run_id, validate_ticket_id
+        from phaselog.model.ids import normalize_run_id, validate_ticket_id
 
         ledger = call.ledger
         # Resolve the pipeline once, before anything is recorded, and judge and report with that
@@ -301,12 +301,12 @@ def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -
     Example:
       phaselog history --ticket-id PROJ-1234 --format table
     """
-    from phaselog.history import sorted_history
+    from phaselog.views.history import sorted_history
 
     entries = sorted_history(call.ledger, ticket_id, run_id, phase)  # reads everything: errors before output
 
     def show(out: IO[str]) -> None:
-        from phaselog.ids import run_label
+        from phaselog.model.ids import run_label
 
         rows = [
             [
@@ -359,7 +359,7 @@ def diff(
       phaselog diff --ticket-id T a1b2c3d4:implement:1 a1b2c3d4:implement:2
       phaselog diff --ticket-id T --run-id a1b2c3d4 --phase implement --format text
     """
-    from phaselog.diff import render_text
+    from phaselog.ledger.diff import render_text
 
     if a is not None or b is not None:
         if a is None or b is None or run_id or phase:
@@ -394,7 +394,7 @@ def fork(call: Call, ticket_id: str, run_id: str, through: str, new_run_id: str 
     Example:
       phaselog fork --ticket-id VID-7 --run-id r1 --through script --new-run-id r2
     """
-    from phaselog.ids import normalize_run_id, run_title
+    from phaselog.model.ids import normalize_run_id, run_title
 
     new_id, written = call.ledger.fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
     return Result(
@@ -438,7 +438,7 @@ def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:
       phaselog doctor
       phaselog doctor --ticket-id PROJ-1234 --quarantine
     """
-    from phaselog.doctor import doctor as run_doctor
+    from phaselog.ledger.doctor import doctor as run_doctor
 
     rep = run_doctor(call.ledger, ticket_id, quarantine=quarantine)
     return Result(

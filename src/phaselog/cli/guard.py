@@ -11,7 +11,7 @@ import click
 from phaselog.cli._args import duration
 from phaselog.cli._render import table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
-from phaselog.errors import UsageError
+from phaselog.model.errors import UsageError
 
 STORE_HELP = "Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines)."
 
@@ -21,7 +21,7 @@ def _home(call: Call) -> Any:
     call.check_root_and_store()
     if call.store_url:  # --store wins over PHASELOG_HOME, as for every command
         return call.open_store(call.store_url)  # the store keeps the guard (Capability.GUARD_STORAGE)
-    from phaselog.stores.files import default_root
+    from phaselog.stores.files.store import default_root
 
     return call.root or str(default_root())
 

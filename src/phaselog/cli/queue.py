@@ -84,7 +84,7 @@ in_section(queue, SECTION)
 
 
 def _list_table(d: dict[str, Any]) -> str:
-    from phaselog.ids import run_label
+    from phaselog.model.ids import run_label
 
     keys = ("ticket_id", "run_id", "state", "worker", "phase", "since", "reason")
     rows = [[r[k] or "" for k in keys] for r in d["runs"]]
@@ -221,19 +221,19 @@ def worker(
     import sys
     from pathlib import Path
 
-    from phaselog.durations import parse_duration
+    from phaselog.model.durations import parse_duration
     from phaselog.runner.queue import check_queue_name
 
     check_queue_name(queue_name)
     secs = {k: parse_duration(v, field=k).total_seconds() for k, v in (("grace", grace), ("lease_ttl", lease_ttl))}
     secs["poll"] = parse_duration(poll, field="poll").total_seconds()
     if secs["lease_ttl"] < 1:
-        from phaselog.errors import UsageError
+        from phaselog.model.errors import UsageError
 
         raise UsageError("--lease-ttl must be at least 1s", field="lease_ttl", rule="range")
     echo = None if quiet else (lambda text: print(f"phaselog worker: {text}", file=sys.stderr, flush=True))
     store = call.ledger.store  # opened (and refused unless PostgreSQL) before any child starts
-    from phaselog.stores.sql_queue import require_postgres
+    from phaselog.stores.sql.queue.rows import require_postgres
 
     require_postgres(store)
     if concurrency > 1:

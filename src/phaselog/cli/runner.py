@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
-from phaselog import views
 from phaselog.cli._args import read_output
 from phaselog.cli._render import lines, table
 from phaselog.cli._scaffold import Call, Result, cli, command
-from phaselog.errors import UsageError
+from phaselog.model.errors import UsageError
+from phaselog.views import results as views
 
 
 def _runner(call: Call, ticket_id: str, run_id: str | None) -> Any:
@@ -38,7 +38,7 @@ def _run_table(d: dict[str, Any]) -> str:
     rows = [
         [p["phase"], p["outcome"], ",".join(map(str, p["attempts"])), p["error"] or p["reason"]] for p in d["phases"]
     ]
-    from phaselog.ids import run_title
+    from phaselog.model.ids import run_title
 
     head = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}): "
     head += (
@@ -79,7 +79,7 @@ def run(
     Example:
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
     """
-    from phaselog.errors import Fenced, PhaseFailed, RunInterrupted
+    from phaselog.model.errors import Fenced, PhaseFailed, RunInterrupted
 
     pipe = _runner(call, ticket_id, run_id)
     try:
@@ -111,7 +111,7 @@ def _explain_table(d: dict[str, Any]) -> str:
     if lease and lease.get("holder"):
         held = f"lease: {'held' if lease['held'] else 'free'}: {lease['reason']}"
     nxt = d["next_phase"] or "— nothing to do"
-    from phaselog.ids import run_title
+    from phaselog.model.ids import run_title
 
     title = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}) next: {nxt}"
     return lines(

@@ -11,7 +11,7 @@ import click
 
 from phaselog.cli._render import table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
-from phaselog.errors import UsageError
+from phaselog.model.errors import UsageError
 
 
 @command(
@@ -33,9 +33,9 @@ def export_cmd(call: Call, ticket_id: str | None) -> None:
     Example:
       phaselog export --ticket-id PROJ-1234 > dump.jsonl
     """
-    from phaselog import streams
     from phaselog.cli._render import write_spooled
-    from phaselog.transfer import export_records
+    from phaselog.transfer.jsonl import export_records
+    from phaselog.views import streams
 
     # Spooled (memory, then a temporary file), printed only once complete (D110): an export that
     # fails half-way prints its error object alone, never lines that look like a whole export.
@@ -63,7 +63,7 @@ def import_cmd(call: Call, input_path: str) -> Result:
     Example:
       phaselog import --store sqlite:///var/lib/phaselog.db < dump.jsonl
     """
-    from phaselog.transfer import import_records, read_lines
+    from phaselog.transfer.jsonl import import_records, read_lines
 
     store = call.ledger.store
     try:
@@ -113,7 +113,7 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
       phaselog copy --from ~/.phaselog --to postgresql://ci@db/phaselog
       PHASELOG_STORE=sqlite:///var/lib/phaselog/ledger.db phaselog copy --to ./backup-store
     """
-    from phaselog.transfer import export_records, import_records
+    from phaselog.transfer.jsonl import export_records, import_records
 
     if src is None:
         call.check_root_and_store()
@@ -204,8 +204,8 @@ def prune_cmd(
       phaselog prune --ticket-id PROJ-1234 --keep-last 3 --dry-run
       phaselog prune --older-than 30d
     """
-    from phaselog.durations import parse_duration
-    from phaselog.retention import prune
+    from phaselog.ledger.retention import prune
+    from phaselog.model.durations import parse_duration
 
     rep = prune(
         call.ledger,

@@ -7,7 +7,7 @@ import sys
 import click
 
 from phaselog.cli._scaffold import Call, Result, cli, command
-from phaselog.errors import UsageError
+from phaselog.model.errors import UsageError
 
 
 def _require_extra() -> None:

@@ -34,12 +34,12 @@ from functools import partial
 from typing import Any
 
 from phaselog import _faults
-from phaselog.errors import Corrupt, PhaselogError, StoreError, UsageError
 from phaselog.guard.files import FileGuardStore
 from phaselog.guard.job import TAIL_BYTES, GateRefused, JobResult, run_job, tail_text
 from phaselog.guard.liveness import Environment, judge_holder
 from phaselog.guard.records import Fenced, Holder, LoopState, PassNotRecorded
-from phaselog.records import SCHEMA_VERSION, format_timestamp
+from phaselog.model.errors import Corrupt, PhaselogError, StoreError, UsageError
+from phaselog.model.records import SCHEMA_VERSION, format_timestamp
 
 DEFAULT_STALE_AFTER = timedelta(minutes=45)
 DEFAULT_MAX_FAILURES = 3

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from phaselog import _faults, _yaml
-from phaselog.errors import AlreadyExists, Corrupt, StoreError
+from phaselog import _faults
 from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
-from phaselog.limits import json_loads
+from phaselog.model import _yaml
+from phaselog.model.errors import AlreadyExists, Corrupt, StoreError
+from phaselog.model.limits import json_loads
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -286,7 +287,7 @@ class FileGuardStore:
 
 def file_guard_names(root: str | os.PathLike[str]) -> list[str]:
     """Every guard with state, a lock or history under a files-store root."""
-    from phaselog.errors import UsageError
+    from phaselog.model.errors import UsageError
 
     folder = Path(root).expanduser().absolute() / "pipeline_checkpoints"
     try:

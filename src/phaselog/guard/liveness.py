@@ -27,7 +27,7 @@ def process_start_time(pid: int) -> float | None:
     exited and is a zombie nobody reaped: it runs nothing, and must not hold the lock forever)."""
     import psutil
 
-    from phaselog.attempts import process_start_time as pst
+    from phaselog.ledger.attempts import process_start_time as pst
 
     with contextlib.suppress(psutil.Error):
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phaselog.errors import Corrupt, Fenced, PhaselogError, UsageError
-from phaselog.records import SCHEMA_VERSION, check_schema_version, format_timestamp, parse_timestamp
+from phaselog.model.errors import Corrupt, Fenced, PhaselogError, UsageError
+from phaselog.model.records import SCHEMA_VERSION, check_schema_version, format_timestamp, parse_timestamp
 
 __all__ = ["OUTCOMES", "Fenced", "Holder", "LoopState", "PassNotRecorded", "validate_name"]  # Fenced: errors.py
 

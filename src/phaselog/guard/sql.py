@@ -19,10 +19,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from phaselog import _yaml
-from phaselog.errors import Corrupt, PhaselogError, StoreError
 from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
-from phaselog.limits import json_loads
+from phaselog.model import _yaml
+from phaselog.model.errors import Corrupt, PhaselogError, StoreError
+from phaselog.model.limits import json_loads
 
 _DB_MODULES = ("sqlite3", "psycopg")
 

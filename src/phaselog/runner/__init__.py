@@ -16,7 +16,7 @@ would do and why), ``lease`` (one runner per run), ``heartbeat``, ``context`` (c
 
 from __future__ import annotations
 
-from phaselog.errors import Fenced, PhaseFailed, RecordingFailed, RunHeld, RunInterrupted
+from phaselog.model.errors import Fenced, PhaseFailed, RecordingFailed, RunHeld, RunInterrupted
 from phaselog.runner.context import PhaseContext
 from phaselog.runner.definition import PipelineRunner, pipeline
 from phaselog.runner.explain import Explanation, PhasePlan, explain

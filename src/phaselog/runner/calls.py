@@ -14,8 +14,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from phaselog.errors import UsageError
-from phaselog.pipelines import Phase
+from phaselog.model.errors import UsageError
+from phaselog.model.pipelines import Phase
 
 
 def resolve_call(phase: Phase) -> Callable[..., Any]:

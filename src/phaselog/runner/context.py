@@ -22,11 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import NotFound, UsageError
+from phaselog.model.errors import NotFound, UsageError
 from phaselog.runner.console import phase_logger
 
 if TYPE_CHECKING:
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
 
 
 class PhaseContext:

@@ -21,14 +21,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from phaselog.errors import PipelineError, UsageError
-from phaselog.pipelines import EXECUTION_KEYS, Phase, Pipeline, execution_from_dict, load_manifest, pipeline_from_dict
+from phaselog.model.errors import PipelineError, UsageError
+from phaselog.model.pipelines import (
+    EXECUTION_KEYS,
+    Phase,
+    Pipeline,
+    execution_from_dict,
+    load_manifest,
+    pipeline_from_dict,
+)
 from phaselog.runner.lease import DEFAULT_TTL
 from phaselog.runner.outcome import Failure, Success
 from phaselog.runner.result import RunResult
 
 if TYPE_CHECKING:
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
     from phaselog.runner.console import Console
 
 
@@ -54,8 +61,8 @@ def pipeline(
         return PipelineRunner(pipeline_from_dict(doc, source=f"<python pipeline {text}>"))
     if text.endswith((".yaml", ".yml", ".json")) or os.sep in text or Path(text).is_file():
         return PipelineRunner(load_manifest(text))
-    from phaselog.pipelines import find_pipeline
-    from phaselog.stores.files import default_root
+    from phaselog.model.pipelines import find_pipeline
+    from phaselog.stores.files.store import default_root
 
     try:
         return PipelineRunner(find_pipeline(text, default_root()))
@@ -75,7 +82,7 @@ class PipelineRunner:
     """A pipeline and the code of its phases; ``run`` executes it durably (see the module doc)."""
 
     def __init__(self, base: Pipeline) -> None:
-        from phaselog.pipelines import check_schemas
+        from phaselog.model.pipelines import check_schemas
 
         check_schemas(base)  # a payload_schema that is no JSON Schema is refused now, before any phase runs
         self.base = base
@@ -223,7 +230,7 @@ class PipelineRunner:
         """
         import uuid
 
-        from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
+        from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
         from phaselog.runner.console import console
         from phaselog.runner.engine import Engine, default_workdir
         from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
@@ -293,7 +300,7 @@ def shell_fingerprint(ph: Phase) -> str:
 
 def _ledger(store: Any) -> tuple[Ledger, bool]:
     """A Ledger for ``store`` (a Ledger, a Store, a URL/path or None) and whether we opened it."""
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
     from phaselog.stores import open_store
 
     if isinstance(store, Ledger):

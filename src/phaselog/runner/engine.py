@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import (
+from phaselog.model.errors import (
     AlreadyExists,
     Fenced,
     InvalidRecord,
@@ -31,8 +31,8 @@ from phaselog.errors import (
     StoreError,
     UsageError,
 )
-from phaselog.ids import run_label, run_name_of
-from phaselog.pipelines import Execution, Phase, Pipeline
+from phaselog.model.ids import run_label, run_name_of
+from phaselog.model.pipelines import Execution, Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
 from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, plan_run
@@ -44,7 +44,7 @@ from phaselog.stores.base import Stored
 from phaselog.stores.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
 
 #: Delays between tries of a checkpoint write that hit a store error (the phase itself succeeded).
 RECORD_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)
@@ -399,7 +399,7 @@ class Engine:
 
     # -- helpers --------------------------------------------------------------------------------
     def _side_ledger(self) -> Any:
-        from phaselog.ledger import Ledger
+        from phaselog.ledger.facade import Ledger
         from phaselog.stores import open_store
 
         return Ledger(open_store(self.ledger.store.url), pipelines_root=self.ledger.pipelines_root)

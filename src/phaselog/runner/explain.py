@@ -4,7 +4,7 @@ The runner plans with this very function, so what ``explain`` says is what ``run
 is **skipped** only while its latest checkpoint is completed (and approved, if gated), current
 (no earlier phase has a newer completed attempt, and its artifacts still exist with the SHA-256
 recorded at write time: both are the run's state, ``status``, decided once in
-:mod:`phaselog.runstate`, D89), valid against the manifest and — for ``fingerprint: code`` — the
+:mod:`phaselog.ledger.status`, D89), valid against the manifest and — for ``fingerprint: code`` — the
 phase's code is unchanged. Otherwise it **runs**, and so does every phase after it (their
 checkpoints would be built on work that is being redone). A gated phase whose checkpoint awaits
 approval makes the run **wait**; a damaged newest attempt **blocks** it.
@@ -17,10 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
-from phaselog.pipelines import Pipeline
-from phaselog.runner.result import PhaseRow, row_of
-from phaselog.state import (
+from phaselog.ledger.derive import (
     AWAITING_APPROVAL,
     COMPLETED,
     DAMAGED,
@@ -31,10 +28,13 @@ from phaselog.state import (
     STALE,
     RunStatus,
 )
+from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion
+from phaselog.model.pipelines import Pipeline
+from phaselog.runner.result import PhaseRow, row_of
 from phaselog.stores.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
 
 SKIP, RUN, WAIT, BLOCKED, NOT_REACHED = "skip", "run", "wait", "blocked", "not_reached"
 
@@ -93,7 +93,7 @@ class Explanation:
 
     @property
     def run_name(self) -> str | None:
-        """The name the run was given (:func:`phaselog.ids.run_name_of`), None for a UUID."""
+        """The name the run was given (:func:`phaselog.model.ids.run_name_of`), None for a UUID."""
         return self.status.run_name if self.status is not None else None
 
     def to_json(self) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def explain(
     the current code fingerprint of each ``fingerprint: code`` phase (the runner knows them; the
     CLI computes them for shell phases). ``lease``: also report who holds the run.
     """
-    from phaselog.ids import normalize_run_id, validate_ticket_id
+    from phaselog.model.ids import normalize_run_id, validate_ticket_id
 
     given, (ticket_id, run_id) = run_id, (validate_ticket_id(ticket_id), normalize_run_id(run_id))
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline)

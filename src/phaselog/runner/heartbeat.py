@@ -28,10 +28,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import AlreadyExists, Conflict, Fenced, PhaselogError
+from phaselog.model.errors import AlreadyExists, Conflict, Fenced, PhaselogError
 
 if TYPE_CHECKING:
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
 
 DEFAULT_START_EVENT_AFTER = 1.0
 #: The shortest sleep of the thread between attempts (with start_event_after=0 it would spin).

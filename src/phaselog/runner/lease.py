@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from phaselog.errors import RunHeld, UsageError
-from phaselog.records import format_timestamp
+from phaselog.model.errors import RunHeld, UsageError
+from phaselog.model.records import format_timestamp
 from phaselog.stores.base import Capability, LeaseCapable, LeaseState, RunFence, RunLeases, Verdict
 
 #: Seconds a lease lasts without a heartbeat (SQL stores); heartbeats come every third of it.

@@ -4,7 +4,7 @@
     entry = queue.submit(store, ticket_id="CHURN-7", pipeline_file="job.yaml", priority=5)
     queue.list_view(store)        # {"runs": [{ticket_id, run_id, state, worker, phase, since, …}], "counts": {…}}
 
-The rows live in the PostgreSQL store (:mod:`phaselog.stores.sql_queue`); workers drain them
+The rows live in the PostgreSQL store (:mod:`phaselog.stores.sql.queue.rows`); workers drain them
 (:mod:`phaselog.runner.worker`). Files and SQLite stores are refused with QueueRefused (one
 machine: ``phaselog run``). Guide: docs/workers.md.
 """
@@ -16,9 +16,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from phaselog.errors import UsageError
-from phaselog.stores import sql_queue_claim as flow
-from phaselog.stores.sql_queue import DEFAULT_QUEUE, STATES, QueueEntry, SqlQueue
+from phaselog.model.errors import UsageError
+from phaselog.stores.sql.queue import claim as flow
+from phaselog.stores.sql.queue.rows import DEFAULT_QUEUE, STATES, QueueEntry, SqlQueue
 
 _QUEUE_NAME_MAX = 64
 
@@ -39,7 +39,7 @@ def parse_not_before(text: str | None) -> tuple[float | None, float | None]:
     """
     if text is None:
         return None, None
-    from phaselog.durations import parse_duration
+    from phaselog.model.durations import parse_duration
 
     if text[:1].isdigit() and not any(c in text for c in "-T:"):
         return None, parse_duration(text, field="not_before").total_seconds()
@@ -78,8 +78,8 @@ def submit(
     built-ins); ``pipeline_file``: a manifest whose content goes into the queue, so every worker
     runs exactly what was submitted.
     """
-    from phaselog.ids import given_run_name, normalize_run_id, validate_ticket_id
-    from phaselog.pipelines import _PIPELINE_NAME_RE, check_schemas, load_manifest, manifest_dict
+    from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
+    from phaselog.model.pipelines import _PIPELINE_NAME_RE, check_schemas, load_manifest, manifest_dict
 
     q = SqlQueue(store)
     validate_ticket_id(ticket_id)
@@ -146,11 +146,11 @@ def list_view(
 
 def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The registered workers, each with its ``state``: ``gone`` when its process is provably gone
-    (on this host: pid absent or reused, :func:`phaselog.attempts.process_gone`; at once, whatever
+    (on this host: pid absent or reused, :func:`phaselog.ledger.attempts.process_gone`; at once, whatever
     its heartbeat row says), ``expired`` when its heartbeat is older than its ttl, else ``alive``."""
     import socket
 
-    from phaselog.attempts import process_gone
+    from phaselog.ledger.attempts import process_gone
     from phaselog.runner.lease import process_start_time
 
     here = socket.gethostname()
@@ -164,7 +164,7 @@ def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def show_view(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
     """One run's queue row, its position if queued, and its lease holder if one holds it."""
-    from phaselog.ids import normalize_run_id
+    from phaselog.model.ids import normalize_run_id
 
     q = SqlQueue(store)
     entry = q.get(ticket_id, normalize_run_id(run_id))
@@ -175,7 +175,7 @@ def show_view(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
 
 def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
     """Cancel a run: now if it waits, between phases if it runs (the view says which)."""
-    from phaselog.ids import normalize_run_id
+    from phaselog.model.ids import normalize_run_id
 
     reason = f"cancelled by {by}" if by else "cancelled"
     entry = flow.cancel(SqlQueue(store), ticket_id, normalize_run_id(run_id), reason=reason)
@@ -184,7 +184,7 @@ def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) ->
 
 def retry(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
     """Queue a dead or cancelled run again; it resumes at its first incomplete phase."""
-    from phaselog.ids import normalize_run_id
+    from phaselog.model.ids import normalize_run_id
 
     q = SqlQueue(store)
     entry = flow.retry(q, ticket_id, normalize_run_id(run_id))

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
-from phaselog.state import RunStatus
+from phaselog.ledger.derive import RunStatus
 from phaselog.stores.base import AttemptRef, Stored
 from phaselog.stores.snapshot import RunSnapshot, with_attempts
 
@@ -73,7 +73,7 @@ class RunResult:
     #: The runner this one displaced when it took the lease, and why.
     took_over: dict[str, Any] | None = None
     interrupted: int | None = None
-    #: The name the run was given (``nightly-1``; :func:`phaselog.ids.run_name_of`), None for a UUID.
+    #: The name the run was given (``nightly-1``; :func:`phaselog.model.ids.run_name_of`), None for a UUID.
     run_name: str | None = None
 
     @property

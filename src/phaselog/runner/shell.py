@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from phaselog.errors import NotFound
-from phaselog.limits import TooDeep, json_loads_bounded
-from phaselog.pipelines import Phase, manifest_dict
-from phaselog.records import format_timestamp
+from phaselog.model.errors import NotFound
+from phaselog.model.limits import TooDeep, json_loads_bounded
+from phaselog.model.pipelines import Phase, manifest_dict
+from phaselog.model.records import format_timestamp
 from phaselog.runner.console import attempt_log
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt

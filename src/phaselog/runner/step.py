@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from phaselog.errors import AlreadyExists, Conflict, Fenced, UsageError
+from phaselog.model.errors import AlreadyExists, Conflict, Fenced, UsageError
 
 NEEDED = ("PHASELOG_TICKET_ID", "PHASELOG_RUN_ID", "PHASELOG_PHASE", "PHASELOG_ATTEMPT")
 
@@ -38,8 +38,8 @@ def step_from_env(
         attempt = int(env["PHASELOG_ATTEMPT"])
     except ValueError:
         raise UsageError("PHASELOG_ATTEMPT must be an integer", field="phaselog_attempt") from None
-    from phaselog.ledger import Ledger
-    from phaselog.pipelines import load_manifest
+    from phaselog.ledger.facade import Ledger
+    from phaselog.model.pipelines import load_manifest
     from phaselog.stores import open_store
 
     owned = store is None
@@ -77,8 +77,8 @@ def _started_at(text: str | None) -> Any:
     """PHASELOG_ATTEMPT_STARTED_AT (when the runner began the attempt), or None when unset."""
     if not text:
         return None
-    from phaselog.errors import Corrupt
-    from phaselog.records import parse_timestamp
+    from phaselog.model.errors import Corrupt
+    from phaselog.model.records import parse_timestamp
 
     try:
         return parse_timestamp(text, field="PHASELOG_ATTEMPT_STARTED_AT")

@@ -3,7 +3,7 @@
 One worker runs one run at a time, in its main thread (so signals and sync phase timeouts work;
 ``--concurrency N`` starts N worker processes, :mod:`phaselog.runner.pool`). The loop:
 
-1. claim (:func:`phaselog.stores.sql_queue_claim.claim`): a queued run that is due, or a
+1. claim (:func:`phaselog.stores.sql.queue.claim.claim`): a queued run that is due, or a
    running one whose worker died (heartbeat expired, or a process on this host that is gone);
 2. run it with the runner under the run's lease (fenced writes, heartbeats); before each phase
    the worker notes the phase in the queue row and learns whether a cancel was asked;
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from phaselog.errors import (
+from phaselog.model.errors import (
     Fenced,
     PhaseFailed,
     PhaselogError,
@@ -45,8 +45,8 @@ from phaselog.errors import (
     UsageError,
 )
 from phaselog.runner.signals import SignalGuard
-from phaselog.stores import sql_queue_claim as flow
-from phaselog.stores.sql_queue import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, QueueEntry, SqlQueue
+from phaselog.stores.sql.queue import claim as flow
+from phaselog.stores.sql.queue.rows import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, QueueEntry, SqlQueue
 
 DEFAULT_POLL = 2.0
 DEFAULT_GRACE = 30.0
@@ -72,7 +72,7 @@ def _nothing_ran(claim: Claim, result: Any) -> str | None:
 
 def _label(entry: QueueEntry) -> str:
     """A run in the worker's progress lines: ``ticket/name`` (the UUID when it has no name)."""
-    from phaselog.ids import run_label
+    from phaselog.model.ids import run_label
 
     return f"{entry.ticket_id}/{run_label(entry.run_id, entry.run_name)}"
 
@@ -137,7 +137,7 @@ class Worker:
     """One worker process (see the module docstring)."""
 
     def __init__(self, store_url: str, options: WorkerOptions, *, echo: Callable[[str], None] | None = None) -> None:
-        from phaselog.ledger import Ledger
+        from phaselog.ledger.facade import Ledger
         from phaselog.runner.lease import process_start_time
         from phaselog.stores import open_store
 
@@ -218,7 +218,7 @@ class Worker:
 
     def _dead_local(self) -> list[str]:
         """Workers registered from this host whose process is provably gone."""
-        from phaselog.attempts import process_gone
+        from phaselog.ledger.attempts import process_gone
         from phaselog.runner.lease import process_start_time
 
         return [
@@ -321,7 +321,7 @@ class Worker:
 
     def pipeline_for(self, claim: Claim) -> Any:
         """The runnable pipeline of a claimed run: the submitted manifest, else found by name."""
-        from phaselog.pipelines import find_pipeline, load_manifest, pipeline_from_dict
+        from phaselog.model.pipelines import find_pipeline, load_manifest, pipeline_from_dict
         from phaselog.runner.definition import PipelineRunner
 
         e = claim.entry

@@ -41,26 +41,26 @@ def open_store(
 
     if read_only:
         if migrate:
-            from phaselog.errors import UsageError
+            from phaselog.model.errors import UsageError
 
             raise UsageError("a store opened read-only cannot be migrated", field="store", rule="read_only")
         create = False
     if url is None:
         url = os.environ.get("PHASELOG_STORE") or None
     if url is None:
-        from phaselog.stores.files import FilesStore, default_root
+        from phaselog.stores.files.store import FilesStore, default_root
 
         return FilesStore(default_root(), create=create or migrate, read_only=read_only)
     spec = parse_store_url(url)
     if spec.kind == "files":
-        from phaselog.stores.files import FilesStore
+        from phaselog.stores.files.store import FilesStore
 
         return FilesStore(spec.path, create=create or migrate, read_only=read_only)
     if spec.kind == "sqlite":
-        from phaselog.stores.sqlite import SqliteStore
+        from phaselog.stores.sql.sqlite import SqliteStore
 
         assert spec.path is not None  # the parser sets it for SQLite URLs
         return SqliteStore(spec.path, create=create or migrate, migrate=migrate, read_only=read_only)
-    from phaselog.stores.postgres import PostgresStore
+    from phaselog.stores.sql.postgres import PostgresStore
 
     return PostgresStore(spec.text, create=create or migrate, migrate=migrate, read_only=read_only)

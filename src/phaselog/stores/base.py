@@ -3,7 +3,7 @@
 A store appends records (refusing duplicates, atomically checking the phase's latest attempt),
 gets one record, lists what exists, and iterates records in a stable order, reporting damaged
 entries instead of hiding them. It knows nothing of pipelines, validation or state: that lives
-above it, in :mod:`phaselog.ledger`, so every backend behaves the same.
+above it, in :mod:`phaselog.ledger.facade`, so every backend behaves the same.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from phaselog.errors import Corrupt
-from phaselog.records import Checkpoint
+from phaselog.model.errors import Corrupt
+from phaselog.model.records import Checkpoint
 
 if TYPE_CHECKING:
     from phaselog.stores.manifests import ManifestDoc
@@ -137,7 +137,7 @@ def local_root(store: Store) -> Path | None:
 
 @runtime_checkable
 class Store(Protocol):
-    """What every backend provides. Methods raise :mod:`phaselog.errors` types."""
+    """What every backend provides. Methods raise :mod:`phaselog.model.errors` types."""
 
     url: str
     #: The optional parts of the contract this store has (see :class:`Capability`).

@@ -28,8 +28,8 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from phaselog._json import dumps_compact
-from phaselog.errors import (
+from phaselog.model._json import dumps_compact
+from phaselog.model.errors import (
     AlreadyExists,
     Conflict,
     Corrupt,
@@ -39,8 +39,8 @@ from phaselog.errors import (
     TooLarge,
     UnsupportedVersion,
 )
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.limits import (
+from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.model.limits import (
     MAX_PHASE_ORDINAL,
     MAX_RECORD_BYTES,
     check_record_size,
@@ -48,7 +48,7 @@ from phaselog.limits import (
     json_loads,
     yaml_size_matters,
 )
-from phaselog.records import (
+from phaselog.model.records import (
     SCHEMA_VERSION,
     Checkpoint,
     check_schema_version,
@@ -181,7 +181,7 @@ def parse_location(location: str) -> Located | None:
 # -- the record codec ------------------------------------------------------------------------------
 def render_seed_file(record: Checkpoint) -> bytes:
     """The seed tool's YAML file of a completed record."""
-    from phaselog import _yaml  # imported on write: reading phaselog's records needs no YAML
+    from phaselog.model import _yaml
 
     return _yaml.dump(record.seed_dict()).encode("utf-8")
 
@@ -239,7 +239,7 @@ def decode_document(raw: bytes, location: str) -> dict[str, Any]:
 
 def decode_seed_file(raw: bytes, location: str) -> Any:
     """Parse a YAML seed file (JSON-compatible YAML only); Corrupt naming ``location`` otherwise."""
-    from phaselog import _yaml
+    from phaselog.model import _yaml
 
     try:
         return _yaml.load(raw, json_only=True)
@@ -302,7 +302,7 @@ class DecodedRecords:
     stored under, so a document seen again (the same run read by the next write or status) is not
     parsed, checked and hashed again. A document edited in the store is different bytes: a miss,
     decoded and tamper-checked in full. Only intact records are kept, each as a detached copy, and
-    every hit hands out another copy (:func:`phaselog.records.detached_copy`): a caller that edits
+    every hit hands out another copy (:func:`phaselog.model.records.detached_copy`): a caller that edits
     a payload in place never changes what the next reader gets. The checks that depend on where
     the document lives (identity, a SQL row's key columns) stay with the caller, hit or miss.
     Bounded by the characters of the documents it keeps (oldest out first).

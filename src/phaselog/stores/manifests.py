@@ -4,7 +4,7 @@ A manifest is kept under its pipeline's name and its content hash (``Pipeline.ma
 the SHA-256 a checkpoint's ``pipeline.manifest_hash`` names), created if absent and never
 replaced, so a store describes itself: ``status`` of a run copied to another store finds the
 pipeline there even when no manifest file is at hand. The store keeps bytes (the manifest as JSON);
-:mod:`phaselog.pipeline_shelf` builds them and checks them (name and hash) when it reads them back.
+:mod:`phaselog.ledger.recorded_pipelines` builds them and checks them (name and hash) when it reads them back.
 
 * files store: ``<root>/manifests/<name>/<sha256>.json`` (temp file, fsync, ``link``, fsync the
   folder; the folders are opened without following symlinks, like every path of the store);
@@ -22,13 +22,13 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phaselog._lazyre import LazyPattern
-from phaselog.errors import NotFound, PhaselogError, StoreError
-from phaselog.limits import MAX_MANIFEST_BYTES
+from phaselog.model._lazyre import LazyPattern
+from phaselog.model.errors import NotFound, PhaselogError, StoreError
+from phaselog.model.limits import MAX_MANIFEST_BYTES
 
 if TYPE_CHECKING:
-    from phaselog.stores.files import FilesStore
-    from phaselog.stores.sql import SqlStore
+    from phaselog.stores.files.store import FilesStore
+    from phaselog.stores.sql.store import SqlStore
 
 #: A pipeline name (the manifest grammar's) and a manifest hash (SHA-256, lowercase hex).
 NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -123,7 +123,7 @@ class FilesManifests:
 
     def put(self, doc: ManifestDoc) -> bool:
         """Record ``doc`` (see Manifests.put)."""
-        from phaselog.stores.files_io import write_temp
+        from phaselog.stores.files.io import write_temp
 
         check_key(doc.name, doc.manifest_hash)
         _check_size(doc)
@@ -155,7 +155,7 @@ class FilesManifests:
 
     def get(self, name: str, manifest_hash: str) -> bytes:
         """Read the bytes of (name, hash) (see Manifests.get)."""
-        from phaselog.stores.files_io import read_capped
+        from phaselog.stores.files.io import read_capped
 
         check_key(name, manifest_hash)
         store: Any = self.store

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import Corrupt, NotFound, UnsupportedVersion
-from phaselog.records import PipelineRef
+from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion
+from phaselog.model.records import PipelineRef
 from phaselog.stores.kernel import damaged_from
 from phaselog.stores.names import event_prefix, parse_event_name
 

@@ -1,6 +1,6 @@
 """Change stamps: a cheap token per run that changes whenever a record is added to it or removed.
 
-A listing that remembers per-run summaries (``phaselog.catalog``) asks for the stamps of a
+A listing that remembers per-run summaries (``phaselog.views.catalog``) asks for the stamps of a
 ticket's runs and recomputes only the runs whose stamp changed. A stamp is never data: it only
 says "this run may have changed". ``None`` means "cannot tell, do not remember" — a files-store
 folder modified in the last second (a second write within the filesystem's timestamp
@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from phaselog.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores.base import Capability
 
 #: A folder changed this recently (seconds) gets no stamp: it may change again unseen.

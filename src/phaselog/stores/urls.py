@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from phaselog._lazyre import LazyPattern
-from phaselog.errors import UsageError
+from phaselog.model._lazyre import LazyPattern
+from phaselog.model.errors import UsageError
 
 #: The forms every "bad store URL" error lists.
 ACCEPTED_FORMS = (

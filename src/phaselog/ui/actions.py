@@ -14,8 +14,8 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from phaselog.errors import PhaselogError, UsageError
-from phaselog.ids import normalize_run_id, validate_ticket_id
+from phaselog.model.errors import PhaselogError, UsageError
+from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.ui import urls
 from phaselog.ui.pages import attempt_param
 from phaselog.ui.security import CSRF_FIELD

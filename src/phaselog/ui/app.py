@@ -25,8 +25,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from phaselog.errors import NotFound, PhaselogError
-from phaselog.ids import run_label
+from phaselog.model.errors import NotFound, PhaselogError
+from phaselog.model.ids import run_label
 from phaselog.ui import charts, urls
 from phaselog.ui.security import Guarding, SecurityMiddleware
 
@@ -78,7 +78,7 @@ class Ledgers:
         """This thread's read-only ledger (opened on first use)."""
         ledger = getattr(self._local, "ledger", None)
         if ledger is None:
-            from phaselog.ledger import Ledger
+            from phaselog.ledger.facade import Ledger
             from phaselog.stores import open_store
 
             ledger = Ledger(open_store(self.store, read_only=True))
@@ -90,7 +90,7 @@ class Ledgers:
     @contextlib.contextmanager
     def writer(self) -> Iterator[Any]:
         """A writable ledger for one action, closed afterwards."""
-        from phaselog.ledger import Ledger
+        from phaselog.ledger.facade import Ledger
         from phaselog.stores import open_store
 
         ledger = Ledger(open_store(self.store, create=False))
@@ -117,7 +117,7 @@ def _environment() -> jinja2.Environment:
     )
     env.globals["urls"] = urls
     env.globals["duration"] = charts.duration
-    env.globals["run_label"] = run_label  # how a run is shown: its name, else its UUID (phaselog.ids)
+    env.globals["run_label"] = run_label  # how a run is shown: its name, else its UUID (phaselog.model.ids)
     env.globals["state_label"] = lambda s: STATE_LABELS.get(str(s), str(s).replace("_", " "))
     env.filters["short"] = lambda h, n=12: str(h)[:n] if h else ""
     env.filters["when"] = _when
@@ -144,7 +144,7 @@ class UI:
         self.settings = settings
         self.ledgers = Ledgers(settings.store)
         self.templates = _environment()
-        from phaselog.catalog import Catalog
+        from phaselog.views.catalog import Catalog
 
         self.catalog = Catalog()  # run summaries remembered until a run changes (shared by threads)
         self.guarding = settings.guarding or Guarding(

@@ -1,6 +1,6 @@
 """Geometry of the server-drawn SVG charts (no chart library, nothing to download).
 
-The data comes from the library (``phaselog.timeline`` spans, the guard's history); this module
+The data comes from the library (``phaselog.views.timeline`` spans, the guard's history); this module
 only maps times and durations to coordinates. Templates draw the shapes and escape every label.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from phaselog.timeline import Span, bounds
+from phaselog.views.timeline import Span, bounds
 
 WIDTH = 1000
 LABEL_W = 170

@@ -1,7 +1,7 @@
 """The pages (GET): each reads through the library and renders its JSON views.
 
 No page computes a state, a hash or a verdict of its own: states come from ``Ledger.status``,
-spans from :mod:`phaselog.timeline`, diffs from ``Ledger.diff``, verdicts from ``validate``,
+spans from :mod:`phaselog.views.timeline`, diffs from ``Ledger.diff``, verdicts from ``validate``,
 ``verify`` and ``doctor``, guard states from ``Guard.status``. Pages only filter, paginate and lay out.
 """
 
@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from phaselog import views
-from phaselog.errors import Corrupt, NotFound, PhaselogError
-from phaselog.ids import normalize_run_id, run_label, validate_ticket_id
-from phaselog.limits import MAX_ATTEMPT, parse_number
-from phaselog.state import RUN_SUMMARIES
+from phaselog.ledger.derive import RUN_SUMMARIES
+from phaselog.model.errors import Corrupt, NotFound, PhaselogError
+from phaselog.model.ids import normalize_run_id, run_label, validate_ticket_id
+from phaselog.model.limits import MAX_ATTEMPT, parse_number
 from phaselog.ui import charts, urls
+from phaselog.views import results as views
 
 if TYPE_CHECKING:
     from phaselog.ui.app import UI
@@ -116,7 +116,7 @@ def run(ui: UI, request: Request) -> Response:
     """A run: its phases (one row each, newest attempt and state), next phase and blockers — read
     from one snapshot — then a page of its attempts (newest first, with a "more" link), drawn on
     the timeline. Older attempts and progress events are pages of their own, read when asked."""
-    from phaselog.runpages import attempts_page, overview
+    from phaselog.views.run_page import attempts_page, overview
 
     ticket_id, run_id = _params(request)
     ledger = ui.ledger
@@ -160,7 +160,7 @@ def run(ui: UI, request: Request) -> Response:
 
 def run_json(ui: UI, request: Request) -> Response:
     """The run's overview as JSON (``views.run_overview``: its status is ``phaselog status``'s)."""
-    from phaselog.runpages import overview
+    from phaselog.views.run_page import overview
 
     ticket_id, run_id = _params(request)
     overview_ = overview(ui.ledger, ticket_id, run_id, artifacts_root=ui.settings.artifacts_root)
@@ -169,14 +169,14 @@ def run_json(ui: UI, request: Request) -> Response:
 
 def attempts_json(ui: UI, request: Request) -> Response:
     """A page of the run's attempts as JSON (``views.span_page``); ``before`` continues."""
-    from phaselog.runpages import attempts_page
+    from phaselog.views.run_page import attempts_page
 
     ticket_id, run_id = _params(request)
     return JSONResponse(views.span_page(attempts_page(ui.ledger, ticket_id, run_id, **_attempts_query(ui, request))))
 
 
 def _events(ui: UI, request: Request) -> Any:
-    from phaselog.runpages import events_page
+    from phaselog.views.run_page import events_page
 
     ticket_id, run_id = _params(request)
     phase, attempt = request.path_params["phase"], attempt_param(request)
@@ -238,7 +238,7 @@ def _default_pair(run_id: str, spans: Sequence[Any]) -> tuple[str, str]:
 
 def run_version(ui: UI, request: Request) -> Response:
     """The run's fingerprint, polled by the live view (JSON)."""
-    from phaselog.timeline import run_version as version
+    from phaselog.views.timeline import run_version as version
 
     ticket_id, run_id = _params(request)
     return JSONResponse({"version": version(ui.ledger, ticket_id, run_id)})  # NotFound: nothing recorded
@@ -315,7 +315,7 @@ def checkpoint(ui: UI, request: Request) -> Response:
             "judgeable": ps.completed_attempt == attempt and ps.state == "awaiting_approval",
         }
     basis = [{"phase": name, "attempt": entry.attempt, "hash": entry.hash} for name, entry in (cp.basis or {}).items()]
-    from phaselog.runpages import previous_attempt
+    from phaselog.views.run_page import previous_attempt
 
     previous = previous_attempt(ledger, ticket_id, run_id, ph.ordinal, attempt)
     return ui.render(
@@ -359,7 +359,7 @@ def raw(ui: UI, request: Request) -> Response:
         body = json.dumps(views.read(stored), indent=2, ensure_ascii=False) + "\n"
         media = "application/json"
     elif fmt == "yaml":
-        from phaselog import _yaml
+        from phaselog.model import _yaml
 
         body = _yaml.dump(stored.record.seed_dict())
         media = "application/x-yaml"
@@ -387,7 +387,7 @@ def diff(ui: UI, request: Request) -> Response:
 # -- approvals ------------------------------------------------------------------------------------
 def approvals(ui: UI, request: Request) -> Response:
     """Everything awaiting approval, across tickets (oldest first)."""
-    from phaselog.gates import approval_queue
+    from phaselog.ledger.gates import approval_queue
 
     queue, problems = approval_queue(ui.ledger)
     listing = paginate([a.to_json() for a in queue], _page_number(request), ui.settings.page_size)
@@ -446,7 +446,7 @@ def guard(ui: UI, request: Request) -> Response:
 # -- health ---------------------------------------------------------------------------------------
 def health(ui: UI, request: Request) -> Response:
     """``verify`` and ``doctor`` for one ticket, or ``doctor`` for the whole store."""
-    from phaselog.doctor import doctor
+    from phaselog.ledger.doctor import doctor
 
     ticket_id = request.query_params.get("ticket", "").strip()
     ledger = ui.ledger

@@ -30,8 +30,8 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, quote_from_bytes, unquote_plus, urlsplit
 
-from phaselog.errors import UsageError
-from phaselog.limits import is_digits
+from phaselog.model.errors import UsageError
+from phaselog.model.limits import is_digits
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

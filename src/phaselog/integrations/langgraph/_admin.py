@@ -1,7 +1,7 @@
 """Retention and copies for LangGraph threads: ``delete_thread``, ``delete_for_runs``, ``prune``,
 ``copy_thread``.
 
-Deleting goes through :func:`phaselog.retention.prune_chosen`, as ``phaselog prune`` does: under
+Deleting goes through :func:`phaselog.ledger.retention.prune_chosen`, as ``phaselog prune`` does: under
 the run's lock, a prune note first, so ``phaselog verify`` accepts the ``prev_hash`` links it
 breaks. Only runs this integration wrote are touched (a ticket may hold other pipelines' runs).
 """
@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from phaselog.errors import Conflict, Corrupt, UsageError
 from phaselog.integrations.langgraph import _codec as C
 from phaselog.integrations.langgraph._threads import Threads
-from phaselog.records import Checkpoint
-from phaselog.retention import PruneReport, prune_chosen
+from phaselog.ledger.retention import PruneReport, prune_chosen
+from phaselog.model.errors import Conflict, Corrupt, UsageError
+from phaselog.model.records import Checkpoint
 from phaselog.stores import Stored
 
 if TYPE_CHECKING:
-    from phaselog.ledger import Ledger
+    from phaselog.ledger.facade import Ledger
 
 STRATEGIES = ("keep_latest", "delete")
 

@@ -30,11 +30,11 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from phaselog import inputs
-from phaselog.entries import ProgressEvent
-from phaselog.errors import InvalidIdentifier
-from phaselog.ids import normalize_run_id, validate_ticket_id
-from phaselog.records import Checkpoint, PipelineRef
+from phaselog.ledger import inputs
+from phaselog.model.entries import ProgressEvent
+from phaselog.model.errors import InvalidIdentifier
+from phaselog.model.ids import normalize_run_id, validate_ticket_id
+from phaselog.model.records import Checkpoint, PipelineRef
 from phaselog.stores.names import event_prefix, parse_event_name
 
 PIPELINE = "langgraph"
@@ -236,7 +236,7 @@ RESUME_HINT = "graph.invoke(Command(resume=answer), config)"
 
 
 def questions(serde: Any, value: Any) -> list[dict[str, Any]]:
-    """The questions an ``__interrupt__`` write asks, as phaselog.inputs keeps them: each
+    """The questions an ``__interrupt__`` write asks, as phaselog.ledger.inputs keeps them: each
     interrupt's id and its value as JSON. The value is shown only under LangGraph's default
     serializer (which keeps it as plain msgpack anyway); under another one (an encrypting one)
     it stays only serialised."""
@@ -254,7 +254,7 @@ def writes_output(
     """The ``output`` text of the progress event holding one ``put_writes`` call.
 
     An ``interrupt()`` (an ``__interrupt__`` write) is marked as the question the checkpoint waits
-    on, a ``Command(resume=…)`` (a ``__resume__`` write) as its answer: phaselog.inputs reads them.
+    on, a ``Command(resume=…)`` (a ``__resume__`` write) as its answer: phaselog.ledger.inputs reads them.
     """
     writes = list(writes)
     doc: dict[str, Any] = {

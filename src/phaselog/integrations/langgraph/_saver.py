@@ -29,12 +29,12 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base import Checkpoint as LGCheckpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from phaselog.entries import ProgressEvent
 from phaselog.integrations.langgraph import _admin
 from phaselog.integrations.langgraph import _codec as C
 from phaselog.integrations.langgraph._threads import Threads
-from phaselog.ledger import Ledger
-from phaselog.records import Checkpoint
+from phaselog.ledger.facade import Ledger
+from phaselog.model.entries import ProgressEvent
+from phaselog.model.records import Checkpoint
 from phaselog.stores import Store, Stored, open_store
 
 log = logging.getLogger("phaselog.langgraph")

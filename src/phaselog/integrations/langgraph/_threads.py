@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from phaselog.entries import ProgressEvent, entry_bytes, parse_entry
-from phaselog.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
 from phaselog.integrations.langgraph import _codec as C
-from phaselog.pipelines import builtin
-from phaselog.pruned import read_notes
-from phaselog.records import Checkpoint
+from phaselog.ledger.prune_notes import read_notes
+from phaselog.model.entries import ProgressEvent, entry_bytes, parse_entry
+from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
+from phaselog.model.pipelines import builtin
+from phaselog.model.records import Checkpoint
 from phaselog.stores import Damaged, Store, Stored
 from phaselog.stores.names import event_name
 

@@ -1,0 +1,1 @@
+"""What the records are: checkpoints, audit entries, ids, limits, errors, pipelines."""

@@ -1,0 +1,585 @@
+"""Pipelines and phases: manifests (YAML), built-in pipelines, payload schemas.
+
+A manifest declares ``name``, ``version``, ``description``, ``order`` (``strict`` or ``free``)
+and ordered ``phases``; each phase has ``name``, ``description``, ``payload_schema`` (a JSON
+Schema, Draft 2020-12) and ``requires_approval``. Lookup order for ``--pipeline NAME``:
+``<root>/pipelines/NAME.yaml``, then each folder of ``PHASELOG_PIPELINES``, then the built-ins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any
+
+from phaselog.model._lazyre import LazyPattern
+from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
+from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
+from phaselog.model.records import PipelineRef
+
+DEFAULT_PIPELINE = "ticket-pipeline"
+BUILTIN_DIR = Path(__file__).parent / "manifests"
+_NAME_RE = LazyPattern(r"[a-z][a-z0-9_]{0,62}")
+_PIPELINE_NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MANIFEST_MAX_BYTES = MAX_MANIFEST_BYTES
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_CALL_RE = LazyPattern(f"{_DOTTED}:{_DOTTED}")
+Problem = tuple[str, str, str]  # (field path, rule, message)
+
+
+BACKOFFS = ("none", "fixed", "linear", "exponential")
+FINGERPRINTS = ("code",)
+EXECUTION_KEYS = ("run", "call", "env", "timeout", "retries", "backoff", "retry_delay", "artifacts", "fingerprint")
+MAX_RETRIES = 100
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the runner executes a phase: the manifest keys ``run``, ``env``, ``timeout``,
+    ``retries``, ``backoff``, ``retry_delay``, ``artifacts`` and ``fingerprint`` (docs/runner.md)."""
+
+    #: A command line run by ``sh -c`` in the runner's working directory (a shell phase).
+    run: str | None = None
+    #: ``package.module:function`` imported and called with ctx (a Python phase named in a manifest).
+    call: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds; None for no limit.
+    timeout: float | None = None
+    #: Attempts after the first.
+    retries: int = 0
+    backoff: str = "exponential"
+    #: Seconds before the first retry (the backoff grows from it).
+    retry_delay: float = 1.0
+    #: Globs relative to the working directory, hashed when the checkpoint is written.
+    artifacts: tuple[str, ...] = ()
+    #: ``code``: skip only while the phase's code is unchanged.
+    fingerprint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The non-default keys, as a manifest would spell them."""
+        out: dict[str, Any] = {}
+        default = Execution()
+        for key in EXECUTION_KEYS:
+            value = getattr(self, key)
+            if value != getattr(default, key):
+                out[key] = list(value) if isinstance(value, tuple) else dict(value) if key == "env" else value
+        return out
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One step of a pipeline."""
+
+    name: str
+    ordinal: int
+    description: str = ""
+    payload_schema: Mapping[str, Any] = field(default_factory=dict)
+    requires_approval: bool = False
+    execution: Execution = field(default_factory=Execution)
+    #: Its newest checkpoint may wait for input (a LangGraph ``interrupt()``): see phaselog.ledger.inputs.
+    awaits_input: bool = False
+
+    @property
+    def file_stem(self) -> str:
+        """Return ``<ordinal>_<name>``, the part of the file name that identifies the phase."""
+        return f"{self.ordinal}_{self.name}"
+
+    def order_payload(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Order payload keys as the schema declares them (``phase`` first), others after."""
+        props = self.payload_schema.get("properties") or {}
+        ordered = {"phase": payload["phase"]} if "phase" in payload else {}
+        for key in props:
+            if key in payload and key not in ordered:
+                ordered[key] = payload[key]
+        for key, value in payload.items():
+            if key not in ordered:
+                ordered[key] = value
+        return ordered
+
+    def check_payload(self, payload: Any, *, prefix: str = "phase_payload") -> list[Problem]:
+        """Validate ``payload`` against this phase's JSON Schema; return every problem."""
+        if not self.payload_schema:
+            return []
+        key = self._schema_key
+        validator = _validator(key, self.ordinal)  # cached; checks the schema itself on first use
+        fast = _fast_validator(key)
+        if fast is not None:
+            import fastjsonschema
+
+            try:
+                fast(payload)
+                return []  # valid: the common case, ~8x cheaper than jsonschema's full walk
+            except fastjsonschema.JsonSchemaException:
+                pass  # invalid: let jsonschema name every problem
+        from referencing.exceptions import Unresolvable
+
+        try:
+            errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+        except (Unresolvable, RecursionError) as exc:
+            # A $ref that points nowhere, or a cycle of $refs that never reaches a schema: the
+            # manifest is broken, not the payload.
+            what = "a cycle of $ref that never resolves" if isinstance(exc, RecursionError) else f"{exc}"
+            raise PipelineError(
+                f"phase {self.name}: payload_schema has an unusable $ref ({what[:200]}); fix the pipeline manifest",
+                field=f"phases[{self.ordinal - 1}].payload_schema",
+                rule="schema_ref",
+            ) from None
+        problems: list[Problem] = []
+        for err in errors:
+            path = ".".join([prefix, *(str(p) for p in err.absolute_path)])
+            rule = err.validator if err.validator != "format" else f"format:{err.validator_value}"
+            problems.append((path, str(rule), _message(err)))
+        return problems
+
+    @cached_property
+    def _schema_key(self) -> str:
+        return json.dumps(self.payload_schema, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A named, versioned, ordered list of phases."""
+
+    name: str
+    version: str
+    phases: tuple[Phase, ...]
+    description: str = ""
+    order: str = "strict"
+    source: str = "<python>"
+    #: Why this pipeline was chosen when nothing named it (added to an unknown-phase error).
+    fallback_note: str = field(default="", compare=False, repr=False)
+
+    @cached_property
+    def manifest_hash(self) -> str:
+        """SHA-256 over the canonical JSON of the manifest's content."""
+        doc = {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "order": self.order,
+            "phases": [_phase_doc(p) for p in self.phases],
+        }
+        blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def ref(self) -> PipelineRef:
+        """Return the reference a checkpoint records."""
+        return PipelineRef(self.name, self.version, self.manifest_hash)
+
+    @property
+    def phase_names(self) -> list[str]:
+        """Phase names in order."""
+        return [p.name for p in self.phases]
+
+    def phase(self, name_or_ordinal: str | int) -> Phase:
+        """Return a phase by name or 1-based ordinal; UnknownPhase lists the valid ones."""
+        if isinstance(name_or_ordinal, int) or (isinstance(name_or_ordinal, str) and is_digits(name_or_ordinal)):
+            n = int(name_or_ordinal)
+            for p in self.phases:
+                if p.ordinal == n:
+                    return p
+        else:
+            for p in self.phases:
+                if p.name == name_or_ordinal:
+                    return p
+        valid = ", ".join(f"{p.ordinal}={p.name}" for p in self.phases)
+        note = f"; {self.fallback_note}" if self.fallback_note else ""
+        raise UnknownPhase(
+            f"unknown phase {name_or_ordinal!r} for pipeline {self.name}; valid phases: {valid}{note}",
+            field="phase",
+            valid_phases=self.phase_names,
+        )
+
+    def phase_by_ordinal(self, ordinal: int) -> Phase | None:
+        """Return the phase with this ordinal, or None."""
+        for p in self.phases:
+            if p.ordinal == ordinal:
+                return p
+        return None
+
+    def earlier(self, phase: Phase) -> tuple[Phase, ...]:
+        """Phases before ``phase``, in order."""
+        return tuple(p for p in self.phases if p.ordinal < phase.ordinal)
+
+
+def _phase_doc(p: Phase) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": p.name,
+        "description": p.description,
+        "payload_schema": p.payload_schema,
+        "requires_approval": p.requires_approval,
+    }
+    if p.awaits_input:  # only when set: other manifests keep the hash they had
+        doc["awaits_input"] = True
+    execution = p.execution.to_json()
+    if execution:  # only when set: manifests without runner keys keep the hash they had
+        doc["execution"] = execution
+    return doc
+
+
+def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
+    """The pipeline as a manifest document (``load_manifest``/``pipeline_from_dict`` read it back)."""
+    phases = []
+    for p in pipeline.phases:
+        doc = {k: v for k, v in _phase_doc(p).items() if k != "execution"}
+        doc.update(p.execution.to_json())
+        phases.append(doc)
+    return {
+        "name": pipeline.name,
+        "version": pipeline.version,
+        "description": pipeline.description,
+        "order": pipeline.order,
+        "phases": phases,
+    }
+
+
+# -- building and loading -------------------------------------------------------------------------
+def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
+    """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""
+    from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
+    from phaselog.model.errors import UsageError
+
+    def bad(key: str, rule: str, message: str) -> PipelineError:
+        return PipelineError(f"{where}: {at}.{key} {message}", field=f"{at}.{key}", rule=rule)
+
+    def seconds(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r:.60})")
+        try:
+            if isinstance(value, int | float):
+                if value < 0:
+                    raise bad(key, "duration", f"must not be negative (got {value!r:.60})")
+                return check_seconds(value, field=f"{at}.{key}")  # the bound `…d` has: one for both forms
+            return parse_duration(value, field=f"{at}.{key}").total_seconds()
+        except UsageError as exc:
+            if exc.context.get("rule") == "duration_max":
+                too_long = f"is too long: at most {MAX_DAYS}d (100 years) (got {value!r:.60})"
+                raise bad(key, "duration_max", too_long) from None
+            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r:.60})") from None
+
+    kw: dict[str, Any] = {}
+    if "run" in raw:
+        run = raw["run"]
+        if not isinstance(run, str) or not run.strip():
+            raise bad("run", "type", "must be a non-empty command line (a string run by sh -c)")
+        if "\x00" in run:
+            raise bad("run", "format", "must not contain NUL characters")
+        kw["run"] = run
+    if "call" in raw:
+        call = raw["call"]
+        if not isinstance(call, str) or not _CALL_RE.fullmatch(call):
+            raise bad("call", "format", f"must be package.module:function (got {call!r})")
+        if "run" in kw:
+            raise bad("call", "exclusive", "cannot be given with run: (a phase is a command or a function)")
+        kw["call"] = call
+    if "env" in raw:
+        env = raw["env"]
+        if not isinstance(env, Mapping):
+            raise bad("env", "type", "must map variable names to strings")
+        clean: dict[str, str] = {}
+        for k, v in env.items():
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise bad("env", "env_name", f"has an invalid variable name {k!r}")
+            if isinstance(v, bool) or not isinstance(v, str | int | float):
+                raise bad("env", "type", f"value of {k} must be a string (got {v!r})")
+            if isinstance(v, str) and "\x00" in v:
+                raise bad("env", "format", f"value of {k} must not contain NUL characters (an environment cannot)")
+            try:
+                os.fsencode(str(v))
+            except UnicodeError:
+                raise bad("env", "format", f"value of {k} cannot be encoded for the environment") from None
+            clean[k] = str(v)
+        kw["env"] = clean
+    if "timeout" in raw and raw["timeout"] is not None:
+        kw["timeout"] = seconds("timeout", raw["timeout"])
+        if kw["timeout"] <= 0:
+            raise bad("timeout", "duration", "must be longer than zero")
+    if "retries" in raw:
+        retries = raw["retries"]
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise bad("retries", "type", f"must be an integer from 0 to {MAX_RETRIES} (attempts after the first)")
+        kw["retries"] = retries
+    if "backoff" in raw:
+        if raw["backoff"] not in BACKOFFS:
+            raise bad("backoff", "enum", f"must be one of {', '.join(BACKOFFS)} (got {raw['backoff']!r})")
+        kw["backoff"] = raw["backoff"]
+    if "retry_delay" in raw:
+        kw["retry_delay"] = seconds("retry_delay", raw["retry_delay"])
+    if "artifacts" in raw:
+        arts = raw["artifacts"]
+        if isinstance(arts, str):
+            arts = [arts]
+        if not isinstance(arts, Sequence) or not all(isinstance(a, str) and a for a in arts):
+            raise bad("artifacts", "type", "must be a list of globs relative to the working directory")
+        for a in arts:
+            if a.startswith("/") or ".." in Path(a).parts:
+                raise bad("artifacts", "relative-path", f"must stay inside the working directory (got {a!r})")
+        kw["artifacts"] = tuple(arts)
+    if "fingerprint" in raw and raw["fingerprint"] is not None:
+        if raw["fingerprint"] not in FINGERPRINTS:
+            raise bad("fingerprint", "enum", f"must be 'code' (got {raw['fingerprint']!r})")
+        kw["fingerprint"] = raw["fingerprint"]
+    return Execution(**kw)
+
+
+#: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
+MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases"})
+#: The keys a phase of a manifest may have: its own, and the runner's.
+PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS})
+
+
+def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
+    """Build a Pipeline from a parsed manifest, checking every field."""
+    where = f"pipeline manifest {source}"
+    if not isinstance(doc, Mapping):
+        raise PipelineError(f"{where}: must be a mapping", field="manifest", rule="type")
+    name = doc.get("name")
+    if not isinstance(name, str) or not _PIPELINE_NAME_RE.fullmatch(name):
+        raise PipelineError(f"{where}: name must be 1-64 of [A-Za-z0-9._-] (got {name!r})", field="name")
+    version = doc.get("version")
+    if isinstance(version, int | float) and not isinstance(version, bool):
+        version = str(version)
+    if not isinstance(version, str) or not version:
+        raise PipelineError(f"{where}: version must be a non-empty string", field="version")
+    order = doc.get("order", "strict")
+    if order not in ("strict", "free"):
+        raise PipelineError(f"{where}: order must be 'strict' or 'free'", field="order")
+    raw_phases = doc.get("phases")
+    if not isinstance(raw_phases, Sequence) or isinstance(raw_phases, str) or not raw_phases:
+        raise PipelineError(f"{where}: phases must be a non-empty list", field="phases")
+    if not is_phase_ordinal(len(raw_phases)):
+        raise PipelineError(
+            f"{where}: phases has {len(raw_phases)} phases; a pipeline has at most {MAX_PHASE_ORDINAL} "
+            f"(the highest phase ordinal a record can carry; phases[{MAX_PHASE_ORDINAL}] is one too many)",
+            field="phases",
+            rule="max_phase_ordinal",
+        )
+    phases: list[Phase] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_phases, start=1):
+        at = f"phases[{i - 1}]"
+        if not isinstance(raw, Mapping):
+            raise PipelineError(f"{where}: {at} must be a mapping", field=at)
+        pname = raw.get("name")
+        if not isinstance(pname, str) or not _NAME_RE.fullmatch(pname):
+            raise PipelineError(
+                f"{where}: {at}.name must match [a-z][a-z0-9_]* (got {pname!r})",
+                field=f"{at}.name",
+            )
+        if pname in seen:
+            raise PipelineError(f"{where}: duplicate phase name {pname!r}", field=f"{at}.name")
+        seen.add(pname)
+        schema = raw.get("payload_schema", {}) or {}
+        if not isinstance(schema, Mapping):
+            raise PipelineError(
+                f"{where}: {at}.payload_schema must be a JSON Schema object",
+                field=f"{at}.payload_schema",
+            )
+        approval, awaits = raw.get("requires_approval", False), raw.get("awaits_input", False)
+        for key, value in (("requires_approval", approval), ("awaits_input", awaits)):
+            if not isinstance(value, bool):
+                raise PipelineError(f"{where}: {at}.{key} must be true or false", field=f"{at}.{key}")
+        desc = raw.get("description", "") or ""
+        unknown = set(raw) - PHASE_KEYS
+        if unknown:
+            raise PipelineError(
+                f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
+                f"payload_schema, requires_approval, awaits_input and the runner's keys {', '.join(EXECUTION_KEYS)})",
+                field=f"{at}.{sorted(unknown)[0]}",
+                rule="unknown_key",
+            )
+        execution = execution_from_dict(raw, where, at)
+        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits))
+    unknown_top = set(doc) - MANIFEST_KEYS
+    if unknown_top:
+        raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
+    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source)
+
+
+def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
+    """Load and check a manifest file."""
+    p = Path(path)
+    try:
+        data = read_file_bounded(p, MANIFEST_MAX_BYTES, what=f"pipeline manifest {p}")
+    except TooLarge as exc:
+        raise PipelineError(exc.message, path=str(p), rule="max_manifest_bytes") from None
+    except FileNotFoundError:
+        raise PipelineError(f"pipeline manifest not found: {p}", path=str(p)) from None
+    except OSError as exc:
+        raise PipelineError(f"pipeline manifest {p}: {exc.strerror}", path=str(p)) from None
+    try:
+        if p.suffix == ".json" and p.parent == BUILTIN_DIR:
+            # Built-ins are read from their generated JSON twin: reading a record must not pay
+            # for importing YAML (tests/test_pipelines.py checks the twins match the YAML).
+            doc = json.loads(data)
+        else:
+            from phaselog.model import _yaml
+
+            doc = _yaml.load(data, json_only=True)
+    except Corrupt as exc:
+        raise PipelineError(f"pipeline manifest {p}: {exc.message}", path=str(p), **exc.context) from None
+    # The payload schemas are checked against the JSON Schema metaschema on first use
+    # (``Phase.check_payload``), not here: reading checkpoints must not pay for jsonschema.
+    return pipeline_from_dict(doc, source=str(p))
+
+
+def search_dirs(root: str | os.PathLike[str] | None) -> list[Path]:
+    """Folders searched for ``NAME.yaml``, in order (built-ins come last)."""
+    dirs: list[Path] = []
+    if root is not None:
+        dirs.append(Path(root) / "pipelines")
+    env = os.environ.get("PHASELOG_PIPELINES", "")
+    dirs.extend(Path(d) for d in env.split(os.pathsep) if d)
+    dirs.append(BUILTIN_DIR)
+    return dirs
+
+
+def find_pipeline(name: str, root: str | os.PathLike[str] | None = None) -> Pipeline:
+    """Find a pipeline by name in the search folders."""
+    if not _PIPELINE_NAME_RE.fullmatch(name):
+        raise PipelineError(f"pipeline name must be 1-64 of [A-Za-z0-9._-] (got {name!r})")
+    for d in search_dirs(root):
+        candidate = d / f"{name}.yaml"
+        if candidate.is_file():
+            return _cached_manifest(str(candidate), candidate.stat().st_mtime_ns)
+    where = ", ".join(str(d) for d in search_dirs(root))
+    raise PipelineError(f"pipeline {name!r} not found (looked for {name}.yaml in: {where})", pipeline=name)
+
+
+@cache
+def _cached_manifest(path: str, _mtime: int) -> Pipeline:
+    p = Path(path)
+    if p.parent == BUILTIN_DIR and p.suffix == ".yaml" and p.with_suffix(".json").is_file():
+        pipeline = load_manifest(p.with_suffix(".json"))
+        return Pipeline(pipeline.name, pipeline.version, pipeline.phases, pipeline.description, pipeline.order, str(p))
+    return load_manifest(path)
+
+
+def available_pipelines(root: str | os.PathLike[str] | None = None) -> list[Pipeline]:
+    """Every pipeline found in the search folders (the first of each name wins)."""
+    found: dict[str, Pipeline] = {}
+    for d in search_dirs(root):
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("*.yaml")):
+            if f.stem not in found and _PIPELINE_NAME_RE.fullmatch(f.stem):
+                found[f.stem] = _cached_manifest(str(f), f.stat().st_mtime_ns)
+    return list(found.values())
+
+
+def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
+    """Return a built-in pipeline (``ticket-pipeline`` or ``video-pipeline``)."""
+    path = BUILTIN_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise PipelineError(f"no built-in pipeline {name!r}")
+    return _cached_manifest(str(path), 0)
+
+
+# -- JSON Schema (imported lazily: jsonschema costs ~60 ms to import) ---------------------------
+def _format_checker() -> Any:
+    import jsonschema
+
+    from phaselog.model.formats import CHECKERS
+
+    checker = jsonschema.FormatChecker(formats=())
+    for fmt, fn in CHECKERS.items():
+        checker.checks(fmt)(_as_bool(fn))
+    return checker
+
+
+def _as_bool(fn: Any) -> Any:
+    def check(value: object) -> bool:
+        return not isinstance(value, str) or fn(value) is None
+
+    return check
+
+
+@cache
+def _validator(schema_json: str, ordinal: int) -> Any:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    schema = json.loads(schema_json)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise PipelineError(
+            f"phases[{ordinal - 1}].payload_schema is not a valid JSON Schema (Draft 2020-12): {exc.message}",
+            field=f"phases[{ordinal - 1}].payload_schema",
+            rule="json_schema",
+        ) from None
+    return Draft202012Validator(schema, format_checker=_format_checker())
+
+
+# Keywords whose meaning is the same in Draft 7 (fastjsonschema) and Draft 2020-12 (jsonschema).
+# A schema using only these is checked by fastjsonschema first; anything else goes to jsonschema.
+_FAST_KEYWORDS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "enum", "const", "minimum", "maximum"}
+    | {"exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems"}
+    | {"uniqueItems", "format", "description", "title", "default", "examples", "items"}
+)
+
+
+def _fast_safe(schema: Any) -> bool:
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict) or not set(schema) <= _FAST_KEYWORDS:
+        return False
+    if "items" in schema and not isinstance(schema["items"], dict | bool):
+        return False  # tuple-form items differ between drafts
+    subs = [*(schema.get("properties") or {}).values()]
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            subs.append(schema[key])
+    return all(_fast_safe(s) for s in subs)
+
+
+@cache
+def _fast_validator(schema_json: str) -> Any:
+    """A compiled fastjsonschema validator for the happy path, or None when not applicable."""
+    schema = json.loads(schema_json)
+    if not _fast_safe(schema):
+        return None
+    try:
+        import fastjsonschema
+
+        from phaselog.model.formats import CHECKERS
+
+        return fastjsonschema.compile(schema, formats={k: _as_bool(f) for k, f in CHECKERS.items()})
+    except Exception:
+        return None
+
+
+def check_schemas(pipeline: Pipeline) -> None:
+    """Check every payload schema of ``pipeline`` against the JSON Schema metaschema (Draft 2020-12,
+    the draft payloads are validated with); PipelineError naming the phase and its payload_schema."""
+    for phase in pipeline.phases:
+        if not phase.payload_schema:
+            continue
+        try:
+            _validator(phase._schema_key, phase.ordinal)
+        except PipelineError as exc:
+            raise PipelineError(
+                f"pipeline manifest {pipeline.source}: phase {phase.name}: {exc.message}", **exc.context
+            ) from None
+
+
+def _message(err: Any) -> str:
+    if err.validator == "format":
+        from phaselog.model.formats import CHECKERS
+
+        fn = CHECKERS.get(err.validator_value)
+        if fn is not None and isinstance(err.instance, str):
+            reason = fn(err.instance)
+            if reason:
+                return reason
+    if err.validator == "additionalProperties":
+        return f"{err.message} (this phase's payload allows only the keys its schema lists)"
+    return str(err.message)

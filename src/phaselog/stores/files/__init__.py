@@ -1,0 +1,1 @@
+"""The default store: the seed tool's files plus phaselog's sidecars."""

@@ -1,0 +1,1 @@
+"""The SQL store: one core, two dialects (SQLite, PostgreSQL), numbered migrations."""

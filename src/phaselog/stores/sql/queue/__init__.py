@@ -1,0 +1,1 @@
+"""The queue of runs on PostgreSQL (workers): rows, submits, claims, recovery."""

@@ -1,0 +1,437 @@
+"""The queue of runs on PostgreSQL: submitted runs that workers on any machine claim.
+
+Two tables (migration 3; created on SQLite too, where they stay empty: the queue refuses
+non-PostgreSQL stores, see docs/decisions.md):
+
+* ``phaselog_queue``: one row per submitted run, keyed like every other table by
+  ``(ticket_id, run_id)``. ``state`` is one of :data:`STATES`; a running row names its
+  ``worker`` and carries a ``claim_token`` raised by one at every claim, so a worker that lost
+  the row (it was recovered from under it) cannot change it any more: every transition is an
+  ``UPDATE … WHERE claim_token = mine AND state = 'running'``.
+* ``phaselog_queue_workers``: one row per live worker process (host, pid, process start time)
+  with ``expires_at`` in the database's clock, renewed by the worker's heartbeat. A running row
+  whose worker's row expired, vanished, or names a process that is provably gone on the
+  claimer's own host is *recovered*: claimed again, ``recoveries`` + 1, and after the workers'
+  ``max_recoveries`` it is ``dead`` with the reason (a poison run does not loop forever).
+
+Claiming is one transaction: ``SELECT … FOR UPDATE OF q SKIP LOCKED LIMIT 1`` over the
+claimable rows (queued and due, or running under a dead worker), then an ``UPDATE``. Submits,
+re-queues and retries ``pg_notify`` the queue's channel (:func:`channel`) inside their
+transaction, so idle workers blocked in ``LISTEN`` wake when it commits.
+
+This module knows rows, not pipelines or processes: the runner decides liveness of processes
+(``dead_local``) and what a run's outcome means for its row (phaselog.runner.worker).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from phaselog.model.errors import Conflict, NotFound, QueueRefused, UsageError
+from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.stores.base import Capability
+from phaselog.stores.sql.lease import NOW
+
+if TYPE_CHECKING:
+    from phaselog.stores.sql.store import SqlStore
+
+QUEUED, RUNNING, AWAITING, DEAD, DONE, CANCELLED = (
+    "queued",
+    "running",
+    "awaiting_approval",
+    "dead",
+    "done",
+    "cancelled",
+)
+STATES = (QUEUED, RUNNING, AWAITING, DEAD, DONE, CANCELLED)
+#: A run in one of these states still holds its dedup key.
+ACTIVE = (QUEUED, RUNNING, AWAITING)
+DEFAULT_QUEUE = "default"
+
+MIGRATION = [
+    """CREATE TABLE IF NOT EXISTS phaselog_queue (
+        ticket_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        pipeline TEXT NOT NULL,
+        manifest TEXT,
+        manifest_hash TEXT,
+        priority INTEGER NOT NULL,
+        not_before DOUBLE PRECISION NOT NULL,
+        dedup_key TEXT,
+        state TEXT NOT NULL,
+        worker TEXT,
+        claim_token BIGINT NOT NULL,
+        claims INTEGER NOT NULL,
+        recoveries INTEGER NOT NULL,
+        phase TEXT,
+        reason TEXT,
+        cancel_requested INTEGER NOT NULL,
+        submitted_at DOUBLE PRECISION NOT NULL,
+        since DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (ticket_id, run_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS phaselog_queue_claim ON phaselog_queue (queue, state, priority, submitted_at)",
+    # A dedup key names at most one run that is not finished; a finished run frees it.
+    "CREATE UNIQUE INDEX IF NOT EXISTS phaselog_queue_dedup ON phaselog_queue (queue, dedup_key) "
+    "WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running', 'awaiting_approval')",
+    """CREATE TABLE IF NOT EXISTS phaselog_queue_workers (
+        worker_id TEXT PRIMARY KEY,
+        queue TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        process_start DOUBLE PRECISION,
+        started_at DOUBLE PRECISION NOT NULL,
+        heartbeat_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+]
+
+#: Migration 6: the run id as it was given when it is a name (``w49``), else NULL.
+MIGRATION_7 = ["ALTER TABLE phaselog_queue ADD COLUMN run_name TEXT"]
+
+_COLUMNS = (
+    "ticket_id, run_id, queue, pipeline, manifest, manifest_hash, priority, not_before, dedup_key, state, "
+    "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since, run_name"
+)
+_NOW = NOW["postgresql"]
+
+
+def timestamp(epoch: float | None) -> str | None:
+    """An epoch (the database clock) as ISO-8601 UTC."""
+    if epoch is None:
+        return None
+    from phaselog.model.records import format_timestamp
+
+    return format_timestamp(datetime.fromtimestamp(round(float(epoch), 6), UTC))
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One row of the queue, as read (``now``: the database clock when it was read)."""
+
+    ticket_id: str
+    run_id: str
+    queue: str
+    pipeline: str
+    manifest: str | None
+    manifest_hash: str | None
+    priority: int
+    not_before: float
+    dedup_key: str | None
+    state: str
+    worker: str | None
+    claim_token: int
+    claims: int
+    recoveries: int
+    phase: str | None
+    reason: str | None
+    cancel_requested: bool
+    submitted_at: float
+    since: float
+    #: The run id as it was submitted when it is a name (``w49``); None when it was a UUID.
+    run_name: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> QueueEntry:
+        """Build from a row of ``_COLUMNS``."""
+        r = list(row[:20])
+        for i in (6, 11, 12, 13):
+            r[i] = int(r[i])
+        r[16] = bool(r[16])
+        for i in (7, 17, 18):
+            r[i] = float(r[i])
+        return cls(*r)
+
+    @property
+    def manifest_doc(self) -> dict[str, Any] | None:
+        """The submitted manifest (None: the worker resolves the pipeline by name)."""
+        return json.loads(self.manifest) if self.manifest is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON view (``queue list`` / ``queue show``); times are ISO-8601 UTC."""
+        return {
+            "ticket_id": self.ticket_id,
+            "run_id": self.run_id,
+            "run_name": self.run_name,
+            "state": self.state,
+            "worker": self.worker,
+            "phase": self.phase,
+            "since": timestamp(self.since),
+            "queue": self.queue,
+            "pipeline": self.pipeline,
+            "manifest_hash": self.manifest_hash,
+            "priority": self.priority,
+            "not_before": timestamp(self.not_before),
+            "dedup_key": self.dedup_key,
+            "claims": self.claims,
+            "recoveries": self.recoveries,
+            "reason": self.reason,
+            "cancel_requested": self.cancel_requested,
+            "submitted_at": timestamp(self.submitted_at),
+        }
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A row this worker now runs; ``token`` fences every later transition of the row."""
+
+    entry: QueueEntry
+    token: int
+    #: Set when the row was recovered from a dead worker: who, and why it counts as dead.
+    recovered_from: str | None = None
+
+
+def channel(store: SqlStore) -> str:
+    """The NOTIFY channel of the store's queue (one per schema: tests share a database)."""
+    dialect: Any = store.dialect  # a PostgresDialect (require_postgres): its schema, if the URL names one
+    schema = dialect.schema
+    return f"phaselog_queue_{schema}"[:63] if schema else "phaselog_queue"
+
+
+def require_postgres(store: Any) -> SqlStore:
+    """The store, if it can hold the queue; QueueRefused (exit 2) naming what to do otherwise."""
+    if Capability.QUEUE not in store.capabilities:
+        kind = {"FilesStore": "files", "SqliteStore": "SQLite"}.get(type(store).__name__, type(store).__name__)
+        raise QueueRefused(
+            f"the queue of runs lives in a PostgreSQL store (workers on many machines share it); this is a {kind} "
+            "store. On one machine, run pipelines with `phaselog run`; for workers, use --store postgresql://…",
+            field="store",
+            rule="queue_needs_postgresql",
+        )
+    sql_store: SqlStore = store
+    return sql_store
+
+
+def check_key(ticket_id: str, run_id: str) -> tuple[str, str]:
+    """Validated (ticket_id, run_id); run_id must be canonical already (normalize first)."""
+    validate_ticket_id(ticket_id)
+    if not is_canonical_uuid(run_id):
+        raise UsageError(f"run_id {run_id!r} is not a canonical UUID", field="run_id")
+    return ticket_id, run_id
+
+
+class SqlQueue:
+    """The queue's statements over one PostgreSQL store (see the module docstring)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = require_postgres(store)
+        self.channel = channel(self.store)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _tx(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(conn)`` in one write transaction, retried on transient errors (a new connection)."""
+        return self.store._retry(lambda: self.store._write(fn))
+
+    def _notify(self, conn: Any, queue: str) -> None:
+        conn.execute("SELECT pg_notify(%s, %s)", (self.channel, queue))
+
+    def _row(self, conn: Any, key: tuple[str, str], *, lock: bool = False) -> QueueEntry | None:
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s"
+            + (" FOR UPDATE" if lock else ""),
+            key,
+        ).fetchone()
+        return QueueEntry.from_row(row) if row else None
+
+    def now(self) -> float:
+        """The database clock (epoch seconds)."""
+        return float(self.store._query_raw(f"SELECT {_NOW}")[0][0])
+
+    # -- submitting -------------------------------------------------------------------------------
+    def submit(
+        self,
+        ticket_id: str,
+        run_id: str,
+        *,
+        pipeline: str,
+        manifest: Mapping[str, Any] | None,
+        manifest_hash: str | None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        not_before: float | None = None,
+        delay: float | None = None,
+        dedup_key: str | None = None,
+        run_name: str | None = None,
+    ) -> tuple[QueueEntry, bool]:
+        """Queue a run; idempotent by run and by dedup key. Returns (entry, created).
+
+        ``not_before``: an epoch; ``delay``: seconds from now in the database's clock (one or
+        neither). A run already in the queue is returned as it is (Conflict if it was submitted
+        with another pipeline); so is the unfinished run holding ``dedup_key``. ``run_name``: the
+        run id as it was given, when it is a name (kept with the row; the worker runs it by that name).
+        """
+        key = check_key(ticket_id, run_id)
+        body = json.dumps(dict(manifest), sort_keys=True) if manifest is not None else None
+
+        def put(conn: Any) -> tuple[QueueEntry, bool]:
+            existing = self._row(conn, key)
+            if existing is None and dedup_key is not None:
+                row = conn.execute(
+                    f"SELECT {_COLUMNS} FROM phaselog_queue WHERE queue = %s AND dedup_key = %s "
+                    "AND state IN ('queued', 'running', 'awaiting_approval')",
+                    (queue, dedup_key),
+                ).fetchone()
+                if row is not None:
+                    return QueueEntry.from_row(row), False
+            if existing is not None:
+                if existing.pipeline != pipeline or (
+                    manifest_hash is not None and existing.manifest_hash not in (None, manifest_hash)
+                ):
+                    raise Conflict(
+                        f"run {run_id} of ticket {ticket_id} is already in the queue with pipeline "
+                        f"{existing.pipeline} ({existing.manifest_hash or 'by name'}); submit another run id",
+                        rule="submitted_differently",
+                    )
+                return existing, False
+            at = None if not_before is None else float(not_before)
+            due = (at, float(delay or 0.0))
+            row = conn.execute(
+                f"INSERT INTO phaselog_queue ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                f"COALESCE(%s::double precision, {_NOW} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
+                f"{_NOW}, {_NOW}, %s) RETURNING {_COLUMNS}",
+                (*key, queue, pipeline, body, manifest_hash, int(priority), *due, dedup_key, run_name),
+            ).fetchone()
+            self._notify(conn, queue)
+            return QueueEntry.from_row(row), True
+
+        for _ in range(5):
+            try:
+                result: tuple[QueueEntry, bool] = self._tx(put)
+                return result
+            except Exception as exc:
+                # Two submits of one run (or one dedup key) at once: the loser reads the winner's row.
+                if not self.store.dialect.is_unique_violation(exc):
+                    raise
+        raise Conflict(f"could not queue run {run_id}: concurrent submits kept colliding")
+
+    def position(self, entry: QueueEntry) -> int | None:
+        """1 + the queued runs of its queue that a worker takes before it (None unless queued)."""
+        if entry.state != QUEUED:
+            return None
+        rows = self.store._query_raw(
+            "SELECT COUNT(*) FROM phaselog_queue WHERE queue = %s AND state = 'queued' AND (priority > %s OR "
+            "(priority = %s AND (submitted_at, run_id) < (%s, %s)))",
+            (entry.queue, entry.priority, entry.priority, entry.submitted_at, entry.run_id),
+        )
+        return int(rows[0][0]) + 1
+
+    # -- reading ----------------------------------------------------------------------------------
+    def get(self, ticket_id: str, run_id: str) -> QueueEntry:
+        """One row; NotFound if the run was never submitted."""
+        key = check_key(ticket_id, run_id)
+        rows = self.store._query_raw(f"SELECT {_COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s", key)
+        if not rows:
+            raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
+        return QueueEntry.from_row(rows[0])
+
+    def entries(
+        self, *, queue: str | None = None, states: Sequence[str] = (), ticket_id: str | None = None, limit: int = 1000
+    ) -> list[QueueEntry]:
+        """Rows in claim order within each state (priority, then age); one query."""
+        where: list[str] = ["TRUE"]
+        params: list[Any] = []
+        if queue is not None:
+            where.append("queue = %s")
+            params.append(queue)
+        if states:
+            where.append("state = ANY(%s)")
+            params.append(list(states))
+        if ticket_id is not None:
+            where.append("ticket_id = %s")
+            params.append(ticket_id)
+        rows = self.store._query_raw(
+            f"SELECT {_COLUMNS} FROM phaselog_queue WHERE {' AND '.join(where)} ORDER BY submitted_at, run_id LIMIT %s",
+            (*params, int(limit)),
+        )
+        return [QueueEntry.from_row(r) for r in rows]
+
+    def counts(self, queue: str | None = None) -> dict[str, int]:
+        """How many runs are in each state."""
+        rows = self.store._query_raw(
+            "SELECT state, COUNT(*) FROM phaselog_queue" + (" WHERE queue = %s" if queue else "") + " GROUP BY state",
+            (queue,) if queue else (),
+        )
+        found = {str(s): int(n) for s, n in rows}
+        return {s: found.get(s, 0) for s in STATES}
+
+    # -- workers ----------------------------------------------------------------------------------
+    def register(
+        self, worker_id: str, queue: str, host: str, pid: int, process_start: float | None, ttl: float
+    ) -> None:
+        """Announce a live worker (its heartbeat row)."""
+
+        def put(conn: Any) -> None:
+            conn.execute(
+                "INSERT INTO phaselog_queue_workers (worker_id, queue, host, pid, process_start, started_at, "
+                f"heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s, {_NOW}, {_NOW}, {_NOW} + %s) "
+                f"ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = {_NOW}, expires_at = {_NOW} + %s",
+                (worker_id, queue, host, pid, process_start, float(ttl), float(ttl)),
+            )
+
+        self._tx(put)
+
+    def beat(self, worker_id: str, ttl: float) -> bool:
+        """Renew the worker's row; False if it is gone (declared dead and removed)."""
+
+        def renew(conn: Any) -> bool:
+            cur = conn.execute(
+                f"UPDATE phaselog_queue_workers SET heartbeat_at = {_NOW}, expires_at = {_NOW} + %s "
+                "WHERE worker_id = %s",
+                (float(ttl), worker_id),
+            )
+            return bool(cur.rowcount)
+
+        alive: bool = self._tx(renew)
+        return alive
+
+    def unregister(self, worker_id: str) -> None:
+        """Remove the worker's row (a worker stopping cleanly, after releasing its run)."""
+        self._tx(lambda conn: conn.execute("DELETE FROM phaselog_queue_workers WHERE worker_id = %s", (worker_id,)))
+
+    def workers_on(self, host: str) -> list[tuple[str, int, float | None]]:
+        """(worker_id, pid, process start) of every worker registered from ``host``."""
+        rows = self.store._query_raw(
+            "SELECT worker_id, pid, process_start FROM phaselog_queue_workers WHERE host = %s", (host,)
+        )
+        return [(str(w), int(p), None if s is None else float(s)) for w, p, s in rows]
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Every registered worker, with whether its heartbeat is current."""
+        rows = self.store._query_raw(
+            "SELECT worker_id, queue, host, pid, process_start, started_at, heartbeat_at, expires_at < "
+            f"{_NOW} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
+        )
+        return [
+            {
+                "worker": w,
+                "queue": q,
+                "host": h,
+                "pid": int(p),
+                "process_start": None if ps is None else float(ps),
+                "started_at": timestamp(s),
+                "heartbeat_at": timestamp(b),
+                "expired": bool(x),
+            }
+            for w, q, h, p, ps, s, b, x in rows
+        ]
+
+    def forget_workers(self, worker_ids: Sequence[str], *, expired_for: float) -> int:
+        """Remove rows of workers known dead (``worker_ids``) or expired for ``expired_for`` s,
+        unless a running row still names them (it must be recovered first)."""
+
+        def forget(conn: Any) -> int:
+            cur = conn.execute(
+                "DELETE FROM phaselog_queue_workers w WHERE (w.worker_id = ANY(%s) OR w.expires_at < "
+                f"{_NOW} - %s) AND NOT EXISTS (SELECT 1 FROM phaselog_queue q WHERE q.worker = w.worker_id "
+                "AND q.state = 'running')",
+                (list(worker_ids), float(expired_for)),
+            )
+            return int(cur.rowcount or 0)
+
+        gone: int = self._tx(forget)
+        return gone

@@ -1,0 +1,183 @@
+"""The run snapshot on the SQL stores: two queries (a third only while an attempt is in flight).
+
+1. Per phase, an aggregate over the run's attempts (``GROUP BY phase_ordinal, phase``: how many,
+   the newest, the newest completed), joined with the bodies of only the rows the state depends
+   on: the newest attempt and the newest completed one. No row per attempt travels; with the
+   covering index ``phaselog_checkpoints_summary`` (migration 5) the aggregate reads the index
+   alone. With ``history`` every row and body is read instead. On PostgreSQL the statement is
+   sent together with query 2 (psycopg's pipeline mode): one round trip.
+2. The run's audit entries (progress event names, approvals) and the ticket's marker revisions,
+   without the bodies of progress events.
+3. Only when an attempt is in flight (events newer than their phase's newest record): those events.
+
+It returns exactly what :func:`phaselog.stores.snapshot.build_snapshot` builds from the contract's
+primitives (the conformance tests compare them), in far fewer round trips.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from phaselog.model.errors import Corrupt, UnsupportedVersion
+from phaselog.model.ids import validate_ticket_id
+from phaselog.stores.base import AttemptRef, Damaged, Stored
+from phaselog.stores.kernel import damaged_from, entry_location
+from phaselog.stores.snapshot import (
+    Entry,
+    Group,
+    PhaseSummary,
+    RunSnapshot,
+    assemble,
+    flight_attempts,
+    get_or_damaged,
+    load_latest,
+    summarize,
+    summarize_groups,
+)
+
+if TYPE_CHECKING:
+    from phaselog.stores.sql.store import SqlStore
+
+# One statement, so the aggregate and the bodies are one consistent read (no race with a prune).
+# Per (phase, name): how many attempts and the newest from the covering index; the newest completed
+# by walking that index down from the top (a correlated ``LIMIT 1``: it stops at the first completed
+# attempt, cheaper than a CASE per row); then the bodies of the phase's newest and newest completed.
+_SUMMARY = (
+    "WITH g AS (SELECT a.phase_ordinal, a.phase, COUNT(*) AS n, MAX(a.attempt) AS top, "
+    "(SELECT d.attempt FROM phaselog_checkpoints d WHERE d.ticket_id = ? AND d.run_id = ? "
+    "AND d.phase_ordinal = a.phase_ordinal AND d.phase = a.phase AND d.status = 'completed' "
+    "ORDER BY d.attempt DESC LIMIT 1) AS done "
+    "FROM phaselog_checkpoints a WHERE a.ticket_id = ? AND a.run_id = ? "
+    "GROUP BY a.phase_ordinal, a.phase), "
+    "w AS (SELECT phase_ordinal, phase, n, top, done, MAX(top) OVER p AS p_top, MAX(done) OVER p AS p_done "
+    "FROM g WINDOW p AS (PARTITION BY phase_ordinal)) "
+    "SELECT w.phase_ordinal, w.phase, w.n, w.top, w.done, c.attempt, c.status, c.content_hash, c.body "
+    "FROM w LEFT JOIN phaselog_checkpoints c ON c.ticket_id = ? AND c.run_id = ? "
+    "AND c.phase_ordinal = w.phase_ordinal AND c.phase = w.phase AND c.attempt IN (w.p_top, w.p_done)"
+)
+_ALL_RECORDS = (
+    "SELECT phase_ordinal, attempt, phase, status, content_hash, body FROM phaselog_checkpoints "
+    "WHERE ticket_id = ? AND run_id = ? ORDER BY phase_ordinal, attempt"
+)
+_ENTRIES = (
+    "SELECT kind, name, CASE WHEN kind = 'progress' AND ? = 0 THEN NULL ELSE body END FROM phaselog_entries "
+    "WHERE ticket_id = ? AND ((run_id = ? AND kind IN ('progress', 'approvals')) "
+    "OR (run_id = '' AND kind = 'markers')) "
+)
+
+
+def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
+    """The snapshot of one run, read with two or three queries."""
+    validate_ticket_id(ticket_id)
+    order = f" ORDER BY kind, name{store.dialect.collate}"  # a fixed collation clause; values are bound
+    entry_rows: list[tuple[Any, ...]] | None = None
+    records: dict[tuple[int, int], Stored | Damaged] = {}
+    refs: tuple[AttemptRef, ...] = ()
+    if history:
+        refs_list: list[AttemptRef] = []
+        for ordinal, attempt, phase, status, column_hash, body in store._query(_ALL_RECORDS, (ticket_id, run_id)):
+            refs_list.append(AttemptRef(ordinal, attempt, phase, status == "completed"))
+            _decode(store, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
+        refs = tuple(refs_list)
+        summaries = summarize(refs)
+    else:
+        rows, entry_rows = _summary_and_entries(store, ticket_id, run_id, _ENTRIES + order)
+        summaries = _summaries(store, records, ticket_id, run_id, rows)
+        # When a phase's newest completed record is damaged, read down to an intact one (rare).
+        load_latest(
+            summaries,
+            records,
+            lambda ref: get_or_damaged(store, ticket_id, run_id, ref),
+            lambda ordinal: [r for r in store.attempts(ticket_id, run_id) if r.phase_ordinal == ordinal],
+        )
+    if entry_rows is None:
+        entry_rows = store._query(_ENTRIES + order, (1 if history else 0, ticket_id, run_id))
+    names: list[str] = []
+    events: list[Entry] = []
+    approvals: list[Entry] = []
+    markers: list[Entry] = []
+    for kind, name, body in entry_rows:
+        if kind == "progress":
+            names.append(name)
+            if history:
+                events.append((name, entry_location("progress", ticket_id, run_id, name), body.encode("utf-8")))
+        elif kind == "approvals":
+            approvals.append((name, entry_location("approvals", ticket_id, run_id, name), body.encode("utf-8")))
+        else:
+            markers.append((name, entry_location("markers", ticket_id, None, name), body.encode("utf-8")))
+    if not history:
+        events = _flight_events(store, ticket_id, run_id, summaries, names)
+    snap = RunSnapshot(
+        ticket_id, run_id, summaries, records, tuple(names), tuple(events), tuple(approvals), None, history, refs
+    )
+    return assemble(snap, lambda: markers)
+
+
+def _decode(
+    store: SqlStore,
+    records: dict[tuple[int, int], Stored | Damaged],
+    ticket_id: str,
+    run_id: str,
+    row: tuple[Any, ...],
+) -> None:
+    ordinal, attempt, phase, status, column_hash, body = row
+    try:
+        records[(ordinal, attempt)] = store._stored(
+            ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash
+        )
+    except (Corrupt, UnsupportedVersion) as exc:
+        records[(ordinal, attempt)] = damaged_from(exc, ticket_id, run_id, ordinal, phase, attempt)
+
+
+def _summaries(
+    store: SqlStore,
+    records: dict[tuple[int, int], Stored | Damaged],
+    ticket_id: str,
+    run_id: str,
+    rows: list[tuple[Any, ...]],
+) -> tuple[PhaseSummary, ...]:
+    """The phases' summaries from ``_SUMMARY``'s rows (a group's row once per body it joined), and
+    the joined bodies decoded into ``records``."""
+    groups: dict[tuple[int, str], Group] = {}
+    for ordinal, phase, n, top, done, attempt, status, column_hash, body in rows:
+        groups[(ordinal, phase)] = (ordinal, phase, n, top, done)
+        if attempt is not None:
+            _decode(store, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
+    return summarize_groups(groups.values())
+
+
+def _summary_and_entries(
+    store: SqlStore, ticket_id: str, run_id: str, entries_sql: str
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]] | None]:
+    """``_SUMMARY`` and the entries query in one round trip (psycopg's pipeline mode), where the
+    dialect declares one; else the summary alone (the caller then reads the entries)."""
+    params = (ticket_id, run_id) * 3  # the walk down, the aggregate, the bodies
+    if not (store.dialect.pipelines and store._ready):
+        return store._query(_SUMMARY, params), None
+
+    def both() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        conn = store.conn
+        with conn.pipeline():
+            summary = conn.execute(store._sql(_SUMMARY), params)
+            entries = conn.execute(store._sql(entries_sql), (0, ticket_id, run_id))
+        return list(summary.fetchall()), list(entries.fetchall())
+
+    result: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]] = store._retry(both)
+    return result
+
+
+def _flight_events(
+    store: SqlStore, ticket_id: str, run_id: str, summaries: tuple[PhaseSummary, ...], names: list[str]
+) -> list[Entry]:
+    """The bodies of events newer than their phase's newest record (one query, only if any)."""
+    wanted = [name for attempt_names in flight_attempts(summaries, names).values() for name in attempt_names]
+    if not wanted:
+        return []
+    marks = ", ".join("?" for _ in wanted)
+    params: list[Any] = [ticket_id, run_id, *wanted]
+    rows = store._query(
+        "SELECT name, body FROM phaselog_entries WHERE kind = 'progress' AND ticket_id = ? AND run_id = ? "
+        f"AND name IN ({marks}) ORDER BY name{store.dialect.collate}",
+        params,
+    )
+    return [(n, entry_location("progress", ticket_id, run_id, n), b.encode("utf-8")) for n, b in rows]

@@ -1,0 +1,1 @@
+"""Moving records between stores: export, import, copy (checked like a write)."""
