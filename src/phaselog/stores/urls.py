@@ -16,62 +16,52 @@ Anything else is a usage error that lists these forms: a value that starts like 
 (``postgres//x``), an empty SQLite path (``sqlite:///``), ``sqlite:///:memory:`` (nothing would
 be durable), a host on a file or SQLite URL, or a malformed PostgreSQL host, port or schema. A
 directory whose name contains a colon is still reachable as a path: ``./name:with:colon``.
+
+A scheme a third party registers (:mod:`phaselog.stores.registry`) is parsed by its own backend, after
+the checks every URL gets here, and its forms are listed in these errors too.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from phaselog.model._lazyre import LazyPattern
-from phaselog.model.errors import UsageError
+from phaselog.stores.registry import StoreURL, backend_for, bad_url, schemes
 
-#: The forms every "bad store URL" error lists.
-ACCEPTED_FORMS = (
-    "a directory path, or file:///abs/dir (files store)",
-    "sqlite:///abs/path/ledger.db, sqlite://./relative/ledger.db or sqlite://~/ledger.db (SQLite)",
-    "postgresql://user@host:5432/dbname[?schema=NAME] (PostgreSQL)",
-)
+__all__ = [
+    "ACCEPTED_FORMS",
+    "SCHEMES",
+    "StoreURL",
+    "bad_url",
+    "parse_file_url",
+    "parse_path",
+    "parse_postgres_url",
+    "parse_sqlite_url",
+    "parse_store_url",
+]
+
+#: The forms of phaselog's own backends (files, SQLite, PostgreSQL), in the order every "bad store URL"
+#: error lists them; a registered third-party backend's forms follow (registry.accepted_forms).
+FILES_FORMS = ("a directory path, or file:///abs/dir (files store)",)
+SQLITE_FORMS = ("sqlite:///abs/path/ledger.db, sqlite://./relative/ledger.db or sqlite://~/ledger.db (SQLite)",)
+POSTGRES_FORMS = ("postgresql://user@host:5432/dbname[?schema=NAME] (PostgreSQL)",)
+ACCEPTED_FORMS = (*FILES_FORMS, *SQLITE_FORMS, *POSTGRES_FORMS)
+#: phaselog's own schemes (the registry holds these and any a third party adds).
 SCHEMES = ("file", "sqlite", "postgresql", "postgres")
 _URLISH = LazyPattern(r"[A-Za-z][A-Za-z0-9+.-]*:")
-_GLUED = LazyPattern(r"(?i)(file|sqlite|postgresql|postgres)//")
 _SCHEMA_RE = LazyPattern(r"[a-z_][a-z0-9_]{0,62}")
 _HOST_RE = LazyPattern(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,252})")
 
-Kind = Literal["files", "sqlite", "postgresql"]
-
-
-@dataclass(frozen=True)
-class StoreURL:
-    """A parsed store URL."""
-
-    kind: Kind
-    #: The files-store root or the SQLite database file (absolute); None for PostgreSQL.
-    path: Path | None = None
-    #: The libpq connection URL without phaselog's ``schema`` parameter (PostgreSQL only).
-    dsn: str | None = None
-    #: PostgreSQL schema for phaselog's tables (``?schema=NAME``), or None.
-    schema: str | None = None
-    #: The text as given.
-    text: str = ""
-
-
-def bad_url(text: str, why: str, *, rule: str = "store_url") -> UsageError:
-    """The usage error for a store URL that cannot be used, listing the accepted forms."""
-    return UsageError(
-        f"store URL {text!r}: {why}. Accepted forms: " + "; ".join(ACCEPTED_FORMS),
-        field="store",
-        rule=rule,
-        accepted=list(ACCEPTED_FORMS),
-    )
-
 
 def parse_store_url(value: str | os.PathLike[str]) -> StoreURL:
-    """Parse a store URL or path (see the module docstring); UsageError if malformed."""
+    """Parse a store URL or path (see the module docstring); UsageError if malformed.
+
+    The checks every URL gets come first (empty, NUL, a scheme glued to a path, ``//`` missing); then
+    the backend registered for the scheme parses the rest (:mod:`phaselog.stores.registry`).
+    """
     text = os.fspath(value)
     if not isinstance(text, str):
         raise bad_url(repr(text), "must be text")
@@ -79,21 +69,23 @@ def parse_store_url(value: str | os.PathLike[str]) -> StoreURL:
         raise bad_url(text, "is empty")
     if "\x00" in text:
         raise bad_url(text, "contains a NUL character")
-    if _GLUED.match(text):
+    lowered = text.lower()
+    if any(lowered.startswith(f"{scheme}//") for scheme in schemes()):
         raise bad_url(text, "looks like a URL with the ':' missing after the scheme")
     if not _URLISH.match(text):
-        return StoreURL("files", Path(os.path.abspath(os.path.expanduser(text))), text=text)
+        return parse_path(text)
     scheme, _, rest = text.partition(":")
     if not rest.startswith("//"):
         raise bad_url(text, f"a {scheme}: URL needs '//' after the scheme (a plain path needs no scheme)")
-    scheme = scheme.lower()
-    if scheme == "file":
-        return _file(text)
-    if scheme == "sqlite":
-        return _sqlite(text)
-    if scheme in ("postgresql", "postgres"):
-        return _postgres(text)
-    raise bad_url(text, f"unsupported scheme {scheme!r}", rule="scheme")
+    backend = backend_for(scheme)
+    if backend is None:
+        raise bad_url(text, f"unsupported scheme {scheme.lower()!r}", rule="scheme")
+    return backend.parse(text)
+
+
+def parse_path(text: str) -> StoreURL:
+    """A plain path: the files store at that directory (relative to the current directory, ``~`` expanded)."""
+    return StoreURL("files", Path(os.path.abspath(os.path.expanduser(text))), text=text)
 
 
 def _split(text: str) -> tuple[str, str, str, str]:
@@ -104,7 +96,8 @@ def _split(text: str) -> tuple[str, str, str, str]:
     return parts.netloc, parts.path, parts.query, parts.fragment
 
 
-def _file(text: str) -> StoreURL:
+def parse_file_url(text: str) -> StoreURL:
+    """A ``file://`` URL: the files store at an absolute local path."""
     netloc, path, query, fragment = _split(text)
     if netloc not in ("", "localhost"):
         raise bad_url(text, f"file URLs name a local path, not a host ({netloc!r})", rule="host")
@@ -116,7 +109,8 @@ def _file(text: str) -> StoreURL:
     return StoreURL("files", Path(path), text=text)
 
 
-def _sqlite(text: str) -> StoreURL:
+def parse_sqlite_url(text: str) -> StoreURL:
+    """A ``sqlite://`` URL: the database file, absolute, or relative to the cwd or home."""
     netloc, path, query, fragment = _split(text)
     if query or fragment:
         raise bad_url(text, "SQLite URLs take no '?' or '#' part")
@@ -150,7 +144,8 @@ def _sqlite(text: str) -> StoreURL:
     return StoreURL("sqlite", where, text=text)
 
 
-def _postgres(text: str) -> StoreURL:
+def parse_postgres_url(text: str) -> StoreURL:
+    """A ``postgresql://`` (or ``postgres://``) URL: libpq's text, and phaselog's ``schema=`` taken out."""
     netloc, _path, query, fragment = _split(text)
     if fragment:
         raise bad_url(text, "PostgreSQL URLs take no '#' part")
