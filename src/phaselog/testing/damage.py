@@ -102,7 +102,7 @@ class DamageTests(Fixtures):
         report = led.verify(T)
         assert not report.ok
         assert [p["path"] for p in report.problems if p["damaged"]] == [f"{T}/{RUN1}/phase_1_implement_a2.yaml"]
-        assert led.read(T, R1, "implement", 1).record.phase_payload["files_changed"] == ["src/f1.py"]
+        assert (led.read(T, R1, "implement", 1).record.phase_payload or {})["files_changed"] == ["src/f1.py"]
 
     def test_a_damaged_audit_entry_is_reported_and_never_used(
         self, factory: StoreFactory, led: Ledger, store: Store

@@ -18,15 +18,12 @@ class GuardTests(Fixtures):
         require(factory, store, Capability.GUARD_STORAGE)
         g = Guard(store, "nightly")
         first = g.run(["true"])
-        assert (first.action, first.outcome, first.exit_code, first.state.pass_count) == (
-            "ran",
-            "success",
-            0,
-            1,
-        )  # type: ignore[union-attr]
+        assert first.state is not None
+        assert (first.action, first.outcome, first.exit_code, first.state.pass_count) == ("ran", "success", 0, 1)
         for i in range(3):
             r = g.run(["false"])
-            assert (r.action, r.outcome, r.state.consecutive_failures) == ("ran", "failure", i + 1)  # type: ignore[union-attr]
+            assert r.state is not None
+            assert (r.action, r.outcome, r.state.consecutive_failures) == ("ran", "failure", i + 1)
         halted = g.run(["true"])
         assert (halted.action, halted.exit_code) == ("halt", 1)
         assert "phaselog guard reset --name nightly" in halted.message

@@ -148,10 +148,13 @@ class RecordTests(Fixtures):
         for i, rec in enumerate(written, start=1):
             got = led.read(T, R1, "implement", i).record
             assert got == rec
+            assert got.phase_payload is not None
             assert got.phase_payload["branch_name"] == nasty[i - 1]
         assert [led.read(T, R1, "local_review", i).record.error for i in range(1, 6)] == nasty
-        assert led.marker(T).title == nasty[0]  # type: ignore[union-attr]
-        assert dict(led.marker(T).meta) == {"k'ey": nasty[1]}  # type: ignore[union-attr]
+        marker = led.marker(T)
+        assert marker is not None
+        assert marker.title == nasty[0]
+        assert dict(marker.meta) == {"k'ey": nasty[1]}
         assert led.verify(T).ok
         assert len(led.list(T).items) == 10
 
@@ -222,7 +225,7 @@ class RecordTests(Fixtures):
         assert led.write(T, R1, "implement", impl(7)).record.attempt_number == 7
         for bad in (0, -1, True, "2"):
             with pytest.raises(InvalidRecord):
-                led.write(T, R1, "implement", impl(8), attempt=bad)  # type: ignore[arg-type]
+                led.write(T, R1, "implement", impl(8), attempt=bad)  # type: ignore[arg-type]  # wrong types on purpose: refused
         # The store's own compare-and-append: a stale "latest" is a Conflict, never a fork.
         stale = Checkpoint(
             ticket_id=T,

@@ -39,7 +39,9 @@ class StateTests(Fixtures):
         }
         assert st.next_phase == "create_pr"
         assert st.completed_phases == ["implement", "local_review"]
-        assert st.phase("pr_release_ready").in_flight["resume_from_step"] == 3
+        flight = st.phase("pr_release_ready").in_flight
+        assert flight is not None
+        assert flight["resume_from_step"] == 3
         run.write("implement", impl(2))  # local_review was built on implement attempt 1
         st = run.status()
         assert st.phase("local_review").state == "stale"
@@ -181,7 +183,9 @@ class StateTests(Fixtures):
         assert led.marker(T) == m2
         assert led.marker("OTHER-1") is None
         # The marker's pipeline is the default for the ticket's runs.
-        assert led.write(T, R1, "research", VIDEO["research"]).record.pipeline.name == "video-pipeline"
+        pipeline = led.write(T, R1, "research", VIDEO["research"]).record.pipeline
+        assert pipeline is not None
+        assert pipeline.name == "video-pipeline"
         assert led.verify(T).ok
 
     def test_decision_log_first_record_wins_and_failed_attempts_do_not_count(self, led: Ledger, clock: Clock) -> None:
