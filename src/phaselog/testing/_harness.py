@@ -122,6 +122,14 @@ def damage_of(factory: StoreFactory) -> Damage:
     return factory.damage
 
 
+def cli_env(cwd: Path) -> dict[str, str]:
+    """The environment of a ``phaselog`` command the suite starts: this very phaselog first on the path
+    (also when the tests run from a checkout), every other entry made absolute, no default store."""
+    here = str(Path(__file__).resolve().parent.parent.parent)
+    rest = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([here, *rest]), "PHASELOG_HOME": str(cwd / "no-home")}
+
+
 def phaselog_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``phaselog ARGS`` in a new process, as a script would run it."""
     return subprocess.run(
@@ -130,7 +138,7 @@ def phaselog_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         cwd=cwd,
-        env={**os.environ, "PHASELOG_HOME": str(cwd / "no-phaselog-home")},
+        env=cli_env(cwd),
         check=False,
     )
 

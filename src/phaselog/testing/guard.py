@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from phaselog.guard import Guard
 from phaselog.stores.base import Capability, Store
-from phaselog.testing._harness import Fixtures, StoreFactory, missing, require
+from phaselog.testing._harness import Fixtures, StoreFactory, cli_env, missing, require
 
 
 class GuardTests(Fixtures):
@@ -64,6 +65,7 @@ class GuardTests(Fixtures):
         cmd = [
             "sh",
             "-c",
+            f"PYTHONPATH={shlex.quote(cli_env(tmp_path)['PYTHONPATH'])} "
             f'"{sys.executable}" -m phaselog guard run --store "{store.url}" --name nightly -- '
             f'touch "{marker}" > "{inner}" 2>&1',
         ]
