@@ -18,6 +18,9 @@ from phaselog.ledger.facade import Ledger
 from phaselog.stores.base import Store
 from phaselog.stores.files.store import FilesStore
 
+# The installable conformance suite (phaselog.testing) asserts in its own modules: let pytest explain them.
+pytest.register_assert_rewrite("phaselog.testing")
+
 # Hypothesis: deterministic in CI, a little more searching locally.
 settings.register_profile(
     "ci",

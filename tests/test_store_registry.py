@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,7 +115,7 @@ def test_a_backend_names_lowercase_url_schemes(scheme: str) -> None:
         Backend("none", (), BACKEND.parse, BACKEND.open)
 
 
-def run_python(code: str, *, site: Path | None = None) -> dict[str, object]:
+def run_python(code: str, *, site: Path | None = None) -> Any:
     """Run ``code`` in a new interpreter (this phaselog and tests/ on the path); its last stdout line as JSON."""
     tests = Path(__file__).resolve().parent
     src = tests.parent / "src"
@@ -122,8 +123,7 @@ def run_python(code: str, *, site: Path | None = None) -> dict[str, object]:
     env = {"PYTHONPATH": ":".join(path), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
-    result: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
-    return result
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
 def test_each_backend_is_imported_only_when_its_url_is_opened_and_entry_points_only_for_unknown_schemes(
@@ -135,7 +135,7 @@ from phaselog.stores import open_store
 open_store("sqlite://{tmp_path}/x.db").close()
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(("phaselog.stores.", "importlib.metadata", "psycopg")))))
 """
-    loaded = set(run_python(code))  # type: ignore[arg-type]  # the probe prints a list
+    loaded = set(run_python(code))
     assert "phaselog.stores.sql.sqlite" in loaded
     assert not loaded & {"phaselog.stores.sql.postgres", "phaselog.stores.files.store", "psycopg"}
     assert "importlib.metadata" not in loaded  # no scan of installed packages for a known scheme
@@ -176,10 +176,10 @@ for url in ("jsondir:///tmp/x", "badtype:///tmp/x"):
 print(json.dumps(out))
 """
     out = run_python(code, site=site)
-    assert out["jsondir:///tmp/x"][0] == "backend_load"  # type: ignore[index]
-    assert "example_backend:NO_SUCH_NAME" in out["jsondir:///tmp/x"][1]  # type: ignore[index]
-    assert out["badtype:///tmp/x"][0] == "backend_load"  # type: ignore[index]
-    assert "must name a phaselog.stores.registry.Backend" in out["badtype:///tmp/x"][1]  # type: ignore[index]
+    assert out["jsondir:///tmp/x"][0] == "backend_load"
+    assert "example_backend:NO_SUCH_NAME" in out["jsondir:///tmp/x"][1]
+    assert out["badtype:///tmp/x"][0] == "backend_load"
+    assert "must name a phaselog.stores.registry.Backend" in out["badtype:///tmp/x"][1]
 
 
 def test_importing_phaselog_imports_neither_the_suite_nor_pytest() -> None:
@@ -190,7 +190,7 @@ from phaselog.stores import open_store
 from phaselog.ledger.facade import Ledger
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(("phaselog.testing", "pytest", "_pytest")))))
 """
-    assert run_python(code) == []  # type: ignore[comparison-overlap]  # the probe prints a list
+    assert run_python(code) == []
 
 
 def test_the_suite_skips_by_declared_capability_and_a_strict_factory_fails_instead(tmp_path: Path) -> None:

@@ -42,7 +42,9 @@ class JsonDirStore:
 
     capabilities: frozenset[Capability] = frozenset()
 
-    def __init__(self, root: str | os.PathLike[str], *, create: bool = True, max_record_bytes: int | None = None):
+    def __init__(
+        self, root: str | os.PathLike[str], *, create: bool = True, max_record_bytes: int | None = None
+    ) -> None:
         self.root = Path(root)
         self.url = f"jsondir://{self.root}"
         self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
