@@ -12,8 +12,8 @@ Every way one of phaselog's modules can come to load another counts as an edge, 
   (``f"phaselog.cli.{area}"`` over the ``AREAS`` keys);
 - ``string``: a dotted module name (or ``module:attr``) written as a string in a table or a call, as
   lazy loaders do (``{"Ledger": "phaselog.ledger.facade"}``, ``_Lazy("phaselog.ledger.audit", …)``).
-  A string bound alone to a name (``KIND = "phaselog.x"``), a docstring and a logger's name are data,
-  not references.
+  A string bound alone to a name (``KIND = "phaselog.x"``), a docstring, a logger's name and an
+  entry point group are data, not references.
 
 Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those implicit edges are not counted
 (every module would depend on ``phaselog/__init__.py``), as import-linter and grimp do not count them.
@@ -33,8 +33,8 @@ from pathlib import Path
 KINDS = ("top", "typing", "deferred", "importlib", "string")
 #: Callables whose first argument is a module's name.
 IMPORTERS = {"import_module", "__import__"}
-#: Calls whose string arguments are names of something else than a module (a logger's name).
-NOT_MODULE_NAMES = {"getLogger"}
+#: Calls whose string arguments name something else than a module (a logger, an entry point group).
+NOT_MODULE_NAMES = {"getLogger", "entry_points"}
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+(:[A-Za-z_][A-Za-z0-9_.]*)?")
 
 

@@ -174,6 +174,7 @@ LOADER = '''
 
     import importlib
     import logging
+    from importlib.metadata import entry_points
     from typing import TYPE_CHECKING
 
     from pkg import a
@@ -187,6 +188,7 @@ LOADER = '''
     KIND = "pkg.e"  # a stored value that happens to look like a module name
     LAZY = {"F": "pkg.f", "G": "pkg.g:G"}
     log = logging.getLogger("pkg.h")
+    plugins = entry_points(group="pkg.h")
     AREAS = {"i": 1, "nope": 2}
 
     class Doc:
