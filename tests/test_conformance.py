@@ -157,7 +157,7 @@ def capped(store: Store, cap: int) -> Store:
     if isinstance(store, FilesStore):
         return FilesStore(store.root, max_record_bytes=cap)
     target = store.path if hasattr(store, "path") else store.url
-    return type(store)(target, max_record_bytes=cap)  # type: ignore[call-arg]
+    return type(store)(target, max_record_bytes=cap)  # type: ignore[call-arg]  # a SQL store class, not the protocol
 
 
 @pytest.fixture
@@ -200,7 +200,7 @@ def test_doctor_reports_leftover_temp_files(store: Store) -> None:
         assert rep.healthy, rep.findings
         assert not hasattr(store, "leftovers")
         return
-    tmp = store.root / "checkpoints" / T / RUN1 / ".tmp-1-deadbeef"  # type: ignore[attr-defined]
+    tmp = store.root / "checkpoints" / T / RUN1 / ".tmp-1-deadbeef"
     tmp.write_bytes(b"half")
     os.utime(tmp, (0, 0))
     assert [f["kind"] for f in doctor(led, T).findings] == ["leftover_temp"]
