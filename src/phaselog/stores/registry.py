@@ -11,7 +11,7 @@ or, for an installed package, by naming a :class:`Backend` in the entry point gr
 ``phaselog.stores`` (the entry point's name is the scheme)::
 
     [project.entry-points."phaselog.stores"]
-    memjson = "phaselog_memjson:BACKEND"
+    jsondir = "example_backend:BACKEND"
 
 Entry points are read only when a URL names a scheme nobody registered, so start-up never pays for
 scanning the installed packages. See docs/stores.md, "Writing a backend".

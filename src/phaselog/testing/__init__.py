@@ -10,7 +10,7 @@ phaselog`` never imports this package)::
     @pytest.fixture
     def store_factory(tmp_path):
         count = iter(range(1_000_000))
-        return StoreFactory(lambda: f"memjson://{tmp_path}/store-{next(count)}", damage=MyDamage())
+        return StoreFactory(lambda: f"jsondir://{tmp_path}/store-{next(count)}", damage=MyDamage())
 
     class TestMyStore(StoreConformance):
         pass
