@@ -24,13 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from phaselog.model.errors import (
-    Corrupt,
-    NotFound,
-    PhaselogError,
-    StoreError,
-    UnsupportedVersion,
-)
+from phaselog.model.errors import Corrupt, NotFound, PhaselogError, StoreError, UnsupportedVersion
 from phaselog.model.ids import validate_ticket_id
 from phaselog.model.limits import SIDECAR_SLACK_BYTES
 from phaselog.model.records import Checkpoint
@@ -40,11 +34,7 @@ from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
 from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
-from phaselog.stores.files.io import (
-    clean_temps,
-    exists,
-    read_capped,
-)
+from phaselog.stores.files.io import clean_temps, exists, read_capped
 from phaselog.stores.files.lease import FileRunLeases, check_fence
 from phaselog.stores.files.publish import publish_completed, publish_failed
 from phaselog.stores.files.seed import RunView
@@ -115,8 +105,8 @@ class FilesStore(FilesAdminMixin):
     def open_dir(self, *segments: str, create: bool = False) -> int:
         """Open ``root/segments…`` without following any symlink below the root (see Folders.open_dir).
 
-        The seam for the store's parts outside this module (leases, recorded manifests); the
-        caller closes the descriptor.
+        The seam for code outside the package that keeps files below the root (the recorded
+        pipeline manifests); the caller closes the descriptor.
         """
         return self.folders.open_dir(*segments, create=create)
 
