@@ -351,9 +351,10 @@ def test_the_dashboard_lists_a_thread_waiting_for_input_with_its_question(tmp_pa
         assert row is not None, body
         assert "publish this?" in row.group(0)
         assert "waiting for input" in Http(srv.base).get("/tickets")[2]
-        chromium = os.environ.get("PHASELOG_TEST_CHROMIUM", "/usr/bin/chromium")
-        if not Path(chromium).exists():
-            pytest.skip(f"no Chromium at {chromium} (the page was checked over HTTP only)")
+        from test_ui_browser import CHROMIUM as chromium
+        from test_ui_browser import require_chromium
+
+        require_chromium()
         from playwright.sync_api import sync_playwright
 
         with sync_playwright() as p:

@@ -205,10 +205,9 @@ def named_server(named_store: Path) -> Iterator[Any]:
 
 
 def test_the_dashboard_shows_runs_by_name_with_the_uuid_on_hover(named_server: Any) -> None:
-    from test_ui_browser import ARGS, CHROMIUM
+    from test_ui_browser import ARGS, CHROMIUM, require_chromium
 
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     base = named_server.base

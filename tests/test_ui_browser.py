@@ -38,13 +38,18 @@ WIDE = {"width": 1280, "height": 900}
 NARROW = {"width": 390, "height": 844}
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def require_chromium() -> None:
+    """Skip without Chromium locally; under CI=true fail instead (a browser test is never skipped in CI)."""
     if not Path(CHROMIUM).exists():
         reason = f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run installs it)"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"CI=true and {reason}: browser tests must not be skipped in CI")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
