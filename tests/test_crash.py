@@ -28,8 +28,8 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, PAYLOADS
 from phaselog.ledger.facade import Ledger
+from phaselog.stores.files import entries as files_entries
 from phaselog.stores.files import publish as files_publish
-from phaselog.stores.files import store as files_module
 from phaselog.stores.files.io import TEMP_MAX_AGE_S
 from phaselog.stores.files.store import FilesStore
 
@@ -38,8 +38,8 @@ pytestmark = pytest.mark.slow
 T = "CRASH-1"
 RUN = "crash-run"
 RUN_UUID = phaselog.normalize_run_id(RUN)
-# The files store's fault points: its own (audit entries) and its publication sequence's.
-SRC = "".join(Path(m.__file__).read_text("utf-8") for m in (files_module, files_publish) if m.__file__)
+# The files store's fault points: its audit entries' and its publication sequence's.
+SRC = "".join(Path(m.__file__).read_text("utf-8") for m in (files_entries, files_publish) if m.__file__)
 POINTS = re.findall(r"""_faults\.point\(\s*["']([^"']+)["']\s*\)""", SRC)
 
 # What a reader finds after the writer died at each point: the record is visible exactly from

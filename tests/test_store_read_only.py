@@ -69,7 +69,7 @@ def test_the_database_itself_refuses_writes(store: Store) -> None:
         if not hasattr(reader, "dialect"):
             # no engine below the files store: its lowest layer (folder creation, locks) refuses
             with pytest.raises(StoreError) as refused:
-                reader._open_dir("checkpoints", "NEW-1", create=True)  # type: ignore[attr-defined]
+                reader.open_dir("checkpoints", "NEW-1", create=True)  # type: ignore[attr-defined]
             assert refused.value.context.get("rule") == "read_only"
             return
         reader.tickets()  # connected

@@ -34,12 +34,13 @@ from functools import partial
 from typing import Any
 
 from phaselog import _faults
-from phaselog.guard.files import FileGuardStore
 from phaselog.guard.job import TAIL_BYTES, GateRefused, JobResult, run_job, tail_text
 from phaselog.guard.liveness import Environment, judge_holder
-from phaselog.guard.records import Fenced, Holder, LoopState, PassNotRecorded
-from phaselog.model.errors import Corrupt, PhaselogError, StoreError, UsageError
+from phaselog.model.errors import Corrupt, Fenced, PhaselogError, StoreError, UsageError
+from phaselog.model.guard import Holder, LoopState, PassNotRecorded
 from phaselog.model.records import SCHEMA_VERSION, format_timestamp
+from phaselog.stores.base import GuardKeeper, GuardStorage, Store, guard_keeper
+from phaselog.stores.files.store import FilesStore
 
 DEFAULT_STALE_AFTER = timedelta(minutes=45)
 DEFAULT_MAX_FAILURES = 3
@@ -112,53 +113,50 @@ def _age(td: timedelta) -> str:
     return f"{secs // 60} min" if secs >= 60 else f"{secs} s"
 
 
-def guard_names(root: str | os.PathLike[str] | Any) -> list[str]:
+#: Where a guard lives: a files-store root (a path), or an open store that keeps guards.
+Home = str | os.PathLike[str] | Store
+
+
+def guard_names(root: Home) -> list[str]:
     """Every guard of a store: a files-store root (a path), or an open store that keeps guards."""
-    if isinstance(root, str | os.PathLike):
-        from phaselog.guard.files import file_guard_names
-
-        return file_guard_names(root)
-    names: list[str] = _guard_home(root).guard_names()
-    return names
+    return _keeper(root).guard_names()
 
 
-def _guard_home(store: Any) -> Any:
-    """``store``, when it can keep guards (``Capability.GUARD_STORAGE``); UsageError otherwise."""
-    from phaselog.stores.base import Capability
-
-    if Capability.GUARD_STORAGE not in store.capabilities:
-        raise UsageError(f"the store {store.url} cannot keep guards", field="store", rule="no_guard_storage")
-    return store
+def _keeper(home: Home) -> GuardKeeper:
+    """The store that keeps the guards of ``home``; UsageError if it cannot keep guards."""
+    if isinstance(home, str | os.PathLike):
+        return FilesStore(home)  # a path is a files store's root: its guards live beside it
+    keeper = guard_keeper(home)
+    if keeper is None:
+        raise UsageError(f"the store {home.url} cannot keep guards", field="store", rule="no_guard_storage")
+    return keeper
 
 
 class Guard:
     """One named guard over a store root."""
 
-    def __init__(self, root: str | os.PathLike[str] | Any, name: str, env: Environment | None = None) -> None:
-        """``root``: a files-store root (path), or an open SQL store (its lease table is the lock)."""
-        self.files: Any
-        if isinstance(root, str | os.PathLike):
-            self.files = FileGuardStore(root, name)
-        else:
-            self.files = _guard_home(root).guard_storage(name)
-        self.name = self.files.name
+    def __init__(self, root: Home, name: str, env: Environment | None = None) -> None:
+        """``root``: a files-store root (path), or an open store (a SQL store's lease table is the lock)."""
+        #: Where the lock, the loop state and the history are kept (the store's backend family).
+        self.storage: GuardStorage = _keeper(root).guard_storage(name)
+        self.name = self.storage.name
         self.env = env or Environment()
 
     # -- lock -------------------------------------------------------------------------------------
-    def _current(self) -> tuple[Holder | None, Corrupt | None, Any]:
+    def _current(self) -> tuple[Holder | None, Corrupt | None, object]:
         """The holder, or why the lock is damaged (with its raw content, when it parsed at all)."""
         try:
-            data = self.files.lock_data()
+            data = self.storage.lock_data()
         except Corrupt as exc:
             return None, exc, None
         if data is None:
             return None, None, None
         try:
-            return Holder.from_json(data, str(self.files.lock_path)), None, data
+            return Holder.from_json(data, str(self.storage.lock_path)), None, data
         except Corrupt as exc:
             return None, exc, data
 
-    def _refuse_damaged(self, damaged: Corrupt, data: Any) -> None:
+    def _refuse_damaged(self, damaged: Corrupt, data: object) -> None:
         """A damaged lock that names a process still running here is not taken over blindly."""
         ids, host = Holder.salvage(data)
         if host not in (None, "", self.env.host):
@@ -167,8 +165,8 @@ class Guard:
         if running:
             raise Corrupt(
                 f"{damaged.message}; it names pid {', '.join(map(str, running))}, which still runs on this host, "
-                f"so the guard does not take it over: check that process, then fix or remove {self.files.lock_path}",
-                path=str(self.files.lock_path),
+                f"so the guard does not take it over: check that process, then fix or remove {self.storage.lock_path}",
+                path=str(self.storage.lock_path),
                 field=damaged.context.get("field"),
                 rule=damaged.context.get("rule"),
             )
@@ -177,7 +175,7 @@ class Guard:
         """Return (our holder, None, takeover) or (None, a skip result, None)."""
         for _ in range(3):
             victim: Holder | None = None
-            with self.files.mutex():
+            with self.storage.mutex():
                 current, damaged, data = self._current()
                 took_over: dict[str, Any] | None = None
                 if current is not None:
@@ -202,7 +200,7 @@ class Guard:
                     took_over = {"holder": None, "reason": f"damaged lock file replaced: {damaged.message}"}
                 if victim is None:
                     me = Holder(pid, self.env.host, self.env.start_time_of(pid), self.env.clock(), secrets.token_hex(8))
-                    me = self.files.write_lock(me)
+                    me = self.storage.write_lock(me)
                     _faults.point("guard.after_lock")
                     return me, None, took_over
             # A hung live holder and --kill-stale: end it outside the mutex, then decide again.
@@ -247,8 +245,8 @@ class Guard:
                 )
                 return
         try:
-            with self.files.mutex():
-                self.files.remove_lock(me.token)
+            with self.storage.mutex():
+                self.storage.remove_lock(me.token)
         except (PhaselogError, OSError) as exc:
             print(
                 f"phaselog guard {self.name}: WARNING: could not release the lock: {exc}; it names this "
@@ -279,8 +277,8 @@ class Guard:
             if took_over:
                 why = took_over["reason"]
                 print(f"phaselog guard {self.name}: WARNING: took over the lock: {why}", file=sys.stderr, flush=True)
-                self.files.append_history({"kind": "takeover", "at": format_timestamp(self.env.clock()), **took_over})
-            state = self.files.read_state()
+                self.storage.append_history({"kind": "takeover", "at": format_timestamp(self.env.clock()), **took_over})
+            state = self.storage.read_state()
             now = self.env.clock()
             if cfg.max_passes is not None and state.pass_count >= cfg.max_passes:
                 return RunResult(
@@ -309,8 +307,8 @@ class Guard:
                 # Name the job's group in the lock before the job may do anything.
                 nonlocal mine
                 named = replace(mine, pgid=pgid, job_start=job_start)
-                with self.files.mutex():
-                    self.files.update_lock(named)
+                with self.storage.mutex():
+                    self.storage.update_lock(named)
                 mine = named
                 _faults.point("guard.before_gate")  # a crash here: the job must not run at all
 
@@ -363,9 +361,9 @@ class Guard:
         causes: dict[str, str] = {}
         new: LoopState | None = None
         try:
-            with self.files.mutex():
+            with self.storage.mutex():
                 # Re-read under the mutex: a `guard reset` while the command ran must not be lost.
-                current = self.files.read_state()
+                current = self.storage.read_state()
                 new = replace(
                     current,
                     pass_count=current.pass_count + 1,
@@ -375,7 +373,7 @@ class Guard:
                     dry_run=cfg.dry_run,
                     schema_version=SCHEMA_VERSION,
                 )
-                self.files.write_state(new, token=me.token)
+                self.storage.write_state(new, token=me.token)
         except Fenced as exc:
             raise Fenced(f"{exc.message}; {ran}, and this pass is not recorded", **exc.context) from None
         except (PhaselogError, OSError) as exc:
@@ -383,7 +381,7 @@ class Guard:
             entry["state_not_written"] = str(exc)
         entry["pass"] = new.pass_count if new is not None else None
         try:
-            self.files.append_history(entry)
+            self.storage.append_history(entry)
         except (PhaselogError, OSError) as exc:
             causes["history"] = str(exc)
         if causes:
@@ -409,8 +407,8 @@ class Guard:
         stale_after: timedelta = DEFAULT_STALE_AFTER,
     ) -> dict[str, Any]:
         """State, breaker and lock holder. Breaker settings default to the last pass's."""
-        state = self.files.read_state()
-        history = self.files.history()
+        state = self.storage.read_state()
+        history = self.storage.history()
         last_pass = next((h for h in reversed(history) if h.get("kind") == "pass"), None)
         if max_failures is None:
             max_failures = (
@@ -435,27 +433,27 @@ class Guard:
             "max_failures": max_failures,
             "cooldown_sec": cooldown.total_seconds() if cooldown else None,
             "lock": holder,
-            "state_file": str(self.files.state_path),
-            "lock_file": str(self.files.lock_path),
+            "state_file": str(self.storage.state_path),
+            "lock_file": str(self.storage.lock_path),
         }
 
     def reset(self, *, by: str | None = None) -> dict[str, Any]:
         """Close the breaker: zero ``consecutive_failures``; note who and when in the history."""
         who = by or os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
-        with self.files.mutex():
-            state = self.files.read_state()
+        with self.storage.mutex():
+            state = self.storage.read_state()
             new = replace(state, consecutive_failures=0)
-            self.files.write_state(new)
+            self.storage.write_state(new)
         note = {
             "kind": "reset",
             "at": format_timestamp(self.env.clock()),
             "by": who,
             "previous_consecutive_failures": state.consecutive_failures,
         }
-        self.files.append_history(note)
+        self.storage.append_history(note)
         return {"name": self.name, "state": new.to_seed(), "reset": note}
 
     def history(self) -> list[dict[str, Any]]:
         """Every pass, takeover and reset, oldest first."""
-        entries: list[dict[str, Any]] = self.files.history()
+        entries: list[dict[str, Any]] = self.storage.history()
         return entries

@@ -16,23 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from phaselog.guard.records import Holder
-
-#: Start times closer than this are the same process (psutil rounds; clocks tick).
-START_SLACK_S = 1.0
+from phaselog.model.guard import Holder
+from phaselog.model.processes import START_SLACK_S
+from phaselog.model.processes import process_start_time as _any_start_time
 
 
 def process_start_time(pid: int) -> float | None:
     """Start time of ``pid`` (epoch seconds), or None when there is no such process (or it has
     exited and is a zombie nobody reaped: it runs nothing, and must not hold the lock forever)."""
-    import psutil
-
-    from phaselog.ledger.attempts import process_start_time as pst
+    import psutil  # lazily: only a guard with a holder to judge asks
 
     with contextlib.suppress(psutil.Error):
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             return None
-    return pst(pid)
+    return _any_start_time(pid)
 
 
 def group_members(pgid: int, job_start: float | None) -> list[int]:

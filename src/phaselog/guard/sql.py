@@ -19,9 +19,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
 from phaselog.model import _yaml
-from phaselog.model.errors import Corrupt, PhaselogError, StoreError
+from phaselog.model.errors import Corrupt, Fenced, PhaselogError, StoreError
+from phaselog.model.guard import Holder, LoopState, validate_name
 from phaselog.model.limits import json_loads
 
 _DB_MODULES = ("sqlite3", "psycopg")

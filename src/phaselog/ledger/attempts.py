@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+# The alias re-exports it (mypy strict): progress, the runner and tests import it from here.
+from phaselog.model.processes import process_start_time as process_start_time  # noqa: PLC0414
+
 if TYPE_CHECKING:
     from phaselog.model.entries import ProgressEvent
 
@@ -48,16 +51,6 @@ class AttemptState:
     def abandoned(self) -> bool:
         """True for an attempt that can never be finished here."""
         return self.state == ABANDONED
-
-
-def process_start_time(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), or None if it does not exist."""
-    import psutil
-
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
 
 
 def process_gone(

@@ -8,17 +8,19 @@ above it, in :mod:`phaselog.ledger.facade`, so every backend behaves the same.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from phaselog.model.errors import Corrupt
 from phaselog.model.records import Checkpoint
 
 if TYPE_CHECKING:
+    from phaselog.model.guard import Holder, LoopState
     from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
@@ -127,11 +129,105 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
 }
 
 
+class LocalRooted(Protocol):
+    """A store that is a folder on this machine (``Capability.LOCAL_ROOT``)."""
+
+    @property
+    def root(self) -> Path:
+        """The store's folder."""
+        ...
+
+
 def local_root(store: Store) -> Path | None:
     """The store's folder on this machine, when it is one (``Capability.LOCAL_ROOT``)."""
     if Capability.LOCAL_ROOT in store.capabilities:
-        root: Path = store.root  # type: ignore[attr-defined]  # declared by the capability
-        return root
+        return cast(LocalRooted, store).root  # the capability declares the member
+    return None
+
+
+# -- guard storage: an optional capability (the cron-loop guard keeps its lock and state here) ----
+class GuardStorage(Protocol):
+    """Where one guard keeps its lock, loop state and history (one per backend family).
+
+    The guard (:mod:`phaselog.guard`) decides; the storage only keeps. Every decision and state
+    update happens inside :meth:`mutex`, which serialises them across processes (files: an
+    ``flock``; SQL: the lease row's lock, one transaction). Methods raise StoreError for I/O or
+    database failures, Corrupt for content that does not parse, Fenced when ``token`` no longer
+    holds the lock.
+    """
+
+    @property
+    def name(self) -> str:
+        """The guard's name (checked by :func:`phaselog.model.guard.validate_name`)."""
+        ...
+
+    @property
+    def state_path(self) -> str | os.PathLike[str]:
+        """Where the loop state lives (a path, or a table and key), for messages."""
+        ...
+
+    @property
+    def lock_path(self) -> str | os.PathLike[str]:
+        """Where the lock lives (a path, or a table and key), for messages."""
+        ...
+
+    def mutex(self) -> AbstractContextManager[None]:
+        """Hold the guard's mutex: no other process decides or writes while the block runs."""
+        ...
+
+    def lock_data(self) -> object:
+        """The lock's content as parsed (None when free); Corrupt if it does not parse."""
+        ...
+
+    def read_lock(self) -> Holder | None:
+        """The current holder, or None."""
+        ...
+
+    def write_lock(self, holder: Holder) -> Holder:
+        """Install ``holder`` (inside the mutex); return it as stored (SQL: with its fencing token)."""
+        ...
+
+    def update_lock(self, holder: Holder) -> None:
+        """Rewrite our own lock, same token (inside the mutex); Fenced if it was taken over."""
+        ...
+
+    def remove_lock(self, token: str) -> bool:
+        """Free the lock if ``token`` still holds it (inside the mutex); False otherwise."""
+        ...
+
+    def read_state(self) -> LoopState:
+        """The loop state (a fresh one if none was written yet)."""
+        ...
+
+    def write_state(self, state: LoopState, *, token: str | None = None) -> None:
+        """Write the loop state durably; with ``token``, only while it still holds the lock."""
+        ...
+
+    def append_history(self, entry: dict[str, Any]) -> None:
+        """Append one history entry (a pass, takeover or reset) exactly once; numbered ``seq``."""
+        ...
+
+    def history(self) -> list[dict[str, Any]]:
+        """Every history entry, oldest first (one that cannot be read as ``kind: damaged``)."""
+        ...
+
+
+class GuardKeeper(Protocol):
+    """A store that keeps guards (``Capability.GUARD_STORAGE``)."""
+
+    def guard_storage(self, name: str) -> GuardStorage:
+        """The storage of guard ``name`` in this store."""
+        ...
+
+    def guard_names(self) -> list[str]:
+        """Every guard with state, a lock or history in this store, sorted."""
+        ...
+
+
+def guard_keeper(store: Store) -> GuardKeeper | None:
+    """``store`` as a keeper of guards, when it declares ``Capability.GUARD_STORAGE``."""
+    if Capability.GUARD_STORAGE in store.capabilities:
+        return cast(GuardKeeper, store)  # the capability declares the members
     return None
 
 

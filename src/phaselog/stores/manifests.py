@@ -131,7 +131,7 @@ class FilesManifests:
         store.refuse_if_read_only("record a pipeline manifest")
         final = f"{doc.manifest_hash}.json"
         try:
-            fd = store._open_dir(FOLDER, doc.name, create=True)
+            fd = store.open_dir(FOLDER, doc.name, create=True)
             try:
                 with contextlib.suppress(FileNotFoundError):
                     os.stat(final, dir_fd=fd, follow_symlinks=False)
@@ -161,7 +161,7 @@ class FilesManifests:
         store: Any = self.store
         where = location(name, manifest_hash)
         try:
-            fd = store._open_dir(FOLDER, name)
+            fd = store.open_dir(FOLDER, name)
         except NotFound:
             raise NotFound(f"no recorded manifest {where}", path=where) from None
         try:
@@ -176,7 +176,7 @@ class FilesManifests:
         """Every recorded (name, hash), sorted; anything else in the folder is ignored."""
         store: Any = self.store
         try:
-            top = store._open_dir(FOLDER)
+            top = store.open_dir(FOLDER)
         except NotFound:
             return []
         out: list[tuple[str, str]] = []
@@ -185,7 +185,7 @@ class FilesManifests:
                 if not NAME_RE.fullmatch(name):
                     continue
                 try:
-                    sub = store._open_child(top, name, create=False, rel=f"{FOLDER}/{name}")
+                    sub = store.open_child(top, name, create=False, rel=f"{FOLDER}/{name}")
                 except PhaselogError:
                     continue  # not a folder (or a symlink): not ours
                 try:

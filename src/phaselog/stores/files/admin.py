@@ -16,19 +16,17 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phaselog import _faults
 from phaselog.model.errors import AlreadyExists, NotFound, PhaselogError, StoreError
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import names as _names
-from phaselog.stores.base import Capability, PruneTarget
+from phaselog.stores.base import Capability, GuardStorage, PruneTarget
+from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
 from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.oslock import open_locked
-
-if TYPE_CHECKING:
-    from phaselog.stores.manifests import FilesManifests, ManifestDoc
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(
@@ -114,44 +112,17 @@ class FilesAdminMixin:
     """Retention and doctor support for :class:`phaselog.stores.files.store.FilesStore`."""
 
     root: Path
-
-    def pipeline_manifests(self) -> FilesManifests:
-        """The recorded pipeline manifests (``<root>/manifests/``: see stores/manifests.py)."""
-        from phaselog.stores.manifests import FilesManifests
-
-        return FilesManifests(self)  # type: ignore[arg-type]  # self is the FilesStore it mixes into
-
-    def record_manifest(self, manifest: ManifestDoc | None) -> None:
-        """Record ``manifest`` (None: nothing to record) in the append that hands it over."""
-        if manifest is not None:
-            self.pipeline_manifests().put(manifest)
-
-    # provided by FilesStore
-    def _open_dir(self, *segments: str, create: bool = False) -> int:  # pragma: no cover
-        raise NotImplementedError
-
-    def _open_child(self, parent_fd: int, seg: str, *, create: bool, rel: str) -> int:  # pragma: no cover
-        raise NotImplementedError
-
-    def _open_run(
-        self, ticket_id: str, run_id: str, *, create: bool, shared: bool = False
-    ) -> tuple[int, int]:  # pragma: no cover
-        raise NotImplementedError
-
-    def refuse_if_read_only(self, what: str) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def runs(self, ticket_id: str) -> list[str]:  # pragma: no cover
-        raise NotImplementedError
+    #: The store's folders (set by FilesStore): every folder below the root, never through a symlink.
+    folders: Folders
 
     # -- retention ------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked_run(self, ticket_id: str, run_id: str) -> Iterator[_RunHandle | None]:
         """Hold the run's append lock (exclusive); yield a handle, or None if there is no such run."""
-        self.refuse_if_read_only("lock a run for pruning")
+        self.folders.refuse_if_read_only("lock a run for pruning")
         check_run_key(ticket_id, run_id)
         try:
-            run_fd, lock_fd = self._open_run(ticket_id, run_id, create=False)
+            run_fd, lock_fd = self.folders.open_run(ticket_id, run_id, create=False)
         except NotFound:
             yield None
             return
@@ -163,13 +134,13 @@ class FilesAdminMixin:
 
     def put_note(self, handle: object, name: str, body: bytes) -> str:
         """Publish a prune note (inside locked_run): temp file, fsync, link, fsync the folder."""
-        self.refuse_if_read_only("write a prune note")
+        self.folders.refuse_if_read_only("write a prune note")
         h = _handle(handle)
         if _names.parse_note_name(name) is None:
             raise StoreError(f"{name!r} is not a prune note name")
         rel = entry_location("pruned", h.ticket_id, h.run_id, name)
         try:
-            dir_fd = self._open_child(h.run_fd, ".pruned", create=True, rel=rel)
+            dir_fd = self.folders.open_child(h.run_fd, ".pruned", create=True, rel=rel)
             try:
                 tmp = write_temp(dir_fd, body)
                 try:
@@ -197,7 +168,7 @@ class FilesAdminMixin:
         then its sidecar; a crash in between leaves an invisible sidecar that doctor removes when
         it finishes the prune. What is already gone is skipped, so finishing can repeat this.
         """
-        self.refuse_if_read_only("delete records")
+        self.folders.refuse_if_read_only("delete records")
         h = _handle(handle)
         count = freed = 0
         try:
@@ -215,7 +186,9 @@ class FilesAdminMixin:
                 if kind not in ("progress", "approvals"):
                     raise StoreError(f"prune does not delete {kind} entries")
                 try:
-                    fd = self._open_child(h.run_fd, f".{kind}", create=False, rel=f"{h.ticket_id}/{h.run_id}/.{kind}")
+                    fd = self.folders.open_child(
+                        h.run_fd, f".{kind}", create=False, rel=f"{h.ticket_id}/{h.run_id}/.{kind}"
+                    )
                 except NotFound:
                     continue
                 try:
@@ -242,11 +215,11 @@ class FilesAdminMixin:
         (``.removing-<run>-<hex>`` is not a run name, so nothing reads it). A crash before the
         deletion ends leaves that folder; ``doctor`` finishes it (:meth:`finish_removals`).
         """
-        self.refuse_if_read_only("remove a run")
+        self.folders.refuse_if_read_only("remove a run")
         h = _handle(handle)
         try:
             freed = _tree_bytes(h.run_fd)
-            ticket_fd = self._open_dir("checkpoints", h.ticket_id)
+            ticket_fd = self.folders.open_dir("checkpoints", h.ticket_id)
             try:
                 aside = f"{_REMOVING}{h.run_id}-{os.urandom(4).hex()}"
                 os.rename(h.run_id, aside, src_dir_fd=ticket_fd, dst_dir_fd=ticket_fd)
@@ -264,9 +237,9 @@ class FilesAdminMixin:
 
     def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:
         """Delete the folders of whole-run removals a crash interrupted (doctor)."""
-        self.refuse_if_read_only("finish an interrupted prune")
+        self.folders.refuse_if_read_only("finish an interrupted prune")
         try:
-            ticket_fd = self._open_dir("checkpoints", validate_ticket_id(ticket_id))
+            ticket_fd = self.folders.open_dir("checkpoints", validate_ticket_id(ticket_id))
         except NotFound:
             return []
         done: list[dict[str, object]] = []
@@ -313,15 +286,15 @@ class FilesAdminMixin:
 
         return files_ticket_stamp(self.root / "checkpoints", validate_ticket_id(ticket_id))
 
-    def guard_storage(self, name: str) -> Any:
+    def guard_storage(self, name: str) -> GuardStorage:
         """Where guard ``name`` keeps its lock, state and history: files beside the store."""
-        from phaselog.guard.files import FileGuardStore
+        from phaselog.stores.files.guard import FileGuardStore  # lazily: only `guard` commands need it
 
         return FileGuardStore(self.root, name)
 
     def guard_names(self) -> list[str]:
         """Every guard with state, a lock or history beside this store."""
-        from phaselog.guard.files import file_guard_names
+        from phaselog.stores.files.guard import file_guard_names  # lazily: only `guard` commands need it
 
         return file_guard_names(self.root)
 
@@ -331,13 +304,13 @@ class FilesAdminMixin:
         found: list[dict[str, Any]] = []
         now = time.time()
         dirs: list[tuple[str, list[str]]] = [(".markers", [ticket_id, ".markers"])]
-        for rid in self.runs(ticket_id):
+        for rid in self.folders.runs(ticket_id):
             dirs.append((rid, [ticket_id, rid]))
             for kind in _names.ENTRY_KINDS[:2]:
                 dirs.append((f"{rid}/.{kind}", [ticket_id, rid, f".{kind}"]))
         for _label, segs in dirs:
             try:
-                fd = self._open_dir("checkpoints", *segs)
+                fd = self.folders.open_dir("checkpoints", *segs)
             except (NotFound, StoreError):
                 continue
             try:
@@ -379,7 +352,7 @@ class FilesAdminMixin:
         """The attempts of a run that ``doctor --quarantine`` moved aside: (phase, attempt) → the content
         hash its quarantined sidecar recorded at write (None: not known). Read only; nothing is moved."""
         try:
-            q_fd = self._open_dir("quarantine")
+            q_fd = self.folders.open_dir("quarantine")
         except (NotFound, StoreError, OSError):
             return {}
         out: dict[tuple[str, int], str | None] = {}
@@ -410,7 +383,7 @@ class FilesAdminMixin:
         Files are moved by ``link`` + ``unlink`` (never overwriting), with a note beside each
         recording where it came from, why, and its SHA-256. Returns one entry per move.
         """
-        self.refuse_if_read_only("quarantine a file")
+        self.folders.refuse_if_read_only("quarantine a file")
         segs = location.split("/")
         if len(segs) < 3 or any(s in ("", ".", "..") or "\\" in s for s in segs):
             raise StoreError(f"not a file location in this store: {location!r}")
@@ -421,8 +394,8 @@ class FilesAdminMixin:
             names.append(_names.meta_name(*seed))
         elif (meta := _names.parse_meta_name(name)) is not None:
             names.append(_names.checkpoint_name(*meta))
-        src_fd = self._open_dir("checkpoints", *segs[:-1])
-        q_fd = self._open_dir("quarantine", create=True)
+        src_fd = self.folders.open_dir("checkpoints", *segs[:-1])
+        q_fd = self.folders.open_dir("quarantine", create=True)
         moved: list[dict[str, Any]] = []
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         try:

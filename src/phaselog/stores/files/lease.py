@@ -21,14 +21,12 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phaselog.model.errors import Fenced, NotFound, RunHeld, StoreError
 from phaselog.stores.base import Judge, LeaseState, RunFence
+from phaselog.stores.files.folders import Folders
 from phaselog.stores.kernel import check_run_key, fenced
-
-if TYPE_CHECKING:
-    from phaselog.stores.files.store import FilesStore
 
 LEASE_NAME = ".lease"
 _MAX_BYTES = 64 * 1024
@@ -93,19 +91,20 @@ def check_fence(run_fd: int, fence: RunFence) -> None:
 class FileRunLeases:
     """The files store's run leases (see the module docstring)."""
 
-    def __init__(self, store: FilesStore) -> None:
-        self.store = store
+    def __init__(self, folders: Folders) -> None:
+        """Leases of the runs below the store root that ``folders`` opens."""
+        self.folders = folders
         self._held: dict[tuple[str, str], int] = {}  # (ticket, run) -> the locked descriptor
 
     def _run_dir(self, ticket_id: str, run_id: str, *, create: bool) -> int:
         check_run_key(ticket_id, run_id)
-        return self.store._open_dir("checkpoints", ticket_id, run_id, create=create)
+        return self.folders.open_dir("checkpoints", ticket_id, run_id, create=create)
 
     def acquire(
         self, ticket_id: str, run_id: str, holder: Mapping[str, Any], *, ttl: float, judge: Judge
     ) -> LeaseState:
         """Lock the run's lease file; RunHeld if a live runner (or what it left running) holds it."""
-        self.store.refuse_if_read_only("take a run lease")
+        self.folders.refuse_if_read_only("take a run lease")
         if (ticket_id, run_id) in self._held:
             raise RunHeld(f"run {run_id} is already held by this process", rule="reentrant")
         run_fd = self._run_dir(ticket_id, run_id, create=True)

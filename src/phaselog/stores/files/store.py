@@ -18,50 +18,31 @@ below the root. See docs/record-format.md and docs/decisions.md.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from phaselog import _faults
-from phaselog.model.errors import (
-    AlreadyExists,
-    Corrupt,
-    NotFound,
-    PhaselogError,
-    StoreError,
-    StoreNotFound,
-    UnsupportedVersion,
-)
-from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.model.errors import Corrupt, NotFound, PhaselogError, StoreError, UnsupportedVersion
+from phaselog.model.ids import validate_ticket_id
 from phaselog.model.limits import SIDECAR_SLACK_BYTES
 from phaselog.model.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
-from phaselog.stores.files.io import (
-    DIR_FLAGS,
-    check_segment,
-    clean_temps,
-    exists,
-    lock_run,
-    read_capped,
-    same_folder,
-    write_temp,
-)
+from phaselog.stores.files.entries import FileEntries
+from phaselog.stores.files.folders import Folders
+from phaselog.stores.files.io import clean_temps, exists, read_capped
+from phaselog.stores.files.lease import FileRunLeases, check_fence
 from phaselog.stores.files.publish import publish_completed, publish_failed
 from phaselog.stores.files.seed import RunView
 from phaselog.stores.names import checkpoint_name as cp_name
 from phaselog.stores.names import failed_name, meta_name
 
 if TYPE_CHECKING:
-    from phaselog.stores.files.lease import FileRunLeases
-    from phaselog.stores.manifests import ManifestDoc
+    from phaselog.stores.manifests import FilesManifests, ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
 # Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
@@ -97,7 +78,6 @@ class FilesStore(FilesAdminMixin):
         self.root = self.root.absolute()
         self.url = f"file://{self.root}"
         self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
-        self._root_fd: int | None = None
         self._leases: FileRunLeases | None = None
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
@@ -108,149 +88,31 @@ class FilesStore(FilesAdminMixin):
         self.read_only = read_only
         #: A missing root may be created by a write (else every access raises StoreNotFound).
         self.may_create = create and not read_only
-        self._check_root()
+        #: Every folder below the root, opened without following a symlink (shared by the parts).
+        self.folders = Folders(self.root, self.url, read_only=read_only, may_create=self.may_create)
+        self._entries = FileEntries(
+            self.folders, max_record_bytes=self.max_record_bytes, max_entry_bytes=self.max_entry_bytes
+        )
+        self.folders.check_root()
 
     def refuse_if_read_only(self, what: str) -> None:
         """Raise StoreError (rule ``read_only``) when this store object was opened read-only."""
-        if self.read_only:
-            raise StoreError(f"{self.url} is open read-only: cannot {what}", rule="read_only", path=str(self.root))
-
-    def _missing(self) -> StoreNotFound:
-        return StoreNotFound(
-            f"no store at {self.root}: the directory does not exist (check the path; a command that writes creates it)",
-            path=str(self.root),
-        )
-
-    def _check_root(self) -> None:
-        try:
-            st = os.stat(self.root)
-        except FileNotFoundError:
-            return  # reads say so (StoreNotFound, or an empty store if it may be created); writes create it
-        except OSError as exc:
-            raise StoreError(f"cannot open store root {self.root}: {exc.strerror}", path=str(self.root)) from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise StoreError(
-                f"{self.root} is not a directory; a files store is a directory (a SQLite file needs a sqlite:/// URL)",
-                path=str(self.root),
-                rule="not_a_directory",
-            )
+        self.folders.refuse_if_read_only(what)
 
     def __repr__(self) -> str:
         return f"FilesStore({str(self.root)!r})"
 
-    # -- directories ------------------------------------------------------------------------------
-    def _open_root(self, *, create: bool) -> int:
-        # The root is opened once per store and dup'ed per call: resolving its path on every
-        # operation cost as much as the rest of a read. (The root itself may be a symlink.)
-        cached = getattr(self, "_root_fd", None)
-        if cached is not None:
-            try:
-                return os.dup(cached)
-            except OSError:
-                self._root_fd = None
-        fd = self._open_root_path(create=create)
-        self._root_fd = os.dup(fd)
-        return fd
+    def open_dir(self, *segments: str, create: bool = False) -> int:
+        """Open ``root/segments…`` without following any symlink below the root (see Folders.open_dir).
 
-    def _open_root_path(self, *, create: bool) -> int:
-        try:
-            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if not self.may_create:
-                raise self._missing() from None
-            if not create:
-                raise NotFound(f"store root {self.root} does not exist", path=str(self.root)) from None
-        except OSError as exc:
-            raise StoreError(f"cannot open store root {self.root}: {exc.strerror}") from None
-        try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(self.root, 0o700)
-            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise StoreError(f"cannot create store root {self.root}: {exc.strerror}") from None
-
-    def _open_dir(self, *segments: str, create: bool = False) -> int:
-        """Open ``root/segments…`` without following any symlink below the root."""
-        for seg in segments:
-            check_segment(seg, self.root)
-        # Only the root descriptor is cached: a cached descriptor of a folder below it would follow
-        # that folder if it were moved away and replaced by a symlink (tests/test_security.py).
-        fd = self._open_root(create=create)
-        try:
-            for i, seg in enumerate(segments):
-                nfd = self._open_child(fd, seg, create=create, rel="/".join(segments[: i + 1]))
-                os.close(fd)
-                fd = nfd
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _open_child(self, parent_fd: int, seg: str, *, create: bool, rel: str) -> int:
-        """Open the folder ``seg`` below ``parent_fd`` (never through a symlink)."""
-        check_segment(seg, self.root)
-        try:
-            return os.open(seg, DIR_FLAGS, dir_fd=parent_fd)
-        except FileNotFoundError:
-            if not create:
-                raise NotFound(f"{rel} does not exist in {self.root}", path=rel) from None
-            return self._mkdir(parent_fd, seg)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise StoreError(
-                    f"refusing to follow a symlink or non-directory at {rel} under {self.root}",
-                    path=rel,
-                    rule="no_symlinks",
-                ) from None
-            raise StoreError(f"cannot open {seg}: {exc.strerror}") from None
-
-    def _open_run(self, ticket_id: str, run_id: str, *, create: bool, shared: bool = False) -> tuple[int, int]:
-        """Open a run folder and take its lock; return (run folder fd, lock fd).
-
-        Appends and prunes take the lock exclusively, audit entries of the run shared. A prune
-        that removes the run whole moves its folder aside while holding the lock, so a writer that
-        waited for the lock checks that its folder is still the run's; if not, it starts over
-        (with ``create``: in a new folder). Closing the lock fd releases the lock.
+        The seam for code outside the package that keeps files below the root (the recorded
+        pipeline manifests); the caller closes the descriptor.
         """
-        for _ in range(1000):
-            ticket_fd = self._open_dir("checkpoints", ticket_id, create=create)
-            try:
-                run_fd = self._open_child(ticket_fd, run_id, create=create, rel=f"{ticket_id}/{run_id}")
-                try:
-                    lock_fd = self._lock(run_fd, shared=shared)
-                except OSError as exc:
-                    os.close(run_fd)
-                    raise StoreError(f"cannot lock run {ticket_id}/{run_id}: {exc.strerror}") from None
-                except BaseException:
-                    os.close(run_fd)
-                    raise
-                if same_folder(ticket_fd, run_id, run_fd):
-                    return run_fd, lock_fd
-                os.close(lock_fd)
-                os.close(run_fd)
-            finally:
-                os.close(ticket_fd)
-        raise StoreError(f"run {ticket_id}/{run_id} kept being removed while waiting for its lock")
+        return self.folders.open_dir(*segments, create=create)
 
-    def _mkdir(self, parent_fd: int, name: str) -> int:
-        self.refuse_if_read_only(f"create {name}")
-        try:
-            os.mkdir(name, 0o700, dir_fd=parent_fd)
-            os.fsync(parent_fd)  # the new directory entry must survive a crash too
-        except FileExistsError:
-            pass
-        except OSError as exc:  # a read-only or full filesystem, no permission: say so, typed
-            raise StoreError(f"cannot create {name}: {exc.strerror}", path=name) from None
-        try:
-            fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise StoreError(f"refusing to follow a symlink at {name}", rule="no_symlinks") from None
-            raise StoreError(f"cannot open {name}: {exc.strerror}") from None
-        st = os.fstat(fd)
-        if stat.S_IMODE(st.st_mode) != 0o700 and st.st_uid == os.getuid():
-            os.fchmod(fd, 0o700)  # whatever the umask
-        return fd
+    def open_child(self, parent_fd: int, seg: str, *, create: bool, rel: str) -> int:
+        """Open the folder ``seg`` below ``parent_fd`` (never through a symlink; see Folders.open_child)."""
+        return self.folders.open_child(parent_fd, seg, create=create, rel=rel)
 
     # -- appending --------------------------------------------------------------------------------
     def append(
@@ -267,7 +129,7 @@ class FilesStore(FilesAdminMixin):
         self.refuse_if_read_only("append a record")
         # Serialise (and check the size) before creating anything: a refused record leaves no trace.
         files = self._serialise(record)
-        run_fd, lock_fd = self._open_run(record.ticket_id, record.run_id, create=True)
+        run_fd, lock_fd = self.folders.open_run(record.ticket_id, record.run_id, create=True)
         try:
             try:
                 names = os.listdir(run_fd)
@@ -278,7 +140,7 @@ class FilesStore(FilesAdminMixin):
                     exists=attempt <= latest and (ordinal, attempt) in _names.parse_record_names(names),
                     latest=latest,
                     expected_latest=expected_latest,
-                    check_fence=None if fence is None else lambda: _check_fence(run_fd, fence),
+                    check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
                 )
                 self.record_manifest(manifest)  # before the record: a record never lacks its manifest
                 if record.completed:
@@ -295,10 +157,6 @@ class FilesStore(FilesAdminMixin):
             os.close(run_fd)
         return self._rel(record)
 
-    def _lock(self, run_fd: int, *, shared: bool = False) -> int:
-        self.refuse_if_read_only("lock a run")  # only writers lock (and creating .lock is a write)
-        return lock_run(run_fd, shared=shared)
-
     def _serialise(self, record: Checkpoint) -> tuple[bytes, bytes]:
         """The sidecar (or failed record) and the YAML seed file (empty for a failed attempt), size-checked."""
         if not record.completed:
@@ -312,21 +170,13 @@ class FilesStore(FilesAdminMixin):
         return _refs(self._listing(ticket_id, run_id))
 
     def _listing(self, ticket_id: str, run_id: str) -> list[str]:
-        validate_ticket_id(ticket_id)
-        try:
-            run_fd = self._open_dir("checkpoints", ticket_id, run_id)
-        except NotFound:
-            return []
-        try:
-            return os.listdir(run_fd)
-        finally:
-            os.close(run_fd)
+        return self.folders.listing("checkpoints", validate_ticket_id(ticket_id), run_id) or []
 
     def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
         """Read one record (see Store.get)."""
         validate_ticket_id(ticket_id)
         try:
-            run_fd = self._open_dir("checkpoints", ticket_id, run_id)
+            run_fd = self.folders.open_dir("checkpoints", ticket_id, run_id)
         except NotFound:
             raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id) from None
         try:
@@ -387,40 +237,25 @@ class FilesStore(FilesAdminMixin):
 
     def tickets(self) -> list[str]:
         """Every ticket directory with a valid ticket id, sorted."""
-        try:
-            fd = self._open_dir("checkpoints")
-        except NotFound:
-            return []
-        try:
-            out = []
-            for n in os.listdir(fd):
-                try:
-                    validate_ticket_id(n)
-                except PhaselogError:
-                    continue
-                out.append(n)
-            return sorted(out)
-        finally:
-            os.close(fd)
+        out = []
+        for n in self.folders.listing("checkpoints") or ():
+            try:
+                validate_ticket_id(n)
+            except PhaselogError:
+                continue
+            out.append(n)
+        return sorted(out)
 
     def runs(self, ticket_id: str) -> list[str]:
         """Every run directory (canonical UUID names) of a ticket, sorted."""
-        validate_ticket_id(ticket_id)
-        try:
-            fd = self._open_dir("checkpoints", ticket_id)
-        except NotFound:
-            return []
-        try:
-            return sorted(n for n in os.listdir(fd) if is_canonical_uuid(n))
-        finally:
-            os.close(fd)
+        return self.folders.runs(ticket_id)
 
     def iter_records(self, ticket_id: str, run_id: str | None = None) -> Iterator[Stored | Damaged]:
         """Yield records in (run, phase ordinal, attempt) order; damaged ones as Damaged."""
         run_ids = [run_id] if run_id is not None else self.runs(ticket_id)
         for rid in run_ids:
             try:
-                run_fd = self._open_dir("checkpoints", ticket_id, rid)
+                run_fd = self.folders.open_dir("checkpoints", ticket_id, rid)
             except NotFound:
                 continue
             try:
@@ -436,70 +271,14 @@ class FilesStore(FilesAdminMixin):
             finally:
                 os.close(run_fd)
 
-    # -- audit entries (progress events, approvals, markers) -------------------------------------
-    def _entry_dir(self, kind: str, ticket_id: str, run_id: str | None, *, create: bool) -> int:
-        return self._open_dir(*self._entry_dir_segments(kind, ticket_id, run_id), create=create)
-
-    @staticmethod
-    def _entry_dir_segments(kind: str, ticket_id: str, run_id: str | None) -> list[str]:
-        kernel.check_entry_key(kind, ticket_id, run_id)
-        return ["checkpoints", ticket_id, *([] if run_id is None else [run_id]), f".{kind}"]
-
+    # -- audit entries (progress events, approvals, markers): stores/files/entries.py -------------
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
-        self.refuse_if_read_only("record an audit entry")
-        kernel.check_entry(name, body, self.max_record_bytes)
-        rel = kernel.entry_location(kind, ticket_id, run_id, name)
-        lock_fd = None
-        if run_id is None:
-            dir_fd = self._entry_dir(kind, ticket_id, run_id, create=True)
-        else:
-            # A run's entries wait for a prune of that run (shared lock; appends and prunes hold it
-            # exclusively), so a prune never removes an entry it did not decide on.
-            self._entry_dir_segments(kind, ticket_id, run_id)
-            run_fd, lock_fd = self._open_run(ticket_id, run_id, create=True, shared=True)
-            try:
-                dir_fd = self._open_child(run_fd, f".{kind}", create=True, rel=f"{ticket_id}/{run_id}/.{kind}")
-            except BaseException:
-                os.close(lock_fd)
-                raise
-            finally:
-                os.close(run_fd)
-        try:
-            names = os.listdir(dir_fd)
-            clean_temps(dir_fd, names)
-            tmp = write_temp(dir_fd, body)
-            try:
-                _faults.point("files.after_entry_temp")
-                try:
-                    os.link(tmp, f"{name}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                except FileExistsError:
-                    raise AlreadyExists(f"{rel} already exists", path=rel) from None
-                _faults.point("files.after_entry_link")
-                os.fsync(dir_fd)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-        except PhaselogError:
-            raise  # AlreadyExists is a FileExistsError: callers retry on it, keep its type
-        except OSError as exc:
-            raise StoreError(f"cannot write {rel}: {exc.strerror}") from None
-        finally:
-            os.close(dir_fd)
-            if lock_fd is not None:
-                os.close(lock_fd)
-        return rel
+        return self._entries.put(kind, ticket_id, run_id, name, body)
 
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         """Names of a kind's entries (sorted), without reading them."""
-        try:
-            dir_fd = self._entry_dir(kind, ticket_id, run_id, create=False)
-        except NotFound:
-            return []
-        try:
-            return sorted(n[:-5] for n in os.listdir(dir_fd) if n.endswith(".json") and _names.is_entry_name(n[:-5]))
-        finally:
-            os.close(dir_fd)
+        return self._entries.names(kind, ticket_id, run_id)
 
     def entries(
         self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
@@ -508,29 +287,7 @@ class FilesStore(FilesAdminMixin):
 
         An unreadable entry comes back as a Corrupt error in place of its bytes.
         """
-        try:
-            dir_fd = self._entry_dir(kind, ticket_id, run_id, create=False)
-        except NotFound:
-            return []
-        rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)
-        out: list[tuple[str, str, bytes | Corrupt]] = []
-        try:
-            for n in sorted(os.listdir(dir_fd)):
-                if not n.endswith(".json") or not n.startswith(prefix):
-                    continue
-                stem = n[:-5]
-                if not _names.is_entry_name(stem):
-                    continue
-                try:
-                    data = read_capped(dir_fd, n, rel_dir, self.max_entry_bytes)
-                except Corrupt as exc:
-                    out.append((stem, f"{rel_dir}/{n}", exc))
-                    continue
-                if data is not None:
-                    out.append((stem, f"{rel_dir}/{n}", data))
-        finally:
-            os.close(dir_fd)
-        return out
+        return self._entries.read_all(kind, ticket_id, run_id, prefix)
 
     def location(self, record: Checkpoint) -> str:
         """Path of ``record`` relative to the checkpoints root."""
@@ -538,12 +295,21 @@ class FilesStore(FilesAdminMixin):
 
     _rel = staticmethod(kernel.record_location)
 
+    def pipeline_manifests(self) -> FilesManifests:
+        """The recorded pipeline manifests (``<root>/manifests/``: see stores/manifests.py)."""
+        from phaselog.stores.manifests import FilesManifests  # lazily: manifests.py names FilesStore (its types)
+
+        return FilesManifests(self)
+
+    def record_manifest(self, manifest: ManifestDoc | None) -> None:
+        """Record ``manifest`` (None: nothing to record) in the append that hands it over."""
+        if manifest is not None:
+            self.pipeline_manifests().put(manifest)
+
     def run_leases(self) -> FileRunLeases:
         """The run-lease service (one per store object: it keeps held leases' locks open)."""
         if self._leases is None:
-            from phaselog.stores.files.lease import FileRunLeases
-
-            self._leases = FileRunLeases(self)
+            self._leases = FileRunLeases(self.folders)
         return self._leases
 
     @property
@@ -561,24 +327,12 @@ class FilesStore(FilesAdminMixin):
 
     def close(self) -> None:
         """Release the cached root descriptor and any run lease still held."""
-        leases = getattr(self, "_leases", None)
-        if leases is not None:
-            leases.close()
-        for attr in ("_root_fd",):
-            fd = getattr(self, attr, None)
-            setattr(self, attr, None)
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        if self._leases is not None:
+            self._leases.close()
+        self.folders.close()
 
 
 def _refs(listing: list[str]) -> list[AttemptRef]:
     refs = _names.parse_record_names(listing)
     # Sorted by the int key in C (AttemptRef's generated __lt__ cost more than reading the folder).
     return [AttemptRef(key[0], key[1], *refs[key]) for key in sorted(refs)]
-
-
-def _check_fence(run_fd: int, fence: RunFence) -> None:
-    from phaselog.stores.files.lease import check_fence
-
-    check_fence(run_fd, fence)

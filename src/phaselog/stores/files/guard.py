@@ -1,4 +1,7 @@
-"""The guard on the files store: files under ``<root>/pipeline_checkpoints``.
+"""Guard storage on the files store: files under ``<root>/pipeline_checkpoints``.
+
+The files backend of :class:`phaselog.stores.base.GuardStorage` (the guard itself, which
+decides, is :mod:`phaselog.guard`).
 
 ``<name>-state.yaml`` (seed 000's schema), ``<name>.lock`` (the holder: readable YAML),
 ``<name>.history/`` (one JSON file per pass, takeover or reset; append-only) and ``.<name>.mutex``
@@ -21,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from phaselog import _faults
-from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
 from phaselog.model import _yaml
-from phaselog.model.errors import AlreadyExists, Corrupt, StoreError
+from phaselog.model.errors import AlreadyExists, Corrupt, Fenced, StoreError, UsageError
+from phaselog.model.guard import Holder, LoopState, validate_name
 from phaselog.model.limits import json_loads
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -55,9 +58,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class FileGuardStore:
-    """Guard files under ``<root>/pipeline_checkpoints``."""
+    """Guard files under ``<root>/pipeline_checkpoints`` (a :class:`~phaselog.stores.base.GuardStorage`)."""
 
     def __init__(self, root: str | os.PathLike[str], name: str) -> None:
+        """The storage of guard ``name`` (UsageError if the name is not one) beside the store at ``root``."""
         self.name = validate_name(name)
         self.dir = Path(root).expanduser().absolute() / "pipeline_checkpoints"
         self.state_path = self.dir / f"{name}-state.yaml"
@@ -287,8 +291,6 @@ class FileGuardStore:
 
 def file_guard_names(root: str | os.PathLike[str]) -> list[str]:
     """Every guard with state, a lock or history under a files-store root."""
-    from phaselog.model.errors import UsageError
-
     folder = Path(root).expanduser().absolute() / "pipeline_checkpoints"
     try:
         entries = os.listdir(folder)

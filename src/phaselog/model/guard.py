@@ -1,20 +1,23 @@
-"""The guard's records: the loop state (seed 000's schema) and the lock holder."""
+"""The guard's records: the loop state (seed 000's schema), the lock holder, guard names.
+
+Plain data that the guard (an edge) and every store's guard storage share; nothing here does I/O.
+"""
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phaselog.model.errors import Corrupt, Fenced, PhaselogError, UsageError
+from phaselog.model._lazyre import LazyPattern
+from phaselog.model.errors import Corrupt, PhaselogError, UsageError
 from phaselog.model.records import SCHEMA_VERSION, check_schema_version, format_timestamp, parse_timestamp
 
-__all__ = ["OUTCOMES", "Fenced", "Holder", "LoopState", "PassNotRecorded", "validate_name"]  # Fenced: errors.py
+__all__ = ["OUTCOMES", "Holder", "LoopState", "PassNotRecorded", "validate_name"]
 
 OUTCOMES = ("success", "noop", "failure", "halt", "unknown")
-_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+_NAME_RE = LazyPattern(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 
 
 class PassNotRecorded(PhaselogError):
