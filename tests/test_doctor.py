@@ -142,7 +142,7 @@ def test_hand_edited_checkpoint_is_damaged_and_can_be_quarantined(healthy: phase
 
 def test_damaged_progress_event_is_quarantined(healthy: phaselog.Ledger, root: Path) -> None:
     ev = run_dir(root) / ".progress" / "001_implement_a000001_s000000002.json"
-    ev.write_bytes(b'{"kind": "phaselog.ledger.progress", "trunc')
+    ev.write_bytes(b'{"kind": "phaselog.progress", "trunc')
     rep = doctor(healthy, T)
     assert [(f["kind"], f["path"]) for f in rep.findings] == [
         ("damaged", f"{T}/{RUN}/.progress/001_implement_a000001_s000000002.json")

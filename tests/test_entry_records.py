@@ -24,7 +24,7 @@ EVENT = ProgressEvent(
 APPROVAL = Approval("T-1", "r1", "review", 2, 1, "cd", "approve", "ana", T0, 1, comment="ok")
 MARKER = Marker("T-1", 1, "Title", "ticket-pipeline", {"b": "2", "a": "1"}, T0)
 STORED = {
-    "progress": b'{"schema_version": "1.0.0", "kind": "phaselog.ledger.progress", "ticket_id": "T-1", "run_id": "r1", '
+    "progress": b'{"schema_version": "1.0.0", "kind": "phaselog.progress", "ticket_id": "T-1", "run_id": "r1", '
     b'"phase": "implement", "phase_ordinal": 1, "attempt_number": 1, "seq": 2, "event": "step", '
     b'"timestamp": "2026-01-02T03:04:05Z", "step": 3, "status": null, "provider": null, "tokens": 10, '
     b'"elapsed_sec": 1.5, "output": null, "output_sha256": null, "output_length": null, "host": null, '

@@ -142,7 +142,7 @@ def _bad_lines(source: Store) -> dict[str, tuple[dict[str, Any], str]]:
         "run_id": RUN,
         "name": "000001",
         "content_hash": "0" * 64,
-        "document": {"schema_version": "1.0.0", "kind": "phaselog.ledger.prune_notes", "removed": "everything"},
+        "document": {"schema_version": "1.0.0", "kind": "phaselog.pruned", "removed": "everything"},
     }
     out["malformed_note"] = (note, "removed")
     return out

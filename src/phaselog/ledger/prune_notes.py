@@ -36,7 +36,7 @@ from phaselog.stores.names import (
     parse_note_name,
 )
 
-KIND = "phaselog.ledger.prune_notes"
+KIND = "phaselog.pruned"
 ENTRY_KIND = "pruned"
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 _PHASE_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")

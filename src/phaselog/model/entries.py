@@ -190,7 +190,7 @@ def _field_reader(name: str, hint: Any, required: bool) -> tuple[frozenset[type]
 class ProgressEvent(EntryRecord):
     """An immutable record inside a running attempt (seed 003's mid-execution checkpoint)."""
 
-    KIND: ClassVar[str] = "phaselog.ledger.progress"
+    KIND: ClassVar[str] = "phaselog.progress"
     WHAT: ClassVar[str] = "progress event"
 
     ticket_id: str
