@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phaselog.model.entries import Marker, entry_bytes, read_entries
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
@@ -17,6 +17,7 @@ from phaselog.model.limits import check_text
 from phaselog.stores.names import marker_name
 
 if TYPE_CHECKING:
+    from phaselog.ledger.resolve import PipelineArg
     from phaselog.model.pipelines import Pipeline
     from phaselog.stores import Store
 
@@ -43,7 +44,9 @@ class Markers:
     ``load_pipeline`` resolves the pipeline named at ``init`` (the Ledger's pipeline resolver).
     """
 
-    def __init__(self, store: Store, clock: Callable[[], datetime], load_pipeline: Callable[[Any], Pipeline]) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime], load_pipeline: Callable[[PipelineArg], Pipeline]
+    ) -> None:
         self.store = store
         self.clock = clock
         self.load_pipeline = load_pipeline
@@ -65,7 +68,7 @@ class Markers:
         ticket_id: str,
         *,
         title: str,
-        pipeline: Any = None,
+        pipeline: PipelineArg = None,
         meta: Mapping[str, str] | None = None,
     ) -> tuple[Marker, bool]:
         """Record (or confirm) a ticket's identity; returns the marker and whether it changed."""

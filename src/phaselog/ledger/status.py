@@ -1,7 +1,7 @@
 """The state of a run, derived from one snapshot: ``status`` and ``can_skip_to``.
 
 :class:`RunStates` reads a run once (``Store.snapshot``), finds the attempts in flight
-(:func:`phaselog.ledger.progress.flights`), judges the approvals (:func:`phaselog.ledger.gates.judge`, with the
+(:func:`phaselog.ledger.progress.flights`), judges the approvals (:func:`phaselog.ledger.derive.judge`, with the
 verdicts a forked checkpoint inherits from its source) and hands the rest to the pure
 :func:`phaselog.ledger.derive.derive_status`.
 """
@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phaselog.ledger.derive import APPROVED, COMPLETED, PhaseState, RunStatus, derive_status
-from phaselog.ledger.gates import judge
+from phaselog.ledger.derive import APPROVED, COMPLETED, PhaseState, RunStatus, derive_status, judge
 from phaselog.ledger.inputs import open_requests
 from phaselog.ledger.progress import flights
 from phaselog.ledger.reads import Reads

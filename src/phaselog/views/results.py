@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
-    from phaselog.ledger.facade import Page, SkipDecision, WriteResult
     from phaselog.ledger.gates import Awaiting
+    from phaselog.ledger.reads import Page
+    from phaselog.ledger.status import SkipDecision
     from phaselog.ledger.verify import VerifyReport
+    from phaselog.ledger.writes import WriteResult
     from phaselog.model.entries import Approval, Marker, ProgressEvent
     from phaselog.model.pipelines import Pipeline
     from phaselog.model.validation import Report

@@ -181,7 +181,7 @@ def _last_step(events: Sequence[ProgressEvent]) -> int | None:
 
 def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
     """Every attempt of a run as a span (see :func:`spans`), read through ``ledger``."""
-    from phaselog.ledger.gates import judge
+    from phaselog.ledger.derive import judge
     from phaselog.model.ids import normalize_run_id, validate_ticket_id
     from phaselog.stores.base import Damaged
 

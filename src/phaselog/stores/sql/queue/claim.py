@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from phaselog.model.errors import Conflict, NotFound
-from phaselog.stores.base import Capability
+from phaselog.model.errors import Conflict, NotFound, PhaselogError
+from phaselog.model.events import Event, Judged, subscribe
+from phaselog.stores.base import Capability, Store
 from phaselog.stores.sql.queue.rows import (
     _COLUMNS,
     _NOW,
@@ -220,6 +221,20 @@ def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
     return requeue_judged(SqlQueue(store), ticket_id, run_id)
 
 
+def requeue_after_judgement(event: Event, origin: object) -> list[str]:
+    """The queue's subscriber: after a judgement, a run waiting at that gate in the queue goes back to it."""
+    if not isinstance(event, Judged) or not isinstance(origin, Store):
+        return []
+    try:
+        after_judgement(origin, event.ticket_id, event.run_id)
+    except PhaselogError as exc:  # the judgement is recorded; say what did not happen
+        return [f"recorded, but the run could not be put back in the queue: {exc.message}"]
+    return []
+
+
+subscribe(requeue_after_judgement)  # the queue's one subscriber, registered once, when the queue is loaded
+
+
 def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEntry:
     """Cancel a run: at once if it is not running, else between phases (``cancel_requested``)."""
     key = check_key(ticket_id, run_id)
@@ -287,4 +302,15 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
     return entry
 
 
-__all__ = ["ENDINGS", "QUEUED", "after_judgement", "cancel", "claim", "finish", "mark_phase", "requeue_judged", "retry"]
+__all__ = [
+    "ENDINGS",
+    "QUEUED",
+    "after_judgement",
+    "cancel",
+    "claim",
+    "finish",
+    "mark_phase",
+    "requeue_after_judgement",
+    "requeue_judged",
+    "retry",
+]
