@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.history import history_items
 from phaselog.model.errors import UsageError
 from phaselog.model.ids import normalize_run_id, run_name_of, validate_ticket_id
 from phaselog.model.records import Checkpoint
@@ -100,10 +101,8 @@ class Audit:
     # -- history ------------------------------------------------------------------------------------
     def history(self, ticket_id: str, run_id: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """Every record of a ticket (or run / phase) in time order: marker revisions, progress
-        events, checkpoints (completed and failed) and approvals (see :mod:`phaselog.views.history`;
+        events, checkpoints (completed and failed) and approvals (see :mod:`phaselog.ledger.history`;
         ``sorted_history`` streams the same entries in bounded memory)."""
-        from phaselog.views.history import history_items
-
         items = list(
             history_items(
                 self.store,

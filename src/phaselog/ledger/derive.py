@@ -219,7 +219,7 @@ def derive_status(
     depends on (a run snapshot), not all of them.
     ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
     ``artifacts``: checkpoint content hash → why its artifacts no longer match what it recorded
-    (:func:`phaselog.ledger.artifacts.drift`); such a completed checkpoint is ``stale``.
+    (:func:`phaselog.model.artifacts.drift`); such a completed checkpoint is ``stale``.
     ``approval_sources``: checkpoint content hash → where its judgement came from, when another
     run's approval judged it (a fork's copy): shown as the phase's ``approval_from``.
     """

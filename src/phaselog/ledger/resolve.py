@@ -88,8 +88,7 @@ class PipelineResolver:
 
         With ``snapshot`` the recorded pipeline (and the ticket's marker) come from it: no store call.
         """
-        from phaselog.ledger.markers import current_marker
-        from phaselog.model.entries import Marker, parse_entries
+        from phaselog.model.entries import Marker, current_marker, parse_entries
         from phaselog.model.pipelines import DEFAULT_PIPELINE
 
         run_id = normalize_run_id(run_id)  # a short id (nightly-1) names its UUID's run

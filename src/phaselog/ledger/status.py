@@ -137,9 +137,9 @@ def artifact_drift(records: Sequence[Checkpoint], root: str | os.PathLike[str]) 
     a completed checkpoint that recorded artifact hashes (the only ones a run's state rests on).
 
     No store read: the records come from the run's snapshot; the files are hashed under ``root``
-    (remembered by stat signature, :mod:`phaselog.ledger.artifacts`; D90).
+    (remembered by stat signature, :mod:`phaselog.model.artifacts`; D90).
     """
-    from phaselog.ledger.artifacts import drift
+    from phaselog.model.artifacts import drift
 
     newest: dict[str, Checkpoint] = {}
     for cp in records:

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phaselog.ledger import recorded_pipelines as pipeline_shelf
-from phaselog.ledger.artifacts import hash_artifacts
 from phaselog.ledger.derive import PhaseState
 from phaselog.ledger.events import checkpoint_events, completes_run, raise_events
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
 from phaselog.ledger.status import RunStates, blockers_before
+from phaselog.model.artifacts import hash_artifacts
 from phaselog.model.durations import aware_utc
 from phaselog.model.errors import (
     AlreadyExists,

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.prune_notes import NoteEntry, PrunedIndex, PruneNote, check_notes, is_legacy, read_notes
 from phaselog.model.entries import Approval, Marker, ProgressEvent
-from phaselog.model.errors import Corrupt, InvalidRecord, PhaselogError, UnsupportedVersion
+from phaselog.model.errors import Corrupt, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.model.records import Checkpoint, checkpoint_from_seed
 from phaselog.model.validation import check_record
 from phaselog.stores.kernel import entry_location
 from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
+from phaselog.transfer.lines import bad_line
+from phaselog.transfer.manifests import resolve
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -54,17 +56,6 @@ class Item:
     def where(self) -> str:
         """``line N``."""
         return f"line {self.line}"
-
-
-def bad_line(n: int, message: str, fld: str, rule: str) -> InvalidRecord:
-    """The error refusing import line ``n`` (field ``fld`` broke ``rule``): nothing is imported."""
-    return InvalidRecord(
-        f"line {n}: {message}; nothing was imported",
-        line=n,
-        field=fld,
-        rule=rule,
-        errors=[{"field": fld, "rule": rule, "message": message}],
-    )
 
 
 def _same(n: int, line: Mapping[str, Any], key: str, value: Any) -> None:
@@ -124,8 +115,6 @@ def _parse_checkpoint(
 
 
 def _pipeline(n: int, ledger: Ledger, ref: Any, manifests: Mapping[Any, Any]) -> Any:
-    from phaselog.transfer.manifests import resolve
-
     name = ref.name if ref is not None else None
     try:
         return resolve(ledger, dict(manifests), ref)
@@ -210,8 +199,6 @@ def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
 def check_entry_phases(items: list[Item], ledger: Ledger, manifests: Mapping[Any, Any] | None = None) -> None:
     """Progress events and approvals name a phase of their run's pipeline (the one its checkpoints
     in the import record, else the one the store knows for the run)."""
-    from phaselog.transfer.manifests import resolve
-
     named: dict[tuple[str, str | None], Any] = {}
     for i in items:
         if i.type == "checkpoint" and i.record.pipeline is not None:

@@ -25,7 +25,7 @@ from phaselog.model.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_p
 from phaselog.model.records import PipelineRef
 from phaselog.stores.base import local_root
 from phaselog.stores.manifests import HASH_RE, NAME_RE
-from phaselog.transfer.importing import bad_line
+from phaselog.transfer.lines import bad_line
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger

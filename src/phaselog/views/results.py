@@ -11,7 +11,7 @@ Imports are for type checking only, so the CLI can import this module at start-u
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from phaselog.model.entries import Approval, Marker, ProgressEvent
     from phaselog.model.pipelines import Pipeline
     from phaselog.model.validation import Report
-    from phaselog.runner.explain import Explanation
-    from phaselog.runner.result import RunResult
     from phaselog.stores.base import Damaged, Stored
     from phaselog.views.catalog import RunSummary, TicketSummary
     from phaselog.views.run_page import EventPage, RunOverview, SpanPage
@@ -296,11 +294,19 @@ def pipeline(p: Pipeline, *, full: bool = True) -> dict[str, Any]:
 
 
 # -- the runner -----------------------------------------------------------------------------------
-def explanation(e: Explanation) -> dict[str, Any]:
+class RunnerOutcome(Protocol):
+    """A runner's answer (``phaselog.runner``'s Explanation, RunResult): views never import an edge."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON form."""
+        ...
+
+
+def explanation(e: RunnerOutcome) -> dict[str, Any]:
     """What a run would do with each phase and why (``phaselog explain``; the dashboard links here)."""
     return e.to_json()
 
 
-def run_result(r: RunResult) -> dict[str, Any]:
+def run_result(r: RunnerOutcome) -> dict[str, Any]:
     """What ``phaselog run`` did: per phase, and the exit code."""
     return r.to_json()
