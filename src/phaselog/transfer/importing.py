@@ -35,6 +35,7 @@ from phaselog.transfer.manifests import resolve
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
+    from phaselog.stores.base import Store
 
 ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
 
@@ -297,7 +298,7 @@ def _plan_notes(
 
 
 def _plan_checkpoints(
-    store: Any,
+    store: Store,
     stored: dict[tuple[str, int], Checkpoint],
     broken: set[tuple[str, int]],
     pruned: Mapping[tuple[str, int], Any],
@@ -403,7 +404,7 @@ def _plan_entries(
 
 
 def _new_entries(
-    store: Any, kind: str, ticket_id: str, run_id: str, items: list[Item], plan: Plan
+    store: Store, kind: str, ticket_id: str, run_id: str, items: list[Item], plan: Plan
 ) -> Iterator[tuple[Item, str]]:
     """The items of ``kind`` in name order with their paths, less those the store has by that name
     (skipped if the same entry, refused otherwise)."""
@@ -428,7 +429,7 @@ def _numbered_here(plan: Plan, item: Item, have: Any, path: str, what: str) -> b
     return True
 
 
-def _same_entry(store: Any, item: Item, path: str, plan: Plan) -> None:
+def _same_entry(store: Store, item: Item, path: str, plan: Plan) -> None:
     from phaselog.model.limits import json_loads
 
     for n, _loc, data in store.entries(item.type, item.ticket_id, item.run_id, item.name):
