@@ -7,8 +7,10 @@ warning, never the write.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -163,17 +165,18 @@ def test_events_are_plain_frozen_data_with_ids_from_their_records() -> None:
         AwaitingApproval(T, R, "review", 1, "h3"),
         Judged(T, R, "review", 1, True, "ana", "h3", "h4"),
         RunCompleted(T, R, "ship", "h5"),
-        RunDead(T, R, "recovered 3 times", 3),
-        BreakerOpened("guard", "nightly", 5, "2026-01-01T00:00:00Z"),
+        RunDead(T, R, "recovered 3 times", 3, 7),
+        BreakerOpened("nightly", 5, "2026-01-01T00:00:00Z"),
     ]
     for e in made:
-        with pytest.raises(AttributeError):
-            e.ticket_id = "X"  # type: ignore[misc]  # frozen: the assignment itself is the test
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(e, dataclasses.fields(e)[0].name, "X")
         assert e.to_json()["id"] == e.id
         assert e.id.startswith(e.KIND + ":")
     assert len({e.id for e in made}) == len(made)
     assert CheckpointWritten(T, R, "draft", 1, "completed", "h1").id == "checkpoint_written:h1"  # stable
-    assert RunDead(T, R, "again", 3).id == RunDead(T, R, "recovered 3 times", 3).id  # same row, same death
+    assert RunDead(T, R, "again", 3, 7).id == RunDead(T, R, "recovered 3 times", 3, 7).id  # one claim, one death
+    assert RunDead(T, R, "again", 3, 8).id != RunDead(T, R, "again", 3, 7).id  # retried, died again
 
 
 def test_checkpoint_events_say_what_a_checkpoint_means() -> None:
@@ -251,3 +254,57 @@ def test_every_write_raises_its_events_once_in_order(writes: list[tuple[str, boo
         if ok and phase == "ship" and before.get("draft"):
             expected.append(r.record.content_hash)
     assert [e.content_hash for e in completed] == expected
+
+
+# -- the guard and the queue raise through the same seam ---------------------------------------------
+def test_a_guard_raises_breaker_opened_once_when_its_breaker_opens(tmp_path: Path) -> None:
+    from helpers import Clock
+    from phaselog.guard import Guard, GuardConfig
+    from phaselog.guard.liveness import Environment
+
+    got: list[Event] = []
+    stop = events.subscribe(lambda event, origin: got.append(event))
+    clock = Clock(datetime(2026, 1, 1, tzinfo=UTC))
+    g = Guard(tmp_path / "store", "nightly", Environment(clock=clock))
+    try:
+        codes = []
+        for _ in range(4):
+            clock.advance(minutes=15)
+            codes.append(g.run(["sh", "-c", "exit 5"], GuardConfig(max_failures=2)).exit_code)
+    finally:
+        stop()
+    assert codes == [5, 5, 1, 1]  # the breaker opened with the second failure; it halts after
+    opened = [e for e in got if isinstance(e, BreakerOpened)]
+    assert [(e.guard, e.consecutive_failures) for e in opened] == [("nightly", 2)]
+    assert opened[0].id == f"breaker_opened:nightly/2/{opened[0].at}"
+
+
+def test_the_queue_raises_run_dead_once_per_death(pg_schema_url: str) -> None:
+    from phaselog.runner import queue
+    from phaselog.stores import open_store
+    from phaselog.stores.sql.queue import claim as flow
+    from phaselog.stores.sql.queue.rows import SqlQueue
+
+    got: list[Event] = []
+    stop = events.subscribe(lambda event, origin: got.append(event))
+    store = open_store(pg_schema_url, migrate=True)
+    try:
+        queue.submit(store, ticket_id="T-1", pipeline="job")
+        q = SqlQueue(store)
+        q.register("w0", "default", "elsewhere", 1, None, 30.0)
+        first = flow.claim(q, "w0", queue="default", max_recoveries=0)
+        assert first is not None
+        assert flow.claim(q, "w1", queue="default", dead_local=["w0"], max_recoveries=0) is None  # w0 died
+        queue.retry(store, "T-1", first.entry.run_id)
+        second = flow.claim(q, "w2", queue="default")
+        assert second is not None
+        assert flow.finish(q, second, "dead", reason="phase one failed") is True
+    finally:
+        stop()
+        store.close()
+    dead = [e for e in got if isinstance(e, RunDead)]
+    assert [(e.ticket_id, e.reason[:22], e.claim_token) for e in dead] == [
+        ("T-1", "its worker died 1 time", first.token),
+        ("T-1", "phase one failed", second.token),
+    ]
+    assert len({e.id for e in dead}) == 2

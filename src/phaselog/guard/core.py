@@ -39,6 +39,7 @@ from phaselog.guard.job import TAIL_BYTES, GateRefused, JobResult, run_job, tail
 from phaselog.guard.liveness import Environment, judge_holder
 from phaselog.guard.records import Fenced, Holder, LoopState, PassNotRecorded
 from phaselog.model.errors import Corrupt, PhaselogError, StoreError, UsageError
+from phaselog.model.events import BreakerOpened, emit
 from phaselog.model.records import SCHEMA_VERSION, format_timestamp
 
 DEFAULT_STALE_AFTER = timedelta(minutes=45)
@@ -398,6 +399,8 @@ class Guard:
                 **{"pass": entry},
             )
         assert new is not None
+        if failed and new.consecutive_failures == cfg.max_failures:  # this pass opens the breaker: durable now
+            emit([BreakerOpened(self.name, new.consecutive_failures, format_timestamp(ended))], self.files)
         return new
 
     # -- status / reset ---------------------------------------------------------------------------

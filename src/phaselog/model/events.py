@@ -26,17 +26,14 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Event:
-    """Something that happened to a run (or a guard), raised once its record is durable."""
+    """Something that happened to a run or a guard, raised once its record is durable."""
 
     KIND: ClassVar[str] = "event"
-
-    ticket_id: str
-    run_id: str
 
     @property
     def source(self) -> str:
         """The record this event comes from (a content hash, or a key and state); each kind names its own."""
-        return f"{self.ticket_id}/{self.run_id}"
+        return ""
 
     @property
     def id(self) -> str:
@@ -50,7 +47,20 @@ class Event:
 
 
 @dataclass(frozen=True)
-class CheckpointWritten(Event):
+class RunEvent(Event):
+    """Something that happened to one run of a ticket."""
+
+    ticket_id: str
+    run_id: str
+
+    @property
+    def source(self) -> str:
+        """The run (each kind below names its record more precisely)."""
+        return f"{self.ticket_id}/{self.run_id}"
+
+
+@dataclass(frozen=True)
+class CheckpointWritten(RunEvent):
     """A checkpoint (completed or failed) was appended."""
 
     KIND: ClassVar[str] = "checkpoint_written"
@@ -67,7 +77,7 @@ class CheckpointWritten(Event):
 
 
 @dataclass(frozen=True)
-class PhaseFailed(Event):
+class PhaseFailed(RunEvent):
     """A failed checkpoint was appended (whether retries remain is the runner's knowledge)."""
 
     KIND: ClassVar[str] = "phase_failed"
@@ -84,7 +94,7 @@ class PhaseFailed(Event):
 
 
 @dataclass(frozen=True)
-class AwaitingApproval(Event):
+class AwaitingApproval(RunEvent):
     """A completed checkpoint of a gated phase waits for a person's judgement."""
 
     KIND: ClassVar[str] = "awaiting_approval"
@@ -100,7 +110,7 @@ class AwaitingApproval(Event):
 
 
 @dataclass(frozen=True)
-class Judged(Event):
+class Judged(RunEvent):
     """A person approved or rejected a checkpoint of a gated phase."""
 
     KIND: ClassVar[str] = "judged"
@@ -119,7 +129,7 @@ class Judged(Event):
 
 
 @dataclass(frozen=True)
-class RunCompleted(Event):
+class RunCompleted(RunEvent):
     """Every phase of the run is complete: the record named last completed it."""
 
     KIND: ClassVar[str] = "run_completed"
@@ -134,33 +144,37 @@ class RunCompleted(Event):
 
 
 @dataclass(frozen=True)
-class RunDead(Event):
+class RunDead(RunEvent):
     """The queue gave up on a run (a poison run, recovered too often)."""
 
     KIND: ClassVar[str] = "run_dead"
 
     reason: str
     recoveries: int
+    #: The row's claim token when it died: every claim has its own, so each death has its own id.
+    claim_token: int
 
     @property
     def source(self) -> str:
-        """The queue row's key and how many recoveries it had when it died."""
-        return f"{self.ticket_id}/{self.run_id}/{self.recoveries}"
+        """The queue row's key and the claim it died under."""
+        return f"{self.ticket_id}/{self.run_id}/{self.claim_token}"
 
 
 @dataclass(frozen=True)
 class BreakerOpened(Event):
-    """A cron-loop guard's circuit breaker opened (``run_id`` is the guard's name)."""
+    """A cron-loop guard's circuit breaker opened: its job failed ``consecutive_failures`` times in a row."""
 
     KIND: ClassVar[str] = "breaker_opened"
 
+    guard: str
     consecutive_failures: int
+    #: When the pass that opened it ended (ISO-8601 UTC).
     at: str
 
     @property
     def source(self) -> str:
         """The guard, its failure count and when it opened."""
-        return f"{self.ticket_id}/{self.run_id}/{self.consecutive_failures}/{self.at}"
+        return f"{self.guard}/{self.consecutive_failures}/{self.at}"
 
 
 #: ``(event, origin) -> warnings``: ``origin`` is where the event was recorded (a store).
@@ -218,6 +232,7 @@ __all__ = [
     "PhaseFailed",
     "RunCompleted",
     "RunDead",
+    "RunEvent",
     "Subscriber",
     "emit",
     "subscribe",
