@@ -13,6 +13,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phaselog.ledger.derive import AWAITING_APPROVAL, AWAITING_INPUT
+
+# Re-exported: the verdict of the approvals lives in derive (status needs it and must not import the gates);
+# callers that import it from here keep working.
+from phaselog.ledger.derive import judge as judge  # noqa: PLC0414
 from phaselog.ledger.events import completes_run, judgement_events, raise_events
 from phaselog.model.entries import Approval, entry_bytes, read_entries
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError

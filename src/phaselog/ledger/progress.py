@@ -46,7 +46,7 @@ from phaselog.model.errors import (
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.model.pipelines import Phase
-from phaselog.stores.names import event_block_prefix, event_name, event_prefix
+from phaselog.stores.names import event_block_prefix, event_name, event_prefix, parse_event_name
 
 if TYPE_CHECKING:
     from phaselog.ledger.resolve import PipelineArg, PipelineResolver
@@ -460,7 +460,6 @@ def _target_in(
 def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None = None) -> dict[str, Flight]:
     """Per phase, the newest attempt of a snapshot that has events but no record (if any), with
     its state as :func:`phaselog.ledger.attempts.attempt_state` decides it."""
-    from phaselog.stores.names import parse_event_name
 
     top_checkpoint = {s.ordinal: s.newest.attempt_number for s in snap.summaries}
     top_started: dict[int, int] = {}

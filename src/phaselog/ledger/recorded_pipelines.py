@@ -20,6 +20,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.errors import Corrupt, NotFound, PhaselogError, PipelineError
+from phaselog.model.limits import json_loads
 from phaselog.model.pipelines import Pipeline, check_schemas, manifest_dict, pipeline_from_dict
 from phaselog.stores.manifests import NAME_RE, ManifestDoc, check_key, has_manifests, location, manifests_of
 
@@ -116,8 +117,6 @@ def read(store: Store, name: str, manifest_hash: str) -> Pipeline:
     where = location(name, manifest_hash)
     source = f"{store.url} ({where})"
     try:
-        from phaselog.model.limits import json_loads
-
         pipeline = pipeline_from_document(json_loads(data), name, manifest_hash, source=source)
     except (ValueError, RecursionError) as exc:
         raise Corrupt(f"recorded manifest {where} is not JSON ({exc})", path=where, rule="json") from None

@@ -20,12 +20,14 @@ from phaselog.ledger.inputs import open_requests
 from phaselog.ledger.progress import flights
 from phaselog.ledger.reads import Reads
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
+from phaselog.model.artifacts import drift
 from phaselog.model.entries import Approval, parse_entries
 from phaselog.model.errors import Corrupt, NotFound, UsageError
 from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.model.pipelines import Pipeline
 from phaselog.model.records import Checkpoint, format_timestamp
 from phaselog.stores import Store, Stored
+from phaselog.stores.names import parse_event_name
 from phaselog.stores.snapshot import RunSnapshot
 
 
@@ -91,7 +93,6 @@ def _skip_reason(ps: PhaseState) -> str | None:
 
 def _started(snap: RunSnapshot) -> list[tuple[int, str, list[int]]]:
     """Per (ordinal, phase name), the attempts that have progress events (from the event names)."""
-    from phaselog.stores.names import parse_event_name
 
     found: dict[tuple[int, str], set[int]] = {}
     for name in snap.event_names:
@@ -139,7 +140,6 @@ def artifact_drift(records: Sequence[Checkpoint], root: str | os.PathLike[str]) 
     No store read: the records come from the run's snapshot; the files are hashed under ``root``
     (remembered by stat signature, :mod:`phaselog.model.artifacts`; D90).
     """
-    from phaselog.model.artifacts import drift
 
     newest: dict[str, Checkpoint] = {}
     for cp in records:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from phaselog.model._lazyre import LazyPattern
-from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
+from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
+from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
 from phaselog.model.records import PipelineRef
 from phaselog.model.schemas import Problem, schema_problems, schema_validator
@@ -214,8 +215,6 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
 # -- building and loading -------------------------------------------------------------------------
 def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
     """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""
-    from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
-    from phaselog.model.errors import UsageError
 
     def bad(key: str, rule: str, message: str) -> PipelineError:
         return PipelineError(f"{where}: {at}.{key} {message}", field=f"{at}.{key}", rule=rule)
@@ -391,7 +390,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
             # for importing YAML (tests/test_pipelines.py checks the twins match the YAML).
             doc = json.loads(data)
         else:
-            from phaselog.model import _yaml
+            from phaselog.model import _yaml  # lazy: PyYAML only when a manifest file is read (start-up)
 
             doc = _yaml.load(data, json_only=True)
     except Corrupt as exc:

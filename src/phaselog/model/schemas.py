@@ -22,14 +22,14 @@ def schema_problems(schema_json: str, ordinal: int, phase: str, payload: Any, pr
     validator = schema_validator(schema_json, ordinal)  # cached; checks the schema itself on first use
     fast = _fast_validator(schema_json)
     if fast is not None:
-        import fastjsonschema
+        import fastjsonschema  # lazy: compiled schemas only where a payload is checked
 
         try:
             fast(payload)
             return []  # valid: the common case, ~8x cheaper than jsonschema's full walk
         except fastjsonschema.JsonSchemaException:
             pass  # invalid: let jsonschema name every problem
-    from referencing.exceptions import Unresolvable
+    from referencing.exceptions import Unresolvable  # lazy: part of jsonschema (below)
 
     try:
         errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
@@ -51,9 +51,9 @@ def schema_problems(schema_json: str, ordinal: int, phase: str, payload: Any, pr
 
 
 def _format_checker() -> Any:
-    import jsonschema
+    import jsonschema  # lazy: ~60 ms to import, only where a payload or schema is checked
 
-    from phaselog.model.formats import CHECKERS
+    from phaselog.model.formats import CHECKERS  # lazy: its patterns only where a payload is checked
 
     checker = jsonschema.FormatChecker(formats=())
     for fmt, fn in CHECKERS.items():
@@ -71,8 +71,8 @@ def _as_bool(fn: Any) -> Any:
 @cache
 def schema_validator(schema_json: str, ordinal: int) -> Any:
     """The Draft 2020-12 validator of a payload schema (cached); PipelineError when it is no JSON Schema."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
+    from jsonschema import Draft202012Validator  # lazy: as above
+    from jsonschema.exceptions import SchemaError  # lazy: as above
 
     schema = json.loads(schema_json)
     try:
@@ -116,9 +116,9 @@ def _fast_validator(schema_json: str) -> Any:
     if not _fast_safe(schema):
         return None
     try:
-        import fastjsonschema
+        import fastjsonschema  # lazy: as above
 
-        from phaselog.model.formats import CHECKERS
+        from phaselog.model.formats import CHECKERS  # lazy: its patterns only where a payload is checked
 
         return fastjsonschema.compile(schema, formats={k: _as_bool(f) for k, f in CHECKERS.items()})
     except Exception:
@@ -127,7 +127,7 @@ def _fast_validator(schema_json: str) -> Any:
 
 def _message(err: Any) -> str:
     if err.validator == "format":
-        from phaselog.model.formats import CHECKERS
+        from phaselog.model.formats import CHECKERS  # lazy: its patterns only where a payload is checked
 
         fn = CHECKERS.get(err.validator_value)
         if fn is not None and isinstance(err.instance, str):

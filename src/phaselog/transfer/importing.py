@@ -18,14 +18,24 @@ Two passes before anything is stored:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phaselog.ledger.prune_notes import NoteEntry, PrunedIndex, PruneNote, check_notes, is_legacy, read_notes
+from phaselog.ledger.prune_notes import (
+    NoteEntry,
+    PrunedIndex,
+    PruneNote,
+    check_notes,
+    is_legacy,
+    parse_note,
+    read_notes,
+)
 from phaselog.model.entries import Approval, Marker, ProgressEvent
 from phaselog.model.errors import Corrupt, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.model.limits import json_loads
 from phaselog.model.records import Checkpoint, checkpoint_from_seed
 from phaselog.model.validation import check_record
 from phaselog.stores.kernel import entry_location
@@ -181,9 +191,6 @@ def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any
 
 
 def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
-    import json
-
-    from phaselog.ledger.prune_notes import parse_note
 
     name = line.get("name")
     if not isinstance(name, str) or parse_note_name(name) is None:
@@ -430,7 +437,6 @@ def _numbered_here(plan: Plan, item: Item, have: Any, path: str, what: str) -> b
 
 
 def _same_entry(store: Store, item: Item, path: str, plan: Plan) -> None:
-    from phaselog.model.limits import json_loads
 
     for n, _loc, data in store.entries(item.type, item.ticket_id, item.run_id, item.name):
         if n != item.name or isinstance(data, Corrupt):

@@ -145,7 +145,7 @@ def attempts_page(
     the run's. Where attempts are missing (pruned), the run's list of attempts says which remain.
     """
     from phaselog.ledger.attempts import Liveness
-    from phaselog.ledger.derive import judge
+    from phaselog.ledger.gates import judge
     from phaselog.stores.base import Damaged, Stored
     from phaselog.views.timeline import spans
 
