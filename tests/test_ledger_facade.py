@@ -237,6 +237,7 @@ def test_a_gated_phase_end_to_end_through_the_run_facade(store: Store) -> None:
 
 
 def test_the_public_api_and_its_signatures_did_not_change() -> None:
+    assert _plain(inspect.signature(Ledger)) == "(store=None, *, pipelines_root=None, clock=None)"
     assert {name: _plain(inspect.signature(f)) for name, f in _public_methods(Ledger).items()} == LEDGER_API
     assert {name: _plain(inspect.signature(f)) for name, f in _public_methods(Run).items()} == RUN_API
 
