@@ -308,3 +308,26 @@ def test_the_queue_raises_run_dead_once_per_death(pg_schema_url: str) -> None:
         ("T-1", "phase one failed", second.token),
     ]
     assert len({e.id for e in dead}) == 2
+
+
+def test_a_queue_that_cannot_requeue_costs_the_approval_a_warning_not_the_record(
+    pg_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phaselog.model.errors import StoreError
+    from phaselog.stores import open_store
+    from phaselog.stores.sql.queue import claim as flow
+
+    def refuse(store: object, ticket_id: str, run_id: str) -> bool:
+        raise StoreError("the queue table is locked")
+
+    monkeypatch.setattr(flow, "after_judgement", refuse)
+    assert flow.requeue_after_judgement in events.subscribers()  # subscribed when the PostgreSQL store loaded
+    pl = pipeline_from_dict(
+        {"name": "two", "version": "1", "phases": [{"name": "draft"}, {"name": "sign", "requires_approval": True}]}
+    )
+    with Ledger(open_store(pg_schema_url, migrate=True)) as ledger:
+        ledger.write(T, R, "draft", {}, pipeline=pl)
+        ledger.write(T, R, "sign", {}, pipeline=pl)
+        approval, warnings = ledger.approve(T, R, "sign", by="ana", pipeline=pl)
+        assert warnings == ["recorded, but the run could not be put back in the queue: the queue table is locked"]
+        assert ledger.approvals(T, R) == [approval]  # recorded all the same
