@@ -18,7 +18,8 @@ import yaml
 import phaselog
 from helpers import tree
 from phaselog import Corrupt, InvalidRecord, NotFound, UsageError
-from phaselog.ledger.gates import GateRefused, judge
+from phaselog.ledger.derive import judge
+from phaselog.ledger.gates import GateRefused
 from phaselog.model.entries import Approval
 from phaselog.model.errors import Prerequisite
 from phaselog.model.ids import normalize_run_id

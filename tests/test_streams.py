@@ -325,7 +325,7 @@ def test_external_sort_is_a_stable_sort(items: list[tuple[int, str, Any]], chunk
 def test_the_run_timeline_streams_the_run_instead_of_loading_it(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """The spans are the ones built from the whole run, read without ``run_records`` (a span keeps
     no payload, so the records need not all be in memory at once)."""
-    from phaselog.ledger.gates import judge
+    from phaselog.ledger.derive import judge
     from phaselog.ledger.reads import Reads
     from phaselog.views import timeline
 

@@ -9,106 +9,88 @@ run.status().next_phase                        # 'local_review'
 
 from __future__ import annotations
 
+import builtins
 import os
 from typing import TYPE_CHECKING, Any
 
-# Names are imported on first use (PEP 562): `import phaselog` and the CLI start fast, and a
-# command pays only for the modules it touches.
-_LAZY = {
-    "AlreadyExists": "phaselog.model.errors",
-    "BasisEntry": "phaselog.model.records",
-    "Checkpoint": "phaselog.model.records",
-    "Conflict": "phaselog.model.errors",
-    "Corrupt": "phaselog.model.errors",
-    "Damaged": "phaselog.stores",
-    "Explanation": "phaselog.runner",
-    "Fenced": "phaselog.model.errors",
-    "InvalidIdentifier": "phaselog.model.errors",
-    "InvalidRecord": "phaselog.model.errors",
-    "Issue": "phaselog.model.validation",
-    "Ledger": "phaselog.ledger.facade",
-    "NotFound": "phaselog.model.errors",
-    "NotMonotonic": "phaselog.model.errors",
-    "OutcomeUnknown": "phaselog.model.errors",
-    "Page": "phaselog.ledger.facade",
-    "Phase": "phaselog.model.pipelines",
-    "PhaseContext": "phaselog.runner",
-    "PhaseFailed": "phaselog.model.errors",
-    "PhaseState": "phaselog.ledger.derive",
-    "PhaselogError": "phaselog.model.errors",
-    "Pipeline": "phaselog.model.pipelines",
-    "PipelineError": "phaselog.model.errors",
-    "PipelineMismatch": "phaselog.model.errors",
-    "PipelineRef": "phaselog.model.records",
-    "PipelineRunner": "phaselog.runner",
-    "RecordingFailed": "phaselog.model.errors",
-    "Report": "phaselog.model.validation",
-    "Run": "phaselog.ledger.facade",
-    "RunHeld": "phaselog.model.errors",
-    "RunInterrupted": "phaselog.model.errors",
-    "RunResult": "phaselog.runner",
-    "RunStatus": "phaselog.ledger.derive",
-    "SCHEMA_VERSION": "phaselog.model.records",
-    "SkipDecision": "phaselog.ledger.facade",
-    "Store": "phaselog.stores",
-    "StoreError": "phaselog.model.errors",
-    "Stored": "phaselog.stores",
-    "TooLarge": "phaselog.model.errors",
-    "UnknownPhase": "phaselog.model.errors",
-    "UnsupportedVersion": "phaselog.model.errors",
-    "UsageError": "phaselog.model.errors",
-    "VerifyReport": "phaselog.ledger.verify",
-    "WriteResult": "phaselog.ledger.facade",
-    "builtin": "phaselog.model.pipelines",
-    "derive_status": "phaselog.ledger.derive",
-    "explain": "phaselog.runner",
-    "find_pipeline": "phaselog.model.pipelines",
-    "load_manifest": "phaselog.model.pipelines",
-    "normalize_run_id": "phaselog.model.ids",
-    "open_store": "phaselog.stores",
-    "pipeline": "phaselog.runner",
-    "pipeline_from_dict": "phaselog.model.pipelines",
-    "validate_ticket_id": "phaselog.model.ids",
-}
+# The public names, listed once: type checkers read the imports below; at run time the same lines are
+# read as the table of lazy names (PEP 562), because `import phaselog` runs before every command and a
+# command must pay only for the modules it touches (tests/test_cli_lazy.py; D135).
+if TYPE_CHECKING:  # pragma: no cover - the list itself; each name is imported on first use
+    from phaselog.ledger.derive import PhaseState as PhaseState
+    from phaselog.ledger.derive import RunStatus as RunStatus
+    from phaselog.ledger.derive import derive_status as derive_status
+    from phaselog.ledger.facade import Ledger as Ledger
+    from phaselog.ledger.facade import Run as Run
+    from phaselog.ledger.reads import Page as Page
+    from phaselog.ledger.status import SkipDecision as SkipDecision
+    from phaselog.ledger.verify import VerifyReport as VerifyReport
+    from phaselog.ledger.writes import WriteResult as WriteResult
+    from phaselog.model.errors import AlreadyExists as AlreadyExists
+    from phaselog.model.errors import Conflict as Conflict
+    from phaselog.model.errors import Corrupt as Corrupt
+    from phaselog.model.errors import Fenced as Fenced
+    from phaselog.model.errors import InvalidIdentifier as InvalidIdentifier
+    from phaselog.model.errors import InvalidRecord as InvalidRecord
+    from phaselog.model.errors import NotFound as NotFound
+    from phaselog.model.errors import NotMonotonic as NotMonotonic
+    from phaselog.model.errors import OutcomeUnknown as OutcomeUnknown
+    from phaselog.model.errors import PhaseFailed as PhaseFailed
+    from phaselog.model.errors import PhaselogError as PhaselogError
+    from phaselog.model.errors import PipelineError as PipelineError
+    from phaselog.model.errors import PipelineMismatch as PipelineMismatch
+    from phaselog.model.errors import RecordingFailed as RecordingFailed
+    from phaselog.model.errors import RunHeld as RunHeld
+    from phaselog.model.errors import RunInterrupted as RunInterrupted
+    from phaselog.model.errors import StoreError as StoreError
+    from phaselog.model.errors import TooLarge as TooLarge
+    from phaselog.model.errors import UnknownPhase as UnknownPhase
+    from phaselog.model.errors import UnsupportedVersion as UnsupportedVersion
+    from phaselog.model.errors import UsageError as UsageError
+    from phaselog.model.ids import normalize_run_id as normalize_run_id
+    from phaselog.model.ids import validate_ticket_id as validate_ticket_id
+    from phaselog.model.pipelines import Phase as Phase
+    from phaselog.model.pipelines import Pipeline as Pipeline
+    from phaselog.model.pipelines import builtin as builtin
+    from phaselog.model.pipelines import find_pipeline as find_pipeline
+    from phaselog.model.pipelines import load_manifest as load_manifest
+    from phaselog.model.pipelines import pipeline_from_dict as pipeline_from_dict
+    from phaselog.model.records import SCHEMA_VERSION as SCHEMA_VERSION
+    from phaselog.model.records import BasisEntry as BasisEntry
+    from phaselog.model.records import Checkpoint as Checkpoint
+    from phaselog.model.records import PipelineRef as PipelineRef
+    from phaselog.model.validation import Issue as Issue
+    from phaselog.model.validation import Report as Report
+    from phaselog.runner import Explanation as Explanation
+    from phaselog.runner import PhaseContext as PhaseContext
+    from phaselog.runner import PipelineRunner as PipelineRunner
+    from phaselog.runner import RunResult as RunResult
+    from phaselog.runner import pipeline as pipeline
+    from phaselog.runner.explain import explain as explain
+    from phaselog.stores import Damaged as Damaged
+    from phaselog.stores import Store as Store
+    from phaselog.stores import Stored as Stored
+    from phaselog.stores import open_store as open_store
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from phaselog.ledger.derive import PhaseState, RunStatus, derive_status
-    from phaselog.ledger.facade import Ledger, Page, Run, SkipDecision, WriteResult
-    from phaselog.ledger.verify import VerifyReport
-    from phaselog.model.errors import (
-        AlreadyExists,
-        Conflict,
-        Corrupt,
-        Fenced,
-        InvalidIdentifier,
-        InvalidRecord,
-        NotFound,
-        NotMonotonic,
-        OutcomeUnknown,
-        PhaseFailed,
-        PhaselogError,
-        PipelineError,
-        PipelineMismatch,
-        RecordingFailed,
-        RunHeld,
-        RunInterrupted,
-        StoreError,
-        TooLarge,
-        UnknownPhase,
-        UnsupportedVersion,
-        UsageError,
-    )
-    from phaselog.model.ids import normalize_run_id, validate_ticket_id
-    from phaselog.model.pipelines import Phase, Pipeline, builtin, find_pipeline, load_manifest, pipeline_from_dict
-    from phaselog.model.records import SCHEMA_VERSION, BasisEntry, Checkpoint, PipelineRef
-    from phaselog.model.validation import Issue, Report
-    from phaselog.runner import Explanation, PhaseContext, PipelineRunner, RunResult, pipeline
-    from phaselog.runner.explain import explain
-    from phaselog.stores import Damaged, Store, Stored, open_store
+
+def _public_names() -> dict[str, str]:
+    """Name -> module, read from the ``from M import N as N`` lines of the block above."""
+    with builtins.open(__file__, encoding="utf-8") as fh:  # not open() below: this runs before it is defined
+        text = fh.read()
+    block = text[text.index("if TYPE_CHECKING:") : text.index("\n\n\ndef _public_names")]
+    names = {}
+    for line in block.splitlines()[1:]:
+        words = line.split()
+        if len(words) == 6 and words[0] == "from" and words[4] == "as" and words[3] == words[5]:
+            names[words[3]] = words[1]
+    return names
+
+
+_NAMES = _public_names()
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'phaselog' has no attribute {name!r}")
     import importlib
@@ -119,64 +101,7 @@ def __getattr__(name: str) -> Any:
 
 
 __version__ = "0.1.0"
-
-__all__ = [
-    "SCHEMA_VERSION",
-    "AlreadyExists",
-    "BasisEntry",
-    "Checkpoint",
-    "Conflict",
-    "Corrupt",
-    "Damaged",
-    "Explanation",
-    "Fenced",
-    "InvalidIdentifier",
-    "InvalidRecord",
-    "Issue",
-    "Ledger",
-    "NotFound",
-    "NotMonotonic",
-    "OutcomeUnknown",
-    "Page",
-    "Phase",
-    "PhaseContext",
-    "PhaseFailed",
-    "PhaseState",
-    "PhaselogError",
-    "Pipeline",
-    "PipelineError",
-    "PipelineMismatch",
-    "PipelineRef",
-    "PipelineRunner",
-    "RecordingFailed",
-    "Report",
-    "Run",
-    "RunHeld",
-    "RunInterrupted",
-    "RunResult",
-    "RunStatus",
-    "SkipDecision",
-    "Store",
-    "StoreError",
-    "Stored",
-    "TooLarge",
-    "UnknownPhase",
-    "UnsupportedVersion",
-    "UsageError",
-    "VerifyReport",
-    "WriteResult",
-    "builtin",
-    "derive_status",
-    "explain",
-    "find_pipeline",
-    "load_manifest",
-    "normalize_run_id",
-    "open",
-    "open_store",
-    "pipeline",
-    "pipeline_from_dict",
-    "validate_ticket_id",
-]
+__all__ = [*sorted(_NAMES), "open"]  # noqa: PLE0604 - derived from the one list above, not written twice
 
 
 def open(store: str | os.PathLike[str] | Store | None = None) -> Ledger:

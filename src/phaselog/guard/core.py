@@ -37,6 +37,7 @@ from phaselog import _faults
 from phaselog.guard.job import TAIL_BYTES, GateRefused, JobResult, run_job, tail_text
 from phaselog.guard.liveness import Environment, judge_holder
 from phaselog.model.errors import Corrupt, Fenced, PhaselogError, StoreError, UsageError
+from phaselog.model.events import BreakerOpened, emit
 from phaselog.model.guard import Holder, LoopState, PassNotRecorded
 from phaselog.model.records import SCHEMA_VERSION, format_timestamp
 from phaselog.stores.base import GuardKeeper, GuardStorage, Store, guard_keeper
@@ -396,6 +397,8 @@ class Guard:
                 **{"pass": entry},
             )
         assert new is not None
+        if failed and new.consecutive_failures == cfg.max_failures:  # this pass opens the breaker: durable now
+            emit([BreakerOpened(self.name, new.consecutive_failures, format_timestamp(ended))], self.storage)
         return new
 
     # -- status / reset ---------------------------------------------------------------------------

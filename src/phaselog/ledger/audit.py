@@ -10,9 +10,13 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from phaselog.model.errors import UsageError
+from phaselog.ledger.diff import checkpoint_view, compare, event_view, parse_ref
+from phaselog.ledger.history import history_items
+from phaselog.ledger.progress import AttemptEvents
+from phaselog.model.errors import NotFound, UsageError
 from phaselog.model.ids import normalize_run_id, run_name_of, validate_ticket_id
 from phaselog.model.records import Checkpoint
+from phaselog.stores.base import Damaged
 
 if TYPE_CHECKING:
     from phaselog.ledger.gates import Gates
@@ -100,10 +104,8 @@ class Audit:
     # -- history ------------------------------------------------------------------------------------
     def history(self, ticket_id: str, run_id: str | None = None, phase: str | None = None) -> list[dict[str, Any]]:
         """Every record of a ticket (or run / phase) in time order: marker revisions, progress
-        events, checkpoints (completed and failed) and approvals (see :mod:`phaselog.views.history`;
+        events, checkpoints (completed and failed) and approvals (see :mod:`phaselog.ledger.history`;
         ``sorted_history`` streams the same entries in bounded memory)."""
-        from phaselog.views.history import history_items
-
         items = list(
             history_items(
                 self.store,
@@ -126,7 +128,6 @@ class Audit:
         Reads each run once (its snapshot: the pipeline, whether it exists), then the two records
         (or events) and their attempts' progress events, nothing else.
         """
-        from phaselog.ledger.diff import compare, parse_ref
 
         ticket_id = validate_ticket_id(ticket_id)
         ra, rb = parse_ref(a, field="A"), parse_ref(b, field="B")
@@ -147,9 +148,6 @@ class Audit:
         events a block of attempts at a time, so at most two records are held at once, however
         many attempts the phase has. Ids and the phase are checked before this returns.
         """
-        from phaselog.ledger.diff import checkpoint_view, compare
-        from phaselog.ledger.progress import AttemptEvents
-        from phaselog.stores.base import Damaged
 
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)
@@ -178,9 +176,6 @@ class Audit:
         return diffs()
 
     def _diff_view(self, ticket_id: str, ref: Any, runs: dict[str, RunSnapshot]) -> dict[str, Any]:
-        from phaselog.ledger.diff import checkpoint_view, event_view
-        from phaselog.ledger.progress import AttemptEvents
-        from phaselog.model.errors import NotFound
 
         snap = runs.get(ref.run_id)
         if snap is None:

@@ -28,10 +28,13 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.model.pipelines import Phase, Pipeline
 from phaselog.model.records import Checkpoint, format_timestamp, parse_timestamp
+
+if TYPE_CHECKING:
+    from phaselog.model.entries import Approval
 
 PENDING, COMPLETED, FAILED, STALE = "pending", "completed", "failed", "stale"
 IN_PROGRESS, AWAITING_APPROVAL, REJECTED = "in_progress", "awaiting_approval", "rejected"
@@ -42,6 +45,17 @@ APPROVED = "approved"
 #: rejected or is damaged), ``pending`` (the next phase has not started, or must be redone because
 #: it is stale), ``complete``.
 RUN_SUMMARIES = ("running", "stuck", "awaiting_approval", "awaiting_input", "failed", "pending", "complete")
+
+
+def judge(approvals: Iterable[Approval]) -> dict[str, str]:
+    """Map checkpoint content hash → ``approved`` / ``rejected``; any rejection wins."""
+    out: dict[str, str] = {}
+    for a in sorted(approvals, key=lambda a: a.seq):
+        if not a.approved:
+            out[a.checkpoint_hash] = REJECTED
+        elif out.get(a.checkpoint_hash) != REJECTED:
+            out[a.checkpoint_hash] = APPROVED
+    return out
 
 
 @dataclass(frozen=True)
@@ -205,7 +219,7 @@ def derive_status(
     depends on (a run snapshot), not all of them.
     ``inputs``: phase → the open question of its latest checkpoint (``InputRequest.to_json()``).
     ``artifacts``: checkpoint content hash → why its artifacts no longer match what it recorded
-    (:func:`phaselog.ledger.artifacts.drift`); such a completed checkpoint is ``stale``.
+    (:func:`phaselog.model.artifacts.drift`); such a completed checkpoint is ``stale``.
     ``approval_sources``: checkpoint content hash → where its judgement came from, when another
     run's approval judged it (a fork's copy): shown as the phase's ``approval_from``.
     """

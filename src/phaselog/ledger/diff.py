@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.errors import UsageError
-from phaselog.model.ids import normalize_run_id
+from phaselog.model.ids import normalize_run_id, run_label
 
 if TYPE_CHECKING:
     from phaselog.model.entries import ProgressEvent
@@ -175,7 +175,6 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], *, events: bool) -> dict
 
 def shown_ref(ref: str, run_name: str | None) -> str:
     """A reference as people read it: its run by name (``nightly-1:implement:2``), else as it is."""
-    from phaselog.model.ids import run_label
 
     run, sep, rest = ref.partition(":")
     return f"{run_label(run, run_name)}{sep}{rest}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.retention import finish_interrupted
 from phaselog.model.errors import Corrupt, PhaselogError, UsageError
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores.base import Capability
@@ -67,7 +68,6 @@ def doctor(
     tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
     rep = DoctorReport(tickets=len(tickets))
     damaged_files: list[tuple[str, str]] = []
-    from phaselog.ledger.retention import finish_interrupted
 
     for tid in tickets:
         # First finish what an interrupted prune had decided, so what follows sees the result.

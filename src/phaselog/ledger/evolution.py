@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from phaselog.model.errors import PipelineMismatch
+from phaselog.stores.manifests import location
+from phaselog.stores.names import parse_event_name
 
 if TYPE_CHECKING:
     from phaselog.model.pipelines import Pipeline
@@ -36,7 +38,6 @@ def layout(refs: Iterable[AttemptRef], event_names: Iterable[str] = ()) -> dict[
     The newest committed attempt names a position; a position with only attempts in flight is
     named by its newest event (an attempt started under the old manifest is as much a record).
     """
-    from phaselog.stores.names import parse_event_name
 
     newest: dict[int, tuple[int, str]] = {}
     for ref in refs:
@@ -89,8 +90,6 @@ def check_fits(pipeline: Pipeline, recorded: Layout, *, run_id: str, ref: Pipeli
     last = max(recorded)
     own = ""
     if ref is not None and ref.manifest_hash and ref.manifest_hash != pipeline.manifest_hash:
-        from phaselog.stores.manifests import location
-
         own = f"; the manifest the run recorded is in the store at {location(ref.name, ref.manifest_hash)}"
     raise PipelineMismatch(
         f"manifest {pipeline.name!r} ({pipeline.manifest_hash[:12]}) does not fit run {run_id}'s records: "

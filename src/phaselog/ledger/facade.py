@@ -9,236 +9,50 @@
     >>> run.status().next_phase
     'local_review'
 
-The Ledger holds a store, a clock and a pipeline resolver, and is *composed* of services, each in
-its own module and each handed what it needs (the store, the clock, the resolver, the services it
-reads through); no service knows the Ledger:
-
-==================  ====================================  ===========================================
-attribute           service (module)                      what it does
-==================  ====================================  ===========================================
-``pipelines``       PipelineResolver (resolve.py)         a run's pipeline: recorded, marker, default
-``reads``           Reads (reads.py)                      read, list, run_records, validate
-``states``          RunStates (runstate.py)               status, can_skip_to (one snapshot)
-``writes``          Writes (writes.py)                    write: one snapshot plus one append
-``events``          Progress (progress.py)                progress events, attempts in flight
-``gates``           Gates (gates.py)                      approve, reject, approvals
-``tickets``         Markers (markers.py)                  the ticket marker (``init``)
-``audit``           Audit (audit.py)                      decisions, history, diff
-``forks``           Forks (fork.py)                       fork a run through a phase
-``verifier``        Verifier (verify.py)                  verify the hash links
-``retention``       Pruner (retention.py)                 prune (and finish an interrupted prune)
-==================  ====================================  ===========================================
-
-The Ledger's public methods (``write``, ``status``, ``approve`` …) are those services' methods,
-bound by :func:`delegate`: same signature, same docstring, one definition. ``Run`` is the facade
-a caller of one run needs (write, fail, read, status, progress, approve/reject, history,
-in_flight). Import/export (``phaselog.transfer.jsonl``), ``doctor`` and the dashboard's queue
+The Ledger is composed of services, each in its own module and each handed what it needs
+(:mod:`phaselog.ledger.services` builds them, on first use); no service knows the Ledger. Each
+public method below is a plain method that calls its service. ``Run`` is the facade a caller of one
+run needs (write, fail, read, status, progress, approve/reject, history, in_flight). Writes and
+judgements raise typed events after the durable write (:mod:`phaselog.ledger.events`).
+Import/export (``phaselog.transfer.jsonl``), ``doctor`` and the dashboard's queue
 (``phaselog.ledger.gates.approval_queue``) are functions over a Ledger.
 """
 
 from __future__ import annotations
 
-import importlib
+import builtins
 import os
-import threading
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
+from phaselog.ledger.reads import Page
+from phaselog.ledger.resolve import PipelineArg
+from phaselog.ledger.services import Services
 from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
-from phaselog.stores import Store, Stored, open_store
-from phaselog.stores.base import local_root
+from phaselog.model.limits import MAX_OUTPUT_BYTES
+from phaselog.stores import Damaged, Stored
 
 if TYPE_CHECKING:
-    from phaselog.ledger.audit import Audit
     from phaselog.ledger.derive import RunStatus
-    from phaselog.ledger.fork import Forks
-    from phaselog.ledger.gates import Gates
-    from phaselog.ledger.markers import Markers
-    from phaselog.ledger.progress import Flight, Progress
-    from phaselog.ledger.reads import Page, Reads
-    from phaselog.ledger.resolve import PipelineArg, PipelineResolver
-    from phaselog.ledger.retention import Pruner
-    from phaselog.ledger.status import RunStates, SkipDecision
-    from phaselog.ledger.verify import Verifier, VerifyReport
-    from phaselog.ledger.writes import WriteResult, Writes
-    from phaselog.model.entries import Approval, ProgressEvent
+    from phaselog.ledger.progress import Flight
+    from phaselog.ledger.retention import PruneReport
+    from phaselog.ledger.status import SkipDecision
+    from phaselog.ledger.verify import VerifyReport
+    from phaselog.ledger.writes import WriteResult
+    from phaselog.model.entries import Approval, Marker, ProgressEvent
+    from phaselog.model.errors import Corrupt
     from phaselog.model.pipelines import Pipeline
+    from phaselog.model.records import PipelineRef, Status
     from phaselog.model.validation import Report
+    from phaselog.stores.base import RunFence
+    from phaselog.stores.snapshot import RunSnapshot
+
+__all__ = ["Ledger", "Page", "PipelineArg", "Run"]
 
 
-class _Lazy:
-    """A name in a module not imported yet: attribute access builds the path, a call imports it.
-
-    The services' modules are imported when a Ledger first uses them, so a command pays only for the
-    services it calls (``phaselog read`` never imports writes, gates, audit …; D77).
-    """
-
-    __slots__ = ("module", "path")
-
-    def __init__(self, module: str, *path: str) -> None:
-        self.module = module
-        self.path = path
-
-    def __getattr__(self, name: str) -> _Lazy:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Lazy(self.module, *self.path, name)
-
-    def resolve(self) -> Any:
-        """Import the module and return the object the path names."""
-        obj: Any = importlib.import_module(self.module)
-        for name in self.path:
-            obj = getattr(obj, name)
-        return obj
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.resolve()(*args, **kwargs)
-
-
-if not TYPE_CHECKING:  # the names the class bodies below use at run time, imported on first use
-    Audit = _Lazy("phaselog.ledger.audit", "Audit")
-    Forks = _Lazy("phaselog.ledger.fork", "Forks")
-    Gates = _Lazy("phaselog.ledger.gates", "Gates")
-    Markers = _Lazy("phaselog.ledger.markers", "Markers")
-    Progress = _Lazy("phaselog.ledger.progress", "Progress")
-    Pruner = _Lazy("phaselog.ledger.retention", "Pruner")
-    Reads = _Lazy("phaselog.ledger.reads", "Reads")
-    PipelineResolver = _Lazy("phaselog.ledger.resolve", "PipelineResolver")
-    RunStates = _Lazy("phaselog.ledger.status", "RunStates")
-    Verifier = _Lazy("phaselog.ledger.verify", "Verifier")
-    Writes = _Lazy("phaselog.ledger.writes", "Writes")
-
-#: Names this module re-exports, imported on first access (PEP 562).
-_REEXPORTS = {
-    "Page": "phaselog.ledger.reads",
-    "PipelineArg": "phaselog.ledger.resolve",
-    "SkipDecision": "phaselog.ledger.status",
-    "WriteResult": "phaselog.ledger.writes",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _REEXPORTS:
-        value = getattr(importlib.import_module(_REEXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["Ledger", "Page", "PipelineArg", "Run", "SkipDecision", "WriteResult", "delegate"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-class delegate(Generic[P, R]):
-    """A Ledger method that is a service's method: ``write = delegate("writes", Writes.write)``.
-
-    On an instance it returns the service's bound method (its signature and docstring); on the
-    class, the service's function (so ``help(Ledger.write)`` shows the service's docstring).
-    """
-
-    def __init__(self, service: str, method: Callable[Concatenate[Any, P], R]) -> None:
-        self.service = service
-        self._method = method
-        # A method of a service not imported yet (a _Lazy path) is looked up when first needed.
-        self.name: str = method.path[-1] if isinstance(method, _Lazy) else method.__name__
-
-    @property
-    def method(self) -> Callable[Concatenate[Any, P], R]:
-        """The service's function (its module is imported now if it was not yet)."""
-        if isinstance(self._method, _Lazy):
-            self._method = self._method.resolve()
-        return self._method
-
-    @property
-    def __doc__(self) -> str | None:  # type: ignore[override]  # the method's docstring, read when asked for
-        return self.method.__doc__
-
-    @property
-    def __wrapped__(self) -> Callable[Concatenate[Any, P], R]:
-        return self.method
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> Callable[Concatenate[Any, P], R]: ...
-
-    @overload
-    def __get__(self, obj: object, owner: type) -> Callable[P, R]: ...
-
-    def __get__(self, obj: object | None, owner: type) -> Callable[..., R]:
-        if obj is None:
-            return self.method
-        bound: Callable[P, R] = getattr(getattr(obj, self.service), self.name)
-        return bound
-
-
-T = TypeVar("T")
-_UNSET: Any = object()
-
-
-class service(Generic[T]):
-    """A Ledger service, built (and its module imported) on first use, once per Ledger.
-
-    ``build`` gets the Ledger and returns the service, asking the Ledger for the services it needs.
-    """
-
-    def __init__(self, build: Callable[[Ledger], T]) -> None:
-        self.build = build
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> service[T]: ...
-
-    @overload
-    def __get__(self, obj: Ledger, owner: type) -> T: ...
-
-    def __get__(self, obj: Ledger | None, owner: type) -> service[T] | T:
-        if obj is None:
-            return self
-        # Once built, the service sits in the instance's __dict__, found before this descriptor.
-        with obj._building:  # reentrant: building one service may build those it needs
-            found = obj.__dict__.get(self.name, _UNSET)
-            if found is _UNSET:
-                found = obj.__dict__[self.name] = self.build(obj)
-        return found  # type: ignore[no-any-return]  # the builder's T
-
-
-class Ledger:
-    """The checkpoint ledger over one store, composed of services (see the module docstring)."""
-
-    def __init__(
-        self,
-        store: Store | None = None,
-        *,
-        pipelines_root: str | os.PathLike[str] | None = None,
-        clock: Callable[[], datetime] | None = None,
-    ) -> None:
-        self.store: Store = store if store is not None else open_store()
-        self.pipelines_root = pipelines_root if pipelines_root is not None else local_root(self.store)
-        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
-        self._building = threading.RLock()
-
-    # -- the services, each built on first use (D77) ---------------------------------------------
-    pipelines = service(lambda lg: PipelineResolver(lg.store, lg.pipelines_root))
-    reads = service(lambda lg: Reads(lg.store, lg.clock, lg.pipelines))
-    states = service(lambda lg: RunStates(lg.store, lg.clock, lg.pipelines, lg.reads))
-    writes = service(lambda lg: Writes(lg.store, lg.clock, lg.pipelines, lg.states))
-    events = service(lambda lg: Progress(lg.store, lg.clock, lg.pipelines))
-    gates = service(lambda lg: Gates(lg.store, lg.clock, lg.pipelines))
-    tickets = service(lambda lg: Markers(lg.store, lg.clock, lg.pipelines.load))
-    audit = service(
-        lambda lg: Audit(
-            lg.store, pipelines=lg.pipelines, reads=lg.reads, events=lg.events, gates=lg.gates, tickets=lg.tickets
-        )
-    )
-    forks = service(lambda lg: Forks(lg.store, pipelines=lg.pipelines, states=lg.states, writes=lg.writes))
-    verifier = service(
-        lambda lg: Verifier(lg.store, reads=lg.reads, events=lg.events, gates=lg.gates, tickets=lg.tickets)
-    )
+class Ledger(Services):
+    """The checkpoint ledger over one store: plain methods over its services (:mod:`phaselog.ledger.services`)."""
 
     def __repr__(self) -> str:
         return f"Ledger({self.store!r})"
@@ -259,53 +73,315 @@ class Ledger:
         run.run_name = given_run_name(run_id)
         return run
 
-    # -- pipelines (resolve.py) -------------------------------------------------------------------
-    load_pipeline = delegate("pipelines", PipelineResolver.load)
-    recorded_pipeline = delegate("pipelines", PipelineResolver.recorded)
-    pipeline_for = delegate("pipelines", PipelineResolver.for_run)
+    # -- pipelines (resolve.py) -------------------------------------------------------------------------
+    def load_pipeline(self, pipeline: PipelineArg, *, manifest_hash: str | None = None) -> Pipeline:
+        """Resolve a Pipeline object, a name, or None (the default pipeline)."""
+        return self.pipelines.load(pipeline, manifest_hash=manifest_hash)
 
-    # -- checkpoints: write (writes.py), read (reads.py), state (runstate.py) -------------------------
-    write = delegate("writes", Writes.write)
-    read = delegate("reads", Reads.read)
-    list = delegate("reads", Reads.list)
-    run_records = delegate("reads", Reads.run_records)
-    validate = delegate("reads", Reads.validate)
-    status = delegate("states", RunStates.status)
-    can_skip_to = delegate("states", RunStates.can_skip_to)
+    def recorded_pipeline(self, ticket_id: str, run_id: str) -> PipelineRef | None:
+        """The pipeline a run recorded with its first phaselog checkpoint (None: none yet)."""
+        return self.pipelines.recorded(ticket_id, run_id)
 
-    # -- progress events (progress.py) ------------------------------------------------------------
-    progress = delegate("events", Progress.progress)
-    progress_events = delegate("events", Progress.progress_events)
-    progress_latest = delegate("events", Progress.progress_latest)
-    progress_event = delegate("events", Progress.progress_event)
-    damaged_events = delegate("events", Progress.damaged_events)
-    event_index = delegate("events", Progress.event_index)
-    in_flight = delegate("events", Progress.in_flight)
+    def pipeline_for(
+        self, ticket_id: str, run_id: str, requested: PipelineArg = None, *, snapshot: RunSnapshot | None = None
+    ) -> Pipeline:
+        """The run's pipeline; refuse one that differs from what the run recorded."""
+        return self.pipelines.for_run(ticket_id, run_id, requested, snapshot=snapshot)
 
-    # -- approvals (gates.py) ---------------------------------------------------------------------
-    approve = delegate("gates", Gates.approve)
-    reject = delegate("gates", Gates.reject)
-    approvals = delegate("gates", Gates.approvals)
-    damaged_approvals = delegate("gates", Gates.damaged_approvals)
+    # -- checkpoints: write (writes.py), read (reads.py), state (status.py) -----------------------------
+    def write(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        repo_commit_map: Mapping[str, str] | None = None,
+        artifact_paths: Sequence[str] = (),
+        attempt: int | None = None,
+        timestamp: datetime | None = None,
+        pipeline: PipelineArg = None,
+        status: Status = "completed",
+        error: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] = (),
+        artifacts_root: str | os.PathLike[str] | None = None,
+        code_fingerprint: str | None = None,
+        fence: RunFence | None = None,
+        check_prerequisites: bool = True,
+        started_at: datetime | None = None,
+    ) -> WriteResult:
+        """Append a checkpoint for one attempt of ``phase``; return it once durable."""
+        return self.writes.write(
+            ticket_id,
+            run_id,
+            phase,
+            payload,
+            repo_commit_map=repo_commit_map,
+            artifact_paths=artifact_paths,
+            attempt=attempt,
+            timestamp=timestamp,
+            pipeline=pipeline,
+            status=status,
+            error=error,
+            decisions=decisions,
+            artifacts_root=artifacts_root,
+            code_fingerprint=code_fingerprint,
+            fence=fence,
+            check_prerequisites=check_prerequisites,
+            started_at=started_at,
+        )
 
-    # -- ticket markers (markers.py) --------------------------------------------------------------
-    init_ticket = delegate("tickets", Markers.init_ticket)
-    markers = delegate("tickets", Markers.markers)
-    marker = delegate("tickets", Markers.marker)
-    damaged_markers = delegate("tickets", Markers.damaged_markers)
+    def read(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: PipelineArg = None
+    ) -> Stored:
+        """Read one attempt, or (``attempt=None``) the latest completed checkpoint of a phase."""
+        return self.reads.read(ticket_id, run_id, phase, attempt, pipeline=pipeline)
 
-    # -- audit trail (audit.py, fork.py, verify.py) -----------------------------------------------
-    decisions = delegate("audit", Audit.decisions)
-    history = delegate("audit", Audit.history)
-    diff = delegate("audit", Audit.diff)
-    diff_phase = delegate("audit", Audit.diff_phase)
-    phase_diffs = delegate("audit", Audit.phase_diffs)
-    fork = delegate("forks", Forks.fork)
-    verify = delegate("verifier", Verifier.verify)
+    def list(
+        self, ticket_id: str, run_id: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> Page:
+        """List records ordered by (run, phase ordinal, attempt); damaged ones reported apart."""
+        return self.reads.list(ticket_id, run_id, after=after, limit=limit)
 
-    # -- retention (retention.py; most commands never prune) ---------------------------------------
-    retention = service(lambda lg: Pruner(lg.store, lg.clock, reads=lg.reads, events=lg.events, gates=lg.gates))
-    prune = delegate("retention", Pruner.prune)
+    def run_records(self, ticket_id: str, run_id: str) -> tuple[builtins.list[Stored], builtins.list[Damaged]]:
+        """Every record of one run, and what is damaged."""
+        return self.reads.run_records(ticket_id, run_id)
+
+    def validate(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None = None,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> tuple[Stored, Report]:
+        """Read a checkpoint and check it: its own rules, its links, optionally its artifacts."""
+        return self.reads.validate(ticket_id, run_id, phase, attempt, pipeline=pipeline, artifacts_root=artifacts_root)
+
+    def status(
+        self,
+        ticket_id: str,
+        run_id: str,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> RunStatus:
+        """Derive the state of every phase of a run, and the next phase (one store call)."""
+        return self.states.status(ticket_id, run_id, pipeline=pipeline, artifacts_root=artifacts_root)
+
+    def can_skip_to(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        pipeline: PipelineArg = None,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> SkipDecision:
+        """May the run skip to ``phase``? Only if every earlier phase is completed, current and valid."""
+        return self.states.can_skip_to(ticket_id, run_id, phase, pipeline=pipeline, artifacts_root=artifacts_root)
+
+    # -- progress events (progress.py) ------------------------------------------------------------------
+    def progress(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        event: str,
+        *,
+        attempt: int | None = None,
+        step: int | None = None,
+        output: str | bytes | None = None,
+        tokens: int | None = None,
+        provider: str | None = None,
+        status: str | None = None,
+        pid: int | Literal["self"] | None = "self",
+        pipeline: PipelineArg = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+        started_at: datetime | None = None,
+    ) -> ProgressEvent:
+        """Append a progress event to the attempt in flight (``start`` opens a new attempt)."""
+        return self.events.progress(
+            ticket_id,
+            run_id,
+            phase,
+            event,
+            attempt=attempt,
+            step=step,
+            output=output,
+            tokens=tokens,
+            provider=provider,
+            status=status,
+            pid=pid,
+            pipeline=pipeline,
+            max_output_bytes=max_output_bytes,
+            started_at=started_at,
+        )
+
+    def progress_events(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None = None,
+        *,
+        pipeline: PipelineArg = None,
+        newest: bool = False,
+    ) -> builtins.list[ProgressEvent]:
+        """Every event of an attempt (default: the attempt in flight), oldest first."""
+        return self.events.progress_events(ticket_id, run_id, phase, attempt, pipeline=pipeline, newest=newest)
+
+    def progress_latest(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: PipelineArg = None
+    ) -> ProgressEvent:
+        """The latest event of the attempt in flight (seed 003's Load)."""
+        return self.events.progress_latest(ticket_id, run_id, phase, attempt, pipeline=pipeline)
+
+    def progress_event(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int, seq: int, *, pipeline: PipelineArg = None
+    ) -> ProgressEvent:
+        """One event by its sequence number (seed 003's LoadHistoryEntry)."""
+        return self.events.progress_event(ticket_id, run_id, phase, attempt, seq, pipeline=pipeline)
+
+    def damaged_events(self, ticket_id: str, run_id: str) -> builtins.list[Corrupt]:
+        """Progress events that exist but cannot be used (damaged or edited after writing)."""
+        return self.events.damaged_events(ticket_id, run_id)
+
+    def event_index(self, ticket_id: str, run_id: str) -> dict[tuple[int, int], builtins.list[ProgressEvent]]:
+        """Every progress event of a run, grouped by (phase ordinal, attempt)."""
+        return self.events.event_index(ticket_id, run_id)
+
+    def in_flight(self, ticket_id: str, run_id: str, *, stale_after: timedelta | None = None) -> dict[str, Flight]:
+        """Per phase, the newest attempt that has events but no checkpoint (if any)."""
+        return self.events.in_flight(ticket_id, run_id, stale_after=stale_after)
+
+    # -- approvals (gates.py) ---------------------------------------------------------------------------
+    def approve(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        by: str,
+        comment: str | None = None,
+        attempt: int | None = None,
+        decision: str = "approve",
+        pipeline: PipelineArg = None,
+        checkpoint_hash: str | None = None,
+    ) -> tuple[Approval, builtins.list[str]]:
+        """Record that ``by`` approves (or rejects) a checkpoint of a gated phase."""
+        return self.gates.approve(
+            ticket_id,
+            run_id,
+            phase,
+            by=by,
+            comment=comment,
+            attempt=attempt,
+            decision=decision,
+            pipeline=pipeline,
+            checkpoint_hash=checkpoint_hash,
+        )
+
+    def reject(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        *,
+        by: str,
+        comment: str | None = None,
+        attempt: int | None = None,
+        pipeline: PipelineArg = None,
+        checkpoint_hash: str | None = None,
+    ) -> tuple[Approval, builtins.list[str]]:
+        """Record a rejection (see :meth:`approve`)."""
+        return self.gates.reject(
+            ticket_id,
+            run_id,
+            phase,
+            by=by,
+            comment=comment,
+            attempt=attempt,
+            pipeline=pipeline,
+            checkpoint_hash=checkpoint_hash,
+        )
+
+    def approvals(self, ticket_id: str, run_id: str) -> builtins.list[Approval]:
+        """Every approval and rejection of a run, in the order they were recorded."""
+        return self.gates.approvals(ticket_id, run_id)
+
+    def damaged_approvals(self, ticket_id: str, run_id: str) -> builtins.list[Corrupt]:
+        """Approvals that exist but cannot be used (damaged or edited after writing): not counted."""
+        return self.gates.damaged_approvals(ticket_id, run_id)
+
+    # -- ticket markers (markers.py) --------------------------------------------------------------------
+    def init_ticket(
+        self, ticket_id: str, *, title: str, pipeline: PipelineArg = None, meta: Mapping[str, str] | None = None
+    ) -> tuple[Marker, bool]:
+        """Record (or confirm) a ticket's identity; returns the marker and whether it changed."""
+        return self.tickets.init_ticket(ticket_id, title=title, pipeline=pipeline, meta=meta)
+
+    def markers(self, ticket_id: str) -> builtins.list[Marker]:
+        """Every revision of a ticket's marker, oldest first (empty if never initialised)."""
+        return self.tickets.markers(ticket_id)
+
+    def marker(self, ticket_id: str) -> Marker | None:
+        """The current revision of a ticket's marker, or None."""
+        return self.tickets.marker(ticket_id)
+
+    def damaged_markers(self, ticket_id: str) -> builtins.list[Corrupt]:
+        """Marker revisions that exist but cannot be used (damaged or edited after writing)."""
+        return self.tickets.damaged_markers(ticket_id)
+
+    # -- audit trail (audit.py, fork.py, verify.py) -----------------------------------------------------
+    def decisions(self, ticket_id: str) -> dict[str, Any]:
+        """The ticket's merged decision log in seed 002's shape (version, ticket, decisions)."""
+        return self.audit.decisions(ticket_id)
+
+    def history(
+        self, ticket_id: str, run_id: str | None = None, phase: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Every record of a ticket (or run / phase) in time order: markers, progress events, checkpoints, approvals."""
+        return self.audit.history(ticket_id, run_id, phase)
+
+    def diff(self, ticket_id: str, a: str, b: str) -> dict[str, Any]:
+        """Field-level differences between two attempts or two progress events."""
+        return self.audit.diff(ticket_id, a, b)
+
+    def diff_phase(self, ticket_id: str, run_id: str, phase: str | int) -> builtins.list[dict[str, Any]]:
+        """Diffs of every consecutive pair of attempts of one phase (see :meth:`phase_diffs`)."""
+        return self.audit.diff_phase(ticket_id, run_id, phase)
+
+    def phase_diffs(self, ticket_id: str, run_id: str, phase: str | int) -> Iterator[dict[str, Any]]:
+        """Diffs of every consecutive pair of attempts of one phase, one at a time."""
+        return self.audit.phase_diffs(ticket_id, run_id, phase)
+
+    def fork(
+        self, ticket_id: str, run_id: str, *, through: str | int, new_run_id: str | None = None
+    ) -> tuple[str, builtins.list[WriteResult]]:
+        """Start a new run whose phases up to ``through`` reuse this run's checkpoints."""
+        return self.forks.fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
+
+    def verify(self, ticket_id: str, run_id: str | None = None) -> VerifyReport:
+        """Recompute every hash and link of a ticket (or one run); report what is broken."""
+        return self.verifier.verify(ticket_id, run_id)
+
+    # -- retention (retention.py) -----------------------------------------------------------------------
+    def prune(
+        self,
+        ticket_id: str | None = None,
+        *,
+        older_than: timedelta | None = None,
+        keep_last: int | None = None,
+        run_id: str | None = None,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Remove old records (see the module docstring)."""
+        return self.retention.prune(
+            ticket_id, older_than=older_than, keep_last=keep_last, run_id=run_id, dry_run=dry_run
+        )
 
 
 class Run:

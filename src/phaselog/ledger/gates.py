@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phaselog.ledger.derive import APPROVED, AWAITING_APPROVAL, AWAITING_INPUT, REJECTED
+from phaselog.ledger.derive import AWAITING_APPROVAL, AWAITING_INPUT
+
+# Re-exported: the verdict of the approvals lives in derive (status needs it and must not import the gates);
+# callers that import it from here keep working.
+from phaselog.ledger.derive import judge as judge  # noqa: PLC0414
+from phaselog.ledger.events import completes_run, judgement_events, raise_events
 from phaselog.model.entries import Approval, entry_bytes, read_entries
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
@@ -21,10 +26,12 @@ from phaselog.model.records import format_timestamp, parse_timestamp
 from phaselog.stores.names import approval_name, parse_approval_name
 
 if TYPE_CHECKING:
+    from phaselog.ledger.derive import RunStatus
     from phaselog.ledger.reads import Reads
-    from phaselog.ledger.resolve import PipelineResolver
-    from phaselog.ledger.status import RunStates
+    from phaselog.ledger.resolve import PipelineArg, PipelineResolver
+    from phaselog.model.pipelines import Pipeline
     from phaselog.stores import Store
+    from phaselog.stores.snapshot import RunSnapshot
 
 _KIND = "approvals"
 MAX_BY = 200
@@ -37,17 +44,6 @@ class GateRefused(PhaselogError, ValueError):
     error_code = "gate"
 
 
-def judge(approvals: Iterable[Approval]) -> dict[str, str]:
-    """Map checkpoint content hash → ``approved`` / ``rejected``; any rejection wins."""
-    out: dict[str, str] = {}
-    for a in sorted(approvals, key=lambda a: a.seq):
-        if not a.approved:
-            out[a.checkpoint_hash] = REJECTED
-        elif out.get(a.checkpoint_hash) != REJECTED:
-            out[a.checkpoint_hash] = APPROVED
-    return out
-
-
 def _check_person(by: str) -> str:
     if not isinstance(by, str) or not by.strip():
         raise UsageError("--by: name who approves (must not be empty)", field="by", rule="required")
@@ -56,7 +52,7 @@ def _check_person(by: str) -> str:
     return by.strip()
 
 
-def pruned_judgements(store: Any, ticket_id: str, run_id: str) -> dict[int, tuple[str, str | None]]:
+def pruned_judgements(store: Store, ticket_id: str, run_id: str) -> dict[int, tuple[str, str | None]]:
     """seq → (phase, content hash or None) of every approval or rejection prune removed from a run.
 
     Prune notes list the audit entries removed with their records: ``entries`` items
@@ -87,13 +83,36 @@ def read_approvals(store: Store, ticket_id: str, run_id: str) -> tuple[list[Appr
     return sorted(out, key=lambda a: a.seq), damaged
 
 
-class Gates:
-    """Approvals and rejections over one store; ``pipelines`` finds a run's gated phases."""
+class StateSource(Protocol):
+    """What the gates need of :class:`phaselog.ledger.status.RunStates` (a Protocol: status needs the gates' rules)."""
 
-    def __init__(self, store: Store, clock: Callable[[], datetime], pipelines: PipelineResolver) -> None:
+    def status(self, ticket_id: str, run_id: str) -> RunStatus:
+        """The state of a run (one snapshot)."""
+        ...
+
+    def status_from(self, snap: RunSnapshot, pl: Pipeline) -> RunStatus:
+        """The state of a run as a snapshot shows it."""
+        ...
+
+
+class Gates:
+    """Approvals and rejections over one store; ``pipelines`` finds a run's gated phases.
+
+    ``states`` (when given) tells whether approving the last gate completes the run (RunCompleted).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], datetime],
+        pipelines: PipelineResolver,
+        *,
+        states: StateSource | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.pipelines = pipelines
+        self.states = states
 
     def approvals(self, ticket_id: str, run_id: str) -> list[Approval]:
         """Every approval and rejection of a run, in the order they were recorded."""
@@ -113,7 +132,7 @@ class Gates:
         comment: str | None = None,
         attempt: int | None = None,
         decision: str = "approve",
-        pipeline: Any = None,
+        pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record that ``by`` approves (or rejects) a checkpoint of a gated phase.
@@ -130,7 +149,8 @@ class Gates:
         if comment is not None:
             check_text(comment, field="comment", max_chars=MAX_COMMENT, multiline=True)
         snap = self.store.snapshot(ticket_id, run_id)  # O(phases): the phase's newest completed attempt
-        ph = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap).phase(phase)
+        pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
+        ph = pl.phase(phase)
         if ph.awaits_input and not ph.requires_approval:
             raise GateRefused(
                 f"phase {ph.name} waits for input, not for an approval: it is answered by the program that "
@@ -214,9 +234,17 @@ class Gates:
                 self.store.put_entry(_KIND, ticket_id, run_id, name, entry_bytes(approval))
             except AlreadyExists:
                 continue  # a concurrent approval took the number: re-read, retry
-            warnings += _requeue(self.store, ticket_id, run_id)
+            # Durable now: tell the subscribers (the queue re-queues a run waiting at this gate).
+            completes = decision == "approve" and attempt == newest_done and self._completes(snap, pl, ph.ordinal)
+            warnings += raise_events(judgement_events(approval, completes_run=completes), self.store)
             return approval, warnings
         raise Conflict("could not record the approval")
+
+    def _completes(self, snap: RunSnapshot, pl: Pipeline, ordinal: int) -> bool:
+        """Would approving the phase at ``ordinal`` complete the run (derived only for the last phase)?"""
+        if self.states is None or pl.phases[-1].ordinal != ordinal:
+            return False
+        return completes_run(self.states.status_from(snap, pl), ordinal)
 
     def reject(
         self,
@@ -227,7 +255,7 @@ class Gates:
         by: str,
         comment: str | None = None,
         attempt: int | None = None,
-        pipeline: Any = None,
+        pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record a rejection (see :meth:`approve`)."""
@@ -242,17 +270,6 @@ class Gates:
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
         )
-
-
-def _requeue(store: Any, ticket_id: str, run_id: str) -> list[str]:
-    """A run submitted to the queue (PostgreSQL) and waiting at this gate goes back to the queue."""
-    from phaselog.stores.sql.queue.claim import after_judgement
-
-    try:
-        after_judgement(store, ticket_id, run_id)
-    except PhaselogError as exc:  # the judgement is recorded; say what did not happen
-        return [f"recorded, but the run could not be put back in the queue: {exc.message}"]
-    return []
 
 
 @dataclass(frozen=True)
@@ -296,7 +313,7 @@ class QueueSource(Protocol):
         ...
 
     @property
-    def states(self) -> RunStates:
+    def states(self) -> StateSource:
         """The service deriving each run's state."""
         ...
 

@@ -8,33 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from phaselog.model.entries import Marker, entry_bytes, read_entries
+from phaselog.model.entries import MARKERS, Marker, current_marker, entry_bytes, read_markers
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, PipelineMismatch, UsageError
 from phaselog.model.ids import validate_ticket_id
 from phaselog.model.limits import check_text
 from phaselog.stores.names import marker_name
 
 if TYPE_CHECKING:
+    from phaselog.ledger.resolve import PipelineArg
     from phaselog.model.pipelines import Pipeline
     from phaselog.stores import Store
 
-_KIND = "markers"
+_KIND = MARKERS
 MAX_TITLE = 500
 MAX_META_VALUE = 10_000
-
-
-def read_markers(store: Store, ticket_id: str) -> tuple[list[Marker], list[Corrupt]]:
-    """Every usable revision of a ticket's marker (oldest first), and the damaged ones."""
-    out, damaged = read_entries(store, _KIND, Marker, ticket_id, None)
-    return sorted(out, key=lambda m: m.revision), damaged
-
-
-def current_marker(store: Store, ticket_id: str) -> Marker | None:
-    """The current revision of a ticket's marker, or None."""
-    revs = read_markers(store, ticket_id)[0]
-    return revs[-1] if revs else None
 
 
 class Markers:
@@ -43,7 +32,9 @@ class Markers:
     ``load_pipeline`` resolves the pipeline named at ``init`` (the Ledger's pipeline resolver).
     """
 
-    def __init__(self, store: Store, clock: Callable[[], datetime], load_pipeline: Callable[[Any], Pipeline]) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime], load_pipeline: Callable[[PipelineArg], Pipeline]
+    ) -> None:
         self.store = store
         self.clock = clock
         self.load_pipeline = load_pipeline
@@ -65,7 +56,7 @@ class Markers:
         ticket_id: str,
         *,
         title: str,
-        pipeline: Any = None,
+        pipeline: PipelineArg = None,
         meta: Mapping[str, str] | None = None,
     ) -> tuple[Marker, bool]:
         """Record (or confirm) a ticket's identity; returns the marker and whether it changed."""

@@ -46,10 +46,10 @@ from phaselog.model.errors import (
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.limits import MAX_OUTPUT_BYTES, check_attempt, check_text
 from phaselog.model.pipelines import Phase
-from phaselog.stores.names import event_block_prefix, event_name, event_prefix
+from phaselog.stores.names import event_block_prefix, event_name, event_prefix, parse_event_name
 
 if TYPE_CHECKING:
-    from phaselog.ledger.resolve import PipelineResolver
+    from phaselog.ledger.resolve import PipelineArg, PipelineResolver
     from phaselog.stores import Store
     from phaselog.stores.snapshot import RunSnapshot
 
@@ -149,7 +149,7 @@ class Progress:
         self.clock = clock
         self.pipelines = pipelines
 
-    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: Any) -> Phase:
+    def _phase(self, ticket_id: str, run_id: str, phase: str | int, pipeline: PipelineArg) -> Phase:
         return self.pipelines.phase(ticket_id, run_id, phase, pipeline)
 
     # -- reading ------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class Progress:
         phase: str | int,
         attempt: int | None = None,
         *,
-        pipeline: Any = None,
+        pipeline: PipelineArg = None,
         newest: bool = False,
     ) -> list[ProgressEvent]:
         """Every event of an attempt (default: the attempt in flight), oldest first.
@@ -185,7 +185,7 @@ class Progress:
         return self._events(ticket_id, run_id, ph, attempt)
 
     def progress_latest(
-        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: Any = None
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: PipelineArg = None
     ) -> ProgressEvent:
         """The latest event of the attempt in flight (seed 003's Load)."""
         events = self.progress_events(ticket_id, run_id, phase, attempt, pipeline=pipeline)
@@ -194,7 +194,7 @@ class Progress:
         return events[-1]
 
     def progress_event(
-        self, ticket_id: str, run_id: str, phase: str | int, attempt: int, seq: int, *, pipeline: Any = None
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int, seq: int, *, pipeline: PipelineArg = None
     ) -> ProgressEvent:
         """One event by its sequence number (seed 003's LoadHistoryEntry)."""
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
@@ -246,7 +246,7 @@ class Progress:
         provider: str | None = None,
         status: str | None = None,
         pid: int | Literal["self"] | None = "self",
-        pipeline: Any = None,
+        pipeline: PipelineArg = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         started_at: datetime | None = None,
     ) -> ProgressEvent:
@@ -460,7 +460,6 @@ def _target_in(
 def flights(snap: RunSnapshot, *, now: datetime, stale_after: timedelta | None = None) -> dict[str, Flight]:
     """Per phase, the newest attempt of a snapshot that has events but no record (if any), with
     its state as :func:`phaselog.ledger.attempts.attempt_state` decides it."""
-    from phaselog.stores.names import parse_event_name
 
     top_checkpoint = {s.ordinal: s.newest.attempt_number for s in snap.summaries}
     top_started: dict[int, int] = {}

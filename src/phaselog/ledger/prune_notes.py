@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.model.entries import AuditRecord, check_header
 from phaselog.model.errors import Corrupt
@@ -35,6 +35,9 @@ from phaselog.stores.names import (
     parse_event_name,
     parse_note_name,
 )
+
+if TYPE_CHECKING:
+    from phaselog.stores.base import Store
 
 KIND = "phaselog.pruned"
 ENTRY_KIND = "pruned"
@@ -310,7 +313,7 @@ def parse_note(data: bytes, location: str, name: str) -> NoteEntry:
     return NoteEntry(note.seq, location, note.content_hash, note.prev_hash, note.removed, note.entries, False, note)
 
 
-def read_notes(store: Any, ticket_id: str, run_id: str) -> PrunedIndex:
+def read_notes(store: Store, ticket_id: str, run_id: str) -> PrunedIndex:
     """Every prune note of a run, in order; damaged notes apart (never used, always reported)."""
     index = PrunedIndex()
     for name, location, data in store.entries(ENTRY_KIND, ticket_id, run_id):

@@ -225,7 +225,7 @@ class Reads:
         while the attempt just below exists.
         """
         cp = stored.record
-        from phaselog.model.validation import check_artifacts, check_record  # here: `read` never validates
+        from phaselog.model.validation import check_artifacts, check_record  # lazy: `read` never validates
 
         report = check_record(cp, pl, now=self.clock())
         for w in stored.warnings:
@@ -285,6 +285,7 @@ class Reads:
                 except (Corrupt, NotFound, UnsupportedVersion):
                     target = None
             lookup[(name, entry.attempt)] = target
+        # lazy (the three): `phaselog read` checks no links, and must not load them (start-up)
         from phaselog.ledger.prune_notes import read_notes
         from phaselog.ledger.quarantined import quarantined_attempts
         from phaselog.model.validation import check_links

@@ -17,11 +17,16 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.model.errors import Corrupt, NotFound, PhaselogError, PipelineError
+from phaselog.model.limits import json_loads
 from phaselog.model.pipelines import Pipeline, check_schemas, manifest_dict, pipeline_from_dict
 from phaselog.stores.manifests import NAME_RE, ManifestDoc, check_key, has_manifests, location, manifests_of
+
+if TYPE_CHECKING:
+    from phaselog.stores.base import Store
+    from phaselog.stores.snapshot import RunSnapshot
 
 #: Per store handle: the (name, hash) it has recorded or seen recorded, and the manifests it read.
 _HANDLES: weakref.WeakKeyDictionary[Any, _Handle] = weakref.WeakKeyDictionary()
@@ -34,7 +39,7 @@ class _Handle:
         self.loaded: dict[tuple[str, str], Pipeline] = {}
 
 
-def _handle(store: Any) -> _Handle:
+def _handle(store: Store) -> _Handle:
     with _LOCK:
         try:
             h = _HANDLES.get(store)
@@ -70,7 +75,7 @@ def pipeline_from_document(doc: Any, name: str, manifest_hash: str, *, source: s
     return pipeline
 
 
-def to_record(store: Any, snapshot: Any, pipeline: Pipeline) -> ManifestDoc | None:
+def to_record(store: Store, snapshot: RunSnapshot, pipeline: Pipeline) -> ManifestDoc | None:
     """The manifest a write must hand its append, or None: recorded already by this handle, named
     by the run's records (the run's first write recorded it), or a store that keeps none."""
     key = (pipeline.name, pipeline.manifest_hash)
@@ -84,12 +89,12 @@ def to_record(store: Any, snapshot: Any, pipeline: Pipeline) -> ManifestDoc | No
     return manifest_doc(pipeline)
 
 
-def recorded(store: Any, doc: ManifestDoc) -> None:
+def recorded(store: Store, doc: ManifestDoc) -> None:
     """Remember that ``store`` holds ``doc`` (its append succeeded)."""
     _handle(store).recorded.add((doc.name, doc.manifest_hash))
 
 
-def record(store: Any, pipeline: Pipeline) -> bool:
+def record(store: Store, pipeline: Pipeline) -> bool:
     """Record ``pipeline``'s manifest in ``store`` now (import, copy); True when it was added."""
     if not has_manifests(store):
         return False
@@ -99,7 +104,7 @@ def record(store: Any, pipeline: Pipeline) -> bool:
     return added
 
 
-def read(store: Any, name: str, manifest_hash: str) -> Pipeline:
+def read(store: Store, name: str, manifest_hash: str) -> Pipeline:
     """The recorded manifest (name, hash) of ``store``; NotFound, or Corrupt when it is damaged."""
     check_key(name, manifest_hash)
     handle = _handle(store)
@@ -112,8 +117,6 @@ def read(store: Any, name: str, manifest_hash: str) -> Pipeline:
     where = location(name, manifest_hash)
     source = f"{store.url} ({where})"
     try:
-        from phaselog.model.limits import json_loads
-
         pipeline = pipeline_from_document(json_loads(data), name, manifest_hash, source=source)
     except (ValueError, RecursionError) as exc:
         raise Corrupt(f"recorded manifest {where} is not JSON ({exc})", path=where, rule="json") from None
@@ -126,14 +129,14 @@ def read(store: Any, name: str, manifest_hash: str) -> Pipeline:
     return pipeline
 
 
-def keys(store: Any) -> list[tuple[str, str]]:
+def keys(store: Store) -> list[tuple[str, str]]:
     """Every (name, hash) the store has recorded (none for a store that keeps no manifests)."""
     if not has_manifests(store):
         return []
     return manifests_of(store).keys()
 
 
-def find(store: Any, name: str, manifest_hash: str | None = None) -> Pipeline | None:
+def find(store: Store, name: str, manifest_hash: str | None = None) -> Pipeline | None:
     """The store's manifest of ``name``: the one with ``manifest_hash``, or with no hash the only
     one of that name (PipelineError when there are several); None when it has none."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name) or not has_manifests(store):
@@ -156,7 +159,7 @@ def find(store: Any, name: str, manifest_hash: str | None = None) -> Pipeline | 
     return read(store, name, hashes[0])
 
 
-def fallback(store: Any, name: str, manifest_hash: str | None, error: PhaselogError) -> Pipeline:
+def fallback(store: Store, name: str, manifest_hash: str | None, error: PhaselogError) -> Pipeline:
     """``name`` from the store when the pipeline folders lack it; else re-raise ``error``."""
     found = find(store, name, manifest_hash)
     if found is None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from phaselog.model.pipelines import Phase, Pipeline
     from phaselog.stores.snapshot import RunSnapshot
 
-# pipelines, entries, markers and the manifest shelf are imported where a pipeline is resolved:
+# lazy: pipelines, entries, the manifest shelf and evolution are imported where a pipeline is resolved:
 # a read whose phase the stored names already give resolves none (phaselog read's start, D77).
 
 #: A pipeline as callers name it: the object, a manifest name, or None (the run's own / the default).
@@ -43,7 +43,7 @@ class PipelineResolver:
         A name the pipeline folders lack is looked up in the store's recorded manifests (the one
         with ``manifest_hash`` when given): see phaselog.ledger.recorded_pipelines.
         """
-        from phaselog.model.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_pipeline
+        from phaselog.model.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_pipeline  # lazy: see above
 
         if isinstance(pipeline, Pipeline):
             return pipeline
@@ -55,7 +55,7 @@ class PipelineResolver:
         except PipelineError as exc:
             if exc.context.get("pipeline") != name:
                 raise  # a manifest that is there but broken: say so, do not look elsewhere
-            from phaselog.ledger import recorded_pipelines as pipeline_shelf
+            from phaselog.ledger import recorded_pipelines as pipeline_shelf  # lazy: see above
 
             return pipeline_shelf.fallback(self.store, name, manifest_hash, exc)
 
@@ -88,9 +88,8 @@ class PipelineResolver:
 
         With ``snapshot`` the recorded pipeline (and the ticket's marker) come from it: no store call.
         """
-        from phaselog.ledger.markers import current_marker
-        from phaselog.model.entries import Marker, parse_entries
-        from phaselog.model.pipelines import DEFAULT_PIPELINE
+        from phaselog.model.entries import Marker, current_marker, parse_entries  # lazy: see above
+        from phaselog.model.pipelines import DEFAULT_PIPELINE  # lazy: see above
 
         run_id = normalize_run_id(run_id)  # a short id (nightly-1) names its UUID's run
         if snapshot is not None:
@@ -129,7 +128,7 @@ class PipelineResolver:
                 )
         if recorded is not None or requested is not None:
             # an evolved manifest (D13) must fit the run's records before anything runs or is written (D114)
-            from phaselog.ledger.evolution import check_fits, run_layout
+            from phaselog.ledger.evolution import check_fits, run_layout  # lazy: see above
 
             check_fits(pipeline, run_layout(self.store, ticket_id, run_id, snapshot), run_id=run_id, ref=recorded)
         return pipeline

@@ -75,7 +75,7 @@ class _Plan:
     kept: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _retention(store: Any) -> Retention:
+def _retention(store: Store) -> Retention:
     if Capability.RETENTION not in store.capabilities:
         raise UsageError(f"the store {store.url} does not support prune", field="store")
     return cast(Retention, store)

@@ -1,7 +1,7 @@
 """The state of a run, derived from one snapshot: ``status`` and ``can_skip_to``.
 
 :class:`RunStates` reads a run once (``Store.snapshot``), finds the attempts in flight
-(:func:`phaselog.ledger.progress.flights`), judges the approvals (:func:`phaselog.ledger.gates.judge`, with the
+(:func:`phaselog.ledger.progress.flights`), judges the approvals (:func:`phaselog.ledger.derive.judge`, with the
 verdicts a forked checkpoint inherits from its source) and hands the rest to the pure
 :func:`phaselog.ledger.derive.derive_status`.
 """
@@ -15,18 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from phaselog.ledger.derive import APPROVED, COMPLETED, PhaseState, RunStatus, derive_status
-from phaselog.ledger.gates import judge
+from phaselog.ledger.derive import APPROVED, COMPLETED, PhaseState, RunStatus, derive_status, judge
 from phaselog.ledger.inputs import open_requests
 from phaselog.ledger.progress import flights
 from phaselog.ledger.reads import Reads
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
+from phaselog.model.artifacts import drift
 from phaselog.model.entries import Approval, parse_entries
 from phaselog.model.errors import Corrupt, NotFound, UsageError
 from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.model.pipelines import Pipeline
 from phaselog.model.records import Checkpoint, format_timestamp
 from phaselog.stores import Store, Stored
+from phaselog.stores.names import parse_event_name
 from phaselog.stores.snapshot import RunSnapshot
 
 
@@ -92,7 +93,6 @@ def _skip_reason(ps: PhaseState) -> str | None:
 
 def _started(snap: RunSnapshot) -> list[tuple[int, str, list[int]]]:
     """Per (ordinal, phase name), the attempts that have progress events (from the event names)."""
-    from phaselog.stores.names import parse_event_name
 
     found: dict[tuple[int, str], set[int]] = {}
     for name in snap.event_names:
@@ -138,9 +138,8 @@ def artifact_drift(records: Sequence[Checkpoint], root: str | os.PathLike[str]) 
     a completed checkpoint that recorded artifact hashes (the only ones a run's state rests on).
 
     No store read: the records come from the run's snapshot; the files are hashed under ``root``
-    (remembered by stat signature, :mod:`phaselog.ledger.artifacts`; D90).
+    (remembered by stat signature, :mod:`phaselog.model.artifacts`; D90).
     """
-    from phaselog.ledger.artifacts import drift
 
     newest: dict[str, Checkpoint] = {}
     for cp in records:

@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.gates import pruned_judgements
+from phaselog.ledger.prune_notes import check_notes, read_notes
+from phaselog.ledger.quarantined import quarantined_attempts
 from phaselog.model.errors import Corrupt, NotFound, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.records import Checkpoint
@@ -87,7 +90,6 @@ class Verifier:
                         f"{(s.recorded_hash or '')[:12]} was recorded at write: edited after writing",
                     )
                 self._verify_lineage(s, rep)
-            from phaselog.ledger.prune_notes import check_notes, read_notes
 
             notes = read_notes(self.store, ticket_id, rid)
             for exc in notes.damaged:
@@ -96,7 +98,6 @@ class Verifier:
             for loc, rule, message in check_notes(notes, by_key, ticket_id=ticket_id, run_id=rid):
                 rep.add(loc, rule, message)
             pruned = notes.records
-            from phaselog.ledger.quarantined import quarantined_attempts
 
             moved = quarantined_attempts(self.store, ticket_id, rid)
             for lst in per_phase.values():
@@ -134,7 +135,6 @@ class Verifier:
             origin: Any = self.store.get(where[0], where[1], s.record.phase_ordinal, where[2], where[3]).record
         except NotFound:
             # Pruned since the fork? Its run's prune note still carries its hash.
-            from phaselog.ledger.prune_notes import read_notes
 
             try:
                 origin = read_notes(self.store, where[0], where[1]).records.get((where[2], where[3]))
@@ -155,7 +155,6 @@ class Verifier:
         their place in both. Judgements stored before chaining (no ``prev_hash`` in a whole phase)
         are checked by number only.
         """
-        from phaselog.ledger.gates import pruned_judgements
 
         gone = pruned_judgements(self.store, ticket_id, run_id)
         stored = {

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phaselog.ledger import recorded_pipelines as pipeline_shelf
-from phaselog.ledger.artifacts import hash_artifacts
 from phaselog.ledger.derive import PhaseState
+from phaselog.ledger.events import checkpoint_events, completes_run, raise_events
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
 from phaselog.ledger.status import RunStates, blockers_before
+from phaselog.model.artifacts import hash_artifacts
 from phaselog.model.durations import aware_utc
 from phaselog.model.errors import (
     AlreadyExists,
@@ -269,8 +270,18 @@ class Writes:
             if manifest is not None:
                 pipeline_shelf.recorded(self.store, manifest)
             stored = Stored(cp, location, cp.content_hash)
-            return WriteResult(stored, tuple(i.text() for i in report.warnings))
+            # Durable now: tell the subscribers; what they say joins the warnings, the record stays.
+            events = checkpoint_events(cp, gated=ph.requires_approval, completes_run=self._completes(snap, pl, cp))
+            said = raise_events(events, self.store)
+            return WriteResult(stored, tuple(i.text() for i in report.warnings) + tuple(said))
         raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")
+
+    def _completes(self, snap: RunSnapshot, pl: Pipeline, cp: Checkpoint) -> bool:
+        """Does ``cp`` complete the run? Derived (from the snapshot before it) only for the last phase."""
+        ph = pl.phases[-1]
+        if not cp.completed or ph.requires_approval or ph.ordinal != cp.phase_ordinal:
+            return False
+        return completes_run(self.states.status_from(snap, pl), cp.phase_ordinal)
 
     def _check_prerequisites(self, snap: RunSnapshot, pl: Pipeline, ph: Phase) -> None:
         earlier = pl.earlier(ph)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any, ClassVar, Self, get_type_hints
+from typing import Any, ClassVar, Protocol, Self, TypeVar, get_type_hints
 
 from phaselog.model._json import dumps_canonical
 from phaselog.model.errors import Corrupt
@@ -31,6 +31,8 @@ from phaselog.model.records import (
 )
 
 EVENTS = ("start", "step", "complete", "fail", "skip")
+#: The kind of entry a ticket marker revision is stored as.
+MARKERS = "markers"
 DECISIONS = ("approve", "reject")
 
 
@@ -313,7 +315,10 @@ def entry_bytes(record: ProgressEvent | Approval | Marker) -> bytes:
     return (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def parse_entry(cls: Any, data: bytes, location: str) -> Any:
+E = TypeVar("E", bound="EntryRecord")
+
+
+def parse_entry(cls: type[E], data: bytes, location: str) -> E:
     """Parse an audit entry of ``cls``; Corrupt if it is broken or was edited after writing."""
     try:
         doc = json_loads(data)
@@ -334,16 +339,38 @@ def parse_entry(cls: Any, data: bytes, location: str) -> Any:
     return record
 
 
+class EntrySource(Protocol):
+    """What reading entries needs of a store (:meth:`phaselog.stores.base.Store.entries`)."""
+
+    def entries(
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+    ) -> list[tuple[str, str, bytes | Corrupt]]:
+        """Every entry of a kind as (name, location, bytes or the Corrupt error), sorted by name."""
+        ...
+
+
 def read_entries(
-    store: Any, kind: str, cls: Any, ticket_id: str, run_id: str | None
-) -> tuple[list[Any], list[Corrupt]]:
+    store: EntrySource, kind: str, cls: type[E], ticket_id: str, run_id: str | None
+) -> tuple[list[E], list[Corrupt]]:
     """Every intact entry of a kind, and the damaged ones apart (never used, always reported)."""
     return parse_entries(cls, store.entries(kind, ticket_id, run_id))
 
 
-def parse_entries(cls: Any, entries: Any) -> tuple[list[Any], list[Corrupt]]:
+def read_markers(store: EntrySource, ticket_id: str) -> tuple[list[Marker], list[Corrupt]]:
+    """Every usable revision of a ticket's marker (oldest first), and the damaged ones."""
+    out, damaged = read_entries(store, MARKERS, Marker, ticket_id, None)
+    return sorted(out, key=lambda m: m.revision), damaged
+
+
+def current_marker(store: EntrySource, ticket_id: str) -> Marker | None:
+    """The current revision of a ticket's marker, or None."""
+    revs = read_markers(store, ticket_id)[0]
+    return revs[-1] if revs else None
+
+
+def parse_entries(cls: type[E], entries: Iterable[tuple[str, str, bytes | Corrupt]]) -> tuple[list[E], list[Corrupt]]:
     """Parse (name, location, bytes or Corrupt) entries: the intact ones, and the damaged apart."""
-    good: list[Any] = []
+    good: list[E] = []
     bad: list[Corrupt] = []
     for _name, location, data in entries:
         if isinstance(data, Corrupt):

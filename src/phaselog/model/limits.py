@@ -20,6 +20,7 @@ import os
 import re
 from typing import Any, BinaryIO
 
+from phaselog.model._json import UNDECIDED, fast_loads
 from phaselog.model.errors import InvalidRecord, TooLarge, UsageError
 
 #: Highest attempt number (and the ceiling of automatic numbering). Fits a 32-bit signed
@@ -237,8 +238,6 @@ def json_loads(data: str | bytes) -> Any:
 
     orjson parses first where it gives the very same value (:mod:`phaselog.model._json`).
     """
-    from phaselog.model._json import UNDECIDED, fast_loads
-
     value = fast_loads(data)
     if value is not UNDECIDED:
         return value

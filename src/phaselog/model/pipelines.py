@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from phaselog.model._lazyre import LazyPattern
-from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
+from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
+from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
 from phaselog.model.records import PipelineRef
+from phaselog.model.schemas import Problem, schema_problems, schema_validator
 
 DEFAULT_PIPELINE = "ticket-pipeline"
 BUILTIN_DIR = Path(__file__).parent / "manifests"
@@ -30,7 +32,6 @@ _PIPELINE_NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MANIFEST_MAX_BYTES = MAX_MANIFEST_BYTES
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _CALL_RE = LazyPattern(f"{_DOTTED}:{_DOTTED}")
-Problem = tuple[str, str, str]  # (field path, rule, message)
 
 
 BACKOFFS = ("none", "fixed", "linear", "exponential")
@@ -106,36 +107,7 @@ class Phase:
         """Validate ``payload`` against this phase's JSON Schema; return every problem."""
         if not self.payload_schema:
             return []
-        key = self._schema_key
-        validator = _validator(key, self.ordinal)  # cached; checks the schema itself on first use
-        fast = _fast_validator(key)
-        if fast is not None:
-            import fastjsonschema
-
-            try:
-                fast(payload)
-                return []  # valid: the common case, ~8x cheaper than jsonschema's full walk
-            except fastjsonschema.JsonSchemaException:
-                pass  # invalid: let jsonschema name every problem
-        from referencing.exceptions import Unresolvable
-
-        try:
-            errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
-        except (Unresolvable, RecursionError) as exc:
-            # A $ref that points nowhere, or a cycle of $refs that never reaches a schema: the
-            # manifest is broken, not the payload.
-            what = "a cycle of $ref that never resolves" if isinstance(exc, RecursionError) else f"{exc}"
-            raise PipelineError(
-                f"phase {self.name}: payload_schema has an unusable $ref ({what[:200]}); fix the pipeline manifest",
-                field=f"phases[{self.ordinal - 1}].payload_schema",
-                rule="schema_ref",
-            ) from None
-        problems: list[Problem] = []
-        for err in errors:
-            path = ".".join([prefix, *(str(p) for p in err.absolute_path)])
-            rule = err.validator if err.validator != "format" else f"format:{err.validator_value}"
-            problems.append((path, str(rule), _message(err)))
-        return problems
+        return schema_problems(self._schema_key, self.ordinal, self.name, payload, prefix)
 
     @cached_property
     def _schema_key(self) -> str:
@@ -243,8 +215,6 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
 # -- building and loading -------------------------------------------------------------------------
 def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
     """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""
-    from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
-    from phaselog.model.errors import UsageError
 
     def bad(key: str, rule: str, message: str) -> PipelineError:
         return PipelineError(f"{where}: {at}.{key} {message}", field=f"{at}.{key}", rule=rule)
@@ -420,7 +390,7 @@ def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
             # for importing YAML (tests/test_pipelines.py checks the twins match the YAML).
             doc = json.loads(data)
         else:
-            from phaselog.model import _yaml
+            from phaselog.model import _yaml  # lazy: PyYAML only when a manifest file is read (start-up)
 
             doc = _yaml.load(data, json_only=True)
     except Corrupt as exc:
@@ -482,81 +452,6 @@ def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
     return _cached_manifest(str(path), 0)
 
 
-# -- JSON Schema (imported lazily: jsonschema costs ~60 ms to import) ---------------------------
-def _format_checker() -> Any:
-    import jsonschema
-
-    from phaselog.model.formats import CHECKERS
-
-    checker = jsonschema.FormatChecker(formats=())
-    for fmt, fn in CHECKERS.items():
-        checker.checks(fmt)(_as_bool(fn))
-    return checker
-
-
-def _as_bool(fn: Any) -> Any:
-    def check(value: object) -> bool:
-        return not isinstance(value, str) or fn(value) is None
-
-    return check
-
-
-@cache
-def _validator(schema_json: str, ordinal: int) -> Any:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
-    schema = json.loads(schema_json)
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise PipelineError(
-            f"phases[{ordinal - 1}].payload_schema is not a valid JSON Schema (Draft 2020-12): {exc.message}",
-            field=f"phases[{ordinal - 1}].payload_schema",
-            rule="json_schema",
-        ) from None
-    return Draft202012Validator(schema, format_checker=_format_checker())
-
-
-# Keywords whose meaning is the same in Draft 7 (fastjsonschema) and Draft 2020-12 (jsonschema).
-# A schema using only these is checked by fastjsonschema first; anything else goes to jsonschema.
-_FAST_KEYWORDS = frozenset(
-    {"type", "properties", "required", "additionalProperties", "enum", "const", "minimum", "maximum"}
-    | {"exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems"}
-    | {"uniqueItems", "format", "description", "title", "default", "examples", "items"}
-)
-
-
-def _fast_safe(schema: Any) -> bool:
-    if isinstance(schema, bool):
-        return True
-    if not isinstance(schema, dict) or not set(schema) <= _FAST_KEYWORDS:
-        return False
-    if "items" in schema and not isinstance(schema["items"], dict | bool):
-        return False  # tuple-form items differ between drafts
-    subs = [*(schema.get("properties") or {}).values()]
-    for key in ("items", "additionalProperties"):
-        if isinstance(schema.get(key), dict):
-            subs.append(schema[key])
-    return all(_fast_safe(s) for s in subs)
-
-
-@cache
-def _fast_validator(schema_json: str) -> Any:
-    """A compiled fastjsonschema validator for the happy path, or None when not applicable."""
-    schema = json.loads(schema_json)
-    if not _fast_safe(schema):
-        return None
-    try:
-        import fastjsonschema
-
-        from phaselog.model.formats import CHECKERS
-
-        return fastjsonschema.compile(schema, formats={k: _as_bool(f) for k, f in CHECKERS.items()})
-    except Exception:
-        return None
-
-
 def check_schemas(pipeline: Pipeline) -> None:
     """Check every payload schema of ``pipeline`` against the JSON Schema metaschema (Draft 2020-12,
     the draft payloads are validated with); PipelineError naming the phase and its payload_schema."""
@@ -564,22 +459,8 @@ def check_schemas(pipeline: Pipeline) -> None:
         if not phase.payload_schema:
             continue
         try:
-            _validator(phase._schema_key, phase.ordinal)
+            schema_validator(phase._schema_key, phase.ordinal)
         except PipelineError as exc:
             raise PipelineError(
                 f"pipeline manifest {pipeline.source}: phase {phase.name}: {exc.message}", **exc.context
             ) from None
-
-
-def _message(err: Any) -> str:
-    if err.validator == "format":
-        from phaselog.model.formats import CHECKERS
-
-        fn = CHECKERS.get(err.validator_value)
-        if fn is not None and isinstance(err.instance, str):
-            reason = fn(err.instance)
-            if reason:
-                return reason
-    if err.validator == "additionalProperties":
-        return f"{err.message} (this phase's payload allows only the keys its schema lists)"
-    return str(err.message)

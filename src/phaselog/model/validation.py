@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from phaselog.model import formats
+from phaselog.model.artifacts import changed_artifacts
 from phaselog.model.errors import PhaselogError, UnknownPhase
 from phaselog.model.ids import given_run_name, is_canonical_uuid, normalize_run_id, validate_ticket_id
 from phaselog.model.pipelines import Pipeline
@@ -378,8 +379,6 @@ def check_artifacts(cp: Checkpoint, root: str | os.PathLike[str]) -> Report:
         elif not target.exists():
             rep.error(f"artifact_paths[{i}]", "artifact_missing", f"{rel!r} does not exist under {base}")
     if cp.artifact_hashes:
-        from phaselog.ledger.artifacts import changed_artifacts
-
         index = {rel: i for i, rel in enumerate(cp.artifact_paths)}
         for rel, rule, message in changed_artifacts(base, cp.artifact_hashes):
             if rule == "artifact_changed" or rel not in index:

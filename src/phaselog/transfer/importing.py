@@ -18,21 +18,34 @@ Two passes before anything is stored:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phaselog.ledger.prune_notes import NoteEntry, PrunedIndex, PruneNote, check_notes, is_legacy, read_notes
+from phaselog.ledger.prune_notes import (
+    NoteEntry,
+    PrunedIndex,
+    PruneNote,
+    check_notes,
+    is_legacy,
+    parse_note,
+    read_notes,
+)
 from phaselog.model.entries import Approval, Marker, ProgressEvent
-from phaselog.model.errors import Corrupt, InvalidRecord, PhaselogError, UnsupportedVersion
+from phaselog.model.errors import Corrupt, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.model.limits import json_loads
 from phaselog.model.records import Checkpoint, checkpoint_from_seed
 from phaselog.model.validation import check_record
 from phaselog.stores.kernel import entry_location
 from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
+from phaselog.transfer.lines import bad_line
+from phaselog.transfer.manifests import resolve
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
+    from phaselog.stores.base import Store
 
 ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
 
@@ -54,17 +67,6 @@ class Item:
     def where(self) -> str:
         """``line N``."""
         return f"line {self.line}"
-
-
-def bad_line(n: int, message: str, fld: str, rule: str) -> InvalidRecord:
-    """The error refusing import line ``n`` (field ``fld`` broke ``rule``): nothing is imported."""
-    return InvalidRecord(
-        f"line {n}: {message}; nothing was imported",
-        line=n,
-        field=fld,
-        rule=rule,
-        errors=[{"field": fld, "rule": rule, "message": message}],
-    )
 
 
 def _same(n: int, line: Mapping[str, Any], key: str, value: Any) -> None:
@@ -124,8 +126,6 @@ def _parse_checkpoint(
 
 
 def _pipeline(n: int, ledger: Ledger, ref: Any, manifests: Mapping[Any, Any]) -> Any:
-    from phaselog.transfer.manifests import resolve
-
     name = ref.name if ref is not None else None
     try:
         return resolve(ledger, dict(manifests), ref)
@@ -191,9 +191,6 @@ def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any
 
 
 def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
-    import json
-
-    from phaselog.ledger.prune_notes import parse_note
 
     name = line.get("name")
     if not isinstance(name, str) or parse_note_name(name) is None:
@@ -210,8 +207,6 @@ def _parse_note(n: int, line: dict[str, Any], doc: dict[str, Any]) -> NoteEntry:
 def check_entry_phases(items: list[Item], ledger: Ledger, manifests: Mapping[Any, Any] | None = None) -> None:
     """Progress events and approvals name a phase of their run's pipeline (the one its checkpoints
     in the import record, else the one the store knows for the run)."""
-    from phaselog.transfer.manifests import resolve
-
     named: dict[tuple[str, str | None], Any] = {}
     for i in items:
         if i.type == "checkpoint" and i.record.pipeline is not None:
@@ -310,7 +305,7 @@ def _plan_notes(
 
 
 def _plan_checkpoints(
-    store: Any,
+    store: Store,
     stored: dict[tuple[str, int], Checkpoint],
     broken: set[tuple[str, int]],
     pruned: Mapping[tuple[str, int], Any],
@@ -416,7 +411,7 @@ def _plan_entries(
 
 
 def _new_entries(
-    store: Any, kind: str, ticket_id: str, run_id: str, items: list[Item], plan: Plan
+    store: Store, kind: str, ticket_id: str, run_id: str, items: list[Item], plan: Plan
 ) -> Iterator[tuple[Item, str]]:
     """The items of ``kind`` in name order with their paths, less those the store has by that name
     (skipped if the same entry, refused otherwise)."""
@@ -441,8 +436,7 @@ def _numbered_here(plan: Plan, item: Item, have: Any, path: str, what: str) -> b
     return True
 
 
-def _same_entry(store: Any, item: Item, path: str, plan: Plan) -> None:
-    from phaselog.model.limits import json_loads
+def _same_entry(store: Store, item: Item, path: str, plan: Plan) -> None:
 
     for n, _loc, data in store.entries(item.type, item.ticket_id, item.run_id, item.name):
         if n != item.name or isinstance(data, Corrupt):

@@ -19,11 +19,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.prune_notes import document_hash
 from phaselog.model.entries import Approval, Marker, ProgressEvent, entry_bytes
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.model.limits import MAX_RECORD_BYTES, json_loads
 from phaselog.model.records import Checkpoint, PipelineRef
 from phaselog.stores.base import Damaged, Store
+from phaselog.stores.kernel import record_document
+from phaselog.transfer.importing import Plan, parse_line, plan_markers, plan_run
+from phaselog.transfer.importing import check_entry_phases as check_phases
+from phaselog.transfer.manifests import ExportManifests, is_manifest_line, parse_manifest_line, record_imported
+from phaselog.views.streams import spool
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -35,14 +42,11 @@ _ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval
 def entry_hash(kind: str, document: Any) -> str:
     """The content hash of an audit entry's document (as its record class computes it)."""
     if kind == "pruned":
-        from phaselog.ledger.prune_notes import document_hash
-
         return document_hash(document)
     return str(_ENTRY_TYPES[kind].from_json(document).content_hash)
 
 
 def _checkpoint_document(store: Store, record: Checkpoint) -> dict[str, Any]:
-    from phaselog.stores.kernel import record_document
 
     doc: dict[str, Any] = json.loads(record_document(record))
     doc.pop("checkpoint_file_sha256", None)
@@ -51,7 +55,6 @@ def _checkpoint_document(store: Store, record: Checkpoint) -> dict[str, Any]:
 
 def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[str, Any]]:
     """Yield every record of a ticket (or of the store) as export lines, in a stable order."""
-    from phaselog.transfer.manifests import ExportManifests
 
     manifests = ExportManifests(store)  # each pipeline's manifest once, before its first record
     tickets = [ticket_id] if ticket_id is not None else store.tickets()
@@ -140,11 +143,6 @@ def import_records(
     stored. Lines not grouped by run (not an export's order) are planned all at once in memory.
     ``on_total`` gets the number of lines once they are all checked; ``on_record`` one call per line.
     """
-    from phaselog.ledger.facade import Ledger
-    from phaselog.transfer.importing import check_entry_phases as check_phases
-    from phaselog.transfer.importing import parse_line
-    from phaselog.transfer.manifests import is_manifest_line, parse_manifest_line, record_imported
-    from phaselog.views.streams import spool
 
     ledger = Ledger(store, pipelines_root=pipelines_root)
     manifests: dict[tuple[str, str], Any] = {}  # the import's own pipeline lines (manifest_transfer)
@@ -232,7 +230,6 @@ def _import_groups(
     store: Store, ledger: Ledger, groups: Iterable[list[Any]], on_record: Callable[[], None] | None
 ) -> ImportReport:
     """Plan and store each group (one ticket's markers, or one run) in turn."""
-    from phaselog.transfer.importing import Plan, plan_markers, plan_run
 
     rep = ImportReport()
     latest: dict[tuple[str, str], dict[int, int]] = {}  # (ticket, run) -> ordinal -> newest attempt

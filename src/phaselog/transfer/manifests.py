@@ -25,10 +25,11 @@ from phaselog.model.pipelines import DEFAULT_PIPELINE, Pipeline, builtin, find_p
 from phaselog.model.records import PipelineRef
 from phaselog.stores.base import local_root
 from phaselog.stores.manifests import HASH_RE, NAME_RE
-from phaselog.transfer.importing import bad_line
+from phaselog.transfer.lines import bad_line
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
+    from phaselog.stores.base import Store
 
 Key = tuple[str, str]
 
@@ -36,7 +37,7 @@ Key = tuple[str, str]
 class ExportManifests:
     """The manifest lines of one export: each (name, hash) once, before its first record."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.seen: set[Key] = set()
 
@@ -138,7 +139,7 @@ def resolve(ledger: Ledger, imported: dict[Key, Pipeline], ref: PipelineRef | No
     return pipeline
 
 
-def record_imported(store: Any, imported: dict[Key, Pipeline], named: Iterable[PipelineRef | None]) -> int:
+def record_imported(store: Store, imported: dict[Key, Pipeline], named: Iterable[PipelineRef | None]) -> int:
     """Record in ``store`` the imported manifests its records name; return how many were new."""
     added = 0
     for key in sorted({(r.name, r.manifest_hash) for r in named if r is not None}):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from phaselog.ledger.reads import parse_cursor
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.stores.base import Damaged, Store, Stored
 
@@ -27,7 +28,6 @@ def iter_listing(
 
     Ids and the cursor are checked before the first record is read (a bad one raises at once).
     """
-    from phaselog.ledger.reads import parse_cursor
 
     ticket_id = validate_ticket_id(ticket_id)
     run = normalize_run_id(run_id) if run_id is not None else None

@@ -11,19 +11,22 @@ Imports are for type checking only, so the CLI can import this module at start-u
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from phaselog.model.ids import run_name_of
+from phaselog.stores.base import Damaged
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
-    from phaselog.ledger.facade import Page, SkipDecision, WriteResult
     from phaselog.ledger.gates import Awaiting
+    from phaselog.ledger.reads import Page
+    from phaselog.ledger.status import SkipDecision
     from phaselog.ledger.verify import VerifyReport
+    from phaselog.ledger.writes import WriteResult
     from phaselog.model.entries import Approval, Marker, ProgressEvent
     from phaselog.model.pipelines import Pipeline
     from phaselog.model.validation import Report
-    from phaselog.runner.explain import Explanation
-    from phaselog.runner.result import RunResult
-    from phaselog.stores.base import Damaged, Stored
+    from phaselog.stores.base import Stored
     from phaselog.views.catalog import RunSummary, TicketSummary
     from phaselog.views.run_page import EventPage, RunOverview, SpanPage
     from phaselog.views.streams import ExternalSort
@@ -105,8 +108,7 @@ def page_stream(entries: Iterable[Stored | Damaged]) -> Iterator[tuple[str, Any]
 
     Written with :func:`phaselog.views.streams.write_object`, the bytes are those of ``page``'s JSON.
     """
-    from phaselog.stores.base import Damaged
-    from phaselog.views.streams import SpooledArray
+    from phaselog.views.streams import SpooledArray  # lazy: streams loads shutil and tempfile; a read prints no stream
 
     completed, failed, warnings = SpooledArray(), SpooledArray(), SpooledArray()
     try:
@@ -204,7 +206,7 @@ def history(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def history_stream(entries: ExternalSort) -> Iterator[tuple[str, Any]]:
     """The fields of :func:`history` from a sorted stream (``phaselog.views.history.sorted_history``)."""
-    from phaselog.views.streams import Items
+    from phaselog.views.streams import Items  # lazy: as in page_stream
 
     yield "count", entries.count
     yield "history", Items(entries)
@@ -217,15 +219,13 @@ def diffs(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def diffs_stream(results: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Any]]:
     """The fields of :func:`diffs`, written one diff at a time (``Ledger.phase_diffs``)."""
-    from phaselog.views.streams import Items
+    from phaselog.views.streams import Items  # lazy: as in page_stream
 
     yield "diffs", Items(results)
 
 
 def forked(new_run_id: str, from_run_id: str, written_records: Iterable[WriteResult]) -> dict[str, Any]:
     """A fork: the new run (its UUID and the name it was given), its origin and the checkpoints it reuses."""
-    from phaselog.model.ids import run_name_of
-
     written_records = list(written_records)
     return {
         "run_id": new_run_id,
@@ -294,11 +294,19 @@ def pipeline(p: Pipeline, *, full: bool = True) -> dict[str, Any]:
 
 
 # -- the runner -----------------------------------------------------------------------------------
-def explanation(e: Explanation) -> dict[str, Any]:
+class RunnerOutcome(Protocol):
+    """A runner's answer (``phaselog.runner``'s Explanation, RunResult): views never import an edge."""
+
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON form."""
+        ...
+
+
+def explanation(e: RunnerOutcome) -> dict[str, Any]:
     """What a run would do with each phase and why (``phaselog explain``; the dashboard links here)."""
     return e.to_json()
 
 
-def run_result(r: RunResult) -> dict[str, Any]:
+def run_result(r: RunnerOutcome) -> dict[str, Any]:
     """What ``phaselog run`` did: per phase, and the exit code."""
     return r.to_json()

@@ -12,14 +12,19 @@ Derived from the records like everything else (``docs/ui.md`` shows the chart dr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.attempts import ATTEMPT_STATES, Liveness, attempt_state
+from phaselog.ledger.derive import judge
 from phaselog.model.entries import ProgressEvent
+from phaselog.model.errors import NotFound
+from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.records import Checkpoint, format_timestamp
+from phaselog.stores.base import Damaged
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -181,9 +186,6 @@ def _last_step(events: Sequence[ProgressEvent]) -> int | None:
 
 def run_timeline(ledger: Ledger, ticket_id: str, run_id: str) -> list[Span]:
     """Every attempt of a run as a span (see :func:`spans`), read through ``ledger``."""
-    from phaselog.ledger.gates import judge
-    from phaselog.model.ids import normalize_run_id, validate_ticket_id
-    from phaselog.stores.base import Damaged
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
     pipeline = ledger.pipeline_for(ticket_id, run_id)
@@ -211,8 +213,6 @@ def run_version(ledger: Ledger, ticket_id: str, run_id: str) -> str:
     """A short fingerprint of what a run holds: it changes whenever a checkpoint, progress event
     or approval is added (or pruned). Live views poll it (one snapshot, O(phases) and names).
     NotFound when nothing is recorded for the run, as its page and overview say."""
-    from phaselog.model.errors import NotFound
-    from phaselog.model.ids import normalize_run_id, validate_ticket_id
 
     ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
     snap = ledger.store.snapshot(ticket_id, run_id)
@@ -225,7 +225,6 @@ def snapshot_version(snap: RunSnapshot) -> str:
     """:func:`run_version` of what a snapshot read: per phase how many attempts and the newest ones
     (an added checkpoint moves them, a prune moves the count), and the names of the run's progress
     events and approvals."""
-    import hashlib
 
     parts = [
         f"{s.ordinal}:{s.count}:{s.newest.attempt_number}:{int(s.newest.completed)}:"

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from phaselog.model.errors import Corrupt, StoreError, UsageError
 from phaselog.stores.base import Capability
 from phaselog.stores.sql.admin import SQL_CAPABILITIES
+from phaselog.stores.sql.queue import claim as _queue  # noqa: F401  # the queue subscribes to judgements (events)
 from phaselog.stores.sql.schema import Dialect
 from phaselog.stores.sql.store import SqlStore
 from phaselog.stores.urls import bad_url, parse_store_url

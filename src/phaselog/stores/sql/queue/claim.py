@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from phaselog.model.errors import Conflict, NotFound
-from phaselog.stores.base import Capability
+from phaselog.model.errors import Conflict, NotFound, PhaselogError
+from phaselog.model.events import Event, Judged, RunDead, emit, subscribe
+from phaselog.stores.base import Capability, Store
 from phaselog.stores.sql.queue.rows import (
     _COLUMNS,
     _NOW,
@@ -61,6 +62,8 @@ def claim(
         if kind == "claim":
             claimed: Claim = value
             return claimed
+        if kind == "dead":  # a poison run was retired (committed): tell the subscribers
+            emit([value], q.store)
         # "dead": a poison run was retired; "retry": the row changed under us. Look again.
 
 
@@ -68,7 +71,7 @@ def _claim_one(
     conn: Any, worker_id: str, queue: str, dead_local: Sequence[str], max_recoveries: int
 ) -> tuple[str, Any]:
     row = conn.execute(
-        "SELECT q.ticket_id, q.run_id, q.state, q.worker, q.recoveries FROM phaselog_queue q "
+        "SELECT q.ticket_id, q.run_id, q.state, q.worker, q.recoveries, q.claim_token FROM phaselog_queue q "
         "LEFT JOIN phaselog_queue_workers w ON w.worker_id = q.worker "
         f"WHERE q.queue = %s AND ((q.state = 'queued' AND q.not_before <= {_NOW}) OR (q.state = 'running' AND "
         f"(q.worker = %s OR w.worker_id IS NULL OR w.expires_at < {_NOW} OR q.worker = ANY(%s)))) "
@@ -82,7 +85,7 @@ def _claim_one(
     # claim took while this statement waited is re-checked by PostgreSQL against the *old* join
     # (a NULL worker passes "w.worker_id IS NULL"). So the verdict on its worker is made here,
     # from a fresh read.
-    ticket_id, run_id, state, previous, recoveries = row
+    ticket_id, run_id, state, previous, recoveries, token = row
     recovered_from = None
     if state == RUNNING and previous != worker_id:
         why = _dead_because(conn, previous, dead_local)
@@ -100,7 +103,7 @@ def _claim_one(
                 f"since = {_NOW} WHERE ticket_id = %s AND run_id = %s",
                 (recoveries, reason, ticket_id, run_id),
             )
-            return "dead", None
+            return "dead", RunDead(ticket_id, run_id, reason, recoveries, int(token))
     elif state not in (QUEUED, RUNNING):
         return "retry", None  # finished or cancelled meanwhile
     got = conn.execute(
@@ -185,6 +188,8 @@ def finish(
                 raise
             continue  # the answer was lost: read the row back below, or try again
         if moved:
+            if state == DEAD:  # durable now: the queue gave up on the run
+                emit([RunDead(*key, reason or "", c.entry.recoveries, c.token)], q.store)
             return True
         row = q._tx(lambda conn: q._row(conn, key))
         # Our own update whose commit we did not hear about: the row is where we sent it, with our token.
@@ -218,6 +223,20 @@ def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
     if Capability.QUEUE not in store.capabilities:
         return False
     return requeue_judged(SqlQueue(store), ticket_id, run_id)
+
+
+def requeue_after_judgement(event: Event, origin: object) -> list[str]:
+    """The queue's subscriber: after a judgement, a run waiting at that gate in the queue goes back to it."""
+    if not isinstance(event, Judged) or not isinstance(origin, Store):
+        return []
+    try:
+        after_judgement(origin, event.ticket_id, event.run_id)
+    except PhaselogError as exc:  # the judgement is recorded; say what did not happen
+        return [f"recorded, but the run could not be put back in the queue: {exc.message}"]
+    return []
+
+
+subscribe(requeue_after_judgement)  # the queue's one subscriber, registered once, when the queue is loaded
 
 
 def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEntry:
@@ -287,4 +306,15 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
     return entry
 
 
-__all__ = ["ENDINGS", "QUEUED", "after_judgement", "cancel", "claim", "finish", "mark_phase", "requeue_judged", "retry"]
+__all__ = [
+    "ENDINGS",
+    "QUEUED",
+    "after_judgement",
+    "cancel",
+    "claim",
+    "finish",
+    "mark_phase",
+    "requeue_after_judgement",
+    "requeue_judged",
+    "retry",
+]

@@ -1,0 +1,71 @@
+"""The events the ledger raises: built from the records it has just made durable, then emitted.
+
+The event types and the one subscription point live in :mod:`phaselog.model.events` (plain data the
+queue and the guard raise too); this module turns the ledger's own records into events — a
+checkpoint, an approval — and hands them to the subscribers *after* the store acknowledged the
+write. A subscriber's failure becomes a warning on the write's result; the record stays.
+
+    >>> from phaselog.ledger import events
+    >>> seen = []
+    >>> stop = events.subscribe(lambda event, origin: seen.append(event.id))
+    >>> stop()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from phaselog.ledger.derive import COMPLETED
+from phaselog.model.events import (
+    AwaitingApproval,
+    CheckpointWritten,
+    Event,
+    Judged,
+    PhaseFailed,
+    RunCompleted,
+    emit,
+    subscribe,
+)
+
+if TYPE_CHECKING:
+    from phaselog.ledger.derive import RunStatus
+    from phaselog.model.entries import Approval
+    from phaselog.model.records import Checkpoint
+    from phaselog.stores.base import Store
+
+
+def checkpoint_events(cp: Checkpoint, *, gated: bool, completes_run: bool) -> list[Event]:
+    """What appending ``cp`` means, in order: written; then failed, awaiting approval or run completed."""
+    ticket, run = cp.ticket_id, cp.run_id
+    out: list[Event] = [CheckpointWritten(ticket, run, cp.phase, cp.attempt_number, cp.status, cp.content_hash)]
+    if not cp.completed:
+        out.append(PhaseFailed(ticket, run, cp.phase, cp.attempt_number, cp.error, cp.content_hash))
+    elif gated:
+        out.append(AwaitingApproval(ticket, run, cp.phase, cp.attempt_number, cp.content_hash))
+    elif completes_run:
+        out.append(RunCompleted(ticket, run, cp.phase, cp.content_hash))
+    return out
+
+
+def judgement_events(approval: Approval, *, completes_run: bool) -> list[Event]:
+    """What recording ``approval`` means, in order: judged; then run completed (the last gate approved)."""
+    a = approval
+    out: list[Event] = [
+        Judged(a.ticket_id, a.run_id, a.phase, a.attempt_number, a.approved, a.by, a.checkpoint_hash, a.content_hash)
+    ]
+    if completes_run and a.approved:
+        out.append(RunCompleted(a.ticket_id, a.run_id, a.phase, a.content_hash))
+    return out
+
+
+def completes_run(st: RunStatus, ordinal: int) -> bool:
+    """Does completing the phase at ``ordinal`` complete the run? Only the last phase, every earlier one completed."""
+    return bool(st.phases) and st.phases[-1].ordinal == ordinal and all(ps.state == COMPLETED for ps in st.phases[:-1])
+
+
+def raise_events(events: list[Event], store: Store) -> list[str]:
+    """Emit ``events`` (their records are durable in ``store``); return the subscribers' warnings."""
+    return emit(events, store)
+
+
+__all__ = ["checkpoint_events", "completes_run", "judgement_events", "raise_events", "subscribe"]
