@@ -14,7 +14,7 @@ START_SLACK_S = 1.0
 
 def process_start_time(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), or None if it does not exist."""
-    import psutil  # lazily: ~10 ms of start-up, needed only when a record names a process
+    import psutil  # lazy: ~10 ms of start-up, needed only when a record names a process
 
     try:
         return float(psutil.Process(pid).create_time())
