@@ -17,27 +17,18 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from phaselog.ledger.derive import RUN_SUMMARIES
 from phaselog.model.errors import Corrupt, NotFound, PhaselogError
 from phaselog.model.ids import normalize_run_id, run_label, validate_ticket_id
-from phaselog.model.limits import MAX_ATTEMPT, parse_number
+from phaselog.model.limits import parse_number
 from phaselog.ui import charts, urls
+from phaselog.ui.context import UI, attempt_param, number_param
 from phaselog.views import results as views
 
 if TYPE_CHECKING:
-    from phaselog.ui.app import UI
+    from phaselog.guard import Guard
+    from phaselog.views.run_page import EventPage
+    from phaselog.views.timeline import Span
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def number_param(request: Request, name: str, default: int, *, minimum: int = 0) -> int:
-    """The query parameter ``name`` as a whole number (``default`` when absent or empty): every number
-    a page takes is read here, by ``limits.parse_number`` (ASCII digits, bounded), a 400 naming it."""
-    raw = request.query_params.get(name, "")
-    return default if raw == "" else parse_number(raw, field=name, minimum=minimum)
-
-
-def attempt_param(request: Request) -> int:
-    """The ``{attempt}`` of a path, 1 to MAX_ATTEMPT (the route matches ASCII digits only)."""
-    return parse_number(request.path_params["attempt"], field="attempt", minimum=1, maximum=MAX_ATTEMPT)
-
-
 def _page_number(request: Request) -> int:
     return number_param(request, "page", 1, minimum=1)
 
@@ -175,7 +166,7 @@ def attempts_json(ui: UI, request: Request) -> Response:
     return JSONResponse(views.span_page(attempts_page(ui.ledger, ticket_id, run_id, **_attempts_query(ui, request))))
 
 
-def _events(ui: UI, request: Request) -> Any:
+def _events(ui: UI, request: Request) -> tuple[str, str, EventPage]:
     from phaselog.views.run_page import events_page
 
     ticket_id, run_id = _params(request)
@@ -223,7 +214,7 @@ def event_output(ui: UI, request: Request) -> Response:
     )
 
 
-def _default_pair(run_id: str, spans: Sequence[Any]) -> tuple[str, str]:
+def _default_pair(run_id: str, spans: Sequence[Span]) -> tuple[str, str]:
     """The diff picker's preselection: the two newest attempts of the phase that has more than one."""
     by_phase: dict[str, list[int]] = {}
     for s in sorted(spans, key=lambda s: (s.ordinal, s.attempt)):
@@ -395,7 +386,7 @@ def approvals(ui: UI, request: Request) -> Response:
 
 
 # -- guards ---------------------------------------------------------------------------------------
-def _guard(ui: UI, name: str) -> Any:
+def _guard(ui: UI, name: str) -> Guard:
     from phaselog.guard import Guard
 
     return Guard(ui.ledger.store, name)
