@@ -398,11 +398,10 @@ class Engine:
         return bool(rec.timestamp_utc == kwargs["timestamp"] and rec.status == kwargs.get("status", "completed"))
 
     # -- helpers --------------------------------------------------------------------------------
-    def _side_ledger(self) -> Any:
-        from phaselog.ledger.facade import Ledger
-        from phaselog.stores import open_store
+    def _side_ledger(self) -> Ledger:
+        from phaselog.ledger.pool import sibling
 
-        return Ledger(open_store(self.ledger.store.url), pipelines_root=self.ledger.pipelines_root)
+        return sibling(self.ledger)
 
     def _result(self, waiting: str | None, interrupted: int | None) -> RunResult:
         try:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phaselog.model.errors import UsageError
+from phaselog.stores.base import Store
 from phaselog.stores.sql.queue import claim as flow
 from phaselog.stores.sql.queue.rows import DEFAULT_QUEUE, STATES, QueueEntry, SqlQueue
 
@@ -61,7 +62,7 @@ def parse_not_before(text: str | None) -> tuple[float | None, float | None]:
 
 
 def submit(
-    store: Any,
+    store: Store,
     *,
     ticket_id: str,
     pipeline: str | None = None,
@@ -123,7 +124,7 @@ def entry_view(entry: QueueEntry) -> dict[str, Any]:
 
 
 def list_view(
-    store: Any,
+    store: Store,
     *,
     queue: str | None = None,
     states: tuple[str, ...] = (),
@@ -162,18 +163,19 @@ def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def show_view(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
+def show_view(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
     """One run's queue row, its position if queued, and its lease holder if one holds it."""
     from phaselog.model.ids import normalize_run_id
+    from phaselog.runner.lease import leases_of
 
     q = SqlQueue(store)
     entry = q.get(ticket_id, normalize_run_id(run_id))
-    lease = store.run_leases().read(entry.ticket_id, entry.run_id)
+    lease = leases_of(store).read(entry.ticket_id, entry.run_id)
     holder = dict(lease.holder) if lease is not None and lease.holder else None
     return {**entry_view(entry), "position": q.position(entry), "lease_holder": holder}
 
 
-def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
+def cancel(store: Store, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
     """Cancel a run: now if it waits, between phases if it runs (the view says which)."""
     from phaselog.model.ids import normalize_run_id
 
@@ -182,7 +184,7 @@ def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) ->
     return {**entry_view(entry), "stops": "between phases" if entry.state == "running" else "now"}
 
 
-def retry(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
+def retry(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
     """Queue a dead or cancelled run again; it resumes at its first incomplete phase."""
     from phaselog.model.ids import normalize_run_id
 
@@ -191,6 +193,6 @@ def retry(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
     return {**entry_view(entry), "position": q.position(entry)}
 
 
-def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
+def after_judgement(store: Store, ticket_id: str, run_id: str) -> bool:
     """After ``approve``/``reject``: a submitted run waiting at that gate goes back to the queue."""
     return flow.after_judgement(store, ticket_id, run_id)
