@@ -18,10 +18,10 @@ import gc
 # and cost ~8% of `phaselog read`. Collect less often; cycles are still collected (D77).
 gc.set_threshold(20_000, 10, 10)
 
-from phaselog.cli._scaffold import cli, main  # noqa: E402 - after the threshold: click and the scaffold allocate most
+from phaselog.cli._main import cli, main  # noqa: E402 - after the threshold: click and the scaffold allocate most
 
 # Importing an area registers its commands on ``cli``. The group imports an area when one of its
-# commands is used (or all of them, for help): see ``AREAS`` in _group.py.
+# commands is used (or all of them, for help): see ``AREAS`` in _main.py.
 
 __all__ = ["cli", "main"]
 

@@ -1,9 +1,9 @@
-"""The ``phaselog`` group: its sections, the map of areas to modules, and lazy command loading."""
+"""The ``phaselog`` group: its sections, and commands loaded by area on first use (:class:`Areas`)."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -15,22 +15,21 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 SECTIONS = ("Record", "Resume", "Runner", "Workers", "Audit", "Gates", "Tickets and pipelines", "Guard", "Stores")
 
 
-#: The modules that register the top-level commands, in help order, and what each registers.
-#: A command line imports only the module of its command (``phaselog read``: cli.records), so a
-#: command does not pay for the others' imports; help, completion and ``cli.commands`` load them
-#: all. tests/test_cli_usability.py checks this map against what the modules register.
-AREAS: dict[str, tuple[str, ...]] = {
-    "records": ("write", "read", "validate", "list"),
-    "state": ("status", "resume", "verify", "pipelines"),
-    "catalog": ("tickets", "runs", "approvals"),
-    "audit": ("progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"),
-    "runner": ("run", "explain", "step"),
-    "queue": ("submit", "queue", "worker"),
-    "guard": ("guard",),
-    "store": ("export", "import", "copy", "prune", "store"),
-    "ui": ("ui",),
-}
-_AREA_OF = {name: area for area, names in AREAS.items() for name in names}
+@dataclass(frozen=True)
+class Areas:
+    """Which module registers which top-level commands, and how to import one (set by :mod:`phaselog.cli._main`).
+
+    The group asks for a module only when one of its commands is needed, so a command line imports
+    only the module of its command; the map lives with the entry point, not here, so that the area
+    modules (which import this one to register on :data:`cli`) are not imported by it.
+    """
+
+    names: Mapping[str, tuple[str, ...]]
+    load: Callable[[str], object]
+
+    def area_of(self, name: str) -> str | None:
+        """The area whose module registers the command ``name`` (None: none does)."""
+        return next((area for area, names in self.names.items() if name in names), None)
 
 
 class PhaselogGroup(click.Group):
@@ -39,6 +38,8 @@ class PhaselogGroup(click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._commands: dict[str, click.Command] = {}
         self._loaded = False
+        #: The area map, set by the entry point (None: only the commands added so far).
+        self.areas: Areas | None = None
         super().__init__(*args, **kwargs)
         self.sections: dict[str, str] = {}
 
@@ -59,20 +60,23 @@ class PhaselogGroup(click.Group):
         self._commands[name] = cmd
 
     def _load_all(self) -> None:
-        if not self._loaded:
+        if not self._loaded and self.areas is not None:
             self._loaded = True
-            for area in AREAS:
-                importlib.import_module(f"phaselog.cli.{area}")
+            for area in self.areas.names:
+                self.areas.load(area)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self._commands and cmd_name in _AREA_OF:
-            importlib.import_module(f"phaselog.cli.{_AREA_OF[cmd_name]}")
+        if cmd_name not in self._commands and self.areas is not None:
+            area = self.areas.area_of(cmd_name)
+            if area is not None:
+                self.areas.load(area)
         return self._commands.get(cmd_name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         self._load_all()
-        known = [name for names in AREAS.values() for name in names if name in self._commands]
-        return known + [name for name in self._commands if name not in _AREA_OF]
+        listed = [name for names in self.areas.names.values() for name in names] if self.areas is not None else []
+        known = [name for name in listed if name in self._commands]
+        return known + [name for name in self._commands if name not in listed]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Every command by section, subcommands by their full name (``guard run``), one list."""

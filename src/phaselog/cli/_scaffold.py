@@ -1,4 +1,4 @@
-"""The command scaffold: the shared options, the one decorator every command uses, and the entry point.
+"""The command scaffold: the shared options and the one decorator every command uses.
 
 A command is a thin body over a library call::
 
@@ -17,16 +17,15 @@ code (1 = failed, 2 = bad usage), renders the result in memory before printing i
 closes what it opened. Every failure prints ``{"success": false, "error": "…", "error_code": "…"}``
 and exits non-zero; never a traceback (``PHASELOG_DEBUG=1`` shows one).
 
-The group and its areas live in :mod:`phaselog.cli._group`, the invocation (:class:`Call`) and what a
-body returns (:class:`Result`, :class:`Streamed`) in :mod:`phaselog.cli._call`; both are re-exported
-here, so an area module imports everything it needs from this one module.
+The group lives in :mod:`phaselog.cli._group`, the invocation (:class:`Call`) and what a body
+returns (:class:`Result`, :class:`Streamed`) in :mod:`phaselog.cli._call`; both are re-exported
+here, so an area module imports everything it needs from this one module. The entry point and the
+map of areas to modules are :mod:`phaselog.cli._main` (it imports the areas; they never import it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import sys
 from collections.abc import Callable
 from typing import IO, Any, NoReturn
@@ -35,11 +34,10 @@ import click
 
 from phaselog.cli import _render
 from phaselog.cli._call import Call, Result, Streamed, TableFn, envelope
-from phaselog.cli._group import AREAS, CONTEXT, SECTIONS, PhaselogGroup, cli, in_section
-from phaselog.model.errors import PhaselogError, UsageError
+from phaselog.cli._group import CONTEXT, SECTIONS, PhaselogGroup, cli, in_section
+from phaselog.model.errors import PhaselogError
 
 __all__ = [
-    "AREAS",
     "CONTEXT",
     "SECTIONS",
     "Call",
@@ -52,7 +50,6 @@ __all__ = [
     "envelope",
     "fail",
     "in_section",
-    "main",
 ]
 
 
@@ -65,19 +62,6 @@ def fail(err: PhaselogError, correlation_id: str | None = None, fmt: str = "json
         sys.stderr.write(_render.human_error(err))
         sys.stderr.flush()
     sys.exit(err.exit_code)
-
-
-def _format_in(args: list[str]) -> str:
-    """The ``--format`` given on a command line click could not parse (for its error message)."""
-    fmt = "json"
-    for i, arg in enumerate(args):
-        if arg == "--":
-            break
-        if arg == "--format" and i + 1 < len(args):
-            fmt = args[i + 1]
-        elif arg.startswith("--format="):
-            fmt = arg.partition("=")[2]
-    return fmt if fmt in ("table", "text") else "json"
 
 
 # -- shared options -------------------------------------------------------------------------------
@@ -217,73 +201,3 @@ def command(
         return cmd
 
     return decorate
-
-
-# -- entry point ----------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; turn every error into a JSON object and an exit code."""
-    try:
-        _main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    else:
-        code = 0
-    if argv is not None:  # called in-process (tests, embedding): behave like a normal function
-        sys.exit(code)
-    _exit(code)
-
-
-def _exit(code: int) -> None:
-    """Flush and leave without the interpreter's teardown (~15 ms of a short command's life).
-
-    Nothing is left to do at teardown: stores fsync or commit before they acknowledge a write,
-    and every command closes what it opened.
-    """
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (BrokenPipeError, ValueError):
-        pass
-    os._exit(code)
-
-
-def _main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if not args:  # bare `phaselog`: show the help, as `phaselog --help` does
-        args = ["--help"]
-    for stream in (sys.stdout, sys.stderr):
-        # A non-UTF-8 terminal must not turn non-ASCII data into a crash.
-        if (getattr(stream, "encoding", "") or "").lower().replace("-", "") != "utf8":
-            with contextlib.suppress(AttributeError, ValueError):
-                stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-    fmt = _format_in(args)
-    try:
-        cli.main(args=args, prog_name="phaselog", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.NoSuchOption as exc:
-        fail(UsageError(f"{exc.format_message()} (see --help)", field=exc.option_name), fmt=fmt)
-    except click.exceptions.MissingParameter as exc:  # before BadParameter: it is a subclass
-        fail(UsageError(exc.format_message(), field=exc.param.name if exc.param else None, rule="required"), fmt=fmt)
-    except click.exceptions.BadParameter as exc:
-        field = exc.param.name if exc.param is not None else None
-        fail(UsageError(exc.format_message(), field=field), fmt=fmt)
-    except click.ClickException as exc:
-        fail(UsageError(exc.format_message()), fmt=fmt)
-    except click.exceptions.Abort:
-        fail(PhaselogError("interrupted"), fmt=fmt)
-    except PhaselogError as exc:
-        fail(exc, fmt=fmt)
-    except BrokenPipeError:
-        os._exit(0)  # the reader went away (e.g. `| head`): not an error of ours
-    except Exception as exc:
-        if os.environ.get("PHASELOG_DEBUG"):
-            raise
-        if isinstance(exc, UnicodeEncodeError):
-            bad = exc.object[exc.start : exc.end]
-            if all("\udc80" <= c <= "\udcff" for c in bad):  # bytes in argv that are not UTF-8
-                fail(UsageError(f"an argument is not valid UTF-8 text ({bad!r})", rule="utf-8"), fmt=fmt)
-        fail(
-            PhaselogError(f"internal error: {type(exc).__name__}: {exc} (set PHASELOG_DEBUG=1 for a traceback)"),
-            fmt=fmt,
-        )

@@ -11,9 +11,9 @@ One thread per process serves every run of the process (started the first time a
 and kept): starting and ending a thread per run cost more than a quick phase. It sleeps until the
 earliest moment one of its heartbeats has something to do, and an attempt that begins is
 announced to it only when it would otherwise sleep past that attempt's start event. Each
-heartbeat works on a store connection of its own (a second ``open_store`` of the same URL,
-opened by the thread when it first writes): the main thread's connection is never used by two
-threads.
+heartbeat works on a store connection of its own (:func:`phaselog.ledger.pool.sibling` of the
+run's ledger, opened by the thread when it first writes): the main thread's connection is never
+used by two threads.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def submit(
     runs exactly what was submitted.
     """
     from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
-    from phaselog.model.pipelines import _PIPELINE_NAME_RE, check_schemas, load_manifest, manifest_dict
+    from phaselog.model.pipelines import check_schemas, is_pipeline_name, load_manifest, manifest_dict
 
     q = SqlQueue(store)
     validate_ticket_id(ticket_id)
@@ -98,7 +98,7 @@ def submit(
         name, manifest, digest = pl.name, manifest_dict(pl), pl.manifest_hash
     else:
         assert pipeline is not None
-        if not _PIPELINE_NAME_RE.fullmatch(pipeline):
+        if not is_pipeline_name(pipeline):
             raise UsageError(f"pipeline name must be 1-64 of [A-Za-z0-9._-] (got {pipeline!r})", field="pipeline")
         name, manifest, digest = pipeline, None, None
     rid = normalize_run_id(run_id) if run_id is not None else str(uuid.uuid4())
