@@ -50,6 +50,7 @@ from phaselog.stores.sql.queue.rows import AWAITING, CANCELLED, DEAD, DONE, QUEU
 
 if TYPE_CHECKING:
     from phaselog.runner.definition import PipelineRunner
+    from phaselog.runner.result import RunResult
     from phaselog.stores.base import Store
 
 DEFAULT_POLL = 2.0
@@ -59,7 +60,7 @@ DEFAULT_MAX_RECOVERIES = 3
 HELD_RETRY_S = 5.0
 
 
-def _nothing_ran(claim: Claim, result: Any) -> str | None:
+def _nothing_ran(claim: Claim, result: RunResult) -> str | None:
     """The reason of a ``done`` row whose claim ran no phase: the run was complete already (D119).
 
     Decided by the runner's own plan (every phase skipped as complete), not by a second reading.
