@@ -11,7 +11,7 @@ from typing import Any
 
 from helpers import cli_env
 from phaselog.cli import cli
-from phaselog.cli._scaffold import AREAS
+from phaselog.cli._main import AREAS
 
 
 def test_areas_map_every_command_to_the_module_that_registers_it() -> None:
@@ -58,9 +58,9 @@ def spy(pattern, flags=0):
         compiled.append((where, str(pattern)))
     return _compile(pattern, flags)
 re.compile = spy
-from phaselog.cli import _scaffold
+from phaselog.cli import _main
 try:
-    _scaffold.main(sys.argv[1:])
+    _main.main(sys.argv[1:])
 except SystemExit as exc:
     assert exc.code == 0, exc.code
 from phaselog.model._lazyre import LazyPattern

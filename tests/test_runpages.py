@@ -89,7 +89,7 @@ def test_pages_followed_to_the_end_are_the_whole_timeline_newest_first(store: St
 
 
 @pytest.mark.all_stores
-def test_a_page_of_attempts_costs_its_size_not_the_runs(store: Store) -> None:
+def test_a_page_of_attempts_is_one_store_call_and_holds_only_the_page(store: Store) -> None:
     fill(store, implement=40)
     counting = Counting(store)
     reader = phaselog.Ledger(counting)  # type: ignore[arg-type]  # a proxy of a Store
@@ -97,8 +97,10 @@ def test_a_page_of_attempts_costs_its_size_not_the_runs(store: Store) -> None:
     assert [s.attempt for s in page.spans] == [29, 28, 27, 26, 25]
     assert page.next_before == "1:25"
     assert counting.calls["snapshot"] == 1  # where each phase's newest attempt is
-    assert counting.calls["get"] == 5 + 1  # the page and one past it, each read by its key
-    for whole_run in ("iter_records", "attempts", "entry_names", "snapshot(history)"):
+    assert counting.calls["iter_records"] == 1  # the page's records: one store call, not one per attempt
+    assert counting.calls["get"] == 0
+    assert counting.most_alive <= 5 + 3  # the page and one past it, the record just read, the one it displaces
+    for whole_run in ("attempts", "entry_names", "snapshot(history)"):
         assert counting.calls[whole_run] == 0, counting.calls
     assert counting.calls["entries"] <= 2 + 1  # events: attempts 20-29 and 30-39 (blocks of ten); approvals
 

@@ -1,7 +1,9 @@
 """The ``phaselog`` command line: parse, call the library, print its JSON view (or a table).
 
-Layout: :mod:`phaselog.cli._scaffold` holds the group, the shared options and the one
-``@command`` decorator (ledger opening, error mapping, rendering, closing);
+Layout: :mod:`phaselog.cli._group` holds the group and the map of areas to modules;
+:mod:`phaselog.cli._call` the invocation (``Call``: the shared options, the ledger opened on first
+use, rendering) and what a body returns; :mod:`phaselog.cli._scaffold` the shared options, the one
+``@command`` decorator (error mapping, closing) and the entry point;
 :mod:`phaselog.cli._render` builds the text; :mod:`phaselog.cli._args` parses shared option
 values; one module per area registers its commands on import. JSON views live in
 :mod:`phaselog.views.results` so a dashboard renders the same data.
@@ -16,10 +18,10 @@ import gc
 # and cost ~8% of `phaselog read`. Collect less often; cycles are still collected (D77).
 gc.set_threshold(20_000, 10, 10)
 
-from phaselog.cli._scaffold import cli, main  # noqa: E402 - after the threshold: click and the scaffold allocate most
+from phaselog.cli._main import cli, main  # noqa: E402 - after the threshold: click and the scaffold allocate most
 
 # Importing an area registers its commands on ``cli``. The group imports an area when one of its
-# commands is used (or all of them, for help): see ``AREAS`` in _scaffold.py.
+# commands is used (or all of them, for help): see ``AREAS`` in _main.py.
 
 __all__ = ["cli", "main"]
 

@@ -11,7 +11,7 @@ from phaselog.cli._args import attempt as _attempt
 from phaselog.cli._args import read_output, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
-from phaselog.model.errors import NotFound, PhaselogError, UsageError
+from phaselog.model.errors import NotFound, UsageError
 from phaselog.views import results as views
 
 EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
@@ -187,13 +187,10 @@ def _judge_command(decision: str) -> click.Command:
         by: str,
         comment: str | None,
     ) -> Result:
-        from phaselog.model.ids import normalize_run_id, validate_ticket_id
+        from phaselog.ledger.judging import judge_and_report
 
-        ledger = call.ledger
-        # Resolve the pipeline once, before anything is recorded, and judge and report with that
-        # same object: the state read afterwards cannot fail on a pipeline lookup.
-        pipeline = ledger.pipeline_for(validate_ticket_id(ticket_id), normalize_run_id(run_id), call.pipeline)
-        approval, warnings = ledger.approve(
+        judged = judge_and_report(
+            call.ledger,
             ticket_id,
             run_id,
             phase,
@@ -201,14 +198,9 @@ def _judge_command(decision: str) -> click.Command:
             comment=comment,
             attempt=_attempt(attempt),
             decision=decision,
-            pipeline=pipeline,
+            pipeline=call.pipeline,
         )
-        try:
-            state = ledger.status(ticket_id, run_id, pipeline=pipeline).phase(approval.phase).state
-        except PhaselogError as exc:  # recorded: the command succeeded; say what could not be read
-            state = None
-            warnings = [*warnings, f"recorded, but the phase's state could not be read: {exc.message}"]
-        return Result(views.approval(approval, state, warnings), _approval_table)
+        return Result(views.approval(judged.approval, judged.phase_state, judged.warnings), _approval_table)
 
     judge.__name__ = decision
     example = f"phaselog {decision} --ticket-id T --run-id R --phase proposal --by ana" + (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,10 +13,13 @@ from phaselog.cli._render import table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
 from phaselog.model.errors import UsageError
 
+if TYPE_CHECKING:
+    from phaselog.views.guard import GuardHome
+
 STORE_HELP = "Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines)."
 
 
-def _home(call: Call) -> Any:
+def _home(call: Call) -> GuardHome:
     """The guard's home: a files-store root (path), or the store named by --store (it keeps the guard)."""
     call.check_root_and_store()
     if call.store_url:  # --store wins over PHASELOG_HOME, as for every command
@@ -102,6 +105,7 @@ def guard_run(
       phaselog guard run --name closeout --stale-after 45m --max-failures 3 -- ./closeout.sh --all
     """
     from phaselog.guard import Guard, GuardConfig, PassNotRecorded
+    from phaselog.views import guard as views
 
     args = command
     if args and args[0] == "--":
@@ -132,14 +136,14 @@ def guard_run(
         result = Guard(_home(call), name).run(args, cfg)
     except PassNotRecorded as exc:  # the job ran: say so where cron's log keeps it, then fail
         click.echo(f"phaselog guard {name}: ERROR: {exc.message}", err=True)
-        click.echo(json.dumps({"guard": name, **exc.to_dict()}, ensure_ascii=False), err=True)
+        click.echo(json.dumps(views.guard_pass_not_recorded(name, exc), ensure_ascii=False), err=True)
         raise
     if result.action in ("skip", "halt"):
         click.echo(result.message)
     else:
         click.echo(f"phaselog guard {name}: {result.message} (exit {result.exit_code})", err=True)
     if as_json:
-        click.echo(json.dumps({"guard": name, **result.to_json()}), err=True)
+        click.echo(json.dumps(views.guard_pass(name, result)), err=True)
     sys.exit(result.exit_code)
 
 
@@ -163,9 +167,11 @@ def guard_status(call: Call, name: str, max_failures: int | None, cooldown: str 
     Example:
       phaselog guard status --name closeout --format table
     """
-    from phaselog.guard import Guard
+    from phaselog.views.guard import guard_status as view
 
-    data = Guard(_home(call), name).status(
+    data = view(
+        _home(call),
+        name,
         max_failures=max_failures,
         cooldown=duration(cooldown, "--cooldown"),
         stale_after=duration(stale_after, "--stale-after"),
@@ -244,6 +250,6 @@ def guard_history(call: Call, name: str) -> Result:
       phaselog guard history --name closeout --format table
     """
     from phaselog.guard import Guard
+    from phaselog.views.guard import guard_history as view
 
-    entries = Guard(_home(call), name).history()
-    return Result({"count": len(entries), "history": entries}, lambda d: _guard_history_table(d, name))
+    return Result(view(Guard(_home(call), name).history()), lambda d: _guard_history_table(d, name))

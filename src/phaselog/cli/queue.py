@@ -236,24 +236,6 @@ def worker(
     from phaselog.stores.sql.queue.rows import require_postgres
 
     require_postgres(store)
-    if concurrency > 1:
-        from phaselog.runner import pool
-
-        args = ["worker", "--store", store.url, "--queue", queue_name, "--grace", grace, "--lease-ttl", lease_ttl]
-        args += ["--poll", poll, "--max-recoveries", str(max_recoveries)]
-        for flag, value in (("--pipelines", pipelines), ("--workdir", workdir), ("--log-dir", log_dir)):
-            if value is not None:
-                args += [flag, str(Path(value).absolute())]
-        args += (["--burst"] if burst else []) + (["--quiet"] if quiet else [])
-        args += ["--max-runs", str(max_runs)] if max_runs else []
-        done = pool.supervise(pool.child_command(args), concurrency, burst=burst, echo=echo or (lambda _t: None))
-        code = done["exit_code"]
-        return Result(
-            {"concurrency": concurrency, **done},
-            exit_code=code,
-            error=f"a worker process exited {code}",
-            error_code="worker_failed",
-        )
     from phaselog.runner.engine import default_workdir
     from phaselog.runner.worker import Worker, WorkerOptions
 
@@ -269,6 +251,17 @@ def worker(
         burst=burst,
         max_runs=max_runs,
     )
+    if concurrency > 1:
+        from phaselog.runner.pool import run_pool
+
+        done = run_pool(store.url, options, concurrency, quiet=quiet, echo=echo or (lambda _t: None))
+        code = done["exit_code"]
+        return Result(
+            {"concurrency": concurrency, **done},
+            exit_code=code,
+            error=f"a worker process exited {code}",
+            error_code="worker_failed",
+        )
     w = Worker(store.url, options, echo=echo)
     code = w.serve()
     summary = {"worker": w.worker_id, "runs": w.runs, "outcomes": w.counts, "exit_code": code}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,9 @@ from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.stores.base import Damaged, Stored
 from phaselog.views import results as views
 from phaselog.views.listing import cursor_of
+
+if TYPE_CHECKING:  # records.py is imported by the write itself, not at start-up
+    from phaselog.model.records import Status
 
 
 # -- write ----------------------------------------------------------------------------------------
@@ -60,7 +63,7 @@ def write(
     payload: str | None,
     timestamp: str | None,
     started_at: str | None,
-    status: str,
+    status: Status,  # click.Choice: one of the two
     error_text: str | None,
     decisions_json: str | None,
     best_effort: bool,

@@ -9,7 +9,7 @@ inside a shell phase. Guide: docs/runner.md.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,8 +19,11 @@ from phaselog.cli._scaffold import Call, Result, cli, command
 from phaselog.model.errors import UsageError
 from phaselog.views import results as views
 
+if TYPE_CHECKING:  # the runner is imported by the commands that run something
+    from phaselog.runner import PipelineRunner
 
-def _runner(call: Call, ticket_id: str, run_id: str | None) -> Any:
+
+def _runner(call: Call, ticket_id: str, run_id: str | None) -> PipelineRunner:
     """The pipeline to run: --pipeline-file, --pipeline, else the run's recorded pipeline."""
     from phaselog.runner import pipeline
 

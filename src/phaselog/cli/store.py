@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from phaselog.cli._render import table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
 from phaselog.model.errors import UsageError
+
+if TYPE_CHECKING:  # a SQL store, only for its migration fields
+    from phaselog.stores.sql.store import SqlStore
 
 
 @command(
@@ -249,17 +252,18 @@ def store_migrate(call: Call) -> Result:
     """
     call.check_root_and_store()
     # The one place a schema is upgraded: opening a store (for anything else) only checks the version.
-    store: Any = call.open_store(call.store_url or call.root, migrate=True)
+    store = call.open_store(call.store_url or call.root, migrate=True)
     from phaselog.stores.base import Capability
 
-    if Capability.MIGRATE not in store.capabilities or store.migrated is None:
-        data = {"store": store.url, "message": "the files store has no schema to migrate"}
+    sql = cast("SqlStore", store)  # what Capability.MIGRATE declares (the SQL stores have it)
+    if Capability.MIGRATE not in store.capabilities or sql.migrated is None:
+        data: dict[str, Any] = {"store": store.url, "message": "the files store has no schema to migrate"}
     else:
-        before, after = store.migrated
+        before, after = sql.migrated
         data = {
-            "store": store.dialect.describe(),
+            "store": sql.dialect.describe(),
             "from_version": before,
             "to_version": after,
-            "schema_version": store.schema_version(),
+            "schema_version": sql.schema_version(),
         }
     return Result(data, lambda d: table([[k, v] for k, v in d.items() if k != "correlation_id"], ["field", "value"]))

@@ -34,6 +34,11 @@ _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _CALL_RE = LazyPattern(f"{_DOTTED}:{_DOTTED}")
 
 
+def is_pipeline_name(name: str) -> bool:
+    """Whether ``name`` is a valid pipeline name: 1-64 of ``[A-Za-z0-9._-]``, starting with a letter or digit."""
+    return _PIPELINE_NAME_RE.fullmatch(name) is not None
+
+
 BACKOFFS = ("none", "fixed", "linear", "exponential")
 FINGERPRINTS = ("code",)
 EXECUTION_KEYS = ("run", "call", "env", "timeout", "retries", "backoff", "retry_delay", "artifacts", "fingerprint")

@@ -20,9 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from phaselog.stores.base import local_root
+
+if TYPE_CHECKING:
+    from phaselog.stores.base import Store
 
 PREFIX = "phaselog run: "
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -63,7 +66,7 @@ def console(
 
 
 # -- the attempt's log ---------------------------------------------------------------------------
-def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: Path | None) -> Path:
+def log_folder(store: Store, workdir: Path, ticket_id: str, run_id: str, log_dir: Path | None) -> Path:
     """Where a run's logs go: ``log_dir``, else ``<files root>/logs``, else ``<workdir>/.phaselog/logs``."""
     base = log_dir
     if base is None:
@@ -72,7 +75,20 @@ def log_folder(store: Any, workdir: Path, ticket_id: str, run_id: str, log_dir: 
     return base / ticket_id / run_id
 
 
-def attempt_log(ctx: Any, ordinal: int, log_dir: Path | None) -> Path:
+class Attempt(Protocol):
+    """What names an attempt's log (a :class:`~phaselog.runner.context.PhaseContext` has it)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    workdir: Path
+    ticket_id: str
+    run_id: str
+    phase: str
+    attempt: int
+
+
+def attempt_log(ctx: Attempt, ordinal: int, log_dir: Path | None) -> Path:
     """The log of attempt ``ctx.attempt`` of phase ``ctx.phase`` (shell output, ``ctx.logger``)."""
     folder = log_folder(ctx.store, ctx.workdir, ctx.ticket_id, ctx.run_id, log_dir)
     return folder / f"{ordinal}_{ctx.phase}_a{ctx.attempt}.log"

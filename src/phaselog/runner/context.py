@@ -26,7 +26,11 @@ from phaselog.model.errors import NotFound, UsageError
 from phaselog.runner.console import phase_logger
 
 if TYPE_CHECKING:
-    from phaselog.ledger.facade import Ledger
+    from phaselog.ledger.facade import Ledger, Run
+    from phaselog.model.pipelines import Pipeline
+    from phaselog.runner.heartbeat import Heartbeat
+    from phaselog.runner.lease import Lease
+    from phaselog.stores.base import Store
 
 
 class PhaseContext:
@@ -36,7 +40,7 @@ class PhaseContext:
         self,
         *,
         ledger: Ledger,
-        pipeline: Any,
+        pipeline: Pipeline,
         ticket_id: str,
         run_id: str,
         phase: str,
@@ -45,8 +49,8 @@ class PhaseContext:
         resume_from_step: int | None,
         rejection: str | None,
         payloads: dict[str, Mapping[str, Any]],
-        heartbeat: Any,
-        lease: Any,
+        heartbeat: Heartbeat,
+        lease: Lease,
         started_at: datetime | None = None,
     ) -> None:
         self.ledger = ledger
@@ -70,18 +74,21 @@ class PhaseContext:
         self.logger = phase_logger(phase)
         self._payloads = payloads
         self._heartbeat = heartbeat
-        self._lease = lease
+        #: The runner's lease on the run (one runner per run; its fencing token goes with every
+        #: write). A shell phase names its command's process group in it and hands its token to
+        #: ``phaselog step``; phase code renews it through ``step_done`` and never releases it.
+        self.lease = lease
 
     def __repr__(self) -> str:
         return f"PhaseContext({self.ticket_id!r}, {self.run_id!r}, {self.phase!r}, attempt={self.attempt})"
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store:
         """The store the run is recorded in."""
         return self.ledger.store
 
     @property
-    def run(self) -> Any:
+    def run(self) -> Run:
         """The run's :class:`phaselog.Run` facade (status, read …)."""
         return self.ledger.run(self.ticket_id, self.run_id, pipeline=self.pipeline)
 
@@ -136,8 +143,8 @@ class PhaseContext:
         self._heartbeat.ensure_started(
             self.ledger, self.ticket_id, self.run_id, self.phase, self.attempt, self.pipeline
         )
-        if self._lease.due():
-            self._lease.renew()
+        if self.lease.due():
+            self.lease.renew()
         self.ledger.progress(
             self.ticket_id,
             self.run_id,

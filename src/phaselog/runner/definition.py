@@ -35,8 +35,12 @@ from phaselog.runner.outcome import Failure, Success
 from phaselog.runner.result import RunResult
 
 if TYPE_CHECKING:
-    from phaselog.ledger.facade import Ledger
+    from phaselog.ledger.pool import StoreArg
     from phaselog.runner.console import Console
+    from phaselog.runner.context import PhaseContext
+    from phaselog.runner.engine import Executor
+    from phaselog.runner.explain import Explanation
+    from phaselog.runner.signals import SignalGuard
 
 
 def pipeline(
@@ -162,7 +166,7 @@ class PipelineRunner:
                 out[ph.name] = shell_fingerprint(ph)
         return out
 
-    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, out: Console) -> Any:
+    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, out: Console) -> Executor:
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
             from phaselog.runner.calls import resolve_call
@@ -171,7 +175,7 @@ class PipelineRunner:
 
             fn = bound.fn if bound is not None else resolve_call(ph)
 
-            def python_phase(phase: Phase, ctx: Any) -> Success | Failure:
+            def python_phase(phase: Phase, ctx: PhaseContext) -> Success | Failure:
                 log = attempt_log(ctx, phase.ordinal, log_dir)
                 with logging_to(ctx.logger, log, out, f"{phase.name} attempt {ctx.attempt}"):
                     outcome = run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
@@ -196,7 +200,7 @@ class PipelineRunner:
         ticket_id: str,
         run_id: str | None = None,
         *,
-        store: Any = None,
+        store: StoreArg = None,
         workdir: str | os.PathLike[str] | None = None,
         wait: float | bool = False,
         ttl: float = DEFAULT_TTL,
@@ -207,7 +211,7 @@ class PipelineRunner:
         echo: Callable[[str], None] | None = None,
         shell_output: IO[bytes] | None = None,
         before_phase: Callable[[str], None] | None = None,
-        signals: Any = None,
+        signals: SignalGuard | None = None,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
@@ -230,12 +234,13 @@ class PipelineRunner:
         """
         import uuid
 
+        from phaselog.ledger.pool import ledger_for
         from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
         from phaselog.runner.console import console
         from phaselog.runner.engine import Engine, default_workdir
         from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
 
-        ledger, owned = _ledger(store)
+        ledger, owned = ledger_for(store)
         try:
             rid = normalize_run_id(run_id) if run_id is not None else str(uuid.uuid4())
             pl = self.pipeline
@@ -271,13 +276,14 @@ class PipelineRunner:
         ticket_id: str,
         run_id: str,
         *,
-        store: Any = None,
+        store: StoreArg = None,
         workdir: str | os.PathLike[str] | None = None,
-    ) -> Any:
+    ) -> Explanation:
         """What ``run`` would do with this run now, phase by phase (an Explanation)."""
+        from phaselog.ledger.pool import ledger_for
         from phaselog.runner.explain import explain
 
-        ledger, owned = _ledger(store)
+        ledger, owned = ledger_for(store)
         try:
             return explain(
                 ledger,
@@ -296,15 +302,3 @@ def shell_fingerprint(ph: Phase) -> str:
     """``sha256:<hex>`` of a shell phase's command line and environment."""
     blob = json.dumps({"run": ph.execution.run, "env": dict(ph.execution.env)}, sort_keys=True)
     return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def _ledger(store: Any) -> tuple[Ledger, bool]:
-    """A Ledger for ``store`` (a Ledger, a Store, a URL/path or None) and whether we opened it."""
-    from phaselog.ledger.facade import Ledger
-    from phaselog.stores import open_store
-
-    if isinstance(store, Ledger):
-        return store, False
-    if store is None or isinstance(store, str | os.PathLike):
-        return Ledger(open_store(store)), True
-    return Ledger(store), False

@@ -13,7 +13,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,7 +185,7 @@ class Engine:
                 return p.phase
         return None
 
-    def _rest(self, plans: Any, reason: str | None = None) -> None:
+    def _rest(self, plans: Sequence[PhasePlan], reason: str | None = None) -> None:
         for p in plans:
             outcome = {WAIT: "waiting", BLOCKED: "blocked"}.get(p.action, "not_reached")
             self.outcomes.append(PhaseOutcome(p.phase, outcome, reason or p.reason, attempt=p.attempt))
@@ -398,11 +398,10 @@ class Engine:
         return bool(rec.timestamp_utc == kwargs["timestamp"] and rec.status == kwargs.get("status", "completed"))
 
     # -- helpers --------------------------------------------------------------------------------
-    def _side_ledger(self) -> Any:
-        from phaselog.ledger.facade import Ledger
-        from phaselog.stores import open_store
+    def _side_ledger(self) -> Ledger:
+        from phaselog.ledger.pool import sibling
 
-        return Ledger(open_store(self.ledger.store.url), pipelines_root=self.ledger.pipelines_root)
+        return sibling(self.ledger)
 
     def _result(self, waiting: str | None, interrupted: int | None) -> RunResult:
         try:

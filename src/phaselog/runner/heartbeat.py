@@ -11,9 +11,9 @@ One thread per process serves every run of the process (started the first time a
 and kept): starting and ending a thread per run cost more than a quick phase. It sleeps until the
 earliest moment one of its heartbeats has something to do, and an attempt that begins is
 announced to it only when it would otherwise sleep past that attempt's start event. Each
-heartbeat works on a store connection of its own (a second ``open_store`` of the same URL,
-opened by the thread when it first writes): the main thread's connection is never used by two
-threads.
+heartbeat works on a store connection of its own (:func:`phaselog.ledger.pool.sibling` of the
+run's ledger, opened by the thread when it first writes): the main thread's connection is never
+used by two threads.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phaselog.model.errors import AlreadyExists, Conflict, Fenced, PhaselogError
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
+    from phaselog.model.pipelines import Pipeline
+    from phaselog.runner.lease import Lease
 
 DEFAULT_START_EVENT_AFTER = 1.0
 #: The shortest sleep of the thread between attempts (with start_event_after=0 it would spin).
@@ -43,21 +45,21 @@ class Heartbeat:
 
     def __init__(
         self,
-        lease: Any,
-        open_side_ledger: Callable[[], Any],
+        lease: Lease,
+        open_side_ledger: Callable[[], Ledger],
         *,
         start_event_after: float = DEFAULT_START_EVENT_AFTER,
     ) -> None:
         self.lease = lease
         self._open_side = open_side_ledger
-        self._side: Any = None
+        self._side: Ledger | None = None
         self.start_event_after = start_event_after
         # Held by whoever writes for this heartbeat (the thread, or ctx.step on the main thread)
         # and by the main thread while it changes the attempt or stops: a start event is never
         # written for an attempt that has ended, nor on a connection that is closed.
         self._write_lock = threading.Lock()
         # phase, attempt, since (monotonic), pipeline, started_at (wall clock, for the start event)
-        self._current: tuple[str, int, float, Any, datetime | None] | None = None
+        self._current: tuple[str, int, float, Pipeline, datetime | None] | None = None
         self._started: set[tuple[str, int]] = set()
         self._stopped = False
         self._joined = False
@@ -65,7 +67,7 @@ class Heartbeat:
         self.fenced: Fenced | None = None
 
     # -- main thread ----------------------------------------------------------------------------
-    def begin(self, phase: str, attempt: int, pipeline: Any, started_at: datetime | None = None) -> None:
+    def begin(self, phase: str, attempt: int, pipeline: Pipeline, started_at: datetime | None = None) -> None:
         """An attempt starts now (its work started at ``started_at``: its start event says so)."""
         with self._write_lock:
             self._current = (phase, attempt, time.monotonic(), pipeline, started_at)
@@ -81,7 +83,7 @@ class Heartbeat:
             self._current = None
 
     def ensure_started(
-        self, ledger: Ledger, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Any
+        self, ledger: Ledger, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Pipeline
     ) -> None:
         """Write the attempt's start event now (before its first step), unless it exists."""
         with self._write_lock:
@@ -134,7 +136,9 @@ class Heartbeat:
                         side = self._side_ledger()
                         self._write_start(side, self.lease.ticket_id, self.lease.run_id, phase, attempt, pipeline)
                 if self.lease.expires and self.lease.due():
-                    self.lease.renew(self._side_ledger().store.run_leases())
+                    from phaselog.runner.lease import leases_of
+
+                    self.lease.renew(leases_of(self._side_ledger().store))
             except Fenced as exc:
                 self.fenced = exc
             except PhaselogError as exc:  # a store hiccup: said once, tried again next beat
@@ -142,13 +146,13 @@ class Heartbeat:
             except Exception as exc:
                 sys.stderr.write(f"phaselog runner: heartbeat: {type(exc).__name__}: {exc}\n")
 
-    def _side_ledger(self) -> Any:
+    def _side_ledger(self) -> Ledger:
         if self._side is None:
             self._side = self._open_side()
         return self._side
 
     def _write_start(
-        self, ledger: Ledger, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Any
+        self, ledger: Ledger, ticket_id: str, run_id: str, phase: str, attempt: int, pipeline: Pipeline
     ) -> None:
         if (phase, attempt) in self._started:
             return

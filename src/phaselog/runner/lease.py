@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from phaselog.model.errors import RunHeld, UsageError
 from phaselog.model.records import format_timestamp
-from phaselog.stores.base import Capability, LeaseCapable, LeaseState, RunFence, RunLeases, Verdict
+from phaselog.stores.base import Capability, LeaseCapable, LeaseState, RunFence, RunLeases, Store, Verdict
 
 #: Seconds a lease lasts without a heartbeat (SQL stores); heartbeats come every third of it.
 DEFAULT_TTL = 30.0
@@ -294,7 +294,7 @@ def _late(state: LeaseState) -> str | None:
     return None
 
 
-def leases_of(store: Any) -> RunLeases:
+def leases_of(store: Store) -> RunLeases:
     """The store's run-lease service; UsageError for a store without one."""
     if Capability.LEASES not in store.capabilities:
         raise UsageError(
@@ -351,7 +351,7 @@ class Lease:
 
 
 def acquire(
-    store: Any,
+    store: Store,
     ticket_id: str,
     run_id: str,
     *,

@@ -22,9 +22,40 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phaselog.runner.worker import WorkerOptions
 
 RESTART_PAUSE_S = 1.0
+
+
+def run_pool(
+    store_url: str, options: WorkerOptions, n: int, *, quiet: bool, echo: Callable[[str], None] = lambda _t: None
+) -> dict[str, Any]:
+    """Run ``n`` worker processes with ``options`` on the store at ``store_url`` until they end
+    (:func:`supervise`'s summary)."""
+    return supervise(child_command(child_args(store_url, options, quiet=quiet)), n, burst=options.burst, echo=echo)
+
+
+def child_args(store_url: str, options: WorkerOptions, *, quiet: bool) -> list[str]:
+    """The ``phaselog worker`` arguments of one child: the pool's options, one run at a time.
+
+    Durations go as plain seconds (``repr`` of a float reads back as the same float), folders as
+    absolute paths (a child may start elsewhere)."""
+    args = ["worker", "--store", store_url, "--queue", options.queue]
+    args += ["--grace", repr(options.grace), "--lease-ttl", repr(options.ttl), "--poll", repr(options.poll)]
+    args += ["--max-recoveries", str(options.max_recoveries)]
+    for flag, value in (
+        ("--pipelines", options.pipelines),
+        ("--workdir", options.workdir),
+        ("--log-dir", options.log_dir),
+    ):
+        if value is not None:
+            args += [flag, str(Path(value).absolute())]
+    args += (["--burst"] if options.burst else []) + (["--quiet"] if quiet else [])
+    args += ["--max-runs", str(options.max_runs)] if options.max_runs else []
+    return args
 
 
 def supervise(

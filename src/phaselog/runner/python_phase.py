@@ -8,10 +8,13 @@ import inspect
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.runner.outcome import Failure, Success, from_exception, normalize, phase_exit
 from phaselog.runner.signals import Interrupt, PhaseTimeout, alarm, runner_owns_sigint
+
+if TYPE_CHECKING:
+    from phaselog.runner.context import PhaseContext
 
 
 def code_fingerprint(fn: Callable[..., Any]) -> str:
@@ -24,7 +27,7 @@ def code_fingerprint(fn: Callable[..., Any]) -> str:
     return "sha256:" + hashlib.sha256(text).hexdigest()
 
 
-def run_python(fn: Callable[..., Any], ctx: Any, *, timeout: float | None, workdir: Path) -> Success | Failure:
+def run_python(fn: Callable[..., Any], ctx: PhaseContext, *, timeout: float | None, workdir: Path) -> Success | Failure:
     """Call ``fn(ctx)`` once; never raises for the phase's own errors (they become a Failure).
 
     A sync function's timeout is a SIGALRM in the main thread (the runner checks it can use
@@ -59,7 +62,7 @@ def run_python(fn: Callable[..., Any], ctx: Any, *, timeout: float | None, workd
     return normalize(result, workdir)
 
 
-async def _await(fn: Callable[..., Any], ctx: Any, timeout: float | None) -> Any:
+async def _await(fn: Callable[..., Any], ctx: PhaseContext, timeout: float | None) -> Any:
     return await asyncio.wait_for(fn(ctx), timeout)
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from phaselog.model.errors import UsageError
+from phaselog.stores.base import Store
 from phaselog.stores.sql.queue import claim as flow
 from phaselog.stores.sql.queue.rows import DEFAULT_QUEUE, STATES, QueueEntry, SqlQueue
 
@@ -61,7 +62,7 @@ def parse_not_before(text: str | None) -> tuple[float | None, float | None]:
 
 
 def submit(
-    store: Any,
+    store: Store,
     *,
     ticket_id: str,
     pipeline: str | None = None,
@@ -79,7 +80,7 @@ def submit(
     runs exactly what was submitted.
     """
     from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
-    from phaselog.model.pipelines import _PIPELINE_NAME_RE, check_schemas, load_manifest, manifest_dict
+    from phaselog.model.pipelines import check_schemas, is_pipeline_name, load_manifest, manifest_dict
 
     q = SqlQueue(store)
     validate_ticket_id(ticket_id)
@@ -97,7 +98,7 @@ def submit(
         name, manifest, digest = pl.name, manifest_dict(pl), pl.manifest_hash
     else:
         assert pipeline is not None
-        if not _PIPELINE_NAME_RE.fullmatch(pipeline):
+        if not is_pipeline_name(pipeline):
             raise UsageError(f"pipeline name must be 1-64 of [A-Za-z0-9._-] (got {pipeline!r})", field="pipeline")
         name, manifest, digest = pipeline, None, None
     rid = normalize_run_id(run_id) if run_id is not None else str(uuid.uuid4())
@@ -123,7 +124,7 @@ def entry_view(entry: QueueEntry) -> dict[str, Any]:
 
 
 def list_view(
-    store: Any,
+    store: Store,
     *,
     queue: str | None = None,
     states: tuple[str, ...] = (),
@@ -162,18 +163,19 @@ def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def show_view(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
+def show_view(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
     """One run's queue row, its position if queued, and its lease holder if one holds it."""
     from phaselog.model.ids import normalize_run_id
+    from phaselog.runner.lease import leases_of
 
     q = SqlQueue(store)
     entry = q.get(ticket_id, normalize_run_id(run_id))
-    lease = store.run_leases().read(entry.ticket_id, entry.run_id)
+    lease = leases_of(store).read(entry.ticket_id, entry.run_id)
     holder = dict(lease.holder) if lease is not None and lease.holder else None
     return {**entry_view(entry), "position": q.position(entry), "lease_holder": holder}
 
 
-def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
+def cancel(store: Store, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
     """Cancel a run: now if it waits, between phases if it runs (the view says which)."""
     from phaselog.model.ids import normalize_run_id
 
@@ -182,7 +184,7 @@ def cancel(store: Any, ticket_id: str, run_id: str, *, by: str | None = None) ->
     return {**entry_view(entry), "stops": "between phases" if entry.state == "running" else "now"}
 
 
-def retry(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
+def retry(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
     """Queue a dead or cancelled run again; it resumes at its first incomplete phase."""
     from phaselog.model.ids import normalize_run_id
 
@@ -191,6 +193,6 @@ def retry(store: Any, ticket_id: str, run_id: str) -> dict[str, Any]:
     return {**entry_view(entry), "position": q.position(entry)}
 
 
-def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
+def after_judgement(store: Store, ticket_id: str, run_id: str) -> bool:
     """After ``approve``/``reject``: a submitted run waiting at that gate goes back to the queue."""
     return flow.after_judgement(store, ticket_id, run_id)

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from phaselog.model.errors import NotFound
 from phaselog.model.limits import TooDeep, json_loads_bounded
@@ -37,6 +37,9 @@ from phaselog.model.records import format_timestamp
 from phaselog.runner.console import attempt_log
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
+
+if TYPE_CHECKING:
+    from phaselog.runner.context import PhaseContext
 
 KILL_GRACE_S = 5.0
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
@@ -78,7 +81,7 @@ class ShellPhase:
         self.store_url = store_url
         self.tee = tee
 
-    def __call__(self, phase: Phase, ctx: Any) -> Success | Failure:
+    def __call__(self, phase: Phase, ctx: PhaseContext) -> Success | Failure:
         ex = phase.execution
         assert ex.run is not None
         log_path = attempt_log(ctx, phase.ordinal, self.log_dir)
@@ -90,7 +93,7 @@ class ShellPhase:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _env(self, phase: Phase, ctx: Any, scratch: Path) -> dict[str, str]:
+    def _env(self, phase: Phase, ctx: PhaseContext, scratch: Path) -> dict[str, str]:
         inputs: dict[str, Any] = {}
         for earlier in ctx.pipeline.earlier(phase):
             with contextlib.suppress(NotFound):
@@ -111,7 +114,7 @@ class ShellPhase:
                 "PHASELOG_PAYLOAD": str(scratch / "payload.json"),
                 "PHASELOG_INPUTS": str(scratch / "inputs.json"),
                 "PHASELOG_PIPELINE_FILE": str(scratch / "pipeline.json"),
-                "PHASELOG_LEASE_TOKEN": str(ctx._lease.token),
+                "PHASELOG_LEASE_TOKEN": str(ctx.lease.token),
                 # `phaselog step` stamps the attempt's start event with it (D98).
                 "PHASELOG_ATTEMPT_STARTED_AT": format_timestamp(ctx.started_at) if ctx.started_at else "",
             }
@@ -119,7 +122,7 @@ class ShellPhase:
         return env
 
     def _run(
-        self, phase: Phase, ctx: Any, env: dict[str, str], log_path: Path, payload_file: Path
+        self, phase: Phase, ctx: PhaseContext, env: dict[str, str], log_path: Path, payload_file: Path
     ) -> Success | Failure:
         ex = phase.execution
         kwargs: dict[str, Any] = {}
@@ -146,7 +149,7 @@ class ShellPhase:
             try:
                 # The lease names the command's process group: a runner that would take over from
                 # us, dead, waits until the group is gone (a signal here still stops the command).
-                ctx._lease.renew(child_pgid=proc.pid, phase=phase.name, attempt=ctx.attempt)
+                ctx.lease.renew(child_pgid=proc.pid, phase=phase.name, attempt=ctx.attempt)
                 while not reader.done:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
@@ -177,7 +180,7 @@ class ShellPhase:
                 raise
             finally:
                 with contextlib.suppress(Exception):
-                    ctx._lease.renew(child_pgid=None, phase=None, attempt=None)
+                    ctx.lease.renew(child_pgid=None, phase=None, attempt=None)
         detail = {"log": str(log_path), "log_tail": tail(reader.tail), "exit_code": _code(code)}
         last = _last_line(reader.tail)
         if stopped is not None:

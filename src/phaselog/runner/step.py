@@ -10,9 +10,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from phaselog.model.errors import AlreadyExists, Conflict, Fenced, UsageError
+
+if TYPE_CHECKING:
+    from phaselog.model.entries import ProgressEvent
+    from phaselog.model.pipelines import Pipeline
+    from phaselog.stores.base import Store
 
 NEEDED = ("PHASELOG_TICKET_ID", "PHASELOG_RUN_ID", "PHASELOG_PHASE", "PHASELOG_ATTEMPT")
 
@@ -23,8 +29,8 @@ def step_from_env(
     output: str | bytes | None = None,
     tokens: int | None = None,
     env: Mapping[str, str] | None = None,
-    store: Any = None,
-) -> Any:
+    store: Store | None = None,
+) -> ProgressEvent:
     """Record step ``step`` of the attempt the runner is running (the ProgressEvent written)."""
     env = os.environ if env is None else env
     missing = [k for k in NEEDED if not env.get(k)]
@@ -38,14 +44,13 @@ def step_from_env(
         attempt = int(env["PHASELOG_ATTEMPT"])
     except ValueError:
         raise UsageError("PHASELOG_ATTEMPT must be an integer", field="phaselog_attempt") from None
-    from phaselog.ledger.facade import Ledger
+    from phaselog.ledger.pool import ledger_for
     from phaselog.model.pipelines import load_manifest
-    from phaselog.stores import open_store
 
-    owned = store is None
-    ledger = Ledger(open_store(env.get("PHASELOG_STORE") or None) if store is None else store)
+    ledger, owned = ledger_for(store if store is not None else env.get("PHASELOG_STORE") or None)
     try:
-        pipeline: Any = load_manifest(env["PHASELOG_PIPELINE_FILE"]) if env.get("PHASELOG_PIPELINE_FILE") else None
+        manifest = env.get("PHASELOG_PIPELINE_FILE")
+        pipeline: Pipeline | None = load_manifest(manifest) if manifest else None
         ticket, run, phase = env["PHASELOG_TICKET_ID"], env["PHASELOG_RUN_ID"], env["PHASELOG_PHASE"]
         token = env.get("PHASELOG_LEASE_TOKEN")
         if token:
@@ -61,7 +66,7 @@ def step_from_env(
             ledger.close()
 
 
-def _check_lease(store: Any, ticket: str, run: str, token: int) -> None:
+def _check_lease(store: Store, ticket: str, run: str, token: int) -> None:
     from phaselog.runner.lease import leases_of
 
     state = leases_of(store).read(ticket, run)
@@ -73,7 +78,7 @@ def _check_lease(store: Any, ticket: str, run: str, token: int) -> None:
         )
 
 
-def _started_at(text: str | None) -> Any:
+def _started_at(text: str | None) -> datetime | None:
     """PHASELOG_ATTEMPT_STARTED_AT (when the runner began the attempt), or None when unset."""
     if not text:
         return None

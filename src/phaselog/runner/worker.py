@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.model.errors import (
     Fenced,
@@ -48,6 +48,11 @@ from phaselog.runner.signals import SignalGuard
 from phaselog.stores.sql.queue import claim as flow
 from phaselog.stores.sql.queue.rows import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, QueueEntry, SqlQueue
 
+if TYPE_CHECKING:
+    from phaselog.runner.definition import PipelineRunner
+    from phaselog.runner.result import RunResult
+    from phaselog.stores.base import Store
+
 DEFAULT_POLL = 2.0
 DEFAULT_GRACE = 30.0
 DEFAULT_MAX_RECOVERIES = 3
@@ -55,7 +60,7 @@ DEFAULT_MAX_RECOVERIES = 3
 HELD_RETRY_S = 5.0
 
 
-def _nothing_ran(claim: Claim, result: Any) -> str | None:
+def _nothing_ran(claim: Claim, result: RunResult) -> str | None:
     """The reason of a ``done`` row whose claim ran no phase: the run was complete already (D119).
 
     Decided by the runner's own plan (every phase skipped as complete), not by a second reading.
@@ -137,14 +142,13 @@ class Worker:
     """One worker process (see the module docstring)."""
 
     def __init__(self, store_url: str, options: WorkerOptions, *, echo: Callable[[str], None] | None = None) -> None:
-        from phaselog.ledger.facade import Ledger
+        from phaselog.ledger.pool import ledger_for
         from phaselog.runner.lease import process_start_time
-        from phaselog.stores import open_store
 
         self.url = store_url
         self.options = options
         self.echo = echo or (lambda _text: None)
-        self.ledger = Ledger(open_store(store_url))
+        self.ledger, _ = ledger_for(store_url)  # opened here: closed when the worker ends
         self.queue = SqlQueue(self.ledger.store)
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -319,7 +323,7 @@ class Worker:
         self.echo(f"{label}: {state}" + (f" ({reason})" if reason else "") if moved else f"{label}: row lost")
         return 0
 
-    def pipeline_for(self, claim: Claim) -> Any:
+    def pipeline_for(self, claim: Claim) -> PipelineRunner:
         """The runnable pipeline of a claimed run: the submitted manifest, else found by name."""
         from phaselog.model.pipelines import find_pipeline, load_manifest, pipeline_from_dict
         from phaselog.runner.definition import PipelineRunner
@@ -386,14 +390,14 @@ class Worker:
         self._beat_thread.start()
 
     def _beat(self) -> None:
-        from phaselog.stores import open_store
+        from phaselog.ledger.pool import sibling_store
 
-        store: Any = None
+        store: Store | None = None
         try:
             while not self._beat_stop.wait(self.options.ttl / 3):
                 try:
                     if store is None:
-                        store = open_store(self.url)
+                        store = sibling_store(self.ledger.store)  # this thread's own connection
                     q = SqlQueue(store)
                     if not q.beat(self.worker_id, self.options.ttl):
                         # Declared dead and forgotten: come back (our claims are fenced by their tokens).

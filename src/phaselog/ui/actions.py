@@ -8,7 +8,6 @@ shows the new state, or the form again with the error.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
@@ -17,11 +16,8 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.ui import urls
-from phaselog.ui.pages import attempt_param
+from phaselog.ui.context import UI, attempt_param
 from phaselog.ui.security import CSRF_FIELD
-
-if TYPE_CHECKING:
-    from phaselog.ui.app import UI
 
 NAME_COOKIE = "phaselog_name"
 

@@ -1,198 +1,37 @@
-"""The dashboard's application: settings, the ledgers it reads through, rendering, and routes.
+"""The dashboard's application: its routes, and serving it.
 
-Pages read through a read-only ledger (one per worker thread): opening the store for the
-dashboard never writes. The three actions that change something (approve, reject, guard reset)
-open a writable ledger for that request only and go through the library's own calls.
+Pages read through a read-only ledger (one per worker thread, :class:`phaselog.ledger.pool.LedgerPool`):
+opening the store for the dashboard never writes. The three actions that change something (approve,
+reject, guard reset) open a writable ledger for that request only and go through the library's own
+calls. What every handler is handed (:class:`UI`, :class:`Settings`) lives in :mod:`phaselog.ui.context`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-import jinja2
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from phaselog.model.errors import NotFound, PhaselogError
-from phaselog.model.ids import run_label
-from phaselog.ui import charts, urls
-from phaselog.ui.security import Guarding, SecurityMiddleware
+from phaselog.ui import actions, pages
+from phaselog.ui.context import HERE, UI, Settings
+from phaselog.ui.security import SecurityMiddleware
 
-HERE = Path(__file__).parent
-PAGE_SIZE = 50
-STATE_LABELS = {
-    "running": "running",
-    "stuck": "stuck",
-    "awaiting_approval": "waiting for approval",
-    "awaiting_input": "waiting for input",
-    "failed": "failed",
-    "pending": "pending",
-    "complete": "complete",
-    "completed": "completed",
-    "in_progress": "in progress",
-    "abandoned": "abandoned",
-    "rejected": "rejected",
-    "approved": "approved",
-    "stale": "stale",
-    "damaged": "damaged",
-}
+__all__ = ["UI", "Settings", "address", "bind", "create_app", "serve"]
 
-
-@dataclass
-class Settings:
-    """How ``phaselog ui`` was started."""
-
-    store: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8765
-    read_only: bool = False
-    token: str | None = None
-    allow_hosts: tuple[str, ...] = ()
-    artifacts_root: str | None = None
-    page_size: int = PAGE_SIZE
-    guarding: Guarding | None = field(default=None, repr=False)
-
-
-class Ledgers:
-    """A read-only ledger per worker thread; a writable one only for an action's request."""
-
-    def __init__(self, store: str | None) -> None:
-        self.store = store
-        self._local = threading.local()
-        self._all: list[Any] = []
-        self._lock = threading.Lock()
-
-    def reader(self) -> Any:
-        """This thread's read-only ledger (opened on first use)."""
-        ledger = getattr(self._local, "ledger", None)
-        if ledger is None:
-            from phaselog.ledger.facade import Ledger
-            from phaselog.stores import open_store
-
-            ledger = Ledger(open_store(self.store, read_only=True))
-            self._local.ledger = ledger
-            with self._lock:
-                self._all.append(ledger)
-        return ledger
-
-    @contextlib.contextmanager
-    def writer(self) -> Iterator[Any]:
-        """A writable ledger for one action, closed afterwards."""
-        from phaselog.ledger.facade import Ledger
-        from phaselog.stores import open_store
-
-        ledger = Ledger(open_store(self.store, create=False))
-        try:
-            yield ledger
-        finally:
-            ledger.close()
-
-    def close(self) -> None:
-        """Close every reader."""
-        with self._lock:
-            while self._all:
-                with contextlib.suppress(Exception):
-                    self._all.pop().close()
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
-        autoescape=True,  # every value from the records is escaped: a payload's <script> is text
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.globals["urls"] = urls
-    env.globals["duration"] = charts.duration
-    env.globals["run_label"] = run_label  # how a run is shown: its name, else its UUID (phaselog.model.ids)
-    env.globals["state_label"] = lambda s: STATE_LABELS.get(str(s), str(s).replace("_", " "))
-    env.filters["short"] = lambda h, n=12: str(h)[:n] if h else ""
-    env.filters["when"] = _when
-    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, sort_keys=False)
-    return env
-
-
-def _when(value: Any) -> str:
-    """An ISO timestamp (or datetime) as ``2026-02-09 15:00:01Z``."""
-    if value is None or value == "":
-        return "—"
-    text = value if isinstance(value, str) else value.isoformat()
-    text = text.replace("T", " ").replace("+00:00", "Z")
-    if "." in text:
-        head, _, tail = text.partition(".")
-        text = head + ("Z" if tail.endswith("Z") else "")
-    return text
-
-
-class UI:
-    """What every handler needs: settings, ledgers, templates."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.ledgers = Ledgers(settings.store)
-        self.templates = _environment()
-        from phaselog.views.catalog import Catalog
-
-        self.catalog = Catalog()  # run summaries remembered until a run changes (shared by threads)
-        self.guarding = settings.guarding or Guarding(
-            host=settings.host,
-            port=settings.port,
-            token=settings.token,
-            read_only=settings.read_only,
-            allow_hosts=settings.allow_hosts,
-        )
-
-    @property
-    def ledger(self) -> Any:
-        """The read-only ledger of the current worker thread."""
-        return self.ledgers.reader()
-
-    def csrf(self, request: Request) -> str:
-        """The CSRF token for this browser's forms."""
-        return self.guarding.csrf_token(request.state.csrf_cookie)
-
-    def render(self, request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        """Render a template with the common context."""
-        tpl = self.templates.get_template(template)
-        html = tpl.render(
-            read_only=self.settings.read_only,
-            store_url=self.ledger_url(),
-            csrf_token=self.csrf(request),
-            path=request.url.path,
-            query=request.query_params,
-            flash=request.query_params.get("done"),
-            page_url=lambda n: urls.with_query(
-                request.url.path, **{**{k: v for k, v in request.query_params.items() if k != "done"}, "page": n}
-            ),
-            **context,
-        )
-        return HTMLResponse(html, status_code=status_code)
-
-    def ledger_url(self) -> str:
-        """The store's URL as shown in the header."""
-        try:
-            return str(self.ledger.store.url)
-        except PhaselogError:
-            return str(self.settings.store or "")
-
-    def error(self, request: Request, exc: PhaselogError, status: int | None = None) -> HTMLResponse:
-        """An error page naming what failed (never a traceback)."""
-        if status is None:
-            status = 404 if isinstance(exc, NotFound) else 400 if exc.exit_code == 2 else 409
-        return self.render(request, "error.html", status_code=status, error=exc.to_dict(), title="Error")
+#: A page: the UI and the request in, a response out.
+Page = Callable[[UI, Request], Response]
+#: An action: also the posted body (read before the handler runs in a worker thread).
+Action = Callable[[UI, Request, bytes], Response]
+Endpoint = Callable[[Request], Response]
 
 
 class Digits(Convertor[str]):
@@ -213,11 +52,9 @@ register_url_convertor("digits", Digits())
 
 def create_app(settings: Settings) -> Starlette:
     """The ASGI application for ``settings``."""
-    from phaselog.ui import actions, pages
-
     ui = UI(settings)
 
-    def wrap(handler: Any) -> Any:
+    def wrap(handler: Page) -> Endpoint:
         def endpoint(request: Request) -> Response:
             try:
                 response: Response = handler(ui, request)
@@ -227,7 +64,7 @@ def create_app(settings: Settings) -> Starlette:
 
         return endpoint
 
-    def wrap_post(handler: Any) -> Any:
+    def wrap_post(handler: Action) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             body = await request.body()
             from starlette.concurrency import run_in_threadpool
@@ -240,7 +77,7 @@ def create_app(settings: Settings) -> Starlette:
 
         return endpoint
 
-    def wrap_json(handler: Any) -> Any:
+    def wrap_json(handler: Page) -> Endpoint:
         def endpoint(request: Request) -> Response:
             try:
                 response: Response = handler(ui, request)

@@ -15,29 +15,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from phaselog.ledger.derive import RUN_SUMMARIES
-from phaselog.model.errors import Corrupt, NotFound, PhaselogError
+from phaselog.model.errors import Corrupt, NotFound
 from phaselog.model.ids import normalize_run_id, run_label, validate_ticket_id
-from phaselog.model.limits import MAX_ATTEMPT, parse_number
+from phaselog.model.limits import parse_number
 from phaselog.ui import charts, urls
+from phaselog.ui.context import UI, attempt_param, number_param
 from phaselog.views import results as views
 
 if TYPE_CHECKING:
-    from phaselog.ui.app import UI
+    from phaselog.views.run_page import EventPage
+    from phaselog.views.timeline import Span
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def number_param(request: Request, name: str, default: int, *, minimum: int = 0) -> int:
-    """The query parameter ``name`` as a whole number (``default`` when absent or empty): every number
-    a page takes is read here, by ``limits.parse_number`` (ASCII digits, bounded), a 400 naming it."""
-    raw = request.query_params.get(name, "")
-    return default if raw == "" else parse_number(raw, field=name, minimum=minimum)
-
-
-def attempt_param(request: Request) -> int:
-    """The ``{attempt}`` of a path, 1 to MAX_ATTEMPT (the route matches ASCII digits only)."""
-    return parse_number(request.path_params["attempt"], field="attempt", minimum=1, maximum=MAX_ATTEMPT)
-
-
 def _page_number(request: Request) -> int:
     return number_param(request, "page", 1, minimum=1)
 
@@ -175,7 +165,7 @@ def attempts_json(ui: UI, request: Request) -> Response:
     return JSONResponse(views.span_page(attempts_page(ui.ledger, ticket_id, run_id, **_attempts_query(ui, request))))
 
 
-def _events(ui: UI, request: Request) -> Any:
+def _events(ui: UI, request: Request) -> tuple[str, str, EventPage]:
     from phaselog.views.run_page import events_page
 
     ticket_id, run_id = _params(request)
@@ -223,7 +213,7 @@ def event_output(ui: UI, request: Request) -> Response:
     )
 
 
-def _default_pair(run_id: str, spans: Sequence[Any]) -> tuple[str, str]:
+def _default_pair(run_id: str, spans: Sequence[Span]) -> tuple[str, str]:
     """The diff picker's preselection: the two newest attempts of the phase that has more than one."""
     by_phase: dict[str, list[int]] = {}
     for s in sorted(spans, key=lambda s: (s.ordinal, s.attempt)):
@@ -395,51 +385,33 @@ def approvals(ui: UI, request: Request) -> Response:
 
 
 # -- guards ---------------------------------------------------------------------------------------
-def _guard(ui: UI, name: str) -> Any:
-    from phaselog.guard import Guard
-
-    return Guard(ui.ledger.store, name)
-
-
 def guards(ui: UI, request: Request) -> Response:
     """Every guard: state, breaker, lock holder, recent passes."""
-    from phaselog.guard import guard_names
+    from phaselog.views.guard import guard_board
 
-    rows = []
-    for name in guard_names(ui.ledger.store):
-        g = _guard(ui, name)
-        try:
-            status = g.status()
-            history = g.history()
-            error = None
-        except PhaselogError as exc:
-            status, history, error = None, [], exc.message
-        rows.append(
-            {"name": name, "status": status, "chart": charts.passes(history, limit=30, width=520), "error": error}
-        )
+    rows = [
+        {"name": g.name, "status": g.status, "chart": charts.passes(g.history, limit=30, width=520), "error": g.error}
+        for g in guard_board(ui.ledger.store)
+    ]
     return ui.render(request, "guards.html", rows=rows, title="Guards")
 
 
 def guard(ui: UI, request: Request) -> Response:
     """One guard: state, breaker, lock holder, a chart of recent passes, history, reset."""
-    from phaselog.guard import guard_names, validate_name
+    from phaselog.guard import validate_name
+    from phaselog.views.guard import guard_view
 
-    name = validate_name(request.path_params["name"])
-    if name not in guard_names(ui.ledger.store):
-        raise NotFound(f"no guard named {name} in this store", name=name)
-    g = _guard(ui, name)
-    status = g.status()
-    history = g.history()
-    listing = paginate(list(reversed(history)), _page_number(request), ui.settings.page_size)
+    g = guard_view(ui.ledger.store, validate_name(request.path_params["name"]))
+    listing = paginate(list(reversed(g.history)), _page_number(request), ui.settings.page_size)
     return ui.render(
         request,
         "guard.html",
-        name=name,
-        status=status,
-        chart=charts.passes(history),
+        name=g.name,
+        status=g.status,
+        chart=charts.passes(g.history),
         listing=listing,
         by_cookie=request.cookies.get("phaselog_name", ""),
-        title=f"guard {name}",
+        title=f"guard {g.name}",
     )
 
 

@@ -8,18 +8,20 @@ next phase and what blocks it, and the fingerprint the live view polls. O(phases
 The rest is paged and read only when asked for:
 
 * :func:`attempts_page` — the run's attempts (or one phase's), newest first by (phase ordinal,
-  attempt), ``limit`` at a time, each page after a keyset cursor ``ORDINAL:ATTEMPT``. Records come
-  through ``Store.iter_records``; only the page (and one attempt past it) is held, so memory does not
-  grow with the run; an attempt with progress events and no record (in flight, or never finished)
-  is an attempt too, as on the timeline.
+  attempt), ``limit`` at a time, each page after a keyset cursor ``ORDINAL:ATTEMPT``. The records
+  come in one store call per page (``Store.iter_records`` of the run), never one ``get`` per
+  attempt; only the page (and one attempt past it) is held, so memory does not grow with the run;
+  an attempt with progress events and no record (in flight, or never finished) is an attempt too,
+  as on the timeline.
 * :func:`events_page` — one attempt's progress events, oldest first, ``limit`` at a time after a
   sequence number (one prefix read of that attempt's events).
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -139,10 +141,11 @@ def attempts_page(
 ) -> SpanPage:
     """The run's attempts (or one phase's) newest first, ``limit`` of them before ``before``.
 
-    Read attempt by attempt, walking each phase down from its newest attempt (as ``status`` knows
-    it — the overview's, with its ``pipeline`` — else from one snapshot): one ``Store.get`` per
-    attempt and one read of the progress events per ten attempts, so a page costs its size, not
-    the run's. Where attempts are missing (pruned), the run's list of attempts says which remain.
+    Walks each phase down from its newest attempt (as ``status`` knows it — the overview's, with
+    its ``pipeline`` — else from one snapshot). The records come from one ``Store.iter_records``
+    of the run, of which only the page's (the newest ``limit + 1`` below the cursor) are kept, and
+    the progress events from one read per ten attempts. Where attempts are missing (pruned), the
+    records read and the run's event names say which remain.
     """
     from phaselog.ledger.attempts import Liveness
     from phaselog.ledger.gates import judge
@@ -155,7 +158,8 @@ def attempts_page(
     if status is None or pipeline is None:
         _, pipeline, status = _read(ledger, ticket_id, run_id)
     only = pipeline.phase(phase).ordinal if phase is not None else None
-    walked = list(itertools.islice(_newest_first(ledger, status, pipeline, only, cursor), limit + 1))
+    found = _page_records(ledger, status, pipeline, only, cursor, limit + 1)
+    walked = list(itertools.islice(_newest_first(ledger, status, pipeline, only, cursor, found), limit + 1))
     page, beyond = walked[:limit], walked[limit:]
     records = [(e.record, e.location) for _, e, _ in page if isinstance(e, Stored)]
     damaged = [(e.phase, e.phase_ordinal, e.attempt_number) for _, e, _ in page if isinstance(e, Damaged)]
@@ -194,8 +198,55 @@ def _newest_attempt(ps: PhaseState) -> int:
 Walked = tuple[tuple[int, int], Any, list["ProgressEvent"]]
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What one read of the run's records gave a page: the records it may show, and every attempt number."""
+
+    #: The newest ``n`` records (Stored or Damaged) below the cursor, by (phase ordinal, attempt).
+    records: Mapping[tuple[int, int], Any]
+    #: Per phase ordinal, every attempt that has a record (numbers only).
+    attempts: Mapping[int, frozenset[int]]
+
+
+def _page_records(
+    ledger: Ledger, status: RunStatus, pipeline: Pipeline, only: int | None, cursor: tuple[int, int] | None, n: int
+) -> _Found:
+    """The newest ``n`` records a walk below ``cursor`` can reach, from one ``iter_records`` of the run.
+
+    The walk goes down (phase ordinal, attempt) from each phase's newest attempt as ``status`` knows
+    it, so the first ``n`` attempts it yields are among the ``n`` newest records it can reach: those
+    are kept (a bounded heap), every other record is dropped as soon as it is read.
+    """
+    from phaselog.stores.base import Stored
+
+    by_name = {p.name: p.ordinal for p in pipeline.phases}
+    newest = {by_name[ps.phase]: _newest_attempt(ps) for ps in status.phases}
+    kept: list[tuple[tuple[int, int], int, Any]] = []  # a min-heap of (key, tie-break, record)
+    attempts: dict[int, set[int]] = {}
+    for i, entry in enumerate(ledger.store.iter_records(status.ticket_id, status.run_id)):
+        if isinstance(entry, Stored):
+            key = (entry.record.phase_ordinal, entry.record.attempt_number)
+        else:
+            key = (entry.phase_ordinal, entry.attempt_number)
+        if key[0] not in newest or key[1] > newest[key[0]] or (only is not None and key[0] != only):
+            continue  # not on this page's walk (another phase, or written after the status was read)
+        attempts.setdefault(key[0], set()).add(key[1])
+        if cursor is not None and key >= cursor:
+            continue
+        if len(kept) < n:
+            heapq.heappush(kept, (key, i, entry))
+        elif key > kept[0][0]:
+            heapq.heapreplace(kept, (key, i, entry))
+    return _Found({key: entry for key, _, entry in kept}, {o: frozenset(a) for o, a in attempts.items()})
+
+
 def _newest_first(
-    ledger: Ledger, status: RunStatus, pipeline: Pipeline, only: int | None, cursor: tuple[int, int] | None
+    ledger: Ledger,
+    status: RunStatus,
+    pipeline: Pipeline,
+    only: int | None,
+    cursor: tuple[int, int] | None,
+    found: _Found,
 ) -> Iterator[Walked]:
     """Every attempt of the run (or of phase ``only``) below ``cursor``, newest first."""
     from phaselog.ledger.progress import AttemptEvents
@@ -210,35 +261,24 @@ def _newest_first(
         if cursor is not None and ph.ordinal == cursor[0]:
             attempt = min(attempt, cursor[1] - 1)
         events = AttemptEvents(ledger.store, ticket_id, run_id, ph, block=True)
+        recorded = found.attempts.get(ph.ordinal, frozenset())
         while attempt >= 1:
-            entry = _record(ledger, ticket_id, run_id, ph.ordinal, ph.name, attempt)
-            found = events.of(attempt)
-            if entry is None and not found:  # a gap (pruned): from here on, only what exists
-                for older in _existing(ledger, ticket_id, run_id, ph.ordinal, attempt):
-                    entry = _record(ledger, ticket_id, run_id, ph.ordinal, ph.name, older)
-                    yield (ph.ordinal, older), entry, events.of(older)
+            entry = found.records.get((ph.ordinal, attempt))
+            evs = events.of(attempt)
+            if attempt not in recorded and not evs:  # a gap (pruned): from here on, only what exists
+                for older in _existing(ledger, ticket_id, run_id, ph.ordinal, attempt, recorded):
+                    yield (ph.ordinal, older), found.records.get((ph.ordinal, older)), events.of(older)
                 break
-            yield (ph.ordinal, attempt), entry, found
+            yield (ph.ordinal, attempt), entry, evs
             attempt -= 1
 
 
-def _record(ledger: Ledger, ticket_id: str, run_id: str, ordinal: int, phase: str, attempt: int) -> Any:
-    """One attempt's record: Stored, Damaged when it cannot be read, None when there is none."""
-    from phaselog.model.errors import Corrupt, UnsupportedVersion
-    from phaselog.stores.kernel import damaged_from
-
-    try:
-        return ledger.store.get(ticket_id, run_id, ordinal, phase, attempt)
-    except NotFound:
-        return None
-    except (Corrupt, UnsupportedVersion) as exc:
-        return damaged_from(exc, ticket_id, run_id, ordinal, phase, attempt)
-
-
-def _existing(ledger: Ledger, ticket_id: str, run_id: str, ordinal: int, below: int) -> list[int]:
-    """The attempts of a phase below ``below`` that have a record or progress events, newest first
-    (names only: the run's list of attempts and of event names)."""
-    have = {r.attempt_number for r in ledger.store.attempts(ticket_id, run_id) if r.phase_ordinal == ordinal}
+def _existing(
+    ledger: Ledger, ticket_id: str, run_id: str, ordinal: int, below: int, recorded: frozenset[int]
+) -> list[int]:
+    """The attempts of a phase below ``below`` that have a record (``recorded``) or progress events
+    (the run's event names), newest first."""
+    have = set(recorded)
     for name in ledger.store.entry_names("progress", ticket_id, run_id):
         parsed = parse_event_name(name)
         if parsed is not None and parsed.ordinal == ordinal:
