@@ -6,7 +6,7 @@ The bars:
   under ``if TYPE_CHECKING:``, inside functions, ``importlib.import_module``/``__import__`` names,
   and dotted module names in the string tables of lazy loaders (what counts: tests/_imports.py).
 - **Layers point one way** (DESIGN.md, "Dependencies point one way"): the edges (cli, ui, runner,
-  integrations, guard, mcp) → the middle (transfer → views → ledger, in that order) → the bottom
+  integrations, mcp) → the middle (transfer → views → ledger and guard, in that order) → the bottom
   (stores → model). No edge is imported by the middle or the bottom; the ledger imports neither views
   nor transfer; stores import only model and stores; model imports only model. ``phaselog/__init__.py``
   and ``phaselog.testing`` are the public surface and may import anything, and nothing inside imports
@@ -49,25 +49,28 @@ LAYERS = {
     "phaselog.testing": "surface",
     "phaselog.__main__": "entry",
     "phaselog._faults": "faults",
-    **{f"phaselog.{edge}": "edge" for edge in ("cli", "ui", "runner", "integrations", "guard", "mcp")},
+    **{f"phaselog.{edge}": "edge" for edge in ("cli", "ui", "runner", "integrations", "mcp")},
     "phaselog.transfer": "transfer",
     "phaselog.views": "views",
     "phaselog.ledger": "ledger",
+    "phaselog.guard": "guard",
     "phaselog.stores": "stores",
     "phaselog.model": "model",
 }
 #: What each layer may import (besides itself). The middle is ordered: transfer writes its streamed
 #: output with the views' writers and checks imports like a write; views read through the ledger;
-#: the ledger knows neither (D145).
+#: the ledger knows neither (D145). The guard is a service beside the ledger: the lock and breaker of
+#: cron loops over the stores' guard storage; its views and its CLI command sit above it (D149).
 BELOW = {
     "model": {"faults"},
     "stores": {"model", "faults"},
     "ledger": {"stores", "model", "faults"},
-    "views": {"ledger", "stores", "model", "faults"},
+    "guard": {"stores", "model", "faults"},
+    "views": {"ledger", "guard", "stores", "model", "faults"},
     "transfer": {"views", "ledger", "stores", "model", "faults"},
-    "edge": {"edge", "transfer", "views", "ledger", "stores", "model", "faults"},
-    "entry": {"edge", "transfer", "views", "ledger", "stores", "model", "faults", "surface"},
-    "surface": {"entry", "edge", "transfer", "views", "ledger", "stores", "model", "faults"},
+    "edge": {"edge", "transfer", "views", "ledger", "guard", "stores", "model", "faults"},
+    "entry": {"edge", "transfer", "views", "ledger", "guard", "stores", "model", "faults", "surface"},
+    "surface": {"entry", "edge", "transfer", "views", "ledger", "guard", "stores", "model", "faults"},
     "faults": set(),
 }
 

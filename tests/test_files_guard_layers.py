@@ -1,7 +1,7 @@
 """The layers of the files store and the guard (issue 21), counting every import.
 
 Top-level imports, imports under ``TYPE_CHECKING`` and imports inside functions all count:
-stores and the guard's records point down to the model only, the guard (an edge) reaches its
+stores and the guard's records point down to the model only, the guard (a service beside the ledger) reaches its
 storage through the stores' contract, and no module reads another object's private member.
 """
 
@@ -73,7 +73,7 @@ def test_stores_and_the_guards_records_point_down_to_the_model(path: Path) -> No
 def test_the_guard_reaches_only_stores_and_the_model(path: Path) -> None:
     allowed = ("phaselog.guard", "phaselog.model", "phaselog.stores", "phaselog._faults")
     wrong = sorted(m for m in _imports(path) if not _allowed(m, allowed))
-    assert wrong == [], f"{path.relative_to(SRC)} imports {wrong}: the guard is an edge over stores and model"
+    assert wrong == [], f"{path.relative_to(SRC)} imports {wrong}: the guard sits over stores and model only"
 
 
 def test_the_guard_gets_its_storage_only_through_the_contract() -> None:
