@@ -28,7 +28,8 @@ from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.oslock import open_locked
 
 if TYPE_CHECKING:
-    from phaselog.stores.manifests import FilesManifests, ManifestDoc
+    from phaselog.stores.files.manifests import FilesManifests
+    from phaselog.stores.manifests import ManifestDoc
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(
@@ -116,8 +117,8 @@ class FilesAdminMixin:
     root: Path
 
     def pipeline_manifests(self) -> FilesManifests:
-        """The recorded pipeline manifests (``<root>/manifests/``: see stores/manifests.py)."""
-        from phaselog.stores.manifests import FilesManifests
+        """The recorded pipeline manifests (``<root>/manifests/``: see stores/files/manifests.py)."""
+        from phaselog.stores.files.manifests import FilesManifests
 
         return FilesManifests(self)  # type: ignore[arg-type]  # self is the FilesStore it mixes into
 

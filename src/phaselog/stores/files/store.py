@@ -169,6 +169,11 @@ class FilesStore(FilesAdminMixin):
         except OSError as exc:
             raise StoreError(f"cannot create store root {self.root}: {exc.strerror}") from None
 
+    def open_dir(self, *segments: str, create: bool = False) -> int:
+        """A descriptor of the folder ``root/segments…``, opened without following any symlink below the
+        root (the caller closes it); NotFound when absent unless ``create``."""
+        return self._open_dir(*segments, create=create)
+
     def _open_dir(self, *segments: str, create: bool = False) -> int:
         """Open ``root/segments…`` without following any symlink below the root."""
         for seg in segments:

@@ -15,9 +15,8 @@ from urllib.parse import urlsplit
 
 from phaselog.model.errors import Corrupt, StoreError, UsageError
 from phaselog.stores.base import Capability
-from phaselog.stores.sql.admin import SQL_CAPABILITIES
-from phaselog.stores.sql.schema import Dialect
-from phaselog.stores.sql.store import SqlStore
+from phaselog.stores.sql.dialect import Dialect
+from phaselog.stores.sql.store import SQL_CAPABILITIES, SqlStore
 from phaselog.stores.urls import bad_url, parse_store_url
 
 if TYPE_CHECKING:
@@ -50,10 +49,13 @@ class PostgresDialect(Dialect):
     """PostgreSQL specifics."""
 
     name = "postgresql"
-    append_at_once = True  # one round trip instead of four (stores/sql_append.py)
+    append_at_once = True  # one round trip instead of four (stores/sql/checkpoints.py)
     pipelines = True  # psycopg 3's pipeline mode: the snapshot's two reads in one round trip
     placeholder = "%s"
     collate = ' COLLATE "C"'
+    now = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+    for_update = " FOR UPDATE"
+    for_share = " FOR SHARE"
 
     def __init__(self, url: str) -> None:
         self.dsn, self.schema = split_url(url)

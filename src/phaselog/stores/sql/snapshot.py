@@ -69,13 +69,14 @@ _ENTRIES = (
 def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
     """The snapshot of one run, read with two or three queries."""
     validate_ticket_id(ticket_id)
-    order = f" ORDER BY kind, name{store.dialect.collate}"  # a fixed collation clause; values are bound
+    session = store.session
+    order = f" ORDER BY kind, name{session.dialect.collate}"  # a fixed collation clause; values are bound
     entry_rows: list[tuple[Any, ...]] | None = None
     records: dict[tuple[int, int], Stored | Damaged] = {}
     refs: tuple[AttemptRef, ...] = ()
     if history:
         refs_list: list[AttemptRef] = []
-        for ordinal, attempt, phase, status, column_hash, body in store._query(_ALL_RECORDS, (ticket_id, run_id)):
+        for ordinal, attempt, phase, status, column_hash, body in session.query(_ALL_RECORDS, (ticket_id, run_id)):
             refs_list.append(AttemptRef(ordinal, attempt, phase, status == "completed"))
             _decode(store, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
         refs = tuple(refs_list)
@@ -91,7 +92,7 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
             lambda ordinal: [r for r in store.attempts(ticket_id, run_id) if r.phase_ordinal == ordinal],
         )
     if entry_rows is None:
-        entry_rows = store._query(_ENTRIES + order, (1 if history else 0, ticket_id, run_id))
+        entry_rows = session.query(_ENTRIES + order, (1 if history else 0, ticket_id, run_id))
     names: list[str] = []
     events: list[Entry] = []
     approvals: list[Entry] = []
@@ -122,7 +123,7 @@ def _decode(
 ) -> None:
     ordinal, attempt, phase, status, column_hash, body = row
     try:
-        records[(ordinal, attempt)] = store._stored(
+        records[(ordinal, attempt)] = store.checkpoints.stored(
             ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash
         )
     except (Corrupt, UnsupportedVersion) as exc:
@@ -152,18 +153,11 @@ def _summary_and_entries(
     """``_SUMMARY`` and the entries query in one round trip (psycopg's pipeline mode), where the
     dialect declares one; else the summary alone (the caller then reads the entries)."""
     params = (ticket_id, run_id) * 3  # the walk down, the aggregate, the bodies
-    if not (store.dialect.pipelines and store._ready):
-        return store._query(_SUMMARY, params), None
-
-    def both() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        conn = store.conn
-        with conn.pipeline():
-            summary = conn.execute(store._sql(_SUMMARY), params)
-            entries = conn.execute(store._sql(entries_sql), (0, ticket_id, run_id))
-        return list(summary.fetchall()), list(entries.fetchall())
-
-    result: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]] = store._retry(both)
-    return result
+    session = store.session
+    if not session.pipelined:
+        return session.query(_SUMMARY, params), None
+    summary, entries = session.query_together([(_SUMMARY, params), (entries_sql, (0, ticket_id, run_id))])
+    return summary, entries
 
 
 def _flight_events(
@@ -175,9 +169,9 @@ def _flight_events(
         return []
     marks = ", ".join("?" for _ in wanted)
     params: list[Any] = [ticket_id, run_id, *wanted]
-    rows = store._query(
+    rows = store.session.query(
         "SELECT name, body FROM phaselog_entries WHERE kind = 'progress' AND ticket_id = ? AND run_id = ? "
-        f"AND name IN ({marks}) ORDER BY name{store.dialect.collate}",
+        f"AND name IN ({marks}) ORDER BY name{store.session.dialect.collate}",
         params,
     )
     return [(n, entry_location("progress", ticket_id, run_id, n), b.encode("utf-8")) for n, b in rows]
