@@ -22,9 +22,10 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from phaselog.guard.records import Fenced, Holder, LoopState, validate_name
+# The guard's record types; they move to phaselog.model.guard with the files half of issue 21.
+from phaselog.guard.records import Holder, LoopState, validate_name
 from phaselog.model import _yaml
-from phaselog.model.errors import Corrupt, PhaselogError, StoreError
+from phaselog.model.errors import Corrupt, Fenced, PhaselogError, StoreError
 from phaselog.model.limits import json_loads
 
 if TYPE_CHECKING:
