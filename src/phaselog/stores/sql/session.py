@@ -79,6 +79,11 @@ class Session:
             self._conn = self.dialect.connect()
         return self._conn
 
+    @conn.setter
+    def conn(self, conn: Any) -> None:
+        """Use ``conn`` from now on (a diagnostic wrapper around the real one: bench/profile_sql.py)."""
+        self._conn = conn
+
     @property
     def current(self) -> Transaction:
         """The statements of the open connection (inside a transaction its owner began)."""
