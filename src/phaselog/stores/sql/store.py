@@ -6,9 +6,9 @@ keeps in its sidecar, so content hashes, CLI output and exports are identical ac
 
 :class:`SqlStore` is the contract's face; the work is done by services handed the store's
 :class:`~phaselog.stores.sql.session.Session` (the one seam to the database): the checkpoint rows
-(:mod:`~phaselog.stores.sql.checkpoints`), the run snapshot, leases, manifests, stamps, retention,
-quarantine, guard storage and, on PostgreSQL, the queue. The audit entries' table is read and
-written here.
+(:mod:`~phaselog.stores.sql.checkpoints`), the audit entries (:mod:`~phaselog.stores.sql.entries`),
+the run snapshot, leases, manifests, stamps, retention,
+quarantine, guard storage and, on PostgreSQL, the queue.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from phaselog.model.errors import AlreadyExists, Corrupt, StoreError
+from phaselog.model.errors import Corrupt
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Capability, Damaged, PruneTarget, RunFence, Stored
 from phaselog.stores.sql import quarantine as sql_quarantine
 from phaselog.stores.sql import schema, stamps
 from phaselog.stores.sql.checkpoints import SqlCheckpoints
+from phaselog.stores.sql.entries import SqlEntries
 from phaselog.stores.sql.lease import SqlRunLeases
 from phaselog.stores.sql.manifests import SqlManifests
 from phaselog.stores.sql.retention import SqlRetention
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from phaselog.stores.snapshot import RunSnapshot
     from phaselog.stores.sql.dialect import Dialect
     from phaselog.stores.sql.guard import SqlGuardStore
-    from phaselog.stores.sql.session import Transaction
 
 #: What the SQL stores have beyond the contract (no LEFTOVERS: a transaction leaves nothing behind;
 #: no LOCAL_ROOT: a database is not a folder). QUARANTINE moves a damaged row aside (sql/quarantine.py).
@@ -91,6 +91,8 @@ class SqlStore:
         self.session = Session(url, dialect, may_create=create)
         #: The checkpoint rows: appends and reads.
         self.checkpoints = SqlCheckpoints(self.session, self.max_record_bytes)
+        #: The audit entries' rows (progress events, approvals, markers, prune notes).
+        self.audit_entries = SqlEntries(self.session, self.max_record_bytes)
         #: ``prune``'s operations (one transaction with writers locked out).
         self.retention = SqlRetention(self.session)
         #: (from, to) schema versions of the migration ``migrate=True`` ran at open.
@@ -171,66 +173,20 @@ class SqlStore:
         )
         return sorted(r[0] for r in rows)
 
-    # -- audit entries ----------------------------------------------------------------------------
-    @staticmethod
-    def _entry_key(kind: str, ticket_id: str, run_id: str | None) -> tuple[str, str, str]:
-        kernel.check_entry_key(kind, ticket_id, run_id)
-        return kind, ticket_id, run_id or ""
-
+    # -- audit entries (see SqlEntries) ---------------------------------------------------------
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Insert an audit entry; AlreadyExists if the name is taken."""
-        key = self._entry_key(kind, ticket_id, run_id)
-        kernel.check_entry(name, body, self.max_record_bytes)
-        rel = kernel.entry_location(kind, ticket_id, run_id, name)
-        text = body.decode("utf-8")
-
-        def insert(tx: Transaction) -> None:
-            tx.execute(
-                "INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) VALUES (?, ?, ?, ?, ?)",
-                (*key, name, text),
-            )
-
-        for i in range(5):
-            try:
-                self.session.write(insert)
-                return rel
-            except Exception as exc:
-                if self.dialect.is_unique_violation(exc):
-                    rows = self.session.query(
-                        "SELECT body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? "
-                        "AND run_id = ? AND name = ?",
-                        (*key, name),
-                    )
-                    if i > 0 and rows and rows[0][0] == text:
-                        return rel  # our own insert whose commit we did not hear about
-                    raise AlreadyExists(f"{rel} already exists", path=rel) from None
-                if not self.dialect.is_transient(exc):
-                    raise
-                self.session.pause(i)
-        raise StoreError(f"{self.dialect.name}: could not write {rel} (database unreachable)")
+        return self.audit_entries.put(kind, ticket_id, run_id, name, body)
 
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         """Names of a kind's entries, sorted."""
-        order = f"ORDER BY name{self.dialect.collate}"  # a fixed collation clause; values are bound
-        rows = self.session.query(
-            "SELECT name FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? " + order,
-            self._entry_key(kind, ticket_id, run_id),
-        )
-        return [r[0] for r in rows]
+        return self.audit_entries.names(kind, ticket_id, run_id)
 
     def entries(
         self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
     ) -> list[tuple[str, str, bytes | Corrupt]]:
         """Every entry of a kind as (name, location, bytes), sorted by name."""
-        key = self._entry_key(kind, ticket_id, run_id)
-        order = f"ORDER BY name{self.dialect.collate}"  # a fixed collation clause; values are bound
-        # The prefix is matched in the database, so only the wanted bodies travel (one attempt's
-        # progress events, not the whole run's).
-        where = "WHERE kind = ? AND ticket_id = ? AND run_id = ? " + ("AND substr(name, 1, ?) = ? " if prefix else "")
-        params = (*key, len(prefix), prefix) if prefix else key
-        rows = self.session.query("SELECT name, body FROM phaselog_entries " + where + order, params)
-        rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)
-        return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
+        return self.audit_entries.read(kind, ticket_id, run_id, prefix)
 
     # -- capabilities -----------------------------------------------------------------------------
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
