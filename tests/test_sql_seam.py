@@ -119,3 +119,13 @@ def test_a_session_reads_nothing_from_a_store_not_created_yet(tmp_path: Path) ->
     with SqliteStore(tmp_path / "absent.db") as store:
         assert store.session.query("SELECT name FROM phaselog_guard_state") == []
         assert not (tmp_path / "absent.db").exists()  # a read creates nothing
+
+
+def test_a_fence_without_a_lease_row_is_fenced_not_a_crash(tmp_path: Path) -> None:
+    from phaselog.model.errors import Fenced
+    from phaselog.stores.base import RunFence
+    from phaselog.stores.sql.lease import check_fence
+
+    fence = RunFence("T-1", "00000000-0000-4000-8000-000000000001", 3)
+    with SqliteStore(tmp_path / "s.db", migrate=True) as store, pytest.raises(Fenced, match="no lease"):
+        store.session.transact(lambda tx: check_fence(tx, fence))

@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from phaselog.model.errors import NotFound, PhaselogError, StoreError
 from phaselog.model.limits import MAX_MANIFEST_BYTES
 from phaselog.stores.manifests import FOLDER, HASH_RE, NAME_RE, ManifestDoc, check_key, check_size, location
 
-if TYPE_CHECKING:
-    from phaselog.stores.files.store import FilesStore
+
+class Folders(Protocol):
+    """What the manifests need of the files store (:class:`~phaselog.stores.files.store.FilesStore`)."""
+
+    def open_dir(self, *segments: str, create: bool = False) -> int:
+        """A descriptor of ``root/segments…`` opened without following symlinks; NotFound when absent."""
+        ...
+
+    def refuse_if_read_only(self, what: str) -> None:
+        """StoreError (rule ``read_only``) when the store was opened read-only."""
+        ...
 
 
 class FilesManifests:
     """``<root>/manifests/<name>/<hash>.json``, published like a record (never replaced)."""
 
-    def __init__(self, store: FilesStore) -> None:
+    def __init__(self, store: Folders) -> None:
         self.store = store
 
     def put(self, doc: ManifestDoc) -> bool:

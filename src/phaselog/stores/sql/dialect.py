@@ -2,7 +2,8 @@
 
 The schema and the statements are the same on every database; a :class:`Dialect` says only what
 differs — connecting, placeholders, collation, the database clock, row locks, locking for
-migrations and prunes, and error classification. :mod:`phaselog.stores.sql.sqlite` and
+migrations and prunes, and error classification. A :class:`Transaction` runs statements on one
+connection with ``?`` placeholders, whatever the dialect spells. :mod:`phaselog.stores.sql.sqlite` and
 :mod:`phaselog.stores.sql.postgres` fill it in; no other module asks which database it is on.
 """
 
@@ -15,7 +16,7 @@ from phaselog.model.errors import StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from phaselog.stores.sql.session import Transaction
+Rows = list[tuple[Any, ...]]
 
 
 class Dialect:
@@ -101,3 +102,31 @@ class Dialect:
 
     def describe(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+class Transaction:
+    """The statements of one connection (inside a transaction, or autocommitted reads)."""
+
+    __slots__ = ("conn", "dialect")
+
+    def __init__(self, conn: Any, dialect: Dialect) -> None:
+        #: The driver's connection (for what only a dialect does with it: locks, pipelines).
+        self.conn = conn
+        self.dialect = dialect
+
+    def sql(self, text: str) -> str:
+        """``text`` with its ``?`` placeholders in the dialect's style."""
+        return text if self.dialect.placeholder == "?" else text.replace("?", self.dialect.placeholder)
+
+    def execute(self, text: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement; the driver's cursor (``rowcount``, ``fetchone``)."""
+        return self.conn.execute(self.sql(text), tuple(params))
+
+    def one(self, text: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        """The first row of one statement (None: no row)."""
+        row: tuple[Any, ...] | None = self.execute(text, params).fetchone()
+        return row
+
+    def all(self, text: str, params: Sequence[Any] = ()) -> Rows:
+        """Every row of one statement."""
+        return list(self.execute(text, params).fetchall())

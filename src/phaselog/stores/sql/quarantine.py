@@ -22,14 +22,14 @@ from phaselog.model.errors import Corrupt, StoreError, UnsupportedVersion
 from phaselog.stores import kernel
 
 if TYPE_CHECKING:
-    from phaselog.stores.sql.session import Transaction
-    from phaselog.stores.sql.store import SqlStore
+    from phaselog.stores.sql.checkpoints import SqlCheckpoints
+    from phaselog.stores.sql.session import Session, Transaction
 
 _RECORD_KEY = "ticket_id = ? AND run_id = ? AND phase_ordinal = ? AND attempt = ?"
 _ENTRY_KEY = "kind = ? AND ticket_id = ? AND run_id = ? AND name = ?"
 
 
-def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, Any]]:
+def quarantine(cps: SqlCheckpoints, location: str, reason: str) -> list[dict[str, Any]]:
     """Move the damaged row at ``location`` into ``phaselog_quarantine``; one entry per move
     (none when nothing is there). StoreError when ``location`` names no row, or an intact record."""
     at = kernel.parse_location(location)
@@ -52,9 +52,7 @@ def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, An
                 return []
             phase, prev, status, column_hash, body = row
             try:
-                store.checkpoints.stored(
-                    at.ticket_id, at.run_id, at.ordinal, phase, at.attempt, status, body, column_hash
-                )
+                cps.stored(at.ticket_id, at.run_id, at.ordinal, phase, at.attempt, status, body, column_hash)
             except (Corrupt, UnsupportedVersion):
                 pass  # damaged: what may be moved
             else:
@@ -89,14 +87,14 @@ def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, An
         to = f"phaselog_quarantine/{int(seq)}"
         return [{"from": location, "to": to, "note": to, "reason": reason}]
 
-    return store.session.write(move)
+    return cps.session.write(move)
 
 
-def quarantined(store: SqlStore, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
+def quarantined(session: Session, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
     """The run's checkpoint rows in ``phaselog_quarantine``: (phase, attempt) → their recorded content hash."""
     kernel.check_run_key(ticket_id, run_id)
     out: dict[tuple[str, int], str | None] = {}
-    rows = store.session.query(
+    rows = session.query(
         "SELECT row_columns FROM phaselog_quarantine WHERE origin = ? AND location LIKE ? ORDER BY seq",
         ("phaselog_checkpoints", f"{ticket_id}/{run_id}/%"),
     )

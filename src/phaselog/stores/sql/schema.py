@@ -1,19 +1,20 @@
 """The SQL stores' schema: its version, and applying the frozen migrations in order.
 
 The migrations themselves are data (:mod:`phaselog.stores.sql.migrations`); this module checks a
-database's version against the code's and brings it up to date, in one transaction that
-concurrent migrations serialise on (the dialect's ``lock_for_migration``).
+database's version against the code's and brings it up to date inside one transaction (the
+session's :meth:`~phaselog.stores.sql.session.Session.migrate`) that concurrent migrations
+serialise on (the dialect's ``lock_for_migration``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from phaselog.model.errors import MigrationNeeded, StoreError, UnsupportedVersion
+from phaselog.model.errors import MigrationNeeded, UnsupportedVersion
 from phaselog.stores.sql.migrations import FROZEN, LATEST
 
 if TYPE_CHECKING:
-    from phaselog.stores.sql.session import Session, Transaction
+    from phaselog.stores.sql.dialect import Transaction
 
 #: The schema version this code writes and understands (the newest frozen migration).
 SCHEMA_VERSION = LATEST
@@ -42,42 +43,25 @@ def check_version(version: int, where: str, url: str) -> None:
         )
 
 
-def migrate(session: Session, *, upgrade: bool = True) -> tuple[int, int]:
-    """Create or upgrade the schema; safe to run concurrently. Returns (from, to).
+def apply(tx: Transaction, url: str, *, upgrade: bool = True) -> tuple[int, int]:
+    """Inside the migration transaction: bring the schema to :data:`SCHEMA_VERSION`. Returns (from, to).
 
     ``upgrade=False`` (a first write creating a new store) only creates: an existing older
     schema raises MigrationNeeded, because upgrades are explicit (``phaselog store migrate``).
     """
-    dialect = session.dialect
-
-    def run(tx: Transaction) -> tuple[int, int]:
-        dialect.lock_for_migration(tx.conn)
-        dialect.create_schema(tx.conn)
-        tx.execute("CREATE TABLE IF NOT EXISTS phaselog_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)")
-        row = tx.one("SELECT version FROM phaselog_schema WHERE id = 1")
-        current = int(row[0]) if row else 0
-        if current > SCHEMA_VERSION or (current and not upgrade):
-            check_version(current, dialect.describe(), session.url)
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[version]:
-                tx.conn.execute(statement)  # verbatim: a migration's text is run as it was frozen
-        if current == 0:
-            tx.execute("INSERT INTO phaselog_schema (id, version) VALUES (1, ?)", (SCHEMA_VERSION,))
-        elif current < SCHEMA_VERSION:
-            tx.execute("UPDATE phaselog_schema SET version = ? WHERE id = 1", (SCHEMA_VERSION,))
-        return current, SCHEMA_VERSION
-
-    if not dialect.exists():
-        session.reset()
-        dialect.prepare_create()
-    for i in range(5):
-        try:
-            result: tuple[int, int] = session.retry(lambda: session.write_created(run))
-            session.ready = True
-            return result
-        except Exception as exc:
-            # Two first-time migrations can race to create phaselog_schema; the loser retries.
-            if dialect.is_unique_violation(exc) and i < 4:
-                continue
-            raise
-    raise StoreError("could not migrate")  # pragma: no cover
+    dialect = tx.dialect
+    dialect.lock_for_migration(tx.conn)
+    dialect.create_schema(tx.conn)
+    tx.execute("CREATE TABLE IF NOT EXISTS phaselog_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)")
+    row = tx.one("SELECT version FROM phaselog_schema WHERE id = 1")
+    current = int(row[0]) if row else 0
+    if current > SCHEMA_VERSION or (current and not upgrade):
+        check_version(current, dialect.describe(), url)
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version]:
+            tx.conn.execute(statement)  # verbatim: a migration's text is run as it was frozen
+    if current == 0:
+        tx.execute("INSERT INTO phaselog_schema (id, version) VALUES (1, ?)", (SCHEMA_VERSION,))
+    elif current < SCHEMA_VERSION:
+        tx.execute("UPDATE phaselog_schema SET version = ? WHERE id = 1", (SCHEMA_VERSION,))
+    return current, SCHEMA_VERSION

@@ -22,38 +22,12 @@ from typing import Any, TypeVar
 
 from phaselog.model.errors import PhaselogError, StoreError, StoreNotFound
 from phaselog.stores.sql import schema
-from phaselog.stores.sql.dialect import Dialect
+from phaselog.stores.sql.dialect import Dialect, Transaction
+
+__all__ = ["Rows", "Session", "Transaction"]
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
-
-
-class Transaction:
-    """The statements of one connection (inside a transaction, or autocommitted reads)."""
-
-    __slots__ = ("conn", "dialect")
-
-    def __init__(self, conn: Any, dialect: Dialect) -> None:
-        #: The driver's connection (for what only a dialect does with it: locks, pipelines).
-        self.conn = conn
-        self.dialect = dialect
-
-    def sql(self, text: str) -> str:
-        """``text`` with its ``?`` placeholders in the dialect's style."""
-        return text if self.dialect.placeholder == "?" else text.replace("?", self.dialect.placeholder)
-
-    def execute(self, text: str, params: Sequence[Any] = ()) -> Any:
-        """Run one statement; the driver's cursor (``rowcount``, ``fetchone``)."""
-        return self.conn.execute(self.sql(text), tuple(params))
-
-    def one(self, text: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        """The first row of one statement (None: no row)."""
-        row: tuple[Any, ...] | None = self.execute(text, params).fetchone()
-        return row
-
-    def all(self, text: str, params: Sequence[Any] = ()) -> Rows:
-        """Every row of one statement."""
-        return list(self.execute(text, params).fetchall())
 
 
 class Session:
@@ -154,7 +128,25 @@ class Session:
             if not self.may_create and self.still_absent():
                 raise self.missing()
             if not self.ready:
-                schema.migrate(self, upgrade=False)
+                self.migrate(upgrade=False)
+
+    def migrate(self, *, upgrade: bool = True) -> tuple[int, int]:
+        """Create or upgrade the schema (:func:`phaselog.stores.sql.schema.apply`, in one transaction);
+        safe to run concurrently. Returns (from, to)."""
+        if not self.dialect.exists():
+            self.reset()
+            self.dialect.prepare_create()
+        for i in range(5):
+            try:
+                result = self.retry(lambda: self.write_created(lambda tx: schema.apply(tx, self.url, upgrade=upgrade)))
+                self.ready = True
+                return result
+            except Exception as exc:
+                # Two first-time migrations can race to create phaselog_schema; the loser retries.
+                if self.dialect.is_unique_violation(exc) and i < 4:
+                    continue
+                raise
+        raise StoreError("could not migrate")  # pragma: no cover
 
     # -- reads ----------------------------------------------------------------------------------------
     def query(self, text: str, params: Sequence[Any] = ()) -> Rows:

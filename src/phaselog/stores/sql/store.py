@@ -21,7 +21,7 @@ from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Capability, Damaged, PruneTarget, RunFence, Stored
 from phaselog.stores.sql import quarantine as sql_quarantine
-from phaselog.stores.sql import schema, stamps
+from phaselog.stores.sql import stamps
 from phaselog.stores.sql.checkpoints import SqlCheckpoints
 from phaselog.stores.sql.entries import SqlEntries
 from phaselog.stores.sql.lease import SqlRunLeases
@@ -121,8 +121,8 @@ class SqlStore:
         return int(rows[0][0]) if rows else 0
 
     def migrate(self, *, upgrade: bool = True) -> tuple[int, int]:
-        """Create or upgrade the schema; safe to run concurrently. Returns (from, to) (see schema.migrate)."""
-        return schema.migrate(self.session, upgrade=upgrade)
+        """Create or upgrade the schema; safe to run concurrently. Returns (from, to) (see Session.migrate)."""
+        return self.session.migrate(upgrade=upgrade)
 
     # -- checkpoints ------------------------------------------------------------------------------
     def append(
@@ -194,7 +194,7 @@ class SqlStore:
         # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
         from phaselog.stores.sql.snapshot import sql_snapshot
 
-        return sql_snapshot(self, ticket_id, run_id, history=history)
+        return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=history)
 
     def pipeline_manifests(self) -> SqlManifests:
         """The recorded pipeline manifests (``phaselog_pipelines``: see stores/sql/manifests.py)."""
@@ -215,12 +215,12 @@ class SqlStore:
 
     def quarantine(self, location: str, reason: str) -> list[dict[str, Any]]:
         """Move the damaged row at ``location`` into ``phaselog_quarantine`` (``doctor --quarantine``)."""
-        return sql_quarantine.quarantine(self, location, reason)
+        return sql_quarantine.quarantine(self.checkpoints, location, reason)
 
     def quarantined(self, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
         """The run's attempts ``doctor --quarantine`` moved into ``phaselog_quarantine``: (phase, attempt)
         → the content hash their row recorded at write (D115)."""
-        return sql_quarantine.quarantined(self, ticket_id, run_id)
+        return sql_quarantine.quarantined(self.session, ticket_id, run_id)
 
     def guard_storage(self, name: str) -> SqlGuardStore:
         """Where guard ``name`` keeps its lock, state and history: rows in this database."""

@@ -24,7 +24,6 @@ from phaselog.stores.sql.queue.rows import (
     COLUMNS,
     DEAD,
     DONE,
-    NOW,
     QUEUED,
     RUNNING,
     Claim,
@@ -72,11 +71,12 @@ def claim(
 def _claim_one(
     conn: Transaction, worker_id: str, queue: str, dead_local: Sequence[str], max_recoveries: int
 ) -> tuple[str, Any]:
+    now = conn.dialect.now  # the database clock
     row = conn.execute(
         "SELECT q.ticket_id, q.run_id, q.state, q.worker, q.recoveries FROM phaselog_queue q "
         "LEFT JOIN phaselog_queue_workers w ON w.worker_id = q.worker "
-        f"WHERE q.queue = %s AND ((q.state = 'queued' AND q.not_before <= {NOW}) OR (q.state = 'running' AND "
-        f"(q.worker = %s OR w.worker_id IS NULL OR w.expires_at < {NOW} OR q.worker = ANY(%s)))) "
+        f"WHERE q.queue = %s AND ((q.state = 'queued' AND q.not_before <= {now}) OR (q.state = 'running' AND "
+        f"(q.worker = %s OR w.worker_id IS NULL OR w.expires_at < {now} OR q.worker = ANY(%s)))) "
         "ORDER BY (q.state = 'running') DESC, q.priority DESC, q.submitted_at, q.run_id "
         "FOR UPDATE OF q SKIP LOCKED LIMIT 1",
         (queue, worker_id, list(dead_local)),
@@ -102,7 +102,7 @@ def _claim_one(
             )
             conn.execute(
                 "UPDATE phaselog_queue SET state = 'dead', worker = NULL, recoveries = %s, reason = %s, "
-                f"since = {NOW} WHERE ticket_id = %s AND run_id = %s",
+                f"since = {now} WHERE ticket_id = %s AND run_id = %s",
                 (recoveries, reason, ticket_id, run_id),
             )
             return "dead", None
@@ -110,7 +110,7 @@ def _claim_one(
         return "retry", None  # finished or cancelled meanwhile
     got = conn.execute(
         f"UPDATE phaselog_queue SET state = 'running', worker = %s, claim_token = claim_token + 1, "
-        f"claims = claims + 1, recoveries = %s, reason = %s, since = {NOW} "
+        f"claims = claims + 1, recoveries = %s, reason = %s, since = {now} "
         f"WHERE ticket_id = %s AND run_id = %s RETURNING {COLUMNS}",
         (worker_id, int(recoveries), recovered_from, ticket_id, run_id),
     ).fetchone()
@@ -120,10 +120,11 @@ def _claim_one(
 
 def _dead_because(conn: Transaction, worker: str | None, dead_local: Sequence[str]) -> str | None:
     """Why ``worker`` counts as dead now (None: it is alive)."""
+    now = conn.dialect.now  # the database clock
     if worker in dead_local:
         return "its process is gone"
     row = conn.execute(
-        f"SELECT expires_at < {NOW}, host, pid FROM phaselog_queue_workers WHERE worker_id = %s", (worker,)
+        f"SELECT expires_at < {now}, host, pid FROM phaselog_queue_workers WHERE worker_id = %s", (worker,)
     ).fetchone()
     if row is None:
         return "its heartbeat row is gone"
@@ -171,9 +172,10 @@ def finish(
     key = (c.entry.ticket_id, c.entry.run_id)
 
     def move(conn: Transaction) -> bool:
+        now = conn.dialect.now  # the database clock
         cur = conn.execute(
             f"UPDATE phaselog_queue SET state = %s, worker = NULL, reason = %s, phase = COALESCE(%s, phase), "
-            f"since = {NOW}, not_before = CASE WHEN %s = 'queued' THEN {NOW} + %s ELSE not_before END, "
+            f"since = {now}, not_before = CASE WHEN %s = 'queued' THEN {now} + %s ELSE not_before END, "
             "cancel_requested = CASE WHEN %s = 'queued' THEN cancel_requested ELSE 0 END "
             "WHERE ticket_id = %s AND run_id = %s AND claim_token = %s AND state = 'running'",
             (state, reason, phase, state, float(delay), state, *key, c.token),
@@ -202,8 +204,9 @@ def requeue_judged(q: SqlQueue, ticket_id: str, run_id: str) -> bool:
     key = check_key(ticket_id, run_id)
 
     def move(conn: Transaction) -> bool:
+        now = conn.dialect.now  # the database clock
         row = conn.execute(
-            f"UPDATE phaselog_queue SET state = 'queued', reason = NULL, since = {NOW}, not_before = {NOW} "
+            f"UPDATE phaselog_queue SET state = 'queued', reason = NULL, since = {now}, not_before = {now} "
             "WHERE ticket_id = %s AND run_id = %s AND state = 'awaiting_approval' RETURNING queue",
             key,
         ).fetchone()
@@ -230,6 +233,7 @@ def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEnt
     key = check_key(ticket_id, run_id)
 
     def stop(conn: Transaction) -> QueueEntry:
+        now = conn.dialect.now  # the database clock
         entry = q.row(conn, key, lock=True)
         if entry is None:
             raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
@@ -244,7 +248,7 @@ def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEnt
             )
         else:
             conn.execute(
-                f"UPDATE phaselog_queue SET state = 'cancelled', reason = %s, since = {NOW} "
+                f"UPDATE phaselog_queue SET state = 'cancelled', reason = %s, since = {now} "
                 "WHERE ticket_id = %s AND run_id = %s",
                 (reason, *key),
             )
@@ -261,6 +265,7 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
     key = check_key(ticket_id, run_id)
 
     def again(conn: Transaction) -> QueueEntry:
+        now = conn.dialect.now  # the database clock
         entry = q.row(conn, key, lock=True)
         if entry is None:
             raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
@@ -272,7 +277,7 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
             )
         conn.execute(
             f"UPDATE phaselog_queue SET state = 'queued', worker = NULL, recoveries = 0, reason = NULL, "
-            f"cancel_requested = 0, since = {NOW}, not_before = {NOW} WHERE ticket_id = %s AND run_id = %s",
+            f"cancel_requested = 0, since = {now}, not_before = {now} WHERE ticket_id = %s AND run_id = %s",
             key,
         )
         q.notify(conn, entry.queue)

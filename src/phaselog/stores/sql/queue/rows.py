@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from phaselog.model.errors import Conflict, NotFound, QueueRefused, UsageError
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores.base import Capability
-from phaselog.stores.sql.postgres import PostgresDialect
 
 if TYPE_CHECKING:
     from phaselog.stores.sql.session import Transaction
@@ -60,8 +59,6 @@ COLUMNS = (
     "ticket_id, run_id, queue, pipeline, manifest, manifest_hash, priority, not_before, dedup_key, state, "
     "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since, run_name"
 )
-#: The database clock (the queue lives on PostgreSQL only).
-NOW = PostgresDialect.now
 
 
 def timestamp(epoch: float | None) -> str | None:
@@ -206,7 +203,7 @@ class SqlQueue:
 
     def now(self) -> float:
         """The database clock (epoch seconds)."""
-        return float(self.session.query_raw(f"SELECT {NOW}")[0][0])
+        return float(self.session.query_raw(f"SELECT {self.session.dialect.now}")[0][0])
 
     # -- submitting -------------------------------------------------------------------------------
     def submit(
@@ -235,6 +232,7 @@ class SqlQueue:
         body = json.dumps(dict(manifest), sort_keys=True) if manifest is not None else None
 
         def put(conn: Transaction) -> tuple[QueueEntry, bool]:
+            now = conn.dialect.now  # the database clock
             existing = self.row(conn, key)
             if existing is None and dedup_key is not None:
                 row = conn.execute(
@@ -258,8 +256,8 @@ class SqlQueue:
             due = (at, float(delay or 0.0))
             row = conn.execute(
                 f"INSERT INTO phaselog_queue ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                f"COALESCE(%s::double precision, {NOW} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
-                f"{NOW}, {NOW}, %s) RETURNING {COLUMNS}",
+                f"COALESCE(%s::double precision, {now} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
+                f"{now}, {now}, %s) RETURNING {COLUMNS}",
                 (*key, queue, pipeline, body, manifest_hash, int(priority), *due, dedup_key, run_name),
             ).fetchone()
             self.notify(conn, queue)
@@ -332,10 +330,11 @@ class SqlQueue:
         """Announce a live worker (its heartbeat row)."""
 
         def put(conn: Transaction) -> None:
+            now = conn.dialect.now  # the database clock
             conn.execute(
                 "INSERT INTO phaselog_queue_workers (worker_id, queue, host, pid, process_start, started_at, "
-                f"heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s, {NOW}, {NOW}, {NOW} + %s) "
-                f"ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = {NOW}, expires_at = {NOW} + %s",
+                f"heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s, {now}, {now}, {now} + %s) "
+                f"ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = {now}, expires_at = {now} + %s",
                 (worker_id, queue, host, pid, process_start, float(ttl), float(ttl)),
             )
 
@@ -345,8 +344,9 @@ class SqlQueue:
         """Renew the worker's row; False if it is gone (declared dead and removed)."""
 
         def renew(conn: Transaction) -> bool:
+            now = conn.dialect.now  # the database clock
             cur = conn.execute(
-                f"UPDATE phaselog_queue_workers SET heartbeat_at = {NOW}, expires_at = {NOW} + %s WHERE worker_id = %s",
+                f"UPDATE phaselog_queue_workers SET heartbeat_at = {now}, expires_at = {now} + %s WHERE worker_id = %s",
                 (float(ttl), worker_id),
             )
             return bool(cur.rowcount)
@@ -371,7 +371,7 @@ class SqlQueue:
         """Every registered worker, with whether its heartbeat is current."""
         rows = self.session.query_raw(
             "SELECT worker_id, queue, host, pid, process_start, started_at, heartbeat_at, expires_at < "
-            f"{NOW} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
+            f"{self.session.dialect.now} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
         )
         return [
             {
@@ -392,9 +392,10 @@ class SqlQueue:
         unless a running row still names them (it must be recovered first)."""
 
         def forget(conn: Transaction) -> int:
+            now = conn.dialect.now  # the database clock
             cur = conn.execute(
                 "DELETE FROM phaselog_queue_workers w WHERE (w.worker_id = ANY(%s) OR w.expires_at < "
-                f"{NOW} - %s) AND NOT EXISTS (SELECT 1 FROM phaselog_queue q WHERE q.worker = w.worker_id "
+                f"{now} - %s) AND NOT EXISTS (SELECT 1 FROM phaselog_queue q WHERE q.worker = w.worker_id "
                 "AND q.state = 'running')",
                 (list(worker_ids), float(expired_for)),
             )
