@@ -16,6 +16,7 @@ from phaselog.model.errors import StoreError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+#: The rows of one statement.
 Rows = list[tuple[Any, ...]]
 
 

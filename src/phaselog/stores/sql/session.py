@@ -22,12 +22,11 @@ from typing import Any, TypeVar
 
 from phaselog.model.errors import PhaselogError, StoreError, StoreNotFound
 from phaselog.stores.sql import schema
-from phaselog.stores.sql.dialect import Dialect, Transaction
+from phaselog.stores.sql.dialect import Dialect, Rows, Transaction
 
 __all__ = ["Rows", "Session", "Transaction"]
 
 T = TypeVar("T")
-Rows = list[tuple[Any, ...]]
 
 
 class Session:
