@@ -170,7 +170,7 @@ def _profile(t: Target, built: _sqldata.Built, calls: dict[str, int]) -> None:
     store = t.open_store()
     tally = _Tally()
     real = store.conn
-    store._conn = _Conn(real, tally)  # a diagnostic wrapper, removed below
+    store.session.conn = _Conn(real, tally)  # a diagnostic wrapper, removed below
     ledger = Ledger(store)
     ops = _operations(ledger, built)
     traces: dict[str, list[str]] = {}
@@ -207,7 +207,7 @@ def _profile(t: Target, built: _sqldata.Built, calls: dict[str, int]) -> None:
             for s in traces[name]:
                 print(f"      {s[:110]}")
     finally:
-        store._conn = real
+        store.session.conn = real
     for name in ("write", "status"):
         _cprofile(name, ops[name], calls[name])
     _plans(t, store, built)

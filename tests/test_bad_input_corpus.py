@@ -217,16 +217,16 @@ def snapshot(store: Store, kind: str) -> dict[str, Any]:
         }
     s: Any = store
     if kind == "sqlite":
-        tables = [r[0] for r in s._query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        tables = [r[0] for r in s.session.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
     else:
         tables = [
             r[0]
-            for r in s._query(
+            for r in s.session.query(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
                 "ORDER BY table_name"
             )
         ]
-    return {t: sorted(map(repr, s._query(f"SELECT * FROM {t}"))) for t in tables}
+    return {t: sorted(map(repr, s.session.query(f"SELECT * FROM {t}"))) for t in tables}
 
 
 def folder(path: Path) -> list[str]:

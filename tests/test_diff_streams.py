@@ -33,7 +33,7 @@ from phaselog.model.records import Checkpoint
 from phaselog.stores.base import Store
 from phaselog.stores.kernel import record_document
 from phaselog.stores.names import event_name
-from phaselog.stores.sql import pages as sql_pages
+from phaselog.stores.sql import checkpoints as sql_pages
 from phaselog.views import results as views
 from test_streams import Counting
 

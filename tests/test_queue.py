@@ -155,7 +155,9 @@ def test_a_recovered_row_fences_its_old_worker(store: Any) -> None:
     q = SqlQueue(store)
     assert flow.mark_phase(q, first, "one") is False
     # w1's heartbeat row expires (it is presumed dead): w2 recovers the run.
-    store._write(lambda conn: conn.execute("UPDATE phaselog_queue_workers SET expires_at = 0 WHERE worker_id = 'w1'"))
+    store.session.write(
+        lambda tx: tx.execute("UPDATE phaselog_queue_workers SET expires_at = 0 WHERE worker_id = 'w1'")
+    )
     second = claim(store, "w2")
     assert second is not None
     assert second.entry.run_id == first.entry.run_id
@@ -179,7 +181,7 @@ def test_a_run_whose_workers_keep_dying_goes_dead_with_the_reason(store: Any) ->
     assert first is not None
     assert first.entry.ticket_id == "T-1"
     # w0 vanishes without a trace (its heartbeat row is gone): recovery 1 is allowed ...
-    store._write(lambda conn: conn.execute("DELETE FROM phaselog_queue_workers"))
+    store.session.write(lambda tx: tx.execute("DELETE FROM phaselog_queue_workers"))
     again = claim(store, "w1", max_recoveries=1)
     assert again is not None
     assert again.entry.ticket_id == "T-1"

@@ -46,7 +46,7 @@ from phaselog.guard import Environment, Fenced, Guard
 from phaselog.ledger.facade import Ledger
 from phaselog.model.errors import MigrationNeeded
 from phaselog.stores import open_store
-from phaselog.stores.sql import store as sql
+from phaselog.stores.sql import schema as sql
 from phaselog.stores.sql.sqlite import SqliteStore
 
 pytestmark = pytest.mark.slow

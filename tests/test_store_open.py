@@ -264,7 +264,7 @@ def test_postgres_url_parameters_reach_libpq_unchanged(pg_schema_url: str) -> No
     try:
         ledger.write(T, "r1", "implement", IMPLEMENT)
         store: Any = ledger.store
-        assert store._query("SHOW statement_timeout") == [("12345ms",)]
+        assert store.session.query("SHOW statement_timeout") == [("12345ms",)]
         assert ledger.read(T, "r1", "implement").record.phase == "implement"
     finally:
         ledger.close()
@@ -385,7 +385,7 @@ def test_a_full_sqlite_database_is_a_typed_error(tmp_path: Path) -> None:
     ledger = Ledger(open_store(f"sqlite://{tmp_path}/ledger.db"))
     ledger.write(T, "r1", "implement", IMPLEMENT)
     store: Any = ledger.store
-    pages = store._query("PRAGMA page_count")[0][0]
+    pages = store.session.query("PRAGMA page_count")[0][0]
     store.conn.execute(f"PRAGMA max_page_count = {pages + 1}")  # this connection may not grow the file
     big = {**LOCAL_REVIEW, "issue_fingerprints": [f"fp-{i:06d}" for i in range(5000)]}
     with pytest.raises(StoreError) as info:

@@ -27,7 +27,7 @@ from phaselog.cli import main
 from phaselog.cli._render import json_text
 from phaselog.model.ids import normalize_run_id
 from phaselog.stores.base import Store, Stored
-from phaselog.stores.sql import pages as sql_pages
+from phaselog.stores.sql import checkpoints as sql_pages
 from phaselog.transfer.jsonl import export_records
 from phaselog.views import results as views
 from phaselog.views import streams

@@ -100,11 +100,11 @@ class Tamper:
     # SQL
     def sql(self, statement: str, params: tuple[Any, ...] = ()) -> None:
         store: Any = self.store
-        store._write(lambda conn: conn.execute(store._sql(statement), params))
+        store.session.write(lambda tx: tx.execute(statement, params))
 
     def sql_row(self, ordinal: int, attempt: int, ticket: str = T, run: str = RUN) -> tuple[str, ...]:
         store: Any = self.store
-        rows = store._query(
+        rows = store.session.query(
             "SELECT status, content_hash, body FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
             "AND phase_ordinal = ? AND attempt = ?",
             (ticket, run, ordinal, attempt),
@@ -163,7 +163,7 @@ class Tamper:
         else:
             store: Any = self.store
             key = (kind, ticket, run or "", name)
-            (body,) = store._query(
+            (body,) = store.session.query(
                 "SELECT body FROM phaselog_entries WHERE kind = ? AND ticket_id = ? AND run_id = ? AND name = ?", key
             )[0]
             self.sql(

@@ -102,7 +102,7 @@ class Capability(StrEnum):
     STAMPS = "stamps"
     #: ``root``: the store is a folder on this machine (logs and pipelines default to beside it).
     LOCAL_ROOT = "local_root"
-    #: ``run_queue()``: the queue of runs that workers drain (PostgreSQL; stores/sql_queue.py).
+    #: ``run_queue()``: the queue of runs that workers drain (PostgreSQL; stores/sql/queue/).
     QUEUE = "queue"
     #: ``pipeline_manifests()``, and ``append(..., manifest=…)``: the store keeps the manifest of
     #: every pipeline it has records for (:mod:`phaselog.stores.manifests`).

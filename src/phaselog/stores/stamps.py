@@ -9,7 +9,8 @@ granularity would not move its mtime again, the "racy git" problem).
 * files: (inode, mtime) of the run folder and of its ``.progress``, ``.approvals`` and
   ``.pruned`` folders — adding or removing an entry moves its folder's mtime;
 * SQL: per run, the count and the sum of attempt numbers of its checkpoints and the count and
-  the greatest name of its entries — one query per kind for the whole ticket.
+  the greatest name of its entries — one query per kind for the whole ticket
+  (:mod:`phaselog.stores.sql.stamps`).
 """
 
 from __future__ import annotations
@@ -49,15 +50,6 @@ def files_ticket_stamp(checkpoints_root: str | os.PathLike[str], ticket_id: str)
     return _folder_stamp(os.path.join(checkpoints_root, ticket_id, ".markers"), time.time())
 
 
-def sql_ticket_stamp(store: Any, ticket_id: str) -> str | None:
-    """A SQL store's ticket stamp: the count and greatest name of its marker revisions."""
-    rows = store._query(
-        "SELECT COUNT(*), MAX(name) FROM phaselog_entries WHERE kind = ? AND ticket_id = ?",
-        ("markers", ticket_id),
-    )
-    return f"{rows[0][0]}:{rows[0][1]}" if rows else "0"
-
-
 def _folder_stamp(path: str, now: float) -> str | None:
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -81,20 +73,3 @@ def files_run_stamps(checkpoints_root: str | os.PathLike[str], ticket_id: str) -
         parts = [_folder_stamp(os.path.join(base, run_id, sub), now) for sub in _RUN_FOLDERS]
         out[run_id] = None if any(p is None for p in parts) else "/".join(p or "" for p in parts)
     return out
-
-
-def sql_run_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
-    """A SQL store's run stamps (see the module docstring)."""
-    stamps: dict[str, list[str]] = {run_id: [] for run_id in store.runs(ticket_id)}
-    for run_id, count, total in store._query(
-        "SELECT run_id, COUNT(*), SUM(attempt) FROM phaselog_checkpoints WHERE ticket_id = ? GROUP BY run_id",
-        (ticket_id,),
-    ):
-        stamps.setdefault(str(run_id), []).append(f"c{count}.{total}")
-    for run_id, kind, count, last in store._query(
-        "SELECT run_id, kind, COUNT(*), MAX(name) FROM phaselog_entries WHERE ticket_id = ? AND run_id <> '' "
-        "GROUP BY run_id, kind",
-        (ticket_id,),
-    ):
-        stamps.setdefault(str(run_id), []).append(f"{kind}{count}.{last}")
-    return {run_id: "|".join(sorted(parts)) for run_id, parts in stamps.items()}

@@ -1,15 +1,17 @@
 """Run leases on the SQL stores: one row per run with a fencing token.
 
 ``phaselog_run_leases (ticket_id, run_id, fencing_token, holder, renewed_at, expires_at)``.
-Acquiring is one write transaction that locks the row (``SELECT … FOR UPDATE`` on PostgreSQL;
-SQLite's ``BEGIN IMMEDIATE`` serialises every writer), judges the current holder and, if it may
-be displaced, raises the token by one. Times come from the database's clock, so machines whose
-clocks disagree still agree on when a lease expires. A holder renews its lease (heartbeats) with
-``UPDATE … WHERE fencing_token = mine``; zero rows updated means it was taken over (fenced).
+Acquiring is one write transaction that locks the row (the dialect's ``for_update``: ``SELECT …
+FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises every writer), judges the
+current holder and, if it may be displaced, raises the token by one. Times come from the
+database's clock (the dialect's ``now``), so machines whose clocks disagree still agree on when a
+lease expires. A holder renews its lease (heartbeats) with ``UPDATE … WHERE fencing_token =
+mine``; zero rows updated means it was taken over (fenced).
 
 Every checkpoint the runner writes carries its token (``fence=``); the append re-reads the lease
-row inside its own transaction (``FOR SHARE`` on PostgreSQL, so a takeover waits for the append
-to commit, or the append waits for the takeover and then fails), so a fenced runner cannot write.
+row inside its own transaction (the dialect's ``for_share``: ``FOR SHARE`` on PostgreSQL, so a
+takeover waits for the append to commit, or the append waits for the takeover and then fails), so
+a fenced runner cannot write.
 """
 
 from __future__ import annotations
@@ -23,48 +25,26 @@ from phaselog.stores.base import Judge, LeaseState, RunFence
 from phaselog.stores.kernel import check_run_key, fenced
 
 if TYPE_CHECKING:
-    from phaselog.stores.sql.store import SqlStore
-
-#: The database clock as seconds since the epoch (DOUBLE PRECISION), per dialect.
-NOW = {
-    "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
-    "postgresql": "EXTRACT(EPOCH FROM clock_timestamp())::double precision",
-}
-
-MIGRATION = """CREATE TABLE IF NOT EXISTS phaselog_run_leases (
-    ticket_id TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    fencing_token BIGINT NOT NULL,
-    holder TEXT,
-    renewed_at DOUBLE PRECISION,
-    expires_at DOUBLE PRECISION,
-    PRIMARY KEY (ticket_id, run_id)
-)"""
+    from phaselog.stores.sql.session import Session, Transaction
 
 
-def _now(store: SqlStore) -> str:
-    return NOW.get(store.dialect.name, NOW["sqlite"])
-
-
-def check_fence(store: SqlStore, conn: Any, fence: RunFence) -> None:
+def check_fence(tx: Transaction, fence: RunFence) -> None:
     """Fenced unless the lease row still carries ``fence.token`` (inside the append's transaction)."""
-    lock = " FOR SHARE" if store.dialect.name == "postgresql" else ""
-    row = conn.execute(
-        store._sql(
-            "SELECT fencing_token, holder IS NOT NULL FROM phaselog_run_leases WHERE ticket_id = ? AND run_id = ?"
-            + lock
-        ),
+    row = tx.one(
+        "SELECT fencing_token, holder IS NOT NULL FROM phaselog_run_leases WHERE ticket_id = ? AND run_id = ?"
+        + tx.dialect.for_share,
         (fence.ticket_id, fence.run_id),
-    ).fetchone()
+    )
     if row is None or int(row[0]) != fence.token or not row[1]:
-        raise fenced(fence, None if row is None else row[0], released=not row[1])
+        raise fenced(fence, None if row is None else row[0], released=row is None or not row[1])
 
 
 class SqlRunLeases:
     """The SQL stores' run leases (see the module docstring)."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self.store = store
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.now = session.dialect.now
 
     @staticmethod
     def _key(ticket_id: str, run_id: str) -> tuple[str, str]:
@@ -75,17 +55,15 @@ class SqlRunLeases:
         holder = json.loads(row[1]) if row[1] is not None else None
         return LeaseState(key[0], key[1], int(row[0]), holder, row[2], row[3], float(now))
 
-    def _select(self, conn: Any, key: tuple[str, str], *, lock: bool) -> tuple[Any, float]:
-        suffix = " FOR UPDATE" if lock and self.store.dialect.name == "postgresql" else ""
-        row = conn.execute(
-            self.store._sql(
-                f"SELECT fencing_token, holder, renewed_at, expires_at, {_now(self.store)} FROM phaselog_run_leases "
-                "WHERE ticket_id = ? AND run_id = ?" + suffix
-            ),
+    def _select(self, tx: Transaction, key: tuple[str, str], *, lock: bool) -> tuple[Any, float]:
+        suffix = tx.dialect.for_update if lock else ""
+        row = tx.one(
+            f"SELECT fencing_token, holder, renewed_at, expires_at, {self.now} FROM phaselog_run_leases "
+            "WHERE ticket_id = ? AND run_id = ?" + suffix,
             key,
-        ).fetchone()
+        )
         if row is None:
-            now = conn.execute(f"SELECT {_now(self.store)}").fetchone()[0]
+            (now,) = tx.one(f"SELECT {self.now}") or (None,)
             return None, float(now)
         return row, float(row[4])
 
@@ -96,15 +74,13 @@ class SqlRunLeases:
         key = self._key(ticket_id, run_id)
         body = json.dumps(dict(holder), sort_keys=True)
 
-        def take(conn: Any) -> LeaseState:
-            conn.execute(
-                self.store._sql(
-                    "INSERT INTO phaselog_run_leases (ticket_id, run_id, fencing_token, holder) VALUES (?, ?, 0, NULL) "
-                    "ON CONFLICT DO NOTHING"
-                ),
+        def take(tx: Transaction) -> LeaseState:
+            tx.execute(
+                "INSERT INTO phaselog_run_leases (ticket_id, run_id, fencing_token, holder) VALUES (?, ?, 0, NULL) "
+                "ON CONFLICT DO NOTHING",
                 key,
             )
-            row, now = self._select(conn, key, lock=True)
+            row, now = self._select(tx, key, lock=True)
             current = self._state(key, row, now)
             took_over = None
             if current.holder is not None:
@@ -119,17 +95,14 @@ class SqlRunLeases:
                     )
                 took_over = {"holder": dict(current.holder), "token": current.token, "reason": verdict.reason}
             token = current.token + 1
-            conn.execute(
-                self.store._sql(
-                    f"UPDATE phaselog_run_leases SET fencing_token = ?, holder = ?, renewed_at = {_now(self.store)}, "
-                    f"expires_at = {_now(self.store)} + ? WHERE ticket_id = ? AND run_id = ?"
-                ),
+            tx.execute(
+                f"UPDATE phaselog_run_leases SET fencing_token = ?, holder = ?, renewed_at = {self.now}, "
+                f"expires_at = {self.now} + ? WHERE ticket_id = ? AND run_id = ?",
                 (token, body, float(ttl), *key),
             )
             return LeaseState(key[0], key[1], token, dict(holder), now, now + ttl, now, None, took_over)
 
-        taken: LeaseState = self._transact(take)
-        return taken
+        return self.session.transact(take)
 
     def renew(
         self, ticket_id: str, run_id: str, token: int, *, ttl: float, holder: Mapping[str, Any] | None = None
@@ -137,17 +110,15 @@ class SqlRunLeases:
         """Extend the lease by ``ttl`` from now (database clock); Fenced if it was taken over."""
         key = self._key(ticket_id, run_id)
 
-        def extend(conn: Any) -> LeaseState:
-            sets = f"renewed_at = {_now(self.store)}, expires_at = {_now(self.store)} + ?"
+        def extend(tx: Transaction) -> LeaseState:
+            sets = f"renewed_at = {self.now}, expires_at = {self.now} + ?"
             params: list[Any] = [float(ttl)]
             if holder is not None:
                 sets += ", holder = ?"
                 params.append(json.dumps(dict(holder), sort_keys=True))
-            cur = conn.execute(
-                self.store._sql(
-                    f"UPDATE phaselog_run_leases SET {sets} WHERE ticket_id = ? AND run_id = ? "
-                    "AND fencing_token = ? AND holder IS NOT NULL"
-                ),
+            cur = tx.execute(
+                f"UPDATE phaselog_run_leases SET {sets} WHERE ticket_id = ? AND run_id = ? "
+                "AND fencing_token = ? AND holder IS NOT NULL",
                 (*params, *key, token),
             )
             if not cur.rowcount:
@@ -156,34 +127,29 @@ class SqlRunLeases:
                     rule="fencing_token",
                     token=token,
                 )
-            row, now = self._select(conn, key, lock=False)
+            row, now = self._select(tx, key, lock=False)
             return self._state(key, row, now)
 
-        renewed: LeaseState = self._transact(extend)
-        return renewed
+        return self.session.transact(extend)
 
     def release(self, ticket_id: str, run_id: str, token: int) -> bool:
         """Free the lease if ``token`` still holds it."""
         key = self._key(ticket_id, run_id)
 
-        def free(conn: Any) -> bool:
-            cur = conn.execute(
-                self.store._sql(
-                    "UPDATE phaselog_run_leases SET holder = NULL WHERE ticket_id = ? AND run_id = ? "
-                    "AND fencing_token = ?"
-                ),
+        def free(tx: Transaction) -> bool:
+            cur = tx.execute(
+                "UPDATE phaselog_run_leases SET holder = NULL WHERE ticket_id = ? AND run_id = ? AND fencing_token = ?",
                 (*key, token),
             )
             return bool(cur.rowcount)
 
-        result: bool = self._transact(free)
-        return result
+        return self.session.transact(free)
 
     def read(self, ticket_id: str, run_id: str) -> LeaseState | None:
         """The lease row (None: never taken)."""
         key = self._key(ticket_id, run_id)
-        rows = self.store._query(
-            f"SELECT fencing_token, holder, renewed_at, expires_at, {_now(self.store)} FROM phaselog_run_leases "
+        rows = self.session.query(
+            f"SELECT fencing_token, holder, renewed_at, expires_at, {self.now} FROM phaselog_run_leases "
             "WHERE ticket_id = ? AND run_id = ?",
             key,
         )
@@ -193,6 +159,3 @@ class SqlRunLeases:
 
     def close(self) -> None:
         """Nothing to release: a lease row outlives its connection by design (it expires)."""
-
-    def _transact(self, fn: Any) -> Any:
-        return self.store._retry(lambda: self.store._write(fn))

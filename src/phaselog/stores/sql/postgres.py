@@ -15,10 +15,9 @@ from urllib.parse import urlsplit
 
 from phaselog.model.errors import Corrupt, StoreError, UsageError
 from phaselog.stores.base import Capability
-from phaselog.stores.sql.admin import SQL_CAPABILITIES
+from phaselog.stores.sql.dialect import Dialect
 from phaselog.stores.sql.queue import claim as _queue  # noqa: F401  # the queue subscribes to judgements (events)
-from phaselog.stores.sql.schema import Dialect
-from phaselog.stores.sql.store import SqlStore
+from phaselog.stores.sql.store import SQL_CAPABILITIES, SqlStore
 from phaselog.stores.urls import bad_url, parse_store_url
 
 if TYPE_CHECKING:
@@ -51,10 +50,13 @@ class PostgresDialect(Dialect):
     """PostgreSQL specifics."""
 
     name = "postgresql"
-    append_at_once = True  # one round trip instead of four (stores/sql_append.py)
+    append_at_once = True  # one round trip instead of four (stores/sql/checkpoints.py)
     pipelines = True  # psycopg 3's pipeline mode: the snapshot's two reads in one round trip
     placeholder = "%s"
     collate = ' COLLATE "C"'
+    now = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+    for_update = " FOR UPDATE"
+    for_share = " FOR SHARE"
 
     def __init__(self, url: str) -> None:
         self.dsn, self.schema = split_url(url)

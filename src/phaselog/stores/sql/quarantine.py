@@ -22,27 +22,14 @@ from phaselog.model.errors import Corrupt, StoreError, UnsupportedVersion
 from phaselog.stores import kernel
 
 if TYPE_CHECKING:
-    from phaselog.stores.sql.store import SqlStore
-
-#: Migration 6: where damaged rows are moved (append-only).
-MIGRATION = [
-    """CREATE TABLE IF NOT EXISTS phaselog_quarantine (
-        seq INTEGER PRIMARY KEY,
-        location TEXT NOT NULL,
-        origin TEXT NOT NULL,
-        row_columns TEXT NOT NULL,
-        body TEXT NOT NULL,
-        sha256 TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        moved_at TEXT NOT NULL
-    )"""
-]
+    from phaselog.stores.sql.checkpoints import SqlCheckpoints
+    from phaselog.stores.sql.session import Session, Transaction
 
 _RECORD_KEY = "ticket_id = ? AND run_id = ? AND phase_ordinal = ? AND attempt = ?"
 _ENTRY_KEY = "kind = ? AND ticket_id = ? AND run_id = ? AND name = ?"
 
 
-def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, Any]]:
+def quarantine(cps: SqlCheckpoints, location: str, reason: str) -> list[dict[str, Any]]:
     """Move the damaged row at ``location`` into ``phaselog_quarantine``; one entry per move
     (none when nothing is there). StoreError when ``location`` names no row, or an intact record."""
     at = kernel.parse_location(location)
@@ -53,22 +40,19 @@ def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, An
     else:
         kernel.check_entry_key(at.kind, at.ticket_id, at.run_id or None)
 
-    def move(conn: Any) -> list[dict[str, Any]]:
-        store.dialect.lock_run(conn)  # writers (and another quarantine) wait until this commits
+    def move(tx: Transaction) -> list[dict[str, Any]]:
+        tx.dialect.lock_run(tx.conn)  # writers (and another quarantine) wait until this commits
         if at.kind == "record":
             key: tuple[Any, ...] = (at.ticket_id, at.run_id, at.ordinal, at.attempt)
-            row = conn.execute(
-                store._sql(
-                    "SELECT phase, prev_attempt, status, content_hash, body FROM phaselog_checkpoints "
-                    f"WHERE {_RECORD_KEY}"
-                ),
+            row = tx.one(
+                f"SELECT phase, prev_attempt, status, content_hash, body FROM phaselog_checkpoints WHERE {_RECORD_KEY}",
                 key,
-            ).fetchone()
+            )
             if row is None or row[0] != at.phase:
                 return []
             phase, prev, status, column_hash, body = row
             try:
-                store._stored(at.ticket_id, at.run_id, at.ordinal, phase, at.attempt, status, body, column_hash)
+                cps.stored(at.ticket_id, at.run_id, at.ordinal, phase, at.attempt, status, body, column_hash)
             except (Corrupt, UnsupportedVersion):
                 pass  # damaged: what may be moved
             else:
@@ -78,18 +62,16 @@ def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, An
             columns.update(phase=phase, prev_attempt=prev, status=status, content_hash=column_hash)
         else:
             key = (at.kind, at.ticket_id, at.run_id, at.name)
-            row = conn.execute(store._sql(f"SELECT body FROM phaselog_entries WHERE {_ENTRY_KEY}"), key).fetchone()
+            row = tx.one(f"SELECT body FROM phaselog_entries WHERE {_ENTRY_KEY}", key)
             if row is None:
                 return []
             body = row[0]
             origin, where = "phaselog_entries", _ENTRY_KEY
             columns = dict(zip(("kind", "ticket_id", "run_id", "name"), key, strict=True))
-        (seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM phaselog_quarantine").fetchone()
-        conn.execute(
-            store._sql(
-                "INSERT INTO phaselog_quarantine (seq, location, origin, row_columns, body, sha256, reason, "
-                "moved_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            ),
+        (seq,) = tx.one("SELECT COALESCE(MAX(seq), 0) + 1 FROM phaselog_quarantine") or (0,)
+        tx.execute(
+            "INSERT INTO phaselog_quarantine (seq, location, origin, row_columns, body, sha256, reason, "
+            "moved_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 int(seq),
                 location,
@@ -101,19 +83,18 @@ def quarantine(store: SqlStore, location: str, reason: str) -> list[dict[str, An
                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             ),
         )
-        conn.execute(store._sql(f"DELETE FROM {origin} WHERE {where}"), key)
+        tx.execute(f"DELETE FROM {origin} WHERE {where}", key)
         to = f"phaselog_quarantine/{int(seq)}"
         return [{"from": location, "to": to, "note": to, "reason": reason}]
 
-    moved: list[dict[str, Any]] = store._write(move)
-    return moved
+    return cps.session.write(move)
 
 
-def quarantined(store: SqlStore, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
+def quarantined(session: Session, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
     """The run's checkpoint rows in ``phaselog_quarantine``: (phase, attempt) → their recorded content hash."""
     kernel.check_run_key(ticket_id, run_id)
     out: dict[tuple[str, int], str | None] = {}
-    rows = store._query(
+    rows = session.query(
         "SELECT row_columns FROM phaselog_quarantine WHERE origin = ? AND location LIKE ? ORDER BY seq",
         ("phaselog_checkpoints", f"{ticket_id}/{run_id}/%"),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from phaselog.model.errors import AlreadyExists, OutcomeUnknown, StoreError
 from phaselog.model.ids import validate_ticket_id
@@ -17,27 +17,26 @@ from phaselog.stores.base import PruneTarget
 from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.names import parse_note_name
 
+if TYPE_CHECKING:
+    from phaselog.stores.sql.session import Session, Transaction
+
 
 def _is_db_error(exc: BaseException) -> bool:
     """An error raised by the database driver (not by phaselog or by the caller's code)."""
     return type(exc).__module__.split(".")[0] in ("sqlite3", "psycopg")
 
 
-class SqlRetentionMixin:
-    """Retention support for :class:`phaselog.stores.sql.store.SqlStore` (which provides these)."""
+class SqlRetention:
+    """Retention on a SQL store (its ``locked_run``, ``put_note``, ``delete_records``, ``remove_run``,
+    ``finish_removals``), over the store's session."""
 
-    dialect: Any
-    _held: bool
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.dialect = session.dialect
 
     @property
-    def conn(self) -> Any:  # pragma: no cover - SqlStore's property wins
-        raise NotImplementedError
-
-    def _sql(self, text: str) -> str:  # pragma: no cover - provided by SqlStore
-        raise NotImplementedError
-
-    def _reset(self) -> None:  # pragma: no cover - provided by SqlStore
-        raise NotImplementedError
+    def _tx(self) -> Transaction:
+        return self.session.current
 
     # -- retention ------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -50,37 +49,36 @@ class SqlRetentionMixin:
         the transaction and are not retried.
         """
         check_run_key(ticket_id, run_id)
-        if self._held:
+        session = self.session
+        if session.held:
             raise StoreError("locked_run() does not nest")
         try:
-            conn = self.conn
+            conn = session.conn
             self.dialect.begin_write(conn)
         except Exception as exc:
             raise self._as_store_error(exc, "begin the prune") from None
-        self._held = True
+        session.held = True
         ok = False
         try:
             self.dialect.lock_run(conn)
-            row = conn.execute(
-                self._sql(
-                    "SELECT (SELECT COUNT(*) FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ?) + "
-                    "(SELECT COUNT(*) FROM phaselog_entries WHERE ticket_id = ? AND run_id = ?)"
-                ),
+            row = self._tx.one(
+                "SELECT (SELECT COUNT(*) FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ?) + "
+                "(SELECT COUNT(*) FROM phaselog_entries WHERE ticket_id = ? AND run_id = ?)",
                 (ticket_id, run_id, ticket_id, run_id),
-            ).fetchone()
-            yield (ticket_id, run_id) if row[0] else None
+            )
+            yield (ticket_id, run_id) if row and row[0] else None
             ok = True
         except Exception as exc:
             if not _is_db_error(exc):
                 raise
             raise self._as_store_error(exc, f"prune {ticket_id}/{run_id}") from None
         finally:
-            self._held = False
+            session.held = False
             if ok:
                 try:
                     conn.commit()
                 except Exception as exc:
-                    self._reset()
+                    session.reset()
                     raise OutcomeUnknown(
                         f"{self.dialect.name}: the connection failed while committing the prune of "
                         f"{ticket_id}/{run_id}; it was applied whole or not at all — run prune again",
@@ -92,11 +90,11 @@ class SqlRetentionMixin:
 
     def _as_store_error(self, exc: BaseException, what: str) -> StoreError:
         if self.dialect.is_transient(exc):
-            self._reset()
+            self.session.reset()
         return StoreError(f"{self.dialect.name}: cannot {what}: {str(exc).strip()}")
 
     def _in_prune(self, handle: object) -> tuple[str, str]:
-        if not self._held or not isinstance(handle, tuple) or len(handle) != 2:
+        if not self.session.held or not isinstance(handle, tuple) or len(handle) != 2:
             raise StoreError("a prune operation needs the handle of locked_run()")
         return handle[0], handle[1]
 
@@ -106,18 +104,14 @@ class SqlRetentionMixin:
         if parse_note_name(name) is None:
             raise StoreError(f"{name!r} is not a prune note name")
         rel = entry_location("pruned", tid, rid, name)
-        taken = self.conn.execute(
-            self._sql(
-                "SELECT 1 FROM phaselog_entries WHERE kind = 'pruned' AND ticket_id = ? AND run_id = ? AND name = ?"
-            ),
+        taken = self._tx.one(
+            "SELECT 1 FROM phaselog_entries WHERE kind = 'pruned' AND ticket_id = ? AND run_id = ? AND name = ?",
             (tid, rid, name),
-        ).fetchone()
+        )
         if taken:
             raise AlreadyExists(f"{rel} already exists", path=rel)
-        self.conn.execute(
-            self._sql(
-                "INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) VALUES ('pruned', ?, ?, ?, ?)"
-            ),
+        self._tx.execute(
+            "INSERT INTO phaselog_entries (kind, ticket_id, run_id, name, body) VALUES ('pruned', ?, ?, ?, ?)",
             (tid, rid, name, body.decode("utf-8")),
         )
         return rel
@@ -131,11 +125,9 @@ class SqlRetentionMixin:
         where = "ticket_id = ? AND run_id = ? AND phase_ordinal = ? AND attempt = ? AND content_hash = ?"
         for r in records:
             k = (tid, rid, r.phase_ordinal, r.attempt_number, r.content_hash)
-            row = self.conn.execute(
-                self._sql(f"SELECT LENGTH(body) FROM phaselog_checkpoints WHERE {where}"), k
-            ).fetchone()
+            row = self._tx.one(f"SELECT LENGTH(body) FROM phaselog_checkpoints WHERE {where}", k)
             if row:
-                self.conn.execute(self._sql(f"DELETE FROM phaselog_checkpoints WHERE {where}"), k)
+                self._tx.execute(f"DELETE FROM phaselog_checkpoints WHERE {where}", k)
                 freed += int(row[0])
                 count += 1
         for kind, name in entries:
@@ -143,11 +135,9 @@ class SqlRetentionMixin:
                 raise StoreError(f"prune does not delete {kind} entries")
             e = (kind, tid, rid, name)
             ewhere = "kind = ? AND ticket_id = ? AND run_id = ? AND name = ?"
-            row = self.conn.execute(
-                self._sql(f"SELECT LENGTH(body) FROM phaselog_entries WHERE {ewhere}"), e
-            ).fetchone()
+            row = self._tx.one(f"SELECT LENGTH(body) FROM phaselog_entries WHERE {ewhere}", e)
             if row:
-                self.conn.execute(self._sql(f"DELETE FROM phaselog_entries WHERE {ewhere}"), e)
+                self._tx.execute(f"DELETE FROM phaselog_entries WHERE {ewhere}", e)
                 freed += int(row[0])
                 count += 1
         return count, freed
@@ -157,12 +147,11 @@ class SqlRetentionMixin:
         tid, rid = self._in_prune(handle)
         freed = 0
         for table in ("phaselog_checkpoints", "phaselog_entries"):
-            row = self.conn.execute(
-                self._sql(f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} WHERE ticket_id = ? AND run_id = ?"),
-                (tid, rid),
-            ).fetchone()
-            freed += int(row[0])
-            self.conn.execute(self._sql(f"DELETE FROM {table} WHERE ticket_id = ? AND run_id = ?"), (tid, rid))
+            row = self._tx.one(
+                f"SELECT COALESCE(SUM(LENGTH(body)), 0) FROM {table} WHERE ticket_id = ? AND run_id = ?", (tid, rid)
+            )
+            freed += int(row[0]) if row else 0
+            self._tx.execute(f"DELETE FROM {table} WHERE ticket_id = ? AND run_id = ?", (tid, rid))
         return freed
 
     def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:

@@ -36,7 +36,8 @@ from phaselog.stores.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from phaselog.stores.sql.store import SqlStore
+    from phaselog.stores.base import Store
+    from phaselog.stores.sql.checkpoints import SqlCheckpoints
 
 # One statement, so the aggregate and the bodies are one consistent read (no race with a prune).
 # Per (phase, name): how many attempts and the newest from the covering index; the newest completed
@@ -66,23 +67,26 @@ _ENTRIES = (
 )
 
 
-def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
-    """The snapshot of one run, read with two or three queries."""
+def sql_snapshot(
+    store: Store, cps: SqlCheckpoints, ticket_id: str, run_id: str, *, history: bool = False
+) -> RunSnapshot:
+    """The snapshot of one run (``cps``: its store's checkpoint rows), read with two or three queries."""
     validate_ticket_id(ticket_id)
-    order = f" ORDER BY kind, name{store.dialect.collate}"  # a fixed collation clause; values are bound
+    session = cps.session
+    order = f" ORDER BY kind, name{session.dialect.collate}"  # a fixed collation clause; values are bound
     entry_rows: list[tuple[Any, ...]] | None = None
     records: dict[tuple[int, int], Stored | Damaged] = {}
     refs: tuple[AttemptRef, ...] = ()
     if history:
         refs_list: list[AttemptRef] = []
-        for ordinal, attempt, phase, status, column_hash, body in store._query(_ALL_RECORDS, (ticket_id, run_id)):
+        for ordinal, attempt, phase, status, column_hash, body in session.query(_ALL_RECORDS, (ticket_id, run_id)):
             refs_list.append(AttemptRef(ordinal, attempt, phase, status == "completed"))
-            _decode(store, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
+            _decode(cps, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
         refs = tuple(refs_list)
         summaries = summarize(refs)
     else:
-        rows, entry_rows = _summary_and_entries(store, ticket_id, run_id, _ENTRIES + order)
-        summaries = _summaries(store, records, ticket_id, run_id, rows)
+        rows, entry_rows = _summary_and_entries(cps, ticket_id, run_id, _ENTRIES + order)
+        summaries = _summaries(cps, records, ticket_id, run_id, rows)
         # When a phase's newest completed record is damaged, read down to an intact one (rare).
         load_latest(
             summaries,
@@ -91,7 +95,7 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
             lambda ordinal: [r for r in store.attempts(ticket_id, run_id) if r.phase_ordinal == ordinal],
         )
     if entry_rows is None:
-        entry_rows = store._query(_ENTRIES + order, (1 if history else 0, ticket_id, run_id))
+        entry_rows = session.query(_ENTRIES + order, (1 if history else 0, ticket_id, run_id))
     names: list[str] = []
     events: list[Entry] = []
     approvals: list[Entry] = []
@@ -106,7 +110,7 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
         else:
             markers.append((name, entry_location("markers", ticket_id, None, name), body.encode("utf-8")))
     if not history:
-        events = _flight_events(store, ticket_id, run_id, summaries, names)
+        events = _flight_events(cps, ticket_id, run_id, summaries, names)
     snap = RunSnapshot(
         ticket_id, run_id, summaries, records, tuple(names), tuple(events), tuple(approvals), None, history, refs
     )
@@ -114,7 +118,7 @@ def sql_snapshot(store: SqlStore, ticket_id: str, run_id: str, *, history: bool 
 
 
 def _decode(
-    store: SqlStore,
+    cps: SqlCheckpoints,
     records: dict[tuple[int, int], Stored | Damaged],
     ticket_id: str,
     run_id: str,
@@ -122,15 +126,13 @@ def _decode(
 ) -> None:
     ordinal, attempt, phase, status, column_hash, body = row
     try:
-        records[(ordinal, attempt)] = store._stored(
-            ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash
-        )
+        records[(ordinal, attempt)] = cps.stored(ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash)
     except (Corrupt, UnsupportedVersion) as exc:
         records[(ordinal, attempt)] = damaged_from(exc, ticket_id, run_id, ordinal, phase, attempt)
 
 
 def _summaries(
-    store: SqlStore,
+    cps: SqlCheckpoints,
     records: dict[tuple[int, int], Stored | Damaged],
     ticket_id: str,
     run_id: str,
@@ -142,32 +144,25 @@ def _summaries(
     for ordinal, phase, n, top, done, attempt, status, column_hash, body in rows:
         groups[(ordinal, phase)] = (ordinal, phase, n, top, done)
         if attempt is not None:
-            _decode(store, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
+            _decode(cps, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
     return summarize_groups(groups.values())
 
 
 def _summary_and_entries(
-    store: SqlStore, ticket_id: str, run_id: str, entries_sql: str
+    cps: SqlCheckpoints, ticket_id: str, run_id: str, entries_sql: str
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]] | None]:
     """``_SUMMARY`` and the entries query in one round trip (psycopg's pipeline mode), where the
     dialect declares one; else the summary alone (the caller then reads the entries)."""
     params = (ticket_id, run_id) * 3  # the walk down, the aggregate, the bodies
-    if not (store.dialect.pipelines and store._ready):
-        return store._query(_SUMMARY, params), None
-
-    def both() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        conn = store.conn
-        with conn.pipeline():
-            summary = conn.execute(store._sql(_SUMMARY), params)
-            entries = conn.execute(store._sql(entries_sql), (0, ticket_id, run_id))
-        return list(summary.fetchall()), list(entries.fetchall())
-
-    result: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]] = store._retry(both)
-    return result
+    session = cps.session
+    if not session.pipelined:
+        return session.query(_SUMMARY, params), None
+    summary, entries = session.query_together([(_SUMMARY, params), (entries_sql, (0, ticket_id, run_id))])
+    return summary, entries
 
 
 def _flight_events(
-    store: SqlStore, ticket_id: str, run_id: str, summaries: tuple[PhaseSummary, ...], names: list[str]
+    cps: SqlCheckpoints, ticket_id: str, run_id: str, summaries: tuple[PhaseSummary, ...], names: list[str]
 ) -> list[Entry]:
     """The bodies of events newer than their phase's newest record (one query, only if any)."""
     wanted = [name for attempt_names in flight_attempts(summaries, names).values() for name in attempt_names]
@@ -175,9 +170,9 @@ def _flight_events(
         return []
     marks = ", ".join("?" for _ in wanted)
     params: list[Any] = [ticket_id, run_id, *wanted]
-    rows = store._query(
+    rows = cps.session.query(
         "SELECT name, body FROM phaselog_entries WHERE kind = 'progress' AND ticket_id = ? AND run_id = ? "
-        f"AND name IN ({marks}) ORDER BY name{store.dialect.collate}",
+        f"AND name IN ({marks}) ORDER BY name{cps.session.dialect.collate}",
         params,
     )
     return [(n, entry_location("progress", ticket_id, run_id, n), b.encode("utf-8")) for n, b in rows]

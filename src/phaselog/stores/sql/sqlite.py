@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from phaselog.model.errors import Corrupt, StoreError
 from phaselog.stores.oslock import open_locked
-from phaselog.stores.sql.schema import Dialect
+from phaselog.stores.sql.dialect import Dialect
 from phaselog.stores.sql.store import SqlStore
 
 BUSY_TIMEOUT_MS = 30_000
@@ -68,6 +68,9 @@ class SqliteDialect(Dialect):
 
     name = "sqlite"
     round_trips_dear = False  # in-process: two narrow statements beat one that copies every body
+    now = "((julianday('now') - 2440587.5) * 86400.0)"
+    # No row locks: every write transaction is BEGIN IMMEDIATE, which holds the database's write lock.
+    for_update = for_share = ""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -290,7 +293,7 @@ class SqliteStore(SqlStore):
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` ('ok' when the database is sound)."""
-        return str(self._query("PRAGMA integrity_check")[0][0])
+        return str(self.session.query("PRAGMA integrity_check")[0][0])
 
 
 def _set_wal(conn: sqlite3.Connection) -> None:

@@ -13,17 +13,16 @@ worker (this one was presumed dead) and nothing is changed. A transition whose a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.model.errors import Conflict, NotFound, PhaselogError
 from phaselog.model.events import Event, Judged, RunDead, emit, subscribe
 from phaselog.stores.base import Capability, Store
 from phaselog.stores.sql.queue.rows import (
-    _COLUMNS,
-    _NOW,
     ACTIVE,
     AWAITING,
     CANCELLED,
+    COLUMNS,
     DEAD,
     DONE,
     QUEUED,
@@ -33,6 +32,9 @@ from phaselog.stores.sql.queue.rows import (
     SqlQueue,
     check_key,
 )
+
+if TYPE_CHECKING:
+    from phaselog.stores.sql.session import Transaction
 
 #: Where a running row may go from the worker that holds it.
 ENDINGS = (DONE, DEAD, CANCELLED, AWAITING, QUEUED)
@@ -55,7 +57,9 @@ def claim(
     the reason) and the search goes on.
     """
     while True:
-        outcome: tuple[str, Any] = q._tx(lambda conn: _claim_one(conn, worker_id, queue, dead_local, max_recoveries))
+        outcome: tuple[str, Any] = q.transact(
+            lambda conn: _claim_one(conn, worker_id, queue, dead_local, max_recoveries)
+        )
         kind, value = outcome
         if kind == "none":
             return None
@@ -68,13 +72,14 @@ def claim(
 
 
 def _claim_one(
-    conn: Any, worker_id: str, queue: str, dead_local: Sequence[str], max_recoveries: int
+    conn: Transaction, worker_id: str, queue: str, dead_local: Sequence[str], max_recoveries: int
 ) -> tuple[str, Any]:
+    now = conn.dialect.now  # the database clock
     row = conn.execute(
         "SELECT q.ticket_id, q.run_id, q.state, q.worker, q.recoveries, q.claim_token FROM phaselog_queue q "
         "LEFT JOIN phaselog_queue_workers w ON w.worker_id = q.worker "
-        f"WHERE q.queue = %s AND ((q.state = 'queued' AND q.not_before <= {_NOW}) OR (q.state = 'running' AND "
-        f"(q.worker = %s OR w.worker_id IS NULL OR w.expires_at < {_NOW} OR q.worker = ANY(%s)))) "
+        f"WHERE q.queue = %s AND ((q.state = 'queued' AND q.not_before <= {now}) OR (q.state = 'running' AND "
+        f"(q.worker = %s OR w.worker_id IS NULL OR w.expires_at < {now} OR q.worker = ANY(%s)))) "
         "ORDER BY (q.state = 'running') DESC, q.priority DESC, q.submitted_at, q.run_id "
         "FOR UPDATE OF q SKIP LOCKED LIMIT 1",
         (queue, worker_id, list(dead_local)),
@@ -100,7 +105,7 @@ def _claim_one(
             )
             conn.execute(
                 "UPDATE phaselog_queue SET state = 'dead', worker = NULL, recoveries = %s, reason = %s, "
-                f"since = {_NOW} WHERE ticket_id = %s AND run_id = %s",
+                f"since = {now} WHERE ticket_id = %s AND run_id = %s",
                 (recoveries, reason, ticket_id, run_id),
             )
             return "dead", RunDead(ticket_id, run_id, reason, recoveries, int(token))
@@ -108,20 +113,21 @@ def _claim_one(
         return "retry", None  # finished or cancelled meanwhile
     got = conn.execute(
         f"UPDATE phaselog_queue SET state = 'running', worker = %s, claim_token = claim_token + 1, "
-        f"claims = claims + 1, recoveries = %s, reason = %s, since = {_NOW} "
-        f"WHERE ticket_id = %s AND run_id = %s RETURNING {_COLUMNS}",
+        f"claims = claims + 1, recoveries = %s, reason = %s, since = {now} "
+        f"WHERE ticket_id = %s AND run_id = %s RETURNING {COLUMNS}",
         (worker_id, int(recoveries), recovered_from, ticket_id, run_id),
     ).fetchone()
     entry = QueueEntry.from_row(got)
     return "claim", Claim(entry, entry.claim_token, recovered_from)
 
 
-def _dead_because(conn: Any, worker: str | None, dead_local: Sequence[str]) -> str | None:
+def _dead_because(conn: Transaction, worker: str | None, dead_local: Sequence[str]) -> str | None:
     """Why ``worker`` counts as dead now (None: it is alive)."""
+    now = conn.dialect.now  # the database clock
     if worker in dead_local:
         return "its process is gone"
     row = conn.execute(
-        f"SELECT expires_at < {_NOW}, host, pid FROM phaselog_queue_workers WHERE worker_id = %s", (worker,)
+        f"SELECT expires_at < {now}, host, pid FROM phaselog_queue_workers WHERE worker_id = %s", (worker,)
     ).fetchone()
     if row is None:
         return "its heartbeat row is gone"
@@ -137,7 +143,7 @@ def mark_phase(q: SqlQueue, c: Claim, phase: str) -> bool | None:
     and the next mark or the end of the run rewrites it).
     """
 
-    def mark(conn: Any) -> bool | None:
+    def mark(conn: Transaction) -> bool | None:
         conn.execute("SET LOCAL synchronous_commit TO off")
         row = conn.execute(
             "UPDATE phaselog_queue SET phase = %s WHERE ticket_id = %s AND run_id = %s AND claim_token = %s "
@@ -146,7 +152,7 @@ def mark_phase(q: SqlQueue, c: Claim, phase: str) -> bool | None:
         ).fetchone()
         return None if row is None else bool(row[0])
 
-    result: bool | None = q._tx(mark)
+    result: bool | None = q.transact(mark)
     return result
 
 
@@ -168,21 +174,22 @@ def finish(
         raise ValueError(f"cannot finish a running row as {state}")
     key = (c.entry.ticket_id, c.entry.run_id)
 
-    def move(conn: Any) -> bool:
+    def move(conn: Transaction) -> bool:
+        now = conn.dialect.now  # the database clock
         cur = conn.execute(
             f"UPDATE phaselog_queue SET state = %s, worker = NULL, reason = %s, phase = COALESCE(%s, phase), "
-            f"since = {_NOW}, not_before = CASE WHEN %s = 'queued' THEN {_NOW} + %s ELSE not_before END, "
+            f"since = {now}, not_before = CASE WHEN %s = 'queued' THEN {now} + %s ELSE not_before END, "
             "cancel_requested = CASE WHEN %s = 'queued' THEN cancel_requested ELSE 0 END "
             "WHERE ticket_id = %s AND run_id = %s AND claim_token = %s AND state = 'running'",
             (state, reason, phase, state, float(delay), state, *key, c.token),
         )
         if state == QUEUED and cur.rowcount:
-            q._notify(conn, c.entry.queue)
+            q.notify(conn, c.entry.queue)
         return bool(cur.rowcount)
 
     for _ in range(3):
         try:
-            moved: bool = q._tx(move)
+            moved: bool = q.transact(move)
         except Exception as exc:
             if not q.store.dialect.is_transient(exc):
                 raise
@@ -191,7 +198,7 @@ def finish(
             if state == DEAD:  # durable now: the queue gave up on the run
                 emit([RunDead(*key, reason or "", c.entry.recoveries, c.token)], q.store)
             return True
-        row = q._tx(lambda conn: q._row(conn, key))
+        row = q.transact(lambda conn: q.row(conn, key))
         # Our own update whose commit we did not hear about: the row is where we sent it, with our token.
         return bool(row is not None and row.claim_token == c.token and row.state == state)
     return False
@@ -201,17 +208,18 @@ def requeue_judged(q: SqlQueue, ticket_id: str, run_id: str) -> bool:
     """A run waiting for approval goes back to the queue (after ``approve`` or ``reject``)."""
     key = check_key(ticket_id, run_id)
 
-    def move(conn: Any) -> bool:
+    def move(conn: Transaction) -> bool:
+        now = conn.dialect.now  # the database clock
         row = conn.execute(
-            f"UPDATE phaselog_queue SET state = 'queued', reason = NULL, since = {_NOW}, not_before = {_NOW} "
+            f"UPDATE phaselog_queue SET state = 'queued', reason = NULL, since = {now}, not_before = {now} "
             "WHERE ticket_id = %s AND run_id = %s AND state = 'awaiting_approval' RETURNING queue",
             key,
         ).fetchone()
         if row is not None:
-            q._notify(conn, row[0])
+            q.notify(conn, row[0])
         return row is not None
 
-    moved: bool = q._tx(move)
+    moved: bool = q.transact(move)
     return moved
 
 
@@ -243,8 +251,9 @@ def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEnt
     """Cancel a run: at once if it is not running, else between phases (``cancel_requested``)."""
     key = check_key(ticket_id, run_id)
 
-    def stop(conn: Any) -> QueueEntry:
-        entry = q._row(conn, key, lock=True)
+    def stop(conn: Transaction) -> QueueEntry:
+        now = conn.dialect.now  # the database clock
+        entry = q.row(conn, key, lock=True)
         if entry is None:
             raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
         if entry.state not in ACTIVE:
@@ -258,15 +267,15 @@ def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEnt
             )
         else:
             conn.execute(
-                f"UPDATE phaselog_queue SET state = 'cancelled', reason = %s, since = {_NOW} "
+                f"UPDATE phaselog_queue SET state = 'cancelled', reason = %s, since = {now} "
                 "WHERE ticket_id = %s AND run_id = %s",
                 (reason, *key),
             )
-        after = q._row(conn, key)
+        after = q.row(conn, key)
         assert after is not None
         return after
 
-    entry: QueueEntry = q._tx(stop)
+    entry: QueueEntry = q.transact(stop)
     return entry
 
 
@@ -274,8 +283,9 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
     """Queue a dead or cancelled run again (recoveries start over; the run resumes where it stopped)."""
     key = check_key(ticket_id, run_id)
 
-    def again(conn: Any) -> QueueEntry:
-        entry = q._row(conn, key, lock=True)
+    def again(conn: Transaction) -> QueueEntry:
+        now = conn.dialect.now  # the database clock
+        entry = q.row(conn, key, lock=True)
         if entry is None:
             raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
         if entry.state not in (DEAD, CANCELLED):
@@ -286,16 +296,16 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
             )
         conn.execute(
             f"UPDATE phaselog_queue SET state = 'queued', worker = NULL, recoveries = 0, reason = NULL, "
-            f"cancel_requested = 0, since = {_NOW}, not_before = {_NOW} WHERE ticket_id = %s AND run_id = %s",
+            f"cancel_requested = 0, since = {now}, not_before = {now} WHERE ticket_id = %s AND run_id = %s",
             key,
         )
-        q._notify(conn, entry.queue)
-        after = q._row(conn, key)
+        q.notify(conn, entry.queue)
+        after = q.row(conn, key)
         assert after is not None
         return after
 
     try:
-        entry: QueueEntry = q._tx(again)
+        entry: QueueEntry = q.transact(again)
     except Exception as exc:
         if q.store.dialect.is_unique_violation(exc):
             raise Conflict(

@@ -29,15 +29,17 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phaselog.model.errors import Conflict, NotFound, QueueRefused, UsageError
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.stores.base import Capability
-from phaselog.stores.sql.lease import NOW
 
 if TYPE_CHECKING:
+    from phaselog.stores.sql.session import Transaction
     from phaselog.stores.sql.store import SqlStore
+
+T = TypeVar("T")
 
 QUEUED, RUNNING, AWAITING, DEAD, DONE, CANCELLED = (
     "queued",
@@ -52,53 +54,11 @@ STATES = (QUEUED, RUNNING, AWAITING, DEAD, DONE, CANCELLED)
 ACTIVE = (QUEUED, RUNNING, AWAITING)
 DEFAULT_QUEUE = "default"
 
-MIGRATION = [
-    """CREATE TABLE IF NOT EXISTS phaselog_queue (
-        ticket_id TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        queue TEXT NOT NULL,
-        pipeline TEXT NOT NULL,
-        manifest TEXT,
-        manifest_hash TEXT,
-        priority INTEGER NOT NULL,
-        not_before DOUBLE PRECISION NOT NULL,
-        dedup_key TEXT,
-        state TEXT NOT NULL,
-        worker TEXT,
-        claim_token BIGINT NOT NULL,
-        claims INTEGER NOT NULL,
-        recoveries INTEGER NOT NULL,
-        phase TEXT,
-        reason TEXT,
-        cancel_requested INTEGER NOT NULL,
-        submitted_at DOUBLE PRECISION NOT NULL,
-        since DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (ticket_id, run_id)
-    )""",
-    "CREATE INDEX IF NOT EXISTS phaselog_queue_claim ON phaselog_queue (queue, state, priority, submitted_at)",
-    # A dedup key names at most one run that is not finished; a finished run frees it.
-    "CREATE UNIQUE INDEX IF NOT EXISTS phaselog_queue_dedup ON phaselog_queue (queue, dedup_key) "
-    "WHERE dedup_key IS NOT NULL AND state IN ('queued', 'running', 'awaiting_approval')",
-    """CREATE TABLE IF NOT EXISTS phaselog_queue_workers (
-        worker_id TEXT PRIMARY KEY,
-        queue TEXT NOT NULL,
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        process_start DOUBLE PRECISION,
-        started_at DOUBLE PRECISION NOT NULL,
-        heartbeat_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
-    )""",
-]
-
-#: Migration 6: the run id as it was given when it is a name (``w49``), else NULL.
-MIGRATION_7 = ["ALTER TABLE phaselog_queue ADD COLUMN run_name TEXT"]
-
-_COLUMNS = (
+#: The columns of a queue row, in :class:`QueueEntry`'s order.
+COLUMNS = (
     "ticket_id, run_id, queue, pipeline, manifest, manifest_hash, priority, not_before, dedup_key, state, "
     "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since, run_name"
 )
-_NOW = NOW["postgresql"]
 
 
 def timestamp(epoch: float | None) -> str | None:
@@ -138,7 +98,7 @@ class QueueEntry:
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> QueueEntry:
-        """Build from a row of ``_COLUMNS``."""
+        """Build from a row of ``COLUMNS``."""
         r = list(row[:20])
         for i in (6, 11, 12, 13):
             r[i] = int(r[i])
@@ -220,19 +180,22 @@ class SqlQueue:
 
     def __init__(self, store: Any) -> None:
         self.store = require_postgres(store)
+        self.session = self.store.session
         self.channel = channel(self.store)
 
     # -- plumbing ---------------------------------------------------------------------------------
-    def _tx(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(conn)`` in one write transaction, retried on transient errors (a new connection)."""
-        return self.store._retry(lambda: self.store._write(fn))
+    def transact(self, fn: Callable[[Transaction], T]) -> T:
+        """``fn(tx)`` in one write transaction, retried on transient errors (a new connection)."""
+        return self.session.transact(fn)
 
-    def _notify(self, conn: Any, queue: str) -> None:
+    def notify(self, conn: Transaction, queue: str) -> None:
+        """Wake the workers of ``queue`` when the transaction commits (``pg_notify``)."""
         conn.execute("SELECT pg_notify(%s, %s)", (self.channel, queue))
 
-    def _row(self, conn: Any, key: tuple[str, str], *, lock: bool = False) -> QueueEntry | None:
+    def row(self, conn: Transaction, key: tuple[str, str], *, lock: bool = False) -> QueueEntry | None:
+        """The queue row of ``key`` read inside ``conn`` (``lock``: locked until it ends)."""
         row = conn.execute(
-            f"SELECT {_COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s"
+            f"SELECT {COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s"
             + (" FOR UPDATE" if lock else ""),
             key,
         ).fetchone()
@@ -240,7 +203,7 @@ class SqlQueue:
 
     def now(self) -> float:
         """The database clock (epoch seconds)."""
-        return float(self.store._query_raw(f"SELECT {_NOW}")[0][0])
+        return float(self.session.query_raw(f"SELECT {self.session.dialect.now}")[0][0])
 
     # -- submitting -------------------------------------------------------------------------------
     def submit(
@@ -268,11 +231,12 @@ class SqlQueue:
         key = check_key(ticket_id, run_id)
         body = json.dumps(dict(manifest), sort_keys=True) if manifest is not None else None
 
-        def put(conn: Any) -> tuple[QueueEntry, bool]:
-            existing = self._row(conn, key)
+        def put(conn: Transaction) -> tuple[QueueEntry, bool]:
+            now = conn.dialect.now  # the database clock
+            existing = self.row(conn, key)
             if existing is None and dedup_key is not None:
                 row = conn.execute(
-                    f"SELECT {_COLUMNS} FROM phaselog_queue WHERE queue = %s AND dedup_key = %s "
+                    f"SELECT {COLUMNS} FROM phaselog_queue WHERE queue = %s AND dedup_key = %s "
                     "AND state IN ('queued', 'running', 'awaiting_approval')",
                     (queue, dedup_key),
                 ).fetchone()
@@ -291,17 +255,17 @@ class SqlQueue:
             at = None if not_before is None else float(not_before)
             due = (at, float(delay or 0.0))
             row = conn.execute(
-                f"INSERT INTO phaselog_queue ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                f"COALESCE(%s::double precision, {_NOW} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
-                f"{_NOW}, {_NOW}, %s) RETURNING {_COLUMNS}",
+                f"INSERT INTO phaselog_queue ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                f"COALESCE(%s::double precision, {now} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
+                f"{now}, {now}, %s) RETURNING {COLUMNS}",
                 (*key, queue, pipeline, body, manifest_hash, int(priority), *due, dedup_key, run_name),
             ).fetchone()
-            self._notify(conn, queue)
+            self.notify(conn, queue)
             return QueueEntry.from_row(row), True
 
         for _ in range(5):
             try:
-                result: tuple[QueueEntry, bool] = self._tx(put)
+                result: tuple[QueueEntry, bool] = self.transact(put)
                 return result
             except Exception as exc:
                 # Two submits of one run (or one dedup key) at once: the loser reads the winner's row.
@@ -313,7 +277,7 @@ class SqlQueue:
         """1 + the queued runs of its queue that a worker takes before it (None unless queued)."""
         if entry.state != QUEUED:
             return None
-        rows = self.store._query_raw(
+        rows = self.session.query_raw(
             "SELECT COUNT(*) FROM phaselog_queue WHERE queue = %s AND state = 'queued' AND (priority > %s OR "
             "(priority = %s AND (submitted_at, run_id) < (%s, %s)))",
             (entry.queue, entry.priority, entry.priority, entry.submitted_at, entry.run_id),
@@ -324,7 +288,7 @@ class SqlQueue:
     def get(self, ticket_id: str, run_id: str) -> QueueEntry:
         """One row; NotFound if the run was never submitted."""
         key = check_key(ticket_id, run_id)
-        rows = self.store._query_raw(f"SELECT {_COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s", key)
+        rows = self.session.query_raw(f"SELECT {COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s", key)
         if not rows:
             raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
         return QueueEntry.from_row(rows[0])
@@ -344,15 +308,15 @@ class SqlQueue:
         if ticket_id is not None:
             where.append("ticket_id = %s")
             params.append(ticket_id)
-        rows = self.store._query_raw(
-            f"SELECT {_COLUMNS} FROM phaselog_queue WHERE {' AND '.join(where)} ORDER BY submitted_at, run_id LIMIT %s",
+        rows = self.session.query_raw(
+            f"SELECT {COLUMNS} FROM phaselog_queue WHERE {' AND '.join(where)} ORDER BY submitted_at, run_id LIMIT %s",
             (*params, int(limit)),
         )
         return [QueueEntry.from_row(r) for r in rows]
 
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """How many runs are in each state."""
-        rows = self.store._query_raw(
+        rows = self.session.query_raw(
             "SELECT state, COUNT(*) FROM phaselog_queue" + (" WHERE queue = %s" if queue else "") + " GROUP BY state",
             (queue,) if queue else (),
         )
@@ -365,46 +329,49 @@ class SqlQueue:
     ) -> None:
         """Announce a live worker (its heartbeat row)."""
 
-        def put(conn: Any) -> None:
+        def put(conn: Transaction) -> None:
+            now = conn.dialect.now  # the database clock
             conn.execute(
                 "INSERT INTO phaselog_queue_workers (worker_id, queue, host, pid, process_start, started_at, "
-                f"heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s, {_NOW}, {_NOW}, {_NOW} + %s) "
-                f"ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = {_NOW}, expires_at = {_NOW} + %s",
+                f"heartbeat_at, expires_at) VALUES (%s, %s, %s, %s, %s, {now}, {now}, {now} + %s) "
+                f"ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = {now}, expires_at = {now} + %s",
                 (worker_id, queue, host, pid, process_start, float(ttl), float(ttl)),
             )
 
-        self._tx(put)
+        self.transact(put)
 
     def beat(self, worker_id: str, ttl: float) -> bool:
         """Renew the worker's row; False if it is gone (declared dead and removed)."""
 
-        def renew(conn: Any) -> bool:
+        def renew(conn: Transaction) -> bool:
+            now = conn.dialect.now  # the database clock
             cur = conn.execute(
-                f"UPDATE phaselog_queue_workers SET heartbeat_at = {_NOW}, expires_at = {_NOW} + %s "
-                "WHERE worker_id = %s",
+                f"UPDATE phaselog_queue_workers SET heartbeat_at = {now}, expires_at = {now} + %s WHERE worker_id = %s",
                 (float(ttl), worker_id),
             )
             return bool(cur.rowcount)
 
-        alive: bool = self._tx(renew)
+        alive: bool = self.transact(renew)
         return alive
 
     def unregister(self, worker_id: str) -> None:
         """Remove the worker's row (a worker stopping cleanly, after releasing its run)."""
-        self._tx(lambda conn: conn.execute("DELETE FROM phaselog_queue_workers WHERE worker_id = %s", (worker_id,)))
+        self.transact(
+            lambda conn: conn.execute("DELETE FROM phaselog_queue_workers WHERE worker_id = %s", (worker_id,))
+        )
 
     def workers_on(self, host: str) -> list[tuple[str, int, float | None]]:
         """(worker_id, pid, process start) of every worker registered from ``host``."""
-        rows = self.store._query_raw(
+        rows = self.session.query_raw(
             "SELECT worker_id, pid, process_start FROM phaselog_queue_workers WHERE host = %s", (host,)
         )
         return [(str(w), int(p), None if s is None else float(s)) for w, p, s in rows]
 
     def workers(self) -> list[dict[str, Any]]:
         """Every registered worker, with whether its heartbeat is current."""
-        rows = self.store._query_raw(
+        rows = self.session.query_raw(
             "SELECT worker_id, queue, host, pid, process_start, started_at, heartbeat_at, expires_at < "
-            f"{_NOW} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
+            f"{self.session.dialect.now} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
         )
         return [
             {
@@ -424,14 +391,15 @@ class SqlQueue:
         """Remove rows of workers known dead (``worker_ids``) or expired for ``expired_for`` s,
         unless a running row still names them (it must be recovered first)."""
 
-        def forget(conn: Any) -> int:
+        def forget(conn: Transaction) -> int:
+            now = conn.dialect.now  # the database clock
             cur = conn.execute(
                 "DELETE FROM phaselog_queue_workers w WHERE (w.worker_id = ANY(%s) OR w.expires_at < "
-                f"{_NOW} - %s) AND NOT EXISTS (SELECT 1 FROM phaselog_queue q WHERE q.worker = w.worker_id "
+                f"{now} - %s) AND NOT EXISTS (SELECT 1 FROM phaselog_queue q WHERE q.worker = w.worker_id "
                 "AND q.state = 'running')",
                 (list(worker_ids), float(expired_for)),
             )
             return int(cur.rowcount or 0)
 
-        gone: int = self._tx(forget)
+        gone: int = self.transact(forget)
         return gone

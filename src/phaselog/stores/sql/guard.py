@@ -1,4 +1,4 @@
-"""The guard on a SQL store: the lock is a lease row with a fencing token.
+"""Guard storage on a SQL store: the lock is a lease row with a fencing token.
 
 Cron jobs on several machines share one guard through PostgreSQL (or, on one machine, SQLite).
 Every acquisition increments the lease's ``fencing_token`` and the holder carries it; the loop
@@ -10,6 +10,9 @@ A job may run for an hour while the guard's connection idles; the server may res
 meanwhile. Every transaction therefore starts by (re)connecting with the store's retries, and a
 history append that loses its connection around the commit looks for its own row before it tries
 again, so a pass is neither lost nor recorded twice. Database errors come out as StoreError.
+Everything goes through the store's session (:mod:`phaselog.stores.sql.session`); the row lock
+is the dialect's (``lock_rows``: ``FOR UPDATE`` on PostgreSQL, nothing more on SQLite, whose
+``BEGIN IMMEDIATE`` holds the database).
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog.model import _yaml
 from phaselog.model.errors import Corrupt, Fenced, PhaselogError, StoreError
 from phaselog.model.guard import Holder, LoopState, validate_name
 from phaselog.model.limits import json_loads
+
+if TYPE_CHECKING:
+    from phaselog.stores.sql.session import Session, Transaction
 
 _DB_MODULES = ("sqlite3", "psycopg")
 
@@ -32,7 +38,7 @@ def _is_db_error(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def db_errors(store: Any, doing: str) -> Iterator[None]:
+def db_errors(session: Session, doing: str) -> Iterator[None]:
     """Turn a database's own exceptions into StoreError (never an "internal error")."""
     try:
         yield
@@ -40,7 +46,7 @@ def db_errors(store: Any, doing: str) -> Iterator[None]:
         if isinstance(exc, PhaselogError) or not _is_db_error(exc):
             raise
         raise StoreError(
-            f"{store.dialect.describe()}: cannot {doing}: {str(exc).strip() or type(exc).__name__}",
+            f"{session.dialect.describe()}: cannot {doing}: {str(exc).strip() or type(exc).__name__}",
             rule="database",
         ) from None
 
@@ -48,69 +54,47 @@ def db_errors(store: Any, doing: str) -> Iterator[None]:
 class SqlGuardStore:
     """Guard state, lease and history in the SQL store's tables."""
 
-    def __init__(self, store: Any, name: str) -> None:
-        self.store = store
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
         self.name = validate_name(name)
-        self._tx = False
-        where = store.dialect.describe()
+        #: The mutex's transaction while it is held.
+        self._tx: Transaction | None = None
+        where = session.dialect.describe()
         self.state_path = f"{where}#phaselog_guard_state/{name}"
         self.lock_path = f"{where}#phaselog_guard_lease/{name}"
-
-    def _sql(self, text: str) -> str:
-        return str(self.store._sql(text))
 
     @contextlib.contextmanager
     def mutex(self) -> Iterator[None]:
         """One transaction holding the lease row's lock (``FOR UPDATE`` / ``BEGIN IMMEDIATE``).
 
         Opening it reconnects if the connection was lost (a job may have run for an hour)."""
-        self.store._ensure_ready()  # a store opened for a write is created by its first write
+        lease = "SELECT fencing_token FROM phaselog_guard_lease WHERE name = ?"
 
-        def begin() -> Any:
-            conn = self.store.conn
-            self.store.dialect.begin_write(conn)
-            try:
-                conn.execute(
-                    self._sql(
-                        "INSERT INTO phaselog_guard_lease (name, fencing_token, holder) VALUES (?, 0, NULL) "
-                        "ON CONFLICT DO NOTHING"
-                    ),
-                    (self.name,),
-                )
-                if self.store.dialect.name == "postgresql":
-                    conn.execute(
-                        self._sql("SELECT fencing_token FROM phaselog_guard_lease WHERE name = ? FOR UPDATE"),
-                        (self.name,),
-                    )
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                raise
-            return conn
+        def lock(tx: Transaction) -> None:
+            tx.execute(
+                "INSERT INTO phaselog_guard_lease (name, fencing_token, holder) VALUES (?, 0, NULL) "
+                "ON CONFLICT DO NOTHING",
+                (self.name,),
+            )
+            tx.dialect.lock_rows(tx, lease, (self.name,))
 
-        with db_errors(self.store, f"lock guard {self.name}"):
-            conn = self.store._retry(begin)
-            self._tx = True
+        with db_errors(self.session, f"lock guard {self.name}"), self.session.hold(lock) as tx:
+            self._tx = tx
             try:
                 yield
-                conn.commit()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                raise
             finally:
-                self._tx = False
+                self._tx = None
 
     def _one(self, sql: str, params: tuple[Any, ...]) -> Any:
-        with db_errors(self.store, f"read guard {self.name}"):
-            if self._tx:
-                return self.store.conn.execute(self._sql(sql), params).fetchone()
-            rows = self.store._query(sql, params)
+        with db_errors(self.session, f"read guard {self.name}"):
+            if self._tx is not None:
+                return self._tx.one(sql, params)
+            rows = self.session.query(sql, params)
             return rows[0] if rows else None
 
     def _exec(self, sql: str, params: tuple[Any, ...]) -> Any:
-        with db_errors(self.store, f"write guard {self.name}"):
-            return self.store.conn.execute(self._sql(sql), params)
+        with db_errors(self.session, f"write guard {self.name}"):
+            return (self._tx or self.session.current).execute(sql, params)
 
     # -- lease --------------------------------------------------------------------------------------
     def lock_data(self) -> Any:
@@ -185,7 +169,7 @@ class SqlGuardStore:
     # -- history ------------------------------------------------------------------------------------
     def _stored(self, entry: dict[str, Any]) -> bool:
         """``entry`` is already among the newest rows (a retry after a commit whose outcome was lost)."""
-        rows = self.store._query(
+        rows = self.session.query(
             "SELECT body FROM phaselog_guard_history WHERE name = ? ORDER BY seq DESC LIMIT 5", (self.name,)
         )
         for (body,) in rows:
@@ -199,13 +183,11 @@ class SqlGuardStore:
     def append_history(self, entry: dict[str, Any]) -> None:
         """Append one history entry: exactly once, across lost connections."""
 
-        def run(conn: Any) -> None:
-            row = conn.execute(
-                self._sql("SELECT COALESCE(MAX(seq), 0) FROM phaselog_guard_history WHERE name = ?"), (self.name,)
-            ).fetchone()
-            seq = int(row[0]) + 1
-            conn.execute(
-                self._sql("INSERT INTO phaselog_guard_history (name, seq, body) VALUES (?, ?, ?)"),
+        def run(tx: Transaction) -> None:
+            row = tx.one("SELECT COALESCE(MAX(seq), 0) FROM phaselog_guard_history WHERE name = ?", (self.name,))
+            seq = int(row[0] if row else 0) + 1
+            tx.execute(
+                "INSERT INTO phaselog_guard_history (name, seq, body) VALUES (?, ?, ?)",
                 (self.name, seq, json.dumps({**entry, "seq": seq}, ensure_ascii=False)),
             )
 
@@ -218,22 +200,22 @@ class SqlGuardStore:
             if tried and self._stored(plain):
                 return  # the earlier attempt's commit went through before its connection was lost
             tried = True
-            self.store._write(run)
+            self.session.write(run)
 
-        with db_errors(self.store, f"append to the history of guard {self.name}"):
+        with db_errors(self.session, f"append to the history of guard {self.name}"):
             for _ in range(50):
                 try:
-                    self.store._retry(attempt)  # lost connection: reconnect with backoff, try again
+                    self.session.retry(attempt)  # lost connection: reconnect with backoff, try again
                     return
                 except Exception as exc:
-                    if not self.store.dialect.is_unique_violation(exc):
+                    if not self.session.dialect.is_unique_violation(exc):
                         raise
             raise StoreError(f"guard {self.name}: could not append to the history", rule="retries")
 
     def history(self) -> list[dict[str, Any]]:
         """Every history entry, oldest first."""
-        with db_errors(self.store, f"read the history of guard {self.name}"):
-            rows = self.store._query(
+        with db_errors(self.session, f"read the history of guard {self.name}"):
+            rows = self.session.query(
                 "SELECT body FROM phaselog_guard_history WHERE name = ? ORDER BY seq",
                 (self.name,),
             )
@@ -249,9 +231,9 @@ class SqlGuardStore:
         return out
 
 
-def sql_guard_names(store: Any) -> list[str]:
+def sql_guard_names(session: Session) -> list[str]:
     """Every guard with state, a lease or history in a SQL store."""
-    rows = store._query(
+    rows = session.query(
         "SELECT name FROM phaselog_guard_state UNION SELECT name FROM phaselog_guard_lease "
         "UNION SELECT name FROM phaselog_guard_history"
     )
