@@ -20,7 +20,7 @@ CORE = ("model", "ledger", "views", "transfer")
 MAY = {
     "model": set(),
     "ledger": {"model", "stores"},
-    "views": {"model", "stores", "ledger"},
+    "views": {"model", "stores", "ledger", "guard"},
     "transfer": {"model", "stores", "ledger", "views"},
 }
 

@@ -9,124 +9,32 @@ above it, in :mod:`phaselog.ledger.facade`, so every backend behaves the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from phaselog.model.errors import Corrupt
 from phaselog.model.records import Checkpoint
 
+# The contract's value types live one level down (stores/values.py) and are re-exported here.
+from phaselog.stores.values import (
+    CAPABILITY_MEMBERS,
+    AttemptRef,
+    Capability,
+    Damaged,
+    Judge,
+    LeaseState,
+    PruneTarget,
+    RunFence,
+    Stored,
+    Verdict,
+)
+
 if TYPE_CHECKING:
     from phaselog.model.guard import Holder, LoopState
     from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A record as read back from a store."""
-
-    record: Checkpoint
-    #: Where it lives: a path relative to the checkpoints root (files) or a row reference.
-    location: str
-    #: The content hash recorded when it was appended; None for a checkpoint the seed tool wrote.
-    recorded_hash: str | None = None
-    #: Read-time warnings (older schema version, file edited by hand ...).
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def tampered(self) -> bool:
-        """True when the content no longer hashes to what was recorded at append time."""
-        return self.recorded_hash is not None and self.recorded_hash != self.record.content_hash
-
-
-@dataclass(frozen=True)
-class Damaged:
-    """An entry that exists but cannot be read as a record. Never moved or deleted."""
-
-    location: str
-    ticket_id: str
-    run_id: str
-    phase: str
-    phase_ordinal: int
-    attempt_number: int
-    error_code: str
-    message: str
-    #: The rule that was broken (``yaml_syntax``, ``content_hash``, ``required`` …), when known.
-    rule: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        """Return the JSON form used under ``warnings`` / ``damaged``."""
-        return {
-            "path": self.location,
-            "ticket_id": self.ticket_id,
-            "run_id": self.run_id,
-            "phase": self.phase,
-            "attempt_number": self.attempt_number,
-            "error_code": self.error_code,
-            "rule": self.rule,
-            "error": self.message,
-        }
-
-
-@dataclass(frozen=True, order=True)
-class AttemptRef:
-    """That an attempt exists, known without reading it (a directory listing or an index)."""
-
-    phase_ordinal: int
-    attempt_number: int
-    phase: str = field(compare=False)
-    completed: bool = field(compare=False, default=True)
-
-
-class Capability(StrEnum):
-    """An optional part of the contract. A store declares the ones it has in ``capabilities``;
-    callers test ``Capability.X in store.capabilities``, never ``hasattr``."""
-
-    #: ``run_leases()``: one runner per run, with fencing tokens (:class:`RunLeases`).
-    LEASES = "leases"
-    #: The :class:`Retention` protocol: ``prune`` and finishing an interrupted prune.
-    RETENTION = "retention"
-    #: ``quarantine(location, reason)``: move a damaged record aside (``doctor --quarantine``).
-    QUARANTINE = "quarantine"
-    #: ``leftovers(ticket_id)``: what crashes left behind (temp files, orphan sidecars).
-    LEFTOVERS = "leftovers"
-    #: ``migrate()``, ``schema_version()``, ``migrated``: a versioned schema, upgraded explicitly.
-    MIGRATE = "migrate"
-    #: ``guard_storage(name)``, ``guard_names()``: guards keep their lock and state in this store.
-    GUARD_STORAGE = "guard_storage"
-    #: ``run_stamps(ticket_id)``, ``ticket_stamp(ticket_id)``: cheap change detection for readers.
-    STAMPS = "stamps"
-    #: ``root``: the store is a folder on this machine (logs and pipelines default to beside it).
-    LOCAL_ROOT = "local_root"
-    #: ``run_queue()``: the queue of runs that workers drain (PostgreSQL; stores/sql/queue/).
-    QUEUE = "queue"
-    #: ``pipeline_manifests()``, and ``append(..., manifest=…)``: the store keeps the manifest of
-    #: every pipeline it has records for (:mod:`phaselog.stores.manifests`).
-    MANIFESTS = "manifests"
-    #: ``read_phase(ticket_id, run_id, phase, attempt)``: a phase's latest checkpoint (or one
-    #: attempt), the phase named by name or ordinal, in one store call (a read without ``attempts``).
-    PHASE_READ = "phase_read"
-
-
-#: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
-#: that every backend declares exactly what it implements).
-CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
-    Capability.LEASES: ("run_leases",),
-    Capability.RETENTION: ("locked_run", "put_note", "delete_records", "remove_run", "finish_removals"),
-    Capability.QUARANTINE: ("quarantine", "quarantined"),
-    Capability.LEFTOVERS: ("leftovers",),
-    Capability.MIGRATE: ("migrate", "schema_version", "migrated"),
-    Capability.GUARD_STORAGE: ("guard_storage", "guard_names"),
-    Capability.STAMPS: ("run_stamps", "ticket_stamp"),
-    Capability.LOCAL_ROOT: ("root",),
-    Capability.QUEUE: ("run_queue",),
-    Capability.MANIFESTS: ("pipeline_manifests",),
-    Capability.PHASE_READ: ("read_phase",),
-}
 
 
 class LocalRooted(Protocol):
@@ -310,53 +218,6 @@ class Store(Protocol):
 
 
 # -- run leases: an optional capability (the runner's "one runner per run") ----------------------
-@dataclass(frozen=True)
-class RunFence:
-    """A write guard: the append succeeds only while the run's lease carries ``token``."""
-
-    ticket_id: str
-    run_id: str
-    token: int
-    #: The holder's random id: a lease file removed and made anew restarts its tokens, and the
-    #: id still tells the holders apart.
-    runner_id: str | None = None
-
-
-@dataclass(frozen=True)
-class LeaseState:
-    """A run's lease as stored: the fencing token of the latest holder and who holds it.
-
-    ``holder`` is None when the lease is free (released); times are seconds since the epoch on
-    the store's clock (the database's for SQL stores, so machines with skewed clocks agree).
-    """
-
-    ticket_id: str
-    run_id: str
-    token: int
-    holder: Mapping[str, Any] | None
-    renewed_at: float | None
-    expires_at: float | None
-    #: The store's clock when this state was read.
-    now: float
-    #: Files store: whether the operating-system lock was free (the holder's process is gone).
-    #: None where there is no such lock (SQL stores judge by liveness and expiry).
-    lock_free: bool | None = None
-    #: On acquisition: the holder that was displaced, and why (None if the lease was free).
-    took_over: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Whether a new runner may take a lease, and why (said to people)."""
-
-    take: bool
-    reason: str
-
-
-#: Decides, from the stored state, whether the current holder may be displaced.
-Judge = Callable[[LeaseState], Verdict]
-
-
 class RunLeases(Protocol):
     """Leases on runs: at most one holder per run, each acquisition with a higher fencing token."""
 
@@ -390,17 +251,6 @@ class LeaseCapable(Protocol):
 
     def run_leases(self) -> RunLeases:
         """The store's run-lease service."""
-
-
-@dataclass(frozen=True)
-class PruneTarget:
-    """A record ``prune`` decided to remove: its key, and the content hash it decided on."""
-
-    phase_ordinal: int
-    phase: str
-    attempt_number: int
-    completed: bool
-    content_hash: str
 
 
 class Retention(Protocol):
@@ -440,3 +290,26 @@ class Retention(Protocol):
     def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:
         """Finish whole-run removals a crash interrupted (doctor); one entry per run finished."""
         ...
+
+
+__all__ = [
+    "CAPABILITY_MEMBERS",
+    "AttemptRef",
+    "Capability",
+    "Damaged",
+    "GuardKeeper",
+    "GuardStorage",
+    "Judge",
+    "LeaseCapable",
+    "LeaseState",
+    "LocalRooted",
+    "PruneTarget",
+    "Retention",
+    "RunFence",
+    "RunLeases",
+    "Store",
+    "Stored",
+    "Verdict",
+    "guard_keeper",
+    "local_root",
+]

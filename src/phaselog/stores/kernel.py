@@ -57,7 +57,6 @@ from phaselog.model.records import (
     parts_hash,
     stored_parts_match,
 )
-from phaselog.stores.base import Damaged, RunFence, Stored
 from phaselog.stores.names import (
     ENTRY_KINDS,
     checkpoint_name,
@@ -66,6 +65,7 @@ from phaselog.stores.names import (
     parse_failed_name,
     record_name,
 )
+from phaselog.stores.values import Damaged, RunFence, Stored
 
 #: A store's cap on one record unless it is opened with another.
 DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES

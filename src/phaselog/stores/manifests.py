@@ -89,7 +89,7 @@ def manifests_of(store: Any) -> Manifests:
 
 def has_manifests(store: Any) -> bool:
     """True when ``store`` declares :attr:`Capability.MANIFESTS` (every built-in store does)."""
-    from phaselog.stores.base import Capability
+    from phaselog.stores.values import Capability
 
     return Capability.MANIFESTS in store.capabilities
 

@@ -27,15 +27,36 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion
 from phaselog.model.records import PipelineRef
 from phaselog.stores.kernel import damaged_from
 from phaselog.stores.names import event_prefix, parse_event_name
+from phaselog.stores.values import AttemptRef, Damaged, Stored
 
-if TYPE_CHECKING:
-    from phaselog.stores.base import AttemptRef, Damaged, Store, Stored
+
+class Source(Protocol):
+    """The contract's calls :func:`build_snapshot` makes (every :class:`~phaselog.stores.base.Store` has them)."""
+
+    def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
+        """Every committed attempt of a run, sorted by (phase ordinal, attempt)."""
+        ...
+
+    def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
+        """Read one record; NotFound if absent, Corrupt if damaged."""
+        ...
+
+    def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
+        """Names of a kind's entries, sorted, without reading them."""
+        ...
+
+    def entries(
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+    ) -> list[tuple[str, str, bytes | Corrupt]]:
+        """Every entry of a kind as (name, location, bytes or the Corrupt error), sorted by name."""
+        ...
+
 
 #: An audit entry as the store returns it: (name, location, bytes or the error reading it).
 Entry = tuple[str, str, "bytes | Corrupt"]
@@ -83,8 +104,6 @@ def _attempt_of(ref: AttemptRef) -> int:
 
 def summarize_groups(groups: Iterable[Group]) -> tuple[PhaseSummary, ...]:
     """The phases' summaries from their groups (any order), sorted by ordinal."""
-    from phaselog.stores.base import AttemptRef
-
     newest: dict[int, tuple[int, str, bool]] = {}
     done: dict[int, tuple[int, str]] = {}
     counts: dict[int, dict[str, int]] = {}
@@ -195,8 +214,6 @@ class RunSnapshot:
     # -- records ----------------------------------------------------------------------------------
     def stored(self) -> Iterator[Stored]:
         """The intact records that were read, in (phase ordinal, attempt) order."""
-        from phaselog.stores.base import Stored
-
         for key in sorted(self.records):
             entry = self.records[key]
             if isinstance(entry, Stored):
@@ -204,8 +221,6 @@ class RunSnapshot:
 
     def damaged(self) -> list[Damaged]:
         """The records that were read but are damaged, in (phase ordinal, attempt) order."""
-        from phaselog.stores.base import Damaged
-
         return [e for k, e in sorted(self.records.items()) if isinstance(e, Damaged)]
 
     def pipeline_ref(self) -> PipelineRef | None:
@@ -237,7 +252,7 @@ def _ref_key(ref: AttemptRef) -> tuple[int, int]:
 
 
 def build_snapshot(
-    store: Store,
+    store: Source,
     ticket_id: str,
     run_id: str,
     *,
@@ -300,7 +315,7 @@ def assemble(snap: RunSnapshot, markers: Callable[[], Iterable[Entry]]) -> RunSn
 
 
 def _read_records(
-    store: Store,
+    store: Source,
     ticket_id: str,
     run_id: str,
     refs: tuple[AttemptRef, ...],
@@ -336,8 +351,6 @@ def load_latest(
     record is damaged (rare), ``older(ordinal)`` lists the phase's attempts (sorted) and the walk
     goes down past failed or damaged attempts only as far as needed. ``load`` reads one attempt.
     """
-    from phaselog.stores.base import Stored
-
     for s in summaries:
         newest = s.newest
         if (s.ordinal, newest.attempt_number) not in records:
@@ -360,7 +373,7 @@ def load_latest(
                 break
 
 
-def get_or_damaged(store: Store, ticket_id: str, run_id: str, ref: AttemptRef) -> Stored | Damaged:
+def get_or_damaged(store: Source, ticket_id: str, run_id: str, ref: AttemptRef) -> Stored | Damaged:
     """Read one attempt; a record that exists but cannot be read comes back as Damaged."""
     try:
         return store.get(ticket_id, run_id, ref.phase_ordinal, ref.phase, ref.attempt_number)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from phaselog.guard import DEFAULT_STALE_AFTER, Guard, RunResult, guard_names
 from phaselog.model.errors import NotFound, PhaselogError
 
 if TYPE_CHECKING:
-    from phaselog.guard import RunResult
     from phaselog.stores.base import Store
 
 #: Where a guard lives: a files-store root, or an open store that keeps guards.
@@ -36,8 +36,6 @@ class GuardView:
 
 def guard_view(home: GuardHome, name: str) -> GuardView:
     """One guard's status and history; NotFound when the home has no guard of that name."""
-    from phaselog.guard import Guard, guard_names
-
     if name not in guard_names(home):
         raise NotFound(f"no guard named {name} in this store", name=name)
     g = Guard(home, name)
@@ -47,8 +45,6 @@ def guard_view(home: GuardHome, name: str) -> GuardView:
 def guard_board(home: GuardHome) -> list[GuardView]:
     """Every guard of a home, each with its status and history; a guard that cannot be read says why
     (one damaged guard does not hide the others)."""
-    from phaselog.guard import Guard, guard_names
-
     out = []
     for name in guard_names(home):
         g = Guard(home, name)
@@ -68,8 +64,6 @@ def guard_status(
     stale_after: timedelta | None = None,
 ) -> dict[str, Any]:
     """``guard status``: loop state, breaker (judged with these settings, else the last pass's) and lock holder."""
-    from phaselog.guard import DEFAULT_STALE_AFTER, Guard
-
     return Guard(home, name).status(
         max_failures=max_failures,
         cooldown=cooldown,

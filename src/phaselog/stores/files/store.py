@@ -36,13 +36,13 @@ from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import clean_temps, exists, read_capped
 from phaselog.stores.files.lease import FileRunLeases, check_fence
-from phaselog.stores.files.manifests import FilesManifests
 from phaselog.stores.files.publish import publish_completed, publish_failed
 from phaselog.stores.files.seed import RunView
 from phaselog.stores.names import checkpoint_name as cp_name
 from phaselog.stores.names import failed_name, meta_name
 
 if TYPE_CHECKING:
+    from phaselog.stores.files.manifests import FilesManifests
     from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
@@ -298,6 +298,8 @@ class FilesStore(FilesAdminMixin):
 
     def pipeline_manifests(self) -> FilesManifests:
         """The recorded pipeline manifests (``<root>/manifests/``: see stores/files/manifests.py)."""
+        from phaselog.stores.files.manifests import FilesManifests  # lazy: `phaselog read` never needs them
+
         return FilesManifests(self.folders)
 
     def record_manifest(self, manifest: ManifestDoc | None) -> None:
