@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from phaselog.model.pipelines import Phase, Pipeline
 from phaselog.model.records import Checkpoint, format_timestamp, parse_timestamp
@@ -45,6 +45,22 @@ APPROVED = "approved"
 #: rejected or is damaged), ``pending`` (the next phase has not started, or must be redone because
 #: it is stale), ``complete``.
 RUN_SUMMARIES = ("running", "stuck", "awaiting_approval", "awaiting_input", "failed", "pending", "complete")
+
+
+class _PerPhase(Protocol):
+    @property
+    def phase(self) -> str: ...
+
+
+_Row = TypeVar("_Row", bound=_PerPhase)
+
+
+def row_of(rows: Iterable[_Row], phase: str) -> _Row:
+    """The row of ``phase`` among per-phase rows (states, plans, outcomes); KeyError if there is none."""
+    for row in rows:
+        if row.phase == phase:
+            return row
+    raise KeyError(phase)
 
 
 def judge(approvals: Iterable[Approval]) -> dict[str, str]:
@@ -172,10 +188,7 @@ class RunStatus:
 
     def phase(self, name: str) -> PhaseState:
         """The state of one phase by name."""
-        for p in self.phases:
-            if p.phase == name:
-                return p
-        raise KeyError(name)
+        return row_of(self.phases, name)
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form the CLI prints."""

@@ -18,7 +18,7 @@ from phaselog.ledger.derive import AWAITING_APPROVAL, AWAITING_INPUT
 # callers that import it from here keep working.
 from phaselog.ledger.derive import judge as judge  # noqa: PLC0414
 from phaselog.ledger.events import completes_run, judgement_events, raise_events
-from phaselog.model.entries import Approval, entry_bytes, read_entries
+from phaselog.model.entries import DECISIONS, Approval, entry_bytes, read_entries
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.limits import check_text, is_control, json_loads
@@ -142,7 +142,7 @@ class Gates:
         checkpoint still has exactly that hash. Returns the approval and warnings (approving a
         superseded attempt is recorded but does not approve the phase).
         """
-        if decision not in ("approve", "reject"):
+        if decision not in DECISIONS:
             raise UsageError("decision must be approve or reject", field="decision")
         ticket_id, run_id = validate_ticket_id(ticket_id), normalize_run_id(run_id)
         by = _check_person(by)

@@ -21,10 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phaselog.model.entries import AuditRecord, check_header
 from phaselog.model.errors import Corrupt
@@ -60,6 +60,28 @@ def _flag(data: Mapping[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise Corrupt(f"{name}: must be true or false", field=name, rule="type")
     return value
+
+
+def _phase(data: Mapping[str, Any]) -> str:
+    phase: str = required_field(data, "phase", str, "a phase name")
+    if not _PHASE_RE.fullmatch(phase):
+        raise Corrupt("phase: must match [a-z][a-z0-9_]*", field="phase", rule="phase")
+    return phase
+
+
+_T = TypeVar("_T")
+
+
+def _item(data: Any, at: str, parse: Callable[[Mapping[str, Any]], _T]) -> _T:
+    """Parse one object of a list with ``parse``; Corrupt naming ``at`` and, below it, the field."""
+    if not isinstance(data, Mapping):
+        raise Corrupt(f"{at}: must be an object", field=at, rule="type")
+    try:
+        return parse(data)
+    except Corrupt as exc:
+        raise Corrupt(
+            f"{at}.{exc.message}", field=f"{at}.{exc.context.get('field')}", rule=exc.context.get("rule")
+        ) from None
 
 
 def _positive(data: Mapping[str, Any], name: str) -> int:
@@ -99,28 +121,23 @@ class PrunedRecord:
     @classmethod
     def from_json(cls, data: Any, at: str) -> PrunedRecord:
         """Parse one ``removed`` item; Corrupt naming the field on a broken one."""
-        if not isinstance(data, Mapping):
-            raise Corrupt(f"{at}: must be an object", field=at, rule="type")
-        try:
-            phase = required_field(data, "phase", str, "a phase name")
-            if not _PHASE_RE.fullmatch(phase):
-                raise Corrupt("phase: must match [a-z][a-z0-9_]*", field="phase", rule="phase")
-            status = data.get("status")
-            if status not in STATUSES:
-                raise Corrupt(f"status: must be one of {', '.join(STATUSES)}", field="status", rule="enum")
-            return cls(
-                phase=phase,
-                phase_ordinal=_positive(data, "phase_ordinal"),
-                attempt_number=_positive(data, "attempt_number"),
-                status=str(status),
-                content_hash=str(_hash(data.get("content_hash"), "content_hash")),
-                prev_hash=_hash(data.get("prev_hash"), "prev_hash", optional=True),
-                linked=_flag(data, "linked"),
-            )
-        except Corrupt as exc:
-            raise Corrupt(
-                f"{at}.{exc.message}", field=f"{at}.{exc.context.get('field')}", rule=exc.context.get("rule")
-            ) from None
+        return _item(data, at, cls._parse)
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, Any]) -> PrunedRecord:
+        phase = _phase(data)
+        status = data.get("status")
+        if status not in STATUSES:
+            raise Corrupt(f"status: must be one of {', '.join(STATUSES)}", field="status", rule="enum")
+        return cls(
+            phase=phase,
+            phase_ordinal=_positive(data, "phase_ordinal"),
+            attempt_number=_positive(data, "attempt_number"),
+            status=str(status),
+            content_hash=str(_hash(data.get("content_hash"), "content_hash")),
+            prev_hash=_hash(data.get("prev_hash"), "prev_hash", optional=True),
+            linked=_flag(data, "linked"),
+        )
 
 
 def _entry(data: Any, at: str) -> tuple[str, str]:
@@ -134,17 +151,12 @@ def _entry(data: Any, at: str) -> tuple[str, str]:
 
 
 def _judgement(data: Any, at: str) -> tuple[int, str, str]:
-    if not isinstance(data, Mapping):
-        raise Corrupt(f"{at}: must be an object", field=at, rule="type")
-    try:
-        phase = required_field(data, "phase", str, "a phase name")
-        if not _PHASE_RE.fullmatch(phase):
-            raise Corrupt("phase: must match [a-z][a-z0-9_]*", field="phase", rule="phase")
-        return _positive(data, "seq"), phase, str(_hash(data.get("content_hash"), "content_hash"))
-    except Corrupt as exc:
-        raise Corrupt(
-            f"{at}.{exc.message}", field=f"{at}.{exc.context.get('field')}", rule=exc.context.get("rule")
-        ) from None
+    return _item(data, at, _parse_judgement)
+
+
+def _parse_judgement(data: Mapping[str, Any]) -> tuple[int, str, str]:
+    phase = _phase(data)  # checked first: a note broken twice names its phase
+    return _positive(data, "seq"), phase, str(_hash(data.get("content_hash"), "content_hash"))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 try:
@@ -88,6 +89,15 @@ def dumps_compact(doc: Any, *, newline: bool = False) -> bytes:
             return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE) if newline else orjson.dumps(doc)
     text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return (text + "\n" if newline else text).encode("utf-8")
+
+
+def lists_and_dicts(value: Any) -> Any:
+    """A copy of ``value`` with every mapping a dict and every tuple a list (what JSON and YAML hold)."""
+    if isinstance(value, Mapping):
+        return {k: lists_and_dicts(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [lists_and_dicts(v) for v in value]
+    return value
 
 
 #: What :func:`fast_loads` returns when the standard library must decide.

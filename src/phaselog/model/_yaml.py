@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from phaselog.model._json import lists_and_dicts
 from phaselog.model.errors import Corrupt
 
 try:  # libyaml is present in PyYAML wheels; fall back to pure Python where it is not.
@@ -108,19 +109,10 @@ def _emit_sequence(items: list[Any] | tuple[Any, ...], indent: str, out: list[st
             out.append(f"{indent}- {_scalar(item)}\n")
 
 
-def _plain(data: Any) -> Any:
-    """Convert tuples to lists so PyYAML's safe representer accepts them."""
-    if isinstance(data, dict):
-        return {k: _plain(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [_plain(v) for v in data]
-    return data
-
-
 def dump_pyyaml(data: dict[str, Any]) -> str:
     """Serialise with PyYAML exactly as the seed tool does (the reference for ``dump``)."""
     return yaml.dump(
-        _plain(data),
+        lists_and_dicts(data),  # PyYAML's safe representer refuses tuples
         Dumper=_Dumper,
         sort_keys=False,
         allow_unicode=True,

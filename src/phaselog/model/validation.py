@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from phaselog.model import formats
+from phaselog.model._json import lists_and_dicts
 from phaselog.model.artifacts import changed_artifacts
 from phaselog.model.errors import PhaselogError, UnknownPhase
 from phaselog.model.ids import given_run_name, is_canonical_uuid, normalize_run_id, validate_ticket_id
@@ -236,7 +237,8 @@ def _check_payload(cp: Checkpoint, phase: Any, rep: Report) -> None:
         return
     _check_payload_phase(cp, rep)
     if phase is not None:
-        for path, rule, message in phase.check_payload(user_payload(phase.payload_schema, _plain(cp.phase_payload))):
+        payload = user_payload(phase.payload_schema, lists_and_dicts(cp.phase_payload))
+        for path, rule, message in phase.check_payload(payload):
             rep.error(path, f"payload_schema:{rule}", message)
 
 
@@ -250,14 +252,6 @@ def user_payload(schema: Any, payload: Any) -> Any:
     if (isinstance(props, Mapping) and "phase" in props) or (isinstance(required, list) and "phase" in required):
         return payload
     return {k: v for k, v in payload.items() if k != "phase"}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    return value
 
 
 def check_links(

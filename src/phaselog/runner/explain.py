@@ -27,10 +27,11 @@ from phaselog.ledger.derive import (
     REJECTED,
     STALE,
     RunStatus,
+    row_of,
 )
 from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion
 from phaselog.model.pipelines import Pipeline
-from phaselog.runner.result import PhaseRow, row_of
+from phaselog.runner.result import PhaseRow
 from phaselog.stores.snapshot import RunSnapshot
 
 if TYPE_CHECKING:

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from phaselog.ledger.derive import RunStatus
+from phaselog.ledger.derive import RunStatus, row_of
 from phaselog.stores.base import AttemptRef, Stored
 from phaselog.stores.snapshot import RunSnapshot, with_attempts
 
 #: ``phaselog run`` exit codes (docs/runner.md).
 EXIT_OK, EXIT_FAILED, EXIT_WAITING, EXIT_HELD = 0, 1, 3, 75
-
-
-class _PerPhase(Protocol):
-    @property
-    def phase(self) -> str: ...
-
-
-_Row = TypeVar("_Row", bound=_PerPhase)
 
 
 class PhaseRow:
@@ -32,14 +23,6 @@ class PhaseRow:
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
-
-
-def row_of(rows: Iterable[_Row], phase: str) -> _Row:
-    """The row of ``phase`` (KeyError if there is none)."""
-    for row in rows:
-        if row.phase == phase:
-            return row
-    raise KeyError(phase)
 
 
 @dataclass(frozen=True)

@@ -351,25 +351,21 @@ def load_latest(
     record is damaged (rare), ``older(ordinal)`` lists the phase's attempts (sorted) and the walk
     goes down past failed or damaged attempts only as far as needed. ``load`` reads one attempt.
     """
-    for s in summaries:
-        newest = s.newest
-        if (s.ordinal, newest.attempt_number) not in records:
-            records[(s.ordinal, newest.attempt_number)] = load(newest)
-        done = s.newest_completed
-        if done is None:
-            continue
-        key = (s.ordinal, done.attempt_number)
+
+    def intact(ordinal: int, ref: AttemptRef) -> bool:
+        """Load ``ref`` unless ``records`` holds it; True when it is intact."""
+        key = (ordinal, ref.attempt_number)
         if key not in records:
-            records[key] = load(done)
-        if isinstance(records[key], Stored):
+            records[key] = load(ref)
+        return isinstance(records[key], Stored)
+
+    for s in summaries:
+        intact(s.ordinal, s.newest)
+        done = s.newest_completed
+        if done is None or intact(s.ordinal, done):
             continue
         for ref in reversed(older(s.ordinal)):
-            if not ref.completed or ref.attempt_number >= done.attempt_number:
-                continue
-            key = (ref.phase_ordinal, ref.attempt_number)
-            if key not in records:
-                records[key] = load(ref)
-            if isinstance(records[key], Stored):
+            if ref.completed and ref.attempt_number < done.attempt_number and intact(ref.phase_ordinal, ref):
                 break
 
 

@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
+from phaselog.model.entries import DECISIONS
 from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.ui import urls
@@ -67,7 +68,7 @@ def judge(ui: UI, request: Request, body: bytes) -> Response:
     page = urls.checkpoint(ticket_id, run_id, phase, attempt)
     try:
         decision = fields.get("decision", "")
-        if decision not in ("approve", "reject"):
+        if decision not in DECISIONS:
             raise UsageError("decision: choose approve or reject", field="decision", rule="enum")
         by = _required(fields, "by", "your name")
         comment = _required(fields, "comment", "a comment")

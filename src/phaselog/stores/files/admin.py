@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from phaselog import _faults
-from phaselog.model.errors import AlreadyExists, NotFound, PhaselogError, StoreError
+from phaselog.model.errors import AlreadyExists, NotFound, StoreError
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import names as _names
 from phaselog.stores.base import Capability, GuardStorage, PruneTarget
 from phaselog.stores.files.folders import Folders
-from phaselog.stores.files.io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
+from phaselog.stores.files.io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, os_errors, write_temp
 from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.oslock import open_locked
 
@@ -139,7 +139,7 @@ class FilesAdminMixin:
         if _names.parse_note_name(name) is None:
             raise StoreError(f"{name!r} is not a prune note name")
         rel = entry_location("pruned", h.ticket_id, h.run_id, name)
-        try:
+        with os_errors(f"cannot write {rel}"):
             dir_fd = self.folders.open_child(h.run_fd, ".pruned", create=True, rel=rel)
             try:
                 tmp = write_temp(dir_fd, body)
@@ -152,10 +152,6 @@ class FilesAdminMixin:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        except PhaselogError:
-            raise
-        except OSError as exc:
-            raise StoreError(f"cannot write {rel}: {exc.strerror}") from None
         _faults.point("files.prune_after_note")
         return rel
 
@@ -171,7 +167,7 @@ class FilesAdminMixin:
         self.folders.refuse_if_read_only("delete records")
         h = _handle(handle)
         count = freed = 0
-        try:
+        with os_errors(f"prune of {h.ticket_id}/{h.run_id} failed"):
             for r in records:
                 sizes = [_unlink(h.run_fd, n) for n in _record_files(r)]
                 if any(size is not None for size in sizes):
@@ -202,10 +198,6 @@ class FilesAdminMixin:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-        except PhaselogError:
-            raise
-        except OSError as exc:
-            raise StoreError(f"prune of {h.ticket_id}/{h.run_id} failed: {exc.strerror}") from None
         return count, freed
 
     def remove_run(self, handle: object) -> int:
@@ -217,7 +209,7 @@ class FilesAdminMixin:
         """
         self.folders.refuse_if_read_only("remove a run")
         h = _handle(handle)
-        try:
+        with os_errors(f"cannot remove run {h.ticket_id}/{h.run_id}"):
             freed = _tree_bytes(h.run_fd)
             ticket_fd = self.folders.open_dir("checkpoints", h.ticket_id)
             try:
@@ -229,10 +221,6 @@ class FilesAdminMixin:
                 os.fsync(ticket_fd)
             finally:
                 os.close(ticket_fd)
-        except PhaselogError:
-            raise
-        except OSError as exc:
-            raise StoreError(f"cannot remove run {h.ticket_id}/{h.run_id}: {exc.strerror}") from None
         return freed
 
     def finish_removals(self, ticket_id: str) -> list[dict[str, object]]:

@@ -11,11 +11,11 @@ import contextlib
 import os
 
 from phaselog import _faults
-from phaselog.model.errors import AlreadyExists, Corrupt, NotFound, PhaselogError, StoreError
+from phaselog.model.errors import AlreadyExists, Corrupt, NotFound
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
 from phaselog.stores.files.folders import Folders
-from phaselog.stores.files.io import clean_temps, read_capped, write_temp
+from phaselog.stores.files.io import clean_temps, os_errors, read_capped, write_temp
 
 
 def _segments(kind: str, ticket_id: str, run_id: str | None) -> list[str]:
@@ -56,24 +56,21 @@ class FileEntries:
             finally:
                 os.close(run_fd)
         try:
-            names = os.listdir(dir_fd)
-            clean_temps(dir_fd, names)
-            tmp = write_temp(dir_fd, body)
-            try:
-                _faults.point("files.after_entry_temp")
+            with os_errors(f"cannot write {rel}"):
+                names = os.listdir(dir_fd)
+                clean_temps(dir_fd, names)
+                tmp = write_temp(dir_fd, body)
                 try:
-                    os.link(tmp, f"{name}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                except FileExistsError:
-                    raise AlreadyExists(f"{rel} already exists", path=rel) from None
-                _faults.point("files.after_entry_link")
-                os.fsync(dir_fd)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-        except PhaselogError:
-            raise  # AlreadyExists is a FileExistsError: callers retry on it, keep its type
-        except OSError as exc:
-            raise StoreError(f"cannot write {rel}: {exc.strerror}") from None
+                    _faults.point("files.after_entry_temp")
+                    try:
+                        os.link(tmp, f"{name}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                    except FileExistsError:
+                        raise AlreadyExists(f"{rel} already exists", path=rel) from None
+                    _faults.point("files.after_entry_link")
+                    os.fsync(dir_fd)
+                finally:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
             if lock_fd is not None:

@@ -14,11 +14,12 @@ import fcntl
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from phaselog.model._lazyre import LazyPattern
-from phaselog.model.errors import Corrupt, InvalidIdentifier, StoreError, TooLarge
+from phaselog.model.errors import Corrupt, InvalidIdentifier, PhaselogError, StoreError, TooLarge
 
 #: Temp files older than this (seconds) are a crash's leftovers; a later writer removes them.
 TEMP_MAX_AGE_S = 60.0
@@ -26,6 +27,21 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO planted under a record's name must not hang the reader; fstat
 # then refuses it as "not a regular file". Regular files ignore the flag.
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@contextlib.contextmanager
+def os_errors(what: str, **context: Any) -> Iterator[None]:
+    """Turn an OSError raised inside into a StoreError ``"{what}: {strerror}"`` (with ``context``).
+
+    phaselog's own errors pass as they are: AlreadyExists (a FileExistsError) and StoreError are
+    OSErrors too, and callers rely on their type and context (a writer retries on AlreadyExists).
+    """
+    try:
+        yield
+    except PhaselogError:
+        raise
+    except OSError as exc:
+        raise StoreError(f"{what}: {exc.strerror}", **context) from None
 
 
 def create_temp(dir_fd: int, data: bytes) -> tuple[str, int]:

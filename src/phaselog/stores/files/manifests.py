@@ -11,7 +11,7 @@ import contextlib
 import os
 from typing import Protocol
 
-from phaselog.model.errors import NotFound, PhaselogError, StoreError
+from phaselog.model.errors import NotFound, PhaselogError
 from phaselog.model.limits import MAX_MANIFEST_BYTES
 from phaselog.stores.manifests import FOLDER, HASH_RE, NAME_RE, ManifestDoc, check_key, check_size, location
 
@@ -36,14 +36,14 @@ class FilesManifests:
 
     def put(self, doc: ManifestDoc) -> bool:
         """Record ``doc`` (see Manifests.put)."""
-        from phaselog.stores.files.io import write_temp
+        from phaselog.stores.files.io import os_errors, write_temp
 
         check_key(doc.name, doc.manifest_hash)
         check_size(doc)
         store = self.store
         store.refuse_if_read_only("record a pipeline manifest")
         final = f"{doc.manifest_hash}.json"
-        try:
+        with os_errors(f"cannot write {doc.location}", path=doc.location):
             fd = store.open_dir(FOLDER, doc.name, create=True)
             try:
                 with contextlib.suppress(FileNotFoundError):
@@ -61,10 +61,6 @@ class FilesManifests:
                 return True
             finally:
                 os.close(fd)
-        except PhaselogError:
-            raise
-        except OSError as exc:
-            raise StoreError(f"cannot write {doc.location}: {exc.strerror}", path=doc.location) from None
 
     def get(self, name: str, manifest_hash: str) -> bytes:
         """Read the bytes of (name, hash) (see Manifests.get)."""

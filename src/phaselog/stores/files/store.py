@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from phaselog.model.errors import Corrupt, NotFound, PhaselogError, StoreError, UnsupportedVersion
+from phaselog.model.errors import Corrupt, NotFound, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import validate_ticket_id
 from phaselog.model.limits import SIDECAR_SLACK_BYTES
 from phaselog.model.records import Checkpoint
@@ -34,7 +34,7 @@ from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
 from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
-from phaselog.stores.files.io import clean_temps, exists, read_capped
+from phaselog.stores.files.io import clean_temps, exists, os_errors, read_capped
 from phaselog.stores.files.lease import FileRunLeases, check_fence
 from phaselog.stores.files.publish import publish_completed, publish_failed
 from phaselog.stores.files.seed import RunView
@@ -132,28 +132,25 @@ class FilesStore(FilesAdminMixin):
         files = self._serialise(record)
         run_fd, lock_fd = self.folders.open_run(record.ticket_id, record.run_id, create=True)
         try:
-            try:
-                names = os.listdir(run_fd)
-                clean_temps(run_fd, names)
-                latest = max((g[3] for g in _names.record_groups(names) if g[0] == ordinal), default=0)
-                kernel.decide_append(
-                    record,  # an attempt at or below the latest: look it up among every name (rare)
-                    exists=attempt <= latest and (ordinal, attempt) in _names.parse_record_names(names),
-                    latest=latest,
-                    expected_latest=expected_latest,
-                    check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
-                )
-                self.record_manifest(manifest)  # before the record: a record never lacks its manifest
-                if record.completed:
-                    publish_completed(run_fd, record, set(names), files)
-                else:
-                    publish_failed(run_fd, record, files[0])
-            finally:
-                os.close(lock_fd)  # releases the flock
-        except PhaselogError:
-            raise  # AlreadyExists and StoreError are OSErrors too: keep their type and context
-        except OSError as exc:
-            raise StoreError(f"cannot write {self._rel(record)}: {exc.strerror}") from None
+            with os_errors(f"cannot write {self._rel(record)}"):
+                try:
+                    names = os.listdir(run_fd)
+                    clean_temps(run_fd, names)
+                    latest = max((g[3] for g in _names.record_groups(names) if g[0] == ordinal), default=0)
+                    kernel.decide_append(
+                        record,  # an attempt at or below the latest: look it up among every name (rare)
+                        exists=attempt <= latest and (ordinal, attempt) in _names.parse_record_names(names),
+                        latest=latest,
+                        expected_latest=expected_latest,
+                        check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
+                    )
+                    self.record_manifest(manifest)  # before the record: a record never lacks its manifest
+                    if record.completed:
+                        publish_completed(run_fd, record, set(names), files)
+                    else:
+                        publish_failed(run_fd, record, files[0])
+                finally:
+                    os.close(lock_fd)  # releases the flock
         finally:
             os.close(run_fd)
         return self._rel(record)

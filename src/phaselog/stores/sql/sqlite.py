@@ -61,6 +61,43 @@ def filesystem_type(path: Path) -> str | None:
 # SQLite result codes (the primary code is the low byte of an extended code).
 _SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 10, 11
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
+#: How ``translate`` names a driver error, the first match winning: (primary result code, words that
+#: say the same when the driver gives no code, error class, rule, message: ``{where}`` the file,
+#: ``{text}`` the driver's words). Anything else is a plain StoreError (rule ``sqlite``).
+_KNOWN_ERRORS: tuple[tuple[int, str | None, type[Corrupt] | type[StoreError], str, str], ...] = (
+    (
+        _SQLITE_CORRUPT,
+        "malformed",
+        Corrupt,
+        "sqlite_corrupt",
+        "{where}: the SQLite database is damaged ({text}); restore it from a backup, or try "
+        "`sqlite3 {where} .recover` on a copy",
+    ),
+    (
+        _SQLITE_NOTADB,
+        "not a database",
+        StoreError,
+        "not_a_database",
+        "{where} is not a SQLite database ({text}); point --store at a phaselog SQLite file",
+    ),
+    (
+        _SQLITE_FULL,
+        "is full",
+        StoreError,
+        "disk_full",
+        "{where}: the disk (or the database's size limit) is full; nothing was written ({text})",
+    ),
+    (
+        _SQLITE_READONLY,
+        "readonly",
+        StoreError,
+        "read_only",
+        "{where} is read-only (file permissions or a read-only filesystem); nothing was written ({text})",
+    ),
+    (_SQLITE_CANTOPEN, "unable to open", StoreError, "cannot_open", "cannot open {where} ({text})"),
+    (_SQLITE_PERM, None, StoreError, "permission", "{where}: permission denied ({text})"),
+    (_SQLITE_IOERR, None, StoreError, "io", "{where}: input/output error ({text})"),
+)
 
 
 class SqliteDialect(Dialect):
@@ -160,37 +197,9 @@ class SqliteDialect(Dialect):
         primary = code & 0xFF if isinstance(code, int) else None
         text = str(exc)
         low = text.lower()
-        if primary == _SQLITE_CORRUPT or "malformed" in low:
-            return Corrupt(
-                f"{where}: the SQLite database is damaged ({text}); restore it from a backup, or try "
-                f"`sqlite3 {where} .recover` on a copy",
-                path=where,
-                rule="sqlite_corrupt",
-            )
-        if primary == _SQLITE_NOTADB or "not a database" in low:
-            return StoreError(
-                f"{where} is not a SQLite database ({text}); point --store at a phaselog SQLite file",
-                path=where,
-                rule="not_a_database",
-            )
-        if primary == _SQLITE_FULL or "is full" in low:
-            return StoreError(
-                f"{where}: the disk (or the database's size limit) is full; nothing was written ({text})",
-                path=where,
-                rule="disk_full",
-            )
-        if primary == _SQLITE_READONLY or "readonly" in low:
-            return StoreError(
-                f"{where} is read-only (file permissions or a read-only filesystem); nothing was written ({text})",
-                path=where,
-                rule="read_only",
-            )
-        if primary == _SQLITE_CANTOPEN or "unable to open" in low:
-            return StoreError(f"cannot open {where} ({text})", path=where, rule="cannot_open")
-        if primary == _SQLITE_PERM:
-            return StoreError(f"{where}: permission denied ({text})", path=where, rule="permission")
-        if primary == _SQLITE_IOERR:
-            return StoreError(f"{where}: input/output error ({text})", path=where, rule="io")
+        for code, says, kind, rule, message in _KNOWN_ERRORS:
+            if primary == code or (says is not None and says in low):
+                return kind(message.format(where=where, text=text), path=where, rule=rule)
         return StoreError(f"{where}: SQLite error: {text}", path=where, rule="sqlite")
 
     def describe(self) -> str:

@@ -12,10 +12,10 @@ worker (this one was presumed dead) and nothing is changed. A transition whose a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from phaselog.model.errors import Conflict, NotFound, PhaselogError
+from phaselog.model.errors import Conflict, PhaselogError
 from phaselog.model.events import Event, Judged, RunDead, emit, subscribe
 from phaselog.stores.base import Capability, Store
 from phaselog.stores.sql.queue.rows import (
@@ -31,6 +31,7 @@ from phaselog.stores.sql.queue.rows import (
     QueueEntry,
     SqlQueue,
     check_key,
+    not_queued,
 )
 
 if TYPE_CHECKING:
@@ -247,15 +248,32 @@ def requeue_after_judgement(event: Event, origin: object) -> list[str]:
 subscribe(requeue_after_judgement)  # the queue's one subscriber, registered once, when the queue is loaded
 
 
-def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEntry:
-    """Cancel a run: at once if it is not running, else between phases (``cancel_requested``)."""
+def _change_row(
+    q: SqlQueue, ticket_id: str, run_id: str, change: Callable[[Transaction, QueueEntry, tuple[str, str]], None]
+) -> QueueEntry:
+    """``change(conn, entry, key)`` on the run's queue row, locked, in one transaction; the row after it.
+
+    NotFound (rule ``not_queued``) when the run is not in the queue.
+    """
     key = check_key(ticket_id, run_id)
 
-    def stop(conn: Transaction) -> QueueEntry:
-        now = conn.dialect.now  # the database clock
+    def locked(conn: Transaction) -> QueueEntry:
         entry = q.row(conn, key, lock=True)
         if entry is None:
-            raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
+            raise not_queued(ticket_id, run_id)
+        change(conn, entry, key)
+        after = q.row(conn, key)
+        assert after is not None
+        return after
+
+    return q.transact(locked)
+
+
+def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEntry:
+    """Cancel a run: at once if it is not running, else between phases (``cancel_requested``)."""
+
+    def stop(conn: Transaction, entry: QueueEntry, key: tuple[str, str]) -> None:
+        now = conn.dialect.now  # the database clock
         if entry.state not in ACTIVE:
             raise Conflict(
                 f"run {run_id} is {entry.state} already; nothing to cancel", rule="queue_state", state=entry.state
@@ -271,23 +289,15 @@ def cancel(q: SqlQueue, ticket_id: str, run_id: str, *, reason: str) -> QueueEnt
                 "WHERE ticket_id = %s AND run_id = %s",
                 (reason, *key),
             )
-        after = q.row(conn, key)
-        assert after is not None
-        return after
 
-    entry: QueueEntry = q.transact(stop)
-    return entry
+    return _change_row(q, ticket_id, run_id, stop)
 
 
 def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
     """Queue a dead or cancelled run again (recoveries start over; the run resumes where it stopped)."""
-    key = check_key(ticket_id, run_id)
 
-    def again(conn: Transaction) -> QueueEntry:
+    def again(conn: Transaction, entry: QueueEntry, key: tuple[str, str]) -> None:
         now = conn.dialect.now  # the database clock
-        entry = q.row(conn, key, lock=True)
-        if entry is None:
-            raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
         if entry.state not in (DEAD, CANCELLED):
             raise Conflict(
                 f"run {run_id} is {entry.state}; only dead or cancelled runs are retried",
@@ -300,12 +310,9 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
             key,
         )
         q.notify(conn, entry.queue)
-        after = q.row(conn, key)
-        assert after is not None
-        return after
 
     try:
-        entry: QueueEntry = q.transact(again)
+        return _change_row(q, ticket_id, run_id, again)
     except Exception as exc:
         if q.store.dialect.is_unique_violation(exc):
             raise Conflict(
@@ -313,7 +320,6 @@ def retry(q: SqlQueue, ticket_id: str, run_id: str) -> QueueEntry:
                 rule="dedup_key_taken",
             ) from None
         raise
-    return entry
 
 
 __all__ = [

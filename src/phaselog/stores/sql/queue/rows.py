@@ -175,6 +175,11 @@ def check_key(ticket_id: str, run_id: str) -> tuple[str, str]:
     return ticket_id, run_id
 
 
+def not_queued(ticket_id: str, run_id: str) -> NotFound:
+    """The error for a run that was never submitted to the queue (rule ``not_queued``)."""
+    return NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
+
+
 class SqlQueue:
     """The queue's statements over one PostgreSQL store (see the module docstring)."""
 
@@ -290,7 +295,7 @@ class SqlQueue:
         key = check_key(ticket_id, run_id)
         rows = self.session.query_raw(f"SELECT {COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s", key)
         if not rows:
-            raise NotFound(f"run {run_id} of ticket {ticket_id} is not in the queue", rule="not_queued")
+            raise not_queued(ticket_id, run_id)
         return QueueEntry.from_row(rows[0])
 
     def entries(
