@@ -37,7 +37,7 @@ MAX_RETRIES = 100
 MAX_EARLY_WRITES = 1000
 PARSED_EVENTS = 4096
 #: Indexing more attempts than this reads the run's records in one listing, not one by one.
-INDEX_ONE_BY_ONE = 8
+INDEX_ONE_BY_ONE = 2
 
 
 @dataclass
