@@ -24,7 +24,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -348,25 +348,13 @@ def writes_event(
     )
 
 
-def _writes_doc(event: ProgressEvent) -> Mapping[str, Any]:
-    doc = json_loads(event.output or "{}")
-    return doc if isinstance(doc, dict) else {}
-
-
-def pending_writes(
-    serde: Any,
-    events: Sequence[ProgressEvent],
-    checkpoint_id: str,
-    *,
-    parse: Callable[[ProgressEvent], Mapping[str, Any]] = _writes_doc,
-) -> list[tuple[str, str, Any]]:
+def pending_writes(serde: Any, events: Sequence[ProgressEvent], checkpoint_id: str) -> list[tuple[str, str, Any]]:
     """The checkpoint's pending writes, deduplicated as LangGraph's savers do, in
     ``writes_sort_key`` order: a regular write (idx >= 0) is kept once per (task, idx), the first
-    one wins; a special write (ERROR, INTERRUPT, …: idx < 0) is replaced by a later one.
-    ``parse`` reads an event's ``output`` document (the caller may keep them parsed)."""
+    one wins; a special write (ERROR, INTERRUPT, …: idx < 0) is replaced by a later one."""
     chosen: dict[tuple[str, int], tuple[str, str, int, str, Mapping[str, Any]]] = {}
     for ev in sorted(events, key=lambda e: e.seq):
-        doc = parse(ev)
+        doc = json_loads(ev.output or "{}")  # orjson where it reads the same as json.loads
         if doc.get("checkpoint_id") != checkpoint_id:
             continue
         for w in doc.get("writes", []):

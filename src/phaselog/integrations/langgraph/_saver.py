@@ -243,7 +243,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
                 if parent
                 else None
             ),
-            pending_writes=self._threads.pending_writes(events, cid),
+            pending_writes=C.pending_writes(self.serde, events, cid),
         )
 
     # -- retention and copies ---------------------------------------------------------------------

@@ -24,7 +24,6 @@ from phaselog.integrations.langgraph import _codec as C
 from phaselog.ledger.prune_notes import read_notes
 from phaselog.model.entries import ProgressEvent, entry_bytes, parse_entry
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, UnsupportedVersion
-from phaselog.model.limits import json_loads
 from phaselog.model.pipelines import builtin
 from phaselog.model.records import Checkpoint
 from phaselog.stores import Damaged, Store, Stored
@@ -82,8 +81,6 @@ class Threads:
         #: Events parsed (and hash-checked) before, by their exact stored bytes: the same bytes
         #: give the same immutable event, so reading a checkpoint again skips the re-hash.
         self._parsed: dict[bytes, ProgressEvent] = {}
-        #: The parsed ``output`` of those events (read-only documents, by the event's own text).
-        self._docs: dict[str, Mapping[str, Any]] = {}
         self._early: dict[tuple[str, str, str], list[tuple[str, str, list[tuple[int, str, Any]]]]] = {}
 
     @property
@@ -377,23 +374,6 @@ class Threads:
         for lst in out.values():
             lst.sort(key=lambda e: e.seq)
         return out
-
-    def writes_doc(self, event: ProgressEvent) -> Mapping[str, Any]:
-        """The parsed ``output`` of a pending-write event (shared: read it, never change it)."""
-        text = event.output or "{}"
-        doc = self._docs.get(text)
-        if doc is None:
-            doc = json_loads(text)
-            if not isinstance(doc, dict):
-                doc = {}
-            if len(self._docs) >= PARSED_EVENTS:
-                self._docs.clear()
-            self._docs[text] = doc
-        return doc
-
-    def pending_writes(self, events: Sequence[ProgressEvent], checkpoint_id: str) -> list[tuple[str, str, Any]]:
-        """The pending writes of a checkpoint, from its events (see :func:`C.pending_writes`)."""
-        return C.pending_writes(self.serde, events, checkpoint_id, parse=self.writes_doc)
 
     def add_writes(
         self, thread: str, rid: str, checkpoint_id: str, task_id: str, task_path: str, writes: Sequence[Any]
