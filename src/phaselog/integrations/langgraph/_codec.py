@@ -100,6 +100,7 @@ def _ns_run_id(checkpoint_ns: str) -> str:
     return normalize_run_id(NS_PREFIX + checkpoint_ns, field="checkpoint_ns")
 
 
+@lru_cache(maxsize=4096)
 def attempt_prefix(attempt: int) -> str:
     """Entry-name prefix of every progress event of one attempt."""
     return event_prefix(ORDINAL, PHASE, attempt)
