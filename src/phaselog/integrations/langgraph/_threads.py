@@ -9,7 +9,9 @@ writer re-read (``Conflict``) instead of forking the chain.
 
 A small per-run cache (latest attempt and its hash, checkpoint id → attempt) saves reads; it is
 only an accelerator: every answer is checked against what the store returns, and a stale entry
-is re-read.
+is re-read. A write decides on it (``expected_latest`` makes the store refuse a stale one); a
+read never needs it: the newest checkpoint is one ``read_phase`` where the store has it, and a
+checkpoint by id is one key lookup once the id is indexed (docs/decisions.md D173).
 """
 
 from __future__ import annotations
