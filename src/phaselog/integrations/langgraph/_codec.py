@@ -21,6 +21,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,9 +32,11 @@ from typing import Any
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from phaselog.ledger import inputs
+from phaselog.model._json import dumps_compact
 from phaselog.model.entries import ProgressEvent
 from phaselog.model.errors import InvalidIdentifier
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
+from phaselog.model.limits import json_loads
 from phaselog.model.records import Checkpoint, PipelineRef
 from phaselog.stores.names import event_prefix, parse_event_name
 
@@ -97,6 +100,7 @@ def _ns_run_id(checkpoint_ns: str) -> str:
     return normalize_run_id(NS_PREFIX + checkpoint_ns, field="checkpoint_ns")
 
 
+@lru_cache(maxsize=4096)
 def attempt_prefix(attempt: int) -> str:
     """Entry-name prefix of every progress event of one attempt."""
     return event_prefix(ORDINAL, PHASE, attempt)
@@ -124,10 +128,53 @@ def untyped(serde: Any, doc: Mapping[str, Any]) -> Any:
 
 def _plain_json(value: Any) -> Any | None:
     """``value`` normalised through JSON (tuples become lists), or None if it is not JSON."""
+    plain = _plain_copy(value, 0)
+    if plain is not _NOT_PLAIN:
+        return plain  # what the round trip below gives, without serialising
     try:
         return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError):
         return None
+
+
+_NOT_PLAIN: Any = object()
+_PLAIN_DEPTH = 64
+_INT_BOUND = 2**63
+
+
+def _plain_copy(value: Any, depth: int) -> Any:
+    """A copy of ``value`` when it holds only what a JSON round trip gives back unchanged (exact
+    str, bool, None, bounded int, finite float, str-keyed dict, list; a tuple becomes a list);
+    else :data:`_NOT_PLAIN` (subclasses, other key types, NaN, deep or cyclic values: the caller
+    takes the round trip, which decides as it always did)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        return value if -_INT_BOUND < value < _INT_BOUND else _NOT_PLAIN
+    if kind is float:
+        return value if math.isfinite(value) else _NOT_PLAIN
+    if depth >= _PLAIN_DEPTH:
+        return _NOT_PLAIN
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                return _NOT_PLAIN
+            item = _plain_copy(v, depth + 1)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            out[k] = item
+        return out
+    if kind is list or kind is tuple:
+        items = []
+        for v in value:
+            item = _plain_copy(v, depth + 1)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            items.append(item)
+        return items
+    return _NOT_PLAIN
 
 
 # -- checkpoints --------------------------------------------------------------------------------
@@ -268,7 +315,7 @@ def writes_output(
         doc[inputs.REQUEST], doc["resume"] = asked, RESUME_HINT
     if any(ch == RESUME for _idx, ch, _value in writes):
         doc[inputs.ANSWER] = True
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    return dumps_compact(doc).decode("utf-8")  # the bytes json.dumps(ensure_ascii=False, compact) writes
 
 
 def writes_event(
@@ -308,7 +355,7 @@ def pending_writes(serde: Any, events: Sequence[ProgressEvent], checkpoint_id: s
     one wins; a special write (ERROR, INTERRUPT, …: idx < 0) is replaced by a later one."""
     chosen: dict[tuple[str, int], tuple[str, str, int, str, Mapping[str, Any]]] = {}
     for ev in sorted(events, key=lambda e: e.seq):
-        doc = json.loads(ev.output or "{}")
+        doc = json_loads(ev.output or "{}")  # orjson where it reads the same as json.loads
         if doc.get("checkpoint_id") != checkpoint_id:
             continue
         for w in doc.get("writes", []):

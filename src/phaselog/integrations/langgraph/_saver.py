@@ -176,7 +176,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         """
         conf = (config or {}).get("configurable", {})
         before_id = get_checkpoint_id(before) if before else None
-        found: list[tuple[Any, Checkpoint, list[ProgressEvent]]] = []
+        found: list[tuple[str, Any, Checkpoint, list[ProgressEvent]]] = []
         with self._threads.lock:
             threads: builtins.list[tuple[Any, str]]
             if conf.get("thread_id") is not None:
@@ -187,8 +187,8 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
                 runs = [C.ns_run_id(conf["checkpoint_ns"])] if "checkpoint_ns" in conf else self.store.runs(thread)
                 for rid in runs:
                     found.extend(self._run_matches(original, thread, rid, conf.get("checkpoint_id"), filter, before_id))
-        found.sort(key=lambda f: str((f[1].phase_payload or {})["checkpoint_id"]), reverse=True)
-        for n, (original, record, events) in enumerate(found):
+        found.sort(key=lambda f: f[0], reverse=True)  # by checkpoint id, newest first
+        for n, (_cid, original, record, events) in enumerate(found):
             if limit is not None and n >= limit:
                 return
             yield self._tuple(original, record, events)
@@ -201,7 +201,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         checkpoint_id: str | None,
         flt: dict[str, Any] | None,
         before_id: str | None,
-    ) -> builtins.list[tuple[Any, Checkpoint, builtins.list[ProgressEvent]]]:
+    ) -> builtins.list[tuple[str, Any, Checkpoint, builtins.list[ProgressEvent]]]:
         records, damaged = self._threads.records(thread, rid)
         for d in damaged:
             log.warning("phaselog: skipping damaged checkpoint %s: %s", d.location, d.message)
@@ -210,7 +210,7 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
         newest: dict[str, Stored] = {}
         for s in records:  # oldest first: a checkpoint id put again is its newest attempt
             newest[str((s.record.phase_payload or {})["checkpoint_id"])] = s
-        chosen = []
+        chosen: builtins.list[tuple[str, Checkpoint]] = []
         for cid, s in newest.items():
             if checkpoint_id is not None and cid != checkpoint_id:
                 continue
@@ -220,13 +220,13 @@ class PhaselogSaver(BaseCheckpointSaver[str]):
                 md = C.metadata_of(self.serde, s.record.phase_payload or {})
                 if any(k not in md or md[k] != v for k, v in flt.items()):
                     continue
-            chosen.append(s.record)
+            chosen.append((cid, s.record))
         if not chosen:
             return []
         events = self._threads.events(thread, rid)  # Corrupt for an edited write event, as in get_tuple
         return [
-            (C.given_thread_id(r) if original is None else original, r, events.get(r.attempt_number, []))
-            for r in chosen
+            (cid, C.given_thread_id(r) if original is None else original, r, events.get(r.attempt_number, []))
+            for cid, r in chosen
         ]
 
     def _tuple(self, thread_id: Any, record: Checkpoint, events: Sequence[ProgressEvent]) -> CheckpointTuple:

@@ -9,7 +9,9 @@ writer re-read (``Conflict``) instead of forking the chain.
 
 A small per-run cache (latest attempt and its hash, checkpoint id → attempt) saves reads; it is
 only an accelerator: every answer is checked against what the store returns, and a stale entry
-is re-read.
+is re-read. A write decides on it (``expected_latest`` makes the store refuse a stale one); a
+read never needs it: the newest checkpoint is one ``read_phase`` where the store has it, and a
+checkpoint by id is one key lookup once the id is indexed (docs/decisions.md D173).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, Un
 from phaselog.model.pipelines import builtin
 from phaselog.model.records import Checkpoint
 from phaselog.stores import Damaged, Store, Stored
+from phaselog.stores.base import Capability
 from phaselog.stores.names import event_name
 
 MAX_RETRIES = 100
@@ -34,6 +37,8 @@ MAX_RETRIES = 100
 #: thread pool) wait here until the checkpoint is stored; at most this many checkpoints' worth.
 MAX_EARLY_WRITES = 1000
 PARSED_EVENTS = 4096
+#: Indexing more attempts than this reads the run's records in one listing, not one by one.
+INDEX_ONE_BY_ONE = 2
 
 
 @dataclass
@@ -47,11 +52,20 @@ class RunState:
     #: The head of the hash chain: the newest stored or pruned attempt, and its hash.
     head: int = 0
     head_hash: str | None = None
+    #: ``latest`` and ``head`` were read from the store for a write (with the run's prune notes);
+    #: False while only reads filled this state in (a write then reads the run first).
+    loaded: bool = False
     #: checkpoint id -> (attempt, content hash); the newest attempt wins for a repeated id.
     ids: dict[str, tuple[int, str]] = field(default_factory=dict)
     indexed: set[int] = field(default_factory=set)
     #: attempt -> (last sequence number, last event hash) of its pending-write events.
     tails: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    def keep_only(self, present: set[int]) -> None:
+        """Forget what was indexed of attempts that are no longer stored (pruned meanwhile)."""
+        self.indexed &= present
+        self.ids = {k: v for k, v in self.ids.items() if v[0] in present}
+        self.tails = {a: t for a, t in self.tails.items() if a in present}
 
 
 class Threads:
@@ -64,6 +78,8 @@ class Threads:
         self.pipeline = builtin(C.PIPELINE).ref
         self.lock = threading.RLock()
         self._runs: dict[tuple[str, str], RunState] = {}
+        #: A run's newest checkpoint in one statement, where the store can (Capability.PHASE_READ).
+        self._phase_read = Capability.PHASE_READ in store.capabilities
         #: Events parsed (and hash-checked) before, by their exact stored bytes: the same bytes
         #: give the same immutable event, so reading a checkpoint again skips the re-hash.
         self._parsed: dict[bytes, ProgressEvent] = {}
@@ -75,29 +91,51 @@ class Threads:
         return self._serde()
 
     # -- run state --------------------------------------------------------------------------------
-    def state(self, thread: str, rid: str, *, refresh: bool = False) -> RunState:
-        """The cached state of a run; ``refresh`` re-reads the newest attempt from the store."""
+    def run(self, thread: str, rid: str) -> RunState:
+        """What is known of a run (possibly nothing yet); nothing is read."""
         st = self._runs.get((thread, rid))
-        if st is None or refresh:
-            st = st or RunState()
-            refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL]
-            present = {r.attempt_number for r in refs}
-            st.indexed &= present
-            st.ids = {k: v for k, v in st.ids.items() if v[0] in present}
-            st.tails = {a: t for a, t in st.tails.items() if a in present}
-            st.latest, st.latest_hash, st.latest_id, st.head, st.head_hash = 0, None, None, 0, None
-            if refs:
-                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, refs[-1].attempt_number)  # Corrupt: never
-                self.note(st, stored.record)  # chain onto a damaged record
-            # The chain runs through pruned records too: an attempt after a pruned newest one
-            # names the pruned record (the prune note vouches for it).
-            for (phase, attempt), pruned in read_notes(self.store, thread, rid).records.items():
-                if phase == C.PHASE and attempt > st.head:
-                    st.head, st.head_hash = attempt, pruned.content_hash
+        if st is None:
             if len(self._runs) > 10_000:
                 self._runs.clear()
-            self._runs[(thread, rid)] = st
+            st = self._runs[(thread, rid)] = RunState()
         return st
+
+    def state(self, thread: str, rid: str, *, refresh: bool = False) -> RunState:
+        """The run's state as a write decides on it: its newest attempt and the chain's head, read
+        from the store the first time and on ``refresh`` (after another writer moved the run)."""
+        st = self.run(thread, rid)
+        if refresh or not st.loaded:
+            self._load(thread, rid, st, refresh=refresh)
+        return st
+
+    def _load(self, thread: str, rid: str, st: RunState, *, refresh: bool) -> None:
+        st.latest, st.latest_hash, st.latest_id, st.head, st.head_hash = 0, None, None, 0, None
+        # First read: the newest checkpoint in one statement. A refresh (the run moved) lists the
+        # attempts too, to forget what was pruned meanwhile.
+        newest = None if refresh else self._newest(thread, rid)
+        if newest is None:
+            refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL]
+            st.keep_only({r.attempt_number for r in refs})
+            if refs:
+                newest = self.store.get(thread, rid, C.ORDINAL, C.PHASE, refs[-1].attempt_number)  # Corrupt: never
+        if newest is not None:  # chain onto a damaged record
+            self.note(st, newest.record)
+        # The chain runs through pruned records too: an attempt after a pruned newest one
+        # names the pruned record (the prune note vouches for it).
+        for (phase, attempt), pruned in read_notes(self.store, thread, rid).records.items():
+            if phase == C.PHASE and attempt > st.head:
+                st.head, st.head_hash = attempt, pruned.content_hash
+        st.loaded = True
+
+    def _newest(self, thread: str, rid: str) -> Stored | None:
+        """The run's newest checkpoint in one store call; None: there is none, or ask the general way
+        (it is damaged, or the store cannot answer in one call)."""
+        if not self._phase_read:
+            return None
+        stored: Stored | None = self.store.read_phase(thread, rid, C.PHASE)  # type: ignore[attr-defined]  # declared by Capability.PHASE_READ
+        if stored is None or stored.record.phase_ordinal != C.ORDINAL or not C.is_langgraph(stored.record):
+            return None
+        return stored
 
     def forget(self, thread: str) -> None:
         """Drop what is cached about a thread (after deleting or pruning it)."""
@@ -106,6 +144,7 @@ class Threads:
 
     @staticmethod
     def note(st: RunState, record: Checkpoint) -> None:
+        """Index a record read or written (checked by the store): its id, and the newest attempt."""
         cid = (record.phase_payload or {}).get("checkpoint_id")
         if isinstance(cid, str):
             prev = st.ids.get(cid)
@@ -117,6 +156,16 @@ class Threads:
             st.latest_id = cid if isinstance(cid, str) else None
         if record.attempt_number >= st.head:
             st.head, st.head_hash = record.attempt_number, record.content_hash
+
+    def _saw_newest(self, st: RunState, record: Checkpoint) -> None:
+        """Note the run's newest record as read; a newest older than (or other than) the one a write
+        would chain onto means attempts were pruned meanwhile: the next write reads the run again."""
+        if st.loaded and (
+            record.attempt_number < st.latest
+            or (record.attempt_number == st.latest and record.content_hash != st.latest_hash)
+        ):
+            st.loaded = False
+        self.note(st, record)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def append(
@@ -199,7 +248,7 @@ class Threads:
         cannot be read either), so it is Corrupt, never "missing" (D118).
         """
         with self.lock:
-            st = self.state(thread, rid)
+            st = self.run(thread, rid)
             damaged: list[Corrupt | UnsupportedVersion] = []
             for round_ in range(2):
                 hit = st.ids.get(checkpoint_id)
@@ -215,8 +264,8 @@ class Threads:
                 if stored is not None and (stored.record.phase_payload or {}).get("checkpoint_id") == checkpoint_id:
                     return stored
                 # The attempt was pruned or its number reused: re-read the run and look again.
-                st = self.state(thread, rid, refresh=True)
                 st.ids.pop(checkpoint_id, None)
+                st.loaded = False
                 damaged = self._index(thread, rid, st)
             if damaged:
                 first = damaged[0]
@@ -230,13 +279,27 @@ class Threads:
             return None
 
     def _index(self, thread: str, rid: str, st: RunState) -> list[Corrupt | UnsupportedVersion]:
-        """Index every attempt of the run not indexed yet (reads only those); return the damaged ones."""
+        """Index every attempt of the run not indexed yet; return the damaged ones.
+
+        A few are read one by one; many (a saver new to a long thread) in one listing.
+        """
+        refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL]
+        st.keep_only({r.attempt_number for r in refs})
+        todo = {r.attempt_number for r in refs if r.completed and r.attempt_number not in st.indexed}
         damaged: list[Corrupt | UnsupportedVersion] = []
-        for ref in self.store.attempts(thread, rid):
-            if ref.phase_ordinal != C.ORDINAL or not ref.completed or ref.attempt_number in st.indexed:
-                continue
+        if len(todo) > INDEX_ONE_BY_ONE:
+            for entry in self.store.iter_records(thread, rid):
+                if isinstance(entry, Damaged):  # never indexed: tried again (and reported) on every miss
+                    if entry.phase_ordinal == C.ORDINAL and entry.attempt_number in todo:
+                        damaged.append(Corrupt(entry.message, path=entry.location, rule=entry.rule))
+                    continue
+                rec = entry.record
+                if rec.phase_ordinal == C.ORDINAL and rec.attempt_number in todo and rec.phase == C.PHASE:
+                    self.note(st, rec)
+            return damaged
+        for attempt in sorted(todo):
             try:
-                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, ref.attempt_number)
+                stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, attempt)
             except NotFound:
                 continue  # pruned meanwhile
             except (Corrupt, UnsupportedVersion) as exc:
@@ -248,14 +311,19 @@ class Threads:
     def latest(self, thread: str, rid: str) -> Stored | None:
         """The run's newest checkpoint (None if it has none); Corrupt if it is damaged.
 
-        Asks the store for the attempt after the newest one this saver knows and, when there is
-        none, for that newest one (two key lookups); only when either answer differs from what
-        is cached does it list the run's attempts. New attempts are always ``head + 1`` (this
-        module writes them), so an attempt beyond a missing number is never skipped.
+        One statement where the store reads a phase's newest checkpoint at once (SQL). Elsewhere
+        it asks for the attempt after the newest one this saver knows and, when there is none,
+        for that newest one (two key lookups); only when either answer differs from what is
+        cached does it list the run's attempts. New attempts are always ``head + 1`` (this module
+        writes them), so an attempt beyond a missing number is never skipped.
         """
         with self.lock:
-            st = self.state(thread, rid)
-            if st.latest:
+            st = self.run(thread, rid)
+            stored = self._newest(thread, rid)
+            if stored is not None:
+                self._saw_newest(st, stored.record)
+                return stored
+            if st.latest and not self._phase_read:
                 try:
                     self.store.get(thread, rid, C.ORDINAL, C.PHASE, st.latest + 1)
                 except NotFound:
@@ -267,20 +335,24 @@ class Threads:
                         return stored
             refs = [r for r in self.store.attempts(thread, rid) if r.phase_ordinal == C.ORDINAL and r.completed]
             if not refs:
+                st.loaded = st.loaded and not st.latest  # every checkpoint went: a write reads the run again
                 return None
             stored = self.store.get(thread, rid, C.ORDINAL, C.PHASE, refs[-1].attempt_number)
-            self.state(thread, rid, refresh=True)
+            self._saw_newest(st, stored.record)
             return stored
 
     def records(self, thread: str, rid: str) -> tuple[list[Stored], list[Damaged]]:
         """Every record of a run (oldest first) and the damaged entries apart."""
         good: list[Stored] = []
         bad: list[Damaged] = []
+        st = self.run(thread, rid)
         for entry in self.store.iter_records(thread, rid):
             if isinstance(entry, Damaged):
                 bad.append(entry)
             elif C.is_langgraph(entry.record):
                 good.append(entry)
+                if entry.record.phase_ordinal == C.ORDINAL:
+                    self.note(st, entry.record)  # a listing indexes the ids for later lookups too
         return good, bad
 
     # -- pending writes -------------------------------------------------------------------------

@@ -76,9 +76,12 @@ class SqlEntries:
         key = self._key(kind, ticket_id, run_id)
         order = f"ORDER BY name{self.session.dialect.collate}"  # a fixed collation clause; values are bound
         # The prefix is matched in the database, so only the wanted bodies travel (one attempt's
-        # progress events, not the whole run's).
-        where = "WHERE kind = ? AND ticket_id = ? AND run_id = ? " + ("AND substr(name, 1, ?) = ? " if prefix else "")
-        params = (*key, len(prefix), prefix) if prefix else key
+        # progress events, not the whole run's). ``name >= prefix`` (in the ORDER BY's collation:
+        # every name with the prefix sorts at or after it) lets the primary key start at the prefix
+        # instead of reading the run's every entry; substr() stays the exact test.
+        ranged = f"AND name{self.session.dialect.collate} >= ? AND substr(name, 1, ?) = ? "
+        where = "WHERE kind = ? AND ticket_id = ? AND run_id = ? " + (ranged if prefix else "")
+        params = (*key, prefix, len(prefix), prefix) if prefix else key
         rows = self.session.query("SELECT name, body FROM phaselog_entries " + where + order, params)
         rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)
         return [(n, f"{rel_dir}/{n}.json", b.encode("utf-8")) for n, b in rows if n.startswith(prefix)]
