@@ -1,12 +1,14 @@
 """``python -m bench``: run the benchmarks and print medians, p90s and ratios to baselines.
 
-python -m bench                      # everything, a few minutes on 2 cores
-python -m bench --quick              # small counts, under a minute (smoke test)
+python -m bench                      # every row of issue 22's table, closed by the table (a few minutes)
+python -m bench --quick              # the same rows at small counts, under a minute (smoke test)
+python -m bench --all                # every benchmark
 python -m bench --only write,start   # some benchmarks
 python -m bench --only sql --scale 1m   # SQL stores vs LangGraph at 1M records (minutes to build)
 python -m bench --profile-write      # diagnostic: where a write's time goes
 python -m bench --profile-start      # diagnostic: where `phaselog read`'s start-up goes
 python -m bench --profile-sql        # diagnostic: where the SQL stores' time goes
+python -m bench --profile            # where a write's and a read's time goes (the user's path)
 """
 
 from __future__ import annotations
@@ -160,7 +162,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="diagnostic: statements, commits and cProfile buckets of a no-op phase under the runner (SQLite)",
     )
-    p.add_argument("--profile", action="store_true", help="every diagnostic")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="where a write's, a read's and a status's time goes on the user's path (SQLite, files): "
+        "statements per call and cProfile's top functions by own time",
+    )
+    p.add_argument("--profile-all", action="store_true", help="--profile and every other diagnostic")
     return p.parse_args(argv)
 
 
@@ -223,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
     workdir = _data.make_workdir(args.dir)
+    if args.profile_all:
+        args.profile_write = args.profile_start = args.profile_sql = args.profile_runner = args.profile = True
     profiling = args.profile or args.profile_write or args.profile_start or args.profile_sql or args.profile_runner
     print(f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     for line in _data.environment():
@@ -235,19 +245,23 @@ def main(argv: list[str] | None = None) -> int:
     sections: list[Section] = []
     try:
         if profiling:
-            if args.profile or args.profile_write:
+            if args.profile:
+                from bench import profile_api
+
+                profile_api.run(workdir, quick=args.quick)
+            if args.profile_write:
                 from bench import profile_write
 
                 profile_write.run(workdir, quick=args.quick)
-            if args.profile or args.profile_start:
+            if args.profile_start:
                 from bench import profile_start
 
                 profile_start.run(workdir, quick=args.quick)
-            if args.profile or args.profile_runner:
+            if args.profile_runner:
                 from bench import profile_runner
 
                 profile_runner.run(workdir, quick=args.quick)
-            if args.profile or args.profile_sql:
+            if args.profile_sql:
                 from bench import profile_sql
 
                 scale = (args.scale or [_sqldata.parse_scale("10k")])[0]
