@@ -73,11 +73,11 @@ class Sample:
     yaml: list[bytes] = field(default_factory=list)
 
 
-def _ticket(prefix: str, i: int) -> str:
+def ticket_of(prefix: str, i: int) -> str:
     return f"{prefix}-{i // RUNS_PER_TICKET:05d}"
 
 
-def _write_run(ledger: Any, ticket: str, run_id: str) -> list[Any]:
+def write_run(ledger: Any, ticket: str, run_id: str) -> list[Any]:
     run = ledger.run(ticket, run_id)
     return [run.write(p, _data.PAYLOADS[p], **_data.write_kwargs()) for p in PHASES]
 
@@ -93,7 +93,7 @@ def _body(record: Any) -> bytes:
 
 
 def _sample(ledger: Any, root: Path | None = None) -> Sample:
-    results = _write_run(ledger, "BENCH-SAMPLE", str(uuid.uuid4()))
+    results = write_run(ledger, "BENCH-SAMPLE", str(uuid.uuid4()))
     sample = Sample([r.record.seed_dict() for r in results], [_body(r.record) for r in results])
     if root is not None:
         sample.yaml = [(root / "checkpoints" / r.location).read_bytes() for r in results]
@@ -112,7 +112,7 @@ class RunWrites:
     def prepare(self) -> tuple[str | None, str]:
         i, self.i = self.i, self.i + 1
         new = None if i % len(PHASES) else str(uuid.uuid4())
-        return (_ticket(self.prefix, i // len(PHASES)) + "|" + new) if new else None, PHASES[i % len(PHASES)]
+        return (ticket_of(self.prefix, i // len(PHASES)) + "|" + new) if new else None, PHASES[i % len(PHASES)]
 
     def __call__(self, arg: tuple[str | None, str]) -> None:
         new, phase = arg
@@ -237,7 +237,7 @@ def _lg_sqlite(path: Path) -> tuple[Any, sqlite3.Connection]:
 
 
 @contextlib.contextmanager
-def _on_tmpfs(*targets: Path) -> Iterator[list[Path]]:
+def on_tmpfs(*targets: Path) -> Iterator[list[Path]]:
     """Paths on tmpfs (when there is one) to build SQLite files in; copied to ``targets`` after."""
     shm = Path("/dev/shm")
     tmp = Path(tempfile.mkdtemp(prefix="phaselog-bench-", dir=shm if shm.is_dir() else None))
@@ -268,14 +268,14 @@ def _sqlite(workdir: Path, plan: Plan, progress: Any) -> Section:
         lg_skip = f"{exc.name} not installed; pip install -e '.[bench]'"
     else:
         lg_skip = ""
-    runs = [(_ticket("BENCH-R", i), str(uuid.uuid4())) for i in range(plan.calls)]
+    runs = [(ticket_of("BENCH-R", i), str(uuid.uuid4())) for i in range(plan.calls)]
     threads = [str(uuid.uuid4()) for _ in range(plan.calls)]
     if progress:
         progress(f"api-sqlite: building {plan.calls:,} runs of 5 (phaselog) and threads of 5 (LangGraph)")
-    with _on_tmpfs(pl_db, lg_db) as (pl_tmp, lg_tmp):
+    with on_tmpfs(pl_db, lg_db) as (pl_tmp, lg_tmp):
         with phaselog.open(f"sqlite:///{pl_tmp}") as ledger:
             for ticket, run_id in runs:
-                _write_run(ledger, ticket, run_id)
+                write_run(ledger, ticket, run_id)
         if not lg_skip:
             saver, conn = _lg_sqlite(lg_tmp)
             with phaselog.open(f"sqlite:///{pl_tmp}") as ledger:
@@ -366,13 +366,13 @@ def _files(workdir: Path, plan: Plan, progress: Any) -> Section:
         "[api] files store: write, read, status as a user's program calls them, "
         "vs a raw durable write of the same seed YAML",
     )
-    runs = [(_ticket("BENCH-R", i), str(uuid.uuid4())) for i in range(plan.calls)]
+    runs = [(ticket_of("BENCH-R", i), str(uuid.uuid4())) for i in range(plan.calls)]
     if progress:
         progress(f"api-files: building {plan.calls:,} runs of 5 (fsync off while building)")
     paths: list[Path] = []
     with _data.no_fsync(), phaselog.open(root) as ledger:
         for ticket, run_id in runs:
-            paths.append(root / "checkpoints" / _write_run(ledger, ticket, run_id)[0].location)
+            paths.append(root / "checkpoints" / write_run(ledger, ticket, run_id)[0].location)
     writer = phaselog.open(root)
     closers: list[Callable[[], None]] = [writer.close]
     try:
@@ -460,7 +460,7 @@ def _postgres(workdir: Path, plan: Plan, pg_url: str, progress: Any) -> Section:
         return psycopg.connect(pg_url, options=opts, autocommit=True, prepare_threshold=0, row_factory=dict_row)
 
     closers: list[Callable[[], None]] = []
-    runs = [(_ticket("BENCH-R", i), str(uuid.uuid4())) for i in range(plan.calls)]
+    runs = [(ticket_of("BENCH-R", i), str(uuid.uuid4())) for i in range(plan.calls)]
     threads = [str(uuid.uuid4()) for _ in range(plan.calls)]
     try:
         if progress:
@@ -468,7 +468,7 @@ def _postgres(workdir: Path, plan: Plan, pg_url: str, progress: Any) -> Section:
         build_url = _pg_url(pg_url, "options=-c%20synchronous_commit%3Doff", f"schema={schema}")
         with phaselog.open(build_url) as ledger:
             for ticket, run_id in runs:
-                _write_run(ledger, ticket, run_id)
+                write_run(ledger, ticket, run_id)
             seeds = _sample(ledger).seeds
         if not lg_skip:
             conn = lg_conn(build=True)

@@ -19,7 +19,7 @@ from typing import Any
 import phaselog
 from bench import _data
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_rounds
-from bench.bench_api import _on_tmpfs
+from bench.bench_api import on_tmpfs
 from phaselog.ledger.facade import Ledger
 
 TICKET = "BENCH-6"
@@ -75,7 +75,7 @@ def run(
         else:
             db = workdir / "growth.db"
             target = f"sqlite:///{db}"
-            with _on_tmpfs(db) as (tmp_db,), phaselog.open(f"sqlite:///{tmp_db}") as ledger:
+            with on_tmpfs(db) as (tmp_db,), phaselog.open(f"sqlite:///{tmp_db}") as ledger:
                 runs = _build(kind, ledger, short=short, long=long, n_short=n_short)
         if progress is not None:
             progress(f"{kind}: built")

@@ -22,8 +22,8 @@ from typing import Any
 
 import phaselog
 from bench import _data
-from bench.bench_api import PHASES, READ_PHASE, RunWrites, _on_tmpfs, _ticket, _write_run
 from bench._timing import fmt_time
+from bench.bench_api import PHASES, READ_PHASE, RunWrites, on_tmpfs, ticket_of, write_run
 
 TOP = 14
 
@@ -107,19 +107,19 @@ def run(workdir: Path, *, quick: bool = False) -> None:
     db = workdir / "profile-api.db"
 
     def build_sqlite() -> list[tuple[str, str]]:
-        runs = [(_ticket("BENCH-PR", i), str(uuid.uuid4())) for i in range(calls)]
-        with _on_tmpfs(db) as (tmp,), phaselog.open(f"sqlite:///{tmp}") as ledger:
+        runs = [(ticket_of("BENCH-PR", i), str(uuid.uuid4())) for i in range(calls)]
+        with on_tmpfs(db) as (tmp,), phaselog.open(f"sqlite:///{tmp}") as ledger:
             for ticket, run_id in runs:
-                _write_run(ledger, ticket, run_id)
+                write_run(ledger, ticket, run_id)
         return runs
 
     root = workdir / "profile-api-files"
 
     def build_files() -> list[tuple[str, str]]:
-        runs = [(_ticket("BENCH-PR", i), str(uuid.uuid4())) for i in range(calls)]
+        runs = [(ticket_of("BENCH-PR", i), str(uuid.uuid4())) for i in range(calls)]
         with _data.no_fsync(), phaselog.open(root) as ledger:
             for ticket, run_id in runs:
-                _write_run(ledger, ticket, run_id)
+                write_run(ledger, ticket, run_id)
         return runs
 
     _user_path("SQLite", f"sqlite:///{db}", build_sqlite, calls)
