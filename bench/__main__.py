@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import _data, _sqldata
-from bench._table import print_table
+from bench._table import print_table, table_json
 from bench._timing import Section, print_section, print_summary
 
 NAMES = (
@@ -286,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": mode,
             "environment": _data.environment(),
             "sections": [s.to_json() for s in sections],
+            "table": table_json(sections),
         }
         Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     print(f"\ntotal {time.perf_counter() - started:.1f} s")

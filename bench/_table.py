@@ -106,6 +106,13 @@ def _line(row: Row, sections: dict[str, Section]) -> tuple[str, str, str, str, s
     return (sub, base, fmt_ratio(r.value), row.goal, r.verdict or "-")
 
 
+def table_json(sections: list[Section]) -> list[dict[str, str]]:
+    """The table's rows as data (``--json``)."""
+    by_key = {s.key: s for s in sections}
+    keys = ("phaselog", "baseline", "ratio", "goal", "verdict")
+    return [{"row": row.label, **dict(zip(keys, _line(row, by_key), strict=True))} for row in ROWS]
+
+
 def print_table(sections: list[Section], *, quick: bool = False, out: Callable[[str], None] = print) -> None:
     """Print every row of the issue's table: row, phaselog, baseline, ratio, goal, met?"""
     by_key = {s.key: s for s in sections}
@@ -113,7 +120,10 @@ def print_table(sections: list[Section], *, quick: bool = False, out: Callable[[
     out("== issue 22: every row, side by side (medians of interleaved rounds; ratio = median of the")
     out("   per-round ratios subject / baseline, both timed in the same rounds; 8 writers: ops/s over ops/s)")
     if quick:
-        out("   --quick: small counts (the growth rows compare 200 attempts with 10): a smoke test, not figures")
+        out(
+            "   --quick: small counts (growth compares 200 attempts with 10, list reads 30-checkpoint threads): "
+            "a smoke test, not figures"
+        )
     out(f"   {'row':<{_W}} {'phaselog':>10} {'baseline':>10} {'ratio':>7}  {'goal':<9} met?")
     met = missed = 0
     for row in ROWS:

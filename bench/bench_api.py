@@ -101,6 +101,24 @@ def _sample(ledger: Any, root: Path | None = None) -> Sample:
 
 
 # -- contestants ----------------------------------------------------------------------------------
+class FreshLedger:
+    """A prepare that opens a fresh ledger for every sample (closing the previous one)."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.ledger: Any = None
+
+    def __call__(self) -> Any:
+        self.close()
+        self.ledger = phaselog.open(self.target)
+        return self.ledger
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+            self.ledger = None
+
+
 class RunWrites:
     """Write runs of 5 phases through a fresh ``Run`` per run (its creation is timed, as a user pays it)."""
 

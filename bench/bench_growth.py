@@ -19,7 +19,7 @@ from typing import Any
 import phaselog
 from bench import _data
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_rounds
-from bench.bench_api import on_tmpfs
+from bench.bench_api import FreshLedger, on_tmpfs
 from phaselog.ledger.facade import Ledger
 
 TICKET = "BENCH-6"
@@ -28,24 +28,6 @@ RESEARCH = {"summary": "s", "sources": ["https://x.test/a"]}
 PROPOSAL = {"title": "T", "concept": "C"}
 GOAL_WRITE = 1.2
 GOAL_STATUS = 1.5
-
-
-class _Fresh:
-    """A prepare that opens a fresh ledger for every sample (closing the previous one)."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-        self.ledger: Ledger | None = None
-
-    def __call__(self) -> Ledger:
-        self.close()
-        self.ledger = phaselog.open(self.target)
-        return self.ledger
-
-    def close(self) -> None:
-        if self.ledger is not None:
-            self.ledger.close()
-            self.ledger = None
 
 
 def _build_phase(ledger: Ledger, run: str, attempts: int) -> None:
@@ -134,7 +116,7 @@ def _one(
     short_runs, long_run, gated = runs["short_runs"], runs["long_run"], runs["gated"]
     st_short, st_long = runs["st_short"], runs["st_long"]
     n_short = len(short_runs)
-    fresh_long, fresh_short = _Fresh(target), _Fresh(target)
+    fresh_long, fresh_short = FreshLedger(target), FreshLedger(target)
     cycle = itertools.cycle(short_runs)
     contestants = [
         Contestant(
