@@ -117,8 +117,9 @@ def print_table(sections: list[Section], *, quick: bool = False, out: Callable[[
     """Print every row of the issue's table: row, phaselog, baseline, ratio, goal, met?"""
     by_key = {s.key: s for s in sections}
     out("")
-    out("== issue 22: every row, side by side (medians of interleaved rounds; ratio = median of the")
-    out("   per-round ratios subject / baseline, both timed in the same rounds; 8 writers: ops/s over ops/s)")
+    out("== issue 22: every row, side by side. phaselog and baseline: medians of the round medians; ratio:")
+    out("   the median of the per-round ratios (each round's subject over the baseline timed beside it), so")
+    out("   it need not equal the quotient of the two columns; 8 writers: a throughput ratio, ops/s over ops/s")
     if quick:
         out(
             "   --quick: small counts (growth compares 200 attempts with 10, list reads 30-checkpoint threads): "
