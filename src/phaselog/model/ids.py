@@ -10,6 +10,7 @@ maps to UUID v5 in the seed tool's namespace, so phaselog and the seed tool agre
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 
@@ -22,6 +23,7 @@ TICKET_ID_MAX = 64
 _TICKET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 _CANON_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 RUN_ID_MAX = 256
+_NAMESPACE_BYTES = RUN_ID_NAMESPACE.bytes
 
 
 def validate_ticket_id(ticket_id: object, *, field: str = "ticket_id") -> str:
@@ -89,7 +91,16 @@ def normalize_run_id(run_id: object, *, field: str = "run_id") -> str:
     try:
         return str(uuid.UUID(run_id))
     except ValueError:
-        return str(uuid.uuid5(RUN_ID_NAMESPACE, run_id))
+        return _uuid5(run_id)
+
+
+def _uuid5(name: str) -> str:
+    """``str(uuid.uuid5(RUN_ID_NAMESPACE, name))`` without building UUID objects (a third of the cost)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode("utf-8"), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def is_canonical_uuid(value: str) -> bool:
