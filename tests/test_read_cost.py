@@ -197,3 +197,43 @@ def test_a_files_status_reads_no_older_attempt(tmp_path: Path, opened: list[str]
             ".meta_2_local_review_a1.json",
         ], read
         assert sum(1 for n in opened if n.startswith("ls:")) == 1, opened  # no events, no approvals: one folder
+
+
+# -- a Run given its pipeline ----------------------------------------------------------------------
+def test_a_run_given_its_pipeline_resolves_it_once(sqlite_url: str) -> None:
+    """The first read resolves and checks the pipeline; every later read of that Run is one statement."""
+    with phaselog.open(sqlite_url) as led:
+        _check(led.run("T-1", "r1").read("implement"))  # the handle opens
+        run = led.run("T-1", "r2", pipeline="ticket-pipeline")
+        first = _sqlite_statements(led.store, lambda: _check(run.read("implement")))
+        assert len(first) > 1, first  # what the run recorded, its layout, then the read
+        for phase, attempt in (("implement", 3), ("local_review", 1), (1, 3)):
+            got: list[phaselog.Stored] = []
+            seen = _sqlite_statements(led.store, lambda: got.append(run.read(phase)))  # noqa: B023  # called at once
+            _check(got[0], "local_review" if phase == "local_review" else "implement", attempt)
+            assert len(seen) == 1, seen
+        st = run.status()
+        assert st.phase("implement").state == "completed"
+
+
+@pytest.mark.parametrize("kind", ["files", "sqlite"])
+def test_a_run_that_resolved_its_pipeline_still_refuses_a_run_that_follows_another(tmp_path: Path, kind: str) -> None:
+    """Resolved while the run had no record, the Run does not take a record written under another
+    pipeline on the strength of it: the general path refuses, as it always did."""
+    import dataclasses
+
+    from phaselog.model.pipelines import builtin
+
+    url = str(tmp_path / "store") if kind == "files" else f"sqlite:///{tmp_path / 'ledger.db'}"
+    other = dataclasses.replace(builtin("ticket-pipeline"), name="other-pipeline")
+    with phaselog.open(url) as led:
+        run = led.run("T-1", "x", pipeline="ticket-pipeline")
+        with pytest.raises(phaselog.NotFound):
+            run.read("implement")  # resolved now: the run has no record, nothing to refuse yet
+        led.run("T-1", "x", pipeline=other).write(
+            "implement", {"branch_name": "b", "commit_sha": "a1b2c3d", "files_changed": []}
+        )
+        with pytest.raises(phaselog.PipelineMismatch, match="follows pipeline 'other-pipeline'"):
+            run.read("implement")
+        with pytest.raises(phaselog.PipelineMismatch):
+            run.status()
