@@ -237,7 +237,9 @@ class SqlCheckpoints:
             if not rows:
                 return None
         try:
-            found = [self.stored(ticket_id, run_id, o, p, a, s, body, h) for o, a, p, s, h, body in rows]
+            # Not kept in the memo: a read takes each record once; the memo is for what a status or
+            # a write reads again (a hit is still taken).
+            found = [self.stored(ticket_id, run_id, o, p, a, s, body, h, keep=False) for o, a, p, s, h, body in rows]
         except (Corrupt, UnsupportedVersion):
             return None  # the caller's general path reads it again and says what is wrong, and where
         return found[0]
@@ -270,8 +272,11 @@ class SqlCheckpoints:
         status: str,
         body: str,
         column_hash: str | None,
+        *,
+        keep: bool = True,
     ) -> Stored:
-        """The record of one row, checked (Corrupt when its body or its key columns are damaged)."""
+        """The record of one row, checked (Corrupt when its body or its key columns are damaged);
+        ``keep``: remember it decoded (the memo), for a caller that reads the run again."""
         location = kernel.attempt_location(ticket_id, run_id, ordinal, phase, attempt, completed=status == "completed")
         stored = self._decoded.get(ordinal, body, location)
         kept = stored is not None
@@ -289,6 +294,6 @@ class SqlCheckpoints:
                 path=location,
                 rule="row_mismatch",
             )
-        if not kept and stored.recorded_hash is not None:
+        if keep and not kept and stored.recorded_hash is not None:
             self._decoded.put(ordinal, body, stored)
         return stored
