@@ -32,6 +32,7 @@ from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.sql import lease, manifests
+from phaselog.stores.sql.carried import CarriedRuns
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
@@ -119,6 +120,8 @@ class SqlCheckpoints:
         self.max_record_bytes = max_record_bytes
         #: Records decoded before, by (ordinal, row body): a row read again is not decoded again.
         self._decoded = kernel.DecodedRecords()
+        #: The snapshot of each run this handle last saw, with its change stamp (stores/sql/carried.py).
+        self.carried = CarriedRuns(session)
 
     # -- appending ------------------------------------------------------------------------------------
     def append(
@@ -136,8 +139,13 @@ class SqlCheckpoints:
         location = kernel.record_location(record)
         session = self.session
         dialect = session.dialect
+        premise = self.carried.carried_stamp(key[:2])
+        after: list[tuple[Any, Any] | None] = [None]
 
         def insert(tx: Transaction) -> None:
+            after[0] = None
+            # Under the write lock: has anyone written since the carried snapshot was read?
+            now = dialect.change_stamp(tx.conn) if premise is not None else None
             latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
             try:
                 kernel.decide_append(
@@ -153,6 +161,8 @@ class SqlCheckpoints:
             if manifest is not None:  # in the same transaction: a record never lacks its manifest
                 manifests.insert(tx, manifest)
             tx.execute(_INSERT_ROW, _row(record, expected_latest, body))
+            if now is not None and now == premise:
+                after[0] = (tx.conn, now[-1])  # the stamp is taken after the commit (our own changes)
 
         def attempt_once() -> None:
             if fence is None and manifest is None and dialect.round_trips_dear and dialect.append_at_once:
@@ -167,9 +177,25 @@ class SqlCheckpoints:
                     raise Conflict(f"phase {record.phase} changed while writing") from None
                 raise
 
+        try:
+            return self._append_tries(record, location, attempt_once, after)
+        except BaseException:
+            self.carried.drop(key[:2])  # refused or unknown: the next write reads the run again
+            raise
+
+    def _append_tries(
+        self,
+        record: Checkpoint,
+        location: str,
+        attempt_once: Callable[[], None],
+        after: list[tuple[Any, Any] | None],
+    ) -> str:
+        """``attempt_once()`` until it is decided (retried after transient errors)."""
+        dialect = self.session.dialect
         for i in range(5):
             try:
                 attempt_once()
+                self.carried.appended(record, location, self._stamp_after(after[0]))
                 return location
             except AlreadyExists as exc:
                 if exc.context.pop("_same", False) and i > 0:
@@ -180,13 +206,20 @@ class SqlCheckpoints:
                 if not dialect.is_transient(exc):
                     raise
                 # Commit outcome unknown (connection lost): the next round's read decides by content hash.
-                session.reset()
+                self.session.reset()
                 time.sleep(0.05 * (2**i))
         raise OutcomeUnknown(
             f"{dialect.name}: the database stopped answering while {location} was being written; it may or "
             "may not be stored — read it back before writing again",
             path=location,
         )
+
+    def _stamp_after(self, checked: tuple[Any, Any] | None) -> tuple[Any, ...] | None:
+        """The change stamp after an append whose transaction found the carried stamp unchanged."""
+        if checked is None:
+            return None
+        conn, version = checked
+        return self.session.dialect.change_stamp(conn, version)  # our own commit leaves data_version as it was
 
     # -- reading --------------------------------------------------------------------------------------
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:

@@ -194,7 +194,15 @@ class SqlStore:
         # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
         from phaselog.stores.sql.snapshot import sql_snapshot
 
-        return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=history)
+        if history:
+            return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=True)
+        carried, key = self.checkpoints.carried, (ticket_id, run_id)
+        snap = carried.fresh(key)  # the snapshot this handle last saw, if nothing was written since
+        if snap is None:
+            stamp = carried.stamp()  # before the read: a write meanwhile makes the next check miss
+            snap = sql_snapshot(self, self.checkpoints, ticket_id, run_id)
+            carried.keep(key, snap, stamp)
+        return snap
 
     def pipeline_manifests(self) -> SqlManifests:
         """The recorded pipeline manifests (``phaselog_pipelines``: see stores/sql/manifests.py)."""
