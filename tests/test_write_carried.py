@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -20,6 +21,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,61 @@ def test_sqlite_write_into_an_unmoved_run_is_one_read_and_one_write_transaction(
     assert len(first) <= 6, first  # stamp; BEGIN, stamp, the phase's latest, INSERT, COMMIT
     assert seen.count("BEGIN IMMEDIATE") == 2  # the next phase likewise
     assert seen.count("COMMIT") == 2
+    led.close()
+
+
+class RoundTrips:
+    """A real psycopg connection, counting what crosses the network: each statement sent alone,
+    each pipeline (its statements travel together), each commit and rollback."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.sent: list[str] = []
+        self._piped = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def execute(self, query: Any, *args: Any, **kw: Any) -> Any:
+        if not self._piped:
+            self.sent.append(" ".join(str(query).split())[:60])
+        return self._conn.execute(query, *args, **kw)
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[Any]:
+        self.sent.append("pipeline")
+        self._piped = True
+        try:
+            with self._conn.pipeline() as p:
+                yield p
+        finally:
+            self._piped = False
+
+    def commit(self) -> None:
+        self.sent.append("COMMIT")
+        self._conn.commit()
+
+    def rollback(self) -> None:
+        self.sent.append("ROLLBACK")
+        self._conn.rollback()
+
+
+def test_postgres_write_into_an_unmoved_run_is_one_round_trip(pg_schema_url: str) -> None:
+    led = phaselog.open(pg_schema_url)
+    run = led.run(T, str(uuid.uuid4()))
+    run.write("implement", IMPLEMENT)  # creates the store and the run
+    run.write("implement", IMPLEMENT)  # read once, then carried
+    session = led.store.session  # type: ignore[attr-defined]
+    counting = RoundTrips(session.conn)
+    session.conn = counting
+    res = run.write("implement", IMPLEMENT)
+    assert len(counting.sent) == 1, counting.sent  # the INSERT, which checks the run's premise itself
+    assert counting.sent[0].startswith("INSERT INTO phaselog_checkpoints")
+    counting.sent.clear()
+    review = run.write("local_review", LOCAL_REVIEW)  # the next phase of the run likewise
+    assert len(counting.sent) == 1
+    assert res.record.attempt_number == 3
+    assert review.record.basis["implement"].hash == res.record.content_hash
     led.close()
 
 

@@ -71,14 +71,40 @@ class CarriedRuns:
         while len(runs) > self.limit:
             runs.popitem(last=False)
 
-    def carried_stamp(self, key: Key) -> tuple[Any, ...] | None:
-        """The stamp the carried snapshot of ``key`` was read at (None: none carried)."""
+    def premise(self, key: Key) -> RunSnapshot | None:
+        """The carried snapshot of ``key`` for a write: checked now where the stamp is the
+        database's (SQLite), handed out as it is where it is the run's (PostgreSQL: the append
+        checks it in the statement that inserts)."""
         got = self._runs.get(key)
-        return None if got is None else got[1]
+        if got is None:
+            return None
+        return got[0] if is_run_stamp(got[1]) else self.fresh(key)
+
+    def unchecked(self, key: Key) -> bool:
+        """Is the carried snapshot of ``key`` handed out unchecked (a run stamp: the append checks it)?"""
+        got = self._runs.get(key)
+        return got is not None and is_run_stamp(got[1])
+
+    def premise_for(self, record: Checkpoint, expected_latest: int) -> tuple[Any, ...] | None:
+        """The stamp of the carried snapshot ``record`` was decided on (None: it was not — its
+        phase's latest attempt or ``prev_hash`` differ from the carried snapshot's)."""
+        got = self._runs.get((record.ticket_id, record.run_id))
+        if got is None:
+            return None
+        snap = got[0]
+        newest = snap.latest(record.phase_ordinal)
+        latest = 0 if newest is None else newest.attempt_number
+        if latest != expected_latest:
+            return None
+        if latest:
+            entry = snap.record(record.phase_ordinal, latest)
+            if not isinstance(entry, Stored) or entry.record.content_hash != record.prev_hash:
+                return None
+        return got[1]
 
     def appended(self, record: Checkpoint, location: str, after: tuple[Any, ...] | None) -> None:
-        """``record`` was committed. ``after``: the stamp right after the commit when the stamp
-        checked inside the append's transaction matched the carried one (None: it did not)."""
+        """``record`` was committed. ``after``: the stamp right after it when the append found
+        the carried stamp unchanged (None: it did not, or nothing was carried)."""
         key = (record.ticket_id, record.run_id)
         got = self._runs.pop(key, None)
         if got is None or after is None:
@@ -94,6 +120,16 @@ class CarriedRuns:
     def forget(self) -> None:
         """Carry nothing (the connection was replaced)."""
         self._runs.clear()
+
+
+def detached(snap: RunSnapshot) -> RunSnapshot:
+    """``snap`` with copies of its records: a reader that edits a payload in place never changes
+    what the next write decides on (as the memo of decoded records hands out copies)."""
+    records = {
+        k: Stored(detached_copy(v.record), v.location, v.recorded_hash, v.warnings) if isinstance(v, Stored) else v
+        for k, v in snap.records.items()
+    }
+    return dataclasses.replace(snap, records=records, _by_ordinal={})
 
 
 def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
@@ -124,3 +160,54 @@ def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
 
 def _ordinal(summary: Any) -> int:
     return int(summary.ordinal)
+
+
+# -- the run stamp (PostgreSQL) -----------------------------------------------------------------
+# Dialects without a cheap database stamp carry a stamp of the run itself, read in the snapshot's
+# round trip (before the run) and checked by the append's INSERT: the count of the run's attempts
+# and a sum that weighs each (ordinal, attempt) apart (a prune that removes attempts and an append
+# that adds as many still moves it), and the count, greatest name and total name length of the
+# entries a snapshot reads (progress events, approvals, the ticket's markers).
+_RUN_ROWS = "FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ?"
+_RUN_ENTRIES = (
+    "FROM phaselog_entries WHERE ticket_id = ? AND ((run_id = ? AND kind IN ('progress', 'approvals')) "
+    "OR (run_id = '' AND kind = 'markers'))"
+)
+_WEIGHT = 1_000_001  # above MAX_ATTEMPT: (ordinal, attempt) -> ordinal * _WEIGHT + attempt is one-to-one
+_RUN_PARTS = (
+    f"(SELECT COUNT(*) {_RUN_ROWS})",
+    f"(SELECT COALESCE(SUM(phase_ordinal * {_WEIGHT} + attempt), 0) {_RUN_ROWS})",
+    f"(SELECT COUNT(*) {_RUN_ENTRIES})",
+    f"(SELECT COALESCE(MAX(name), '') {_RUN_ENTRIES})",
+    f"(SELECT COALESCE(SUM(LENGTH(name)), 0) {_RUN_ENTRIES})",
+)
+#: The run stamp, read (``run_stamp_params``).
+RUN_STAMP = "SELECT " + ", ".join(_RUN_PARTS)
+#: The run stamp as the condition of an INSERT … SELECT … WHERE (``premise_params``).
+RUN_STAMP_WHERE = "".join(f" AND {part} = ?" for part in _RUN_PARTS)
+
+
+def run_stamp_params(ticket_id: str, run_id: str) -> tuple[str, ...]:
+    """The parameters of :data:`RUN_STAMP`."""
+    return (ticket_id, run_id) * len(_RUN_PARTS)
+
+
+def run_stamp(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The stamp :data:`RUN_STAMP`'s row makes."""
+    return ("run", *(v if isinstance(v, str) else int(v) for v in row or ()))
+
+
+def is_run_stamp(stamp: tuple[Any, ...]) -> bool:
+    """Is ``stamp`` a run stamp (else the database's)?"""
+    return bool(stamp) and stamp[0] == "run"
+
+
+def premise_params(ticket_id: str, run_id: str, stamp: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The parameters of :data:`RUN_STAMP_WHERE` for ``stamp``."""
+    return tuple(v for value in stamp[1:] for v in (ticket_id, run_id, value))
+
+
+def bumped(stamp: tuple[Any, ...], record: Checkpoint) -> tuple[Any, ...]:
+    """The run stamp once ``record`` is appended to the run ``stamp`` was read of."""
+    _, count, total, *entries = stamp
+    return ("run", count + 1, total + record.phase_ordinal * _WEIGHT + record.attempt_number, *entries)

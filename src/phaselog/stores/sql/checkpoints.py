@@ -31,8 +31,8 @@ from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, Ou
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
-from phaselog.stores.sql import lease, manifests
-from phaselog.stores.sql.carried import CarriedRuns
+from phaselog.stores.sql import carried, lease, manifests
+from phaselog.stores.sql.carried import RUN_STAMP_WHERE, CarriedRuns
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
@@ -53,6 +53,13 @@ _INSERT_AT_ONCE = (
     f"{_INSERT}SELECT {_VALUES} WHERE COALESCE((SELECT MAX(attempt) FROM "
     "phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ?), 0) = ? "
     "ON CONFLICT DO NOTHING RETURNING 1"
+)
+_AT_ONCE_WHERE, _AT_ONCE_TAIL = _INSERT_AT_ONCE.split(" ON CONFLICT ")
+#: :data:`_INSERT_AT_ONCE` that also checks the newest attempt's hash and the whole run's stamp
+#: (stores/sql/carried.py): the write decided on a carried snapshot is one statement.
+_INSERT_PREMISED = (
+    f"{_AT_ONCE_WHERE} AND (SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
+    f"AND phase_ordinal = ? AND attempt = ?) IS NOT DISTINCT FROM ?{RUN_STAMP_WHERE} ON CONFLICT {_AT_ONCE_TAIL}"
 )
 # One round trip, two primary-key lookups (no scan: attempt 1,000 costs what attempt 2 does): the
 # phase's latest attempt, and this attempt's hash if it exists (NULL: no such row).
@@ -139,13 +146,21 @@ class SqlCheckpoints:
         location = kernel.record_location(record)
         session = self.session
         dialect = session.dialect
-        premise = self.carried.carried_stamp(key[:2])
-        after: list[tuple[Any, Any] | None] = [None]
+        # The stamp of the carried snapshot this record was decided on (stores/sql/carried.py).
+        premise = self.carried.premise_for(record, expected_latest)
+        run_premise = premise is not None and carried.is_run_stamp(premise)
+        after: list[tuple[Any, ...] | None] = [None]
 
         def insert(tx: Transaction) -> None:
             after[0] = None
-            # Under the write lock: has anyone written since the carried snapshot was read?
-            now = dialect.change_stamp(tx.conn) if premise is not None else None
+            # In the transaction (SQLite: under the write lock): did anyone write since it was read?
+            now = None
+            if premise is not None:
+                now = (
+                    carried.run_stamp(tx.one(carried.RUN_STAMP, carried.run_stamp_params(*key[:2])))
+                    if run_premise
+                    else dialect.change_stamp(tx.conn)
+                )
             latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
             try:
                 kernel.decide_append(
@@ -158,16 +173,33 @@ class SqlCheckpoints:
             except AlreadyExists as exc:
                 exc.context["_same"] = existing == record.content_hash
                 raise
+            if run_premise and now != premise:  # the record was decided on a run that moved since
+                raise Conflict(f"run {record.run_id} changed since it was read", latest_attempt=latest or 0)
             if manifest is not None:  # in the same transaction: a record never lacks its manifest
                 manifests.insert(tx, manifest)
             tx.execute(_INSERT_ROW, _row(record, expected_latest, body))
-            if now is not None and now == premise:
-                after[0] = (tx.conn, now[-1])  # the stamp is taken after the commit (our own changes)
+            if premise is not None and now == premise:
+                # Nothing moved: the carried snapshot plus this record is the run (our own insert
+                # counted in total_changes, as the commit leaves our own data_version alone).
+                after[0] = carried.bumped(premise, record) if run_premise else dialect.change_stamp(tx.conn, now[-1])
 
         def attempt_once() -> None:
             if fence is None and manifest is None and dialect.round_trips_dear and dialect.append_at_once:
                 at_once = (*_row(record, expected_latest, body), *key, expected_latest)
-                if session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
+                if premise is not None and run_premise:
+                    # One round trip: the insert itself checks the whole run's premise, and the
+                    # phase's newest attempt's hash (the record's prev_hash).
+                    premised = (
+                        *at_once,
+                        *key,
+                        expected_latest,
+                        record.prev_hash,
+                        *carried.premise_params(*key[:2], premise),
+                    )
+                    if session.autocommit(_INSERT_PREMISED, premised) is not None:
+                        after[0] = carried.bumped(premise, record)
+                        return
+                elif session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
                     return  # else the transaction below reads why (and inserts if it now may)
             try:
                 session.write(insert)
@@ -188,14 +220,14 @@ class SqlCheckpoints:
         record: Checkpoint,
         location: str,
         attempt_once: Callable[[], None],
-        after: list[tuple[Any, Any] | None],
+        after: list[tuple[Any, ...] | None],
     ) -> str:
         """``attempt_once()`` until it is decided (retried after transient errors)."""
         dialect = self.session.dialect
         for i in range(5):
             try:
                 attempt_once()
-                self.carried.appended(record, location, self._stamp_after(after[0]))
+                self.carried.appended(record, location, after[0])
                 return location
             except AlreadyExists as exc:
                 if exc.context.pop("_same", False) and i > 0:
@@ -213,13 +245,6 @@ class SqlCheckpoints:
             "may not be stored — read it back before writing again",
             path=location,
         )
-
-    def _stamp_after(self, checked: tuple[Any, Any] | None) -> tuple[Any, ...] | None:
-        """The change stamp after an append whose transaction found the carried stamp unchanged."""
-        if checked is None:
-            return None
-        conn, version = checked
-        return self.session.dialect.change_stamp(conn, version)  # our own commit leaves data_version as it was
 
     # -- reading --------------------------------------------------------------------------------------
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
