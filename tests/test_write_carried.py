@@ -128,6 +128,28 @@ def test_postgres_write_into_an_unmoved_run_is_one_round_trip(pg_schema_url: str
     led.close()
 
 
+def test_postgres_fenced_write_into_an_unmoved_run_is_one_round_trip(pg_schema_url: str) -> None:
+    from phaselog.runner import lease as leasing
+
+    led = phaselog.open(pg_schema_url)
+    run_id = str(uuid.uuid4())
+    run = led.run(T, run_id)
+    run.write("implement", IMPLEMENT)  # creates the store and the run
+    held = leasing.acquire(led.store, T, run_id)
+    run.write("implement", IMPLEMENT, fence=held.fence)
+    session = led.store.session  # type: ignore[attr-defined]
+    counting = RoundTrips(session.conn)
+    session.conn = counting
+    res = run.write("implement", IMPLEMENT, fence=held.fence)
+    assert len(counting.sent) == 1, counting.sent  # the INSERT checks the lease row too
+    assert res.record.attempt_number == 3
+    held.release()
+    with pytest.raises(phaselog.Fenced):  # released: the same statement refuses, the transaction says why
+        run.write("implement", IMPLEMENT, fence=held.fence)
+    assert [s.record.attempt_number for s in led.list(T, run_id).items] == [1, 2, 3]
+    led.close()
+
+
 _OTHER_WRITER = f"""
 import sys, phaselog
 url, ticket, run_id, phase = sys.argv[1:5]

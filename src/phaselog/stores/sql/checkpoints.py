@@ -61,6 +61,11 @@ _INSERT_PREMISED = (
     f"{_AT_ONCE_WHERE} AND (SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
     f"AND phase_ordinal = ? AND attempt = ?) IS NOT DISTINCT FROM ?{RUN_STAMP_WHERE} ON CONFLICT {_AT_ONCE_TAIL}"
 )
+#: The fence as a condition of the premised insert (``lock``: the dialect's share lock).
+_FENCED = (
+    " AND EXISTS (SELECT 1 FROM phaselog_run_leases WHERE ticket_id = ? AND run_id = ? AND fencing_token = ? "
+    "AND holder IS NOT NULL{lock})"
+)
 # One round trip, two primary-key lookups (no scan: attempt 1,000 costs what attempt 2 does): the
 # phase's latest attempt, and this attempt's hash if it exists (NULL: no such row).
 _LATEST_AND_MINE = (
@@ -184,11 +189,12 @@ class SqlCheckpoints:
                 after[0] = carried.bumped(premise, record) if run_premise else dialect.change_stamp(tx.conn, now[-1])
 
         def attempt_once() -> None:
-            if fence is None and manifest is None and dialect.round_trips_dear and dialect.append_at_once:
+            if manifest is None and dialect.round_trips_dear and dialect.append_at_once:
                 at_once = (*_row(record, expected_latest, body), *key, expected_latest)
                 if premise is not None and run_premise:
-                    # One round trip: the insert itself checks the whole run's premise, and the
-                    # phase's newest attempt's hash (the record's prev_hash).
+                    # One round trip: the insert itself checks the whole run's premise, the phase's
+                    # newest attempt's hash (the record's prev_hash) and the fence (its lease row
+                    # share-locked until the statement commits, as check_fence does in a transaction).
                     premised = (
                         *at_once,
                         *key,
@@ -196,10 +202,14 @@ class SqlCheckpoints:
                         record.prev_hash,
                         *carried.premise_params(*key[:2], premise),
                     )
-                    if session.autocommit(_INSERT_PREMISED, premised) is not None:
+                    text = _INSERT_PREMISED
+                    if fence is not None:
+                        text = text.replace(" ON CONFLICT ", _FENCED.format(lock=dialect.for_share) + " ON CONFLICT ")
+                        premised = (*premised, fence.ticket_id, fence.run_id, fence.token)
+                    if session.autocommit(text, premised) is not None:
                         after[0] = carried.bumped(premise, record)
                         return
-                elif session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
+                elif fence is None and session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
                     return  # else the transaction below reads why (and inserts if it now may)
             try:
                 session.write(insert)
