@@ -30,6 +30,7 @@ import pytest
 import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW, REPO
 from phaselog.stores import open_store
+from phaselog.stores.base import premise_snapshot
 
 T = "CARRY-1"
 CTX = mp.get_context("fork")
@@ -147,6 +148,40 @@ def test_postgres_fenced_write_into_an_unmoved_run_is_one_round_trip(pg_schema_u
     with pytest.raises(phaselog.Fenced):  # released: the same statement refuses, the transaction says why
         run.write("implement", IMPLEMENT, fence=held.fence)
     assert [s.record.attempt_number for s in led.list(T, run_id).items] == [1, 2, 3]
+    led.close()
+
+
+@pytest.mark.all_stores
+def test_the_carried_snapshot_is_the_one_a_fresh_read_gives(store_url: str) -> None:
+    led = phaselog.open(store_url)
+    run_id, video_id = str(uuid.uuid4()), str(uuid.uuid4())
+    run, video = led.run(T, run_id), led.run(T, video_id, pipeline="video-pipeline")
+    fresh = open_store(store_url)
+    proposal = {"title": "t", "concept": "c"}
+    research = {"summary": "s", "sources": ["https://x.test/a"]}
+    # (run, is it a write, the step)
+    steps: list[tuple[str, bool, Any]] = [
+        (run_id, True, lambda: run.write("implement", None, status="failed", error="flaky")),
+        (run_id, True, lambda: run.write("implement", IMPLEMENT)),
+        (run_id, True, lambda: run.write("implement", None, status="failed", error="flaky again")),
+        (run_id, False, lambda: led.progress(T, run_id, "local_review", "start")),
+        (run_id, True, lambda: run.write("local_review", LOCAL_REVIEW)),
+        (run_id, True, lambda: run.write("implement", IMPLEMENT)),
+        (video_id, True, lambda: video.write("research", research)),
+        (video_id, True, lambda: video.write("proposal", proposal)),
+        (video_id, False, lambda: led.approve(T, video_id, "proposal", by="ana")),
+        (video_id, True, lambda: video.write("proposal", proposal)),
+    ]
+    for rid, writes, step in steps:
+        step()
+        # What the next write decides on. Unchecked (PostgreSQL), after an event or an approval it
+        # is stale by design (the append's run stamp refuses it); after a write it is the run.
+        carried, stale = premise_snapshot(led.store, T, rid)
+        if writes or not stale:
+            assert carried == fresh.snapshot(T, rid)
+            assert [s.record for s in carried.stored()] == [s.record for s in fresh.snapshot(T, rid).stored()]
+        assert led.store.snapshot(T, rid) == fresh.snapshot(T, rid)
+    fresh.close()
     led.close()
 
 
