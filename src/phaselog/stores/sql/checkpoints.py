@@ -93,6 +93,18 @@ _PHASE_ONE = f"{_PHASE_ROWS}= ?"
 Query = Callable[[str, Sequence[Any]], "Rows"]
 
 
+def _links_to_newest(tx: Transaction, record: Checkpoint, newest: int) -> bool:
+    """Is ``record.prev_hash`` the hash of the phase's attempt ``newest`` (0: none, and no prev_hash)?"""
+    if not newest:
+        return record.prev_hash is None
+    row = tx.one(
+        "SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? "
+        "AND attempt = ?",
+        (record.ticket_id, record.run_id, record.phase_ordinal, newest),
+    )
+    return row is not None and row[0] == record.prev_hash
+
+
 def _row(record: Checkpoint, expected_latest: int, body: str) -> tuple[Any, ...]:
     """The values of ``_INSERT``'s columns for ``record``."""
     key = (record.ticket_id, record.run_id, record.phase_ordinal)
@@ -178,7 +190,8 @@ class SqlCheckpoints:
             except AlreadyExists as exc:
                 exc.context["_same"] = existing == record.content_hash
                 raise
-            if run_premise and now != premise:  # the record was decided on a run that moved since
+            if run_premise and (now != premise or not _links_to_newest(tx, record, expected_latest)):
+                # The record was decided on a run that moved since (or whose newest attempt changed).
                 raise Conflict(f"run {record.run_id} changed since it was read", latest_attempt=latest or 0)
             if manifest is not None:  # in the same transaction: a record never lacks its manifest
                 manifests.insert(tx, manifest)
