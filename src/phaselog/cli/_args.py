@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from phaselog.model.errors import UsageError
+from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.limits import (
     MAX_INPUT_BYTES,
     MAX_OUTPUT_BYTES,
@@ -15,6 +15,7 @@ from phaselog.model.limits import (
     read_bounded,
     read_file_bounded,
 )
+from phaselog.model.records import parse_timestamp
 
 
 def json_opt(value: str | None, option: str, kind: type, items: type | None = None) -> Any:
@@ -96,7 +97,7 @@ def duration(value: str | None, option: str) -> Any:
     """Parse a duration option such as ``45m`` (None stays None)."""
     if value is None:
         return None
-    from phaselog.model.durations import parse_duration
+    from phaselog.model.durations import parse_duration  # lazy: `phaselog read` parses no duration
 
     return parse_duration(value, field=option)
 
@@ -105,8 +106,6 @@ def timestamp_opt(value: str | None, option: str) -> Any:
     """Parse an ISO-8601 option with a timezone such as ``2026-11-30T10:00:00Z`` (None stays None)."""
     if value is None:
         return None
-    from phaselog.model.errors import PhaselogError
-    from phaselog.model.records import parse_timestamp
 
     try:
         return parse_timestamp(value, field=option)

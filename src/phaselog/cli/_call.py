@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from phaselog.cli import _render
+from phaselog.ledger.facade import Ledger
 from phaselog.model.errors import PhaselogError, UsageError
+from phaselog.stores import open_store
 
 if TYPE_CHECKING:  # the ledger and the stores are imported when a command first opens one (start-up time)
     from phaselog.ledger.facade import Ledger
@@ -116,8 +119,6 @@ class Call:
     def ledger(self) -> Ledger:
         """The :class:`~phaselog.ledger.facade.Ledger` on ``--store`` / ``--root``, opened on first use."""
         if self._ledger is None:
-            from phaselog.ledger.facade import Ledger
-
             self.check_root_and_store()
             # --store (or PHASELOG_STORE) names the store completely, so it wins over PHASELOG_HOME.
             self._ledger = Ledger(self.open_store(self.store_url or self.root))
@@ -129,7 +130,6 @@ class Call:
         A command that only reads (``writes`` false, or ``create=False``) gets StoreNotFound for a
         store that does not exist, and creates nothing; one that writes creates it on its first write.
         """
-        from phaselog.stores import open_store
 
         store = open_store(url, create=self.writes if create is None else create, migrate=migrate)
         self._opened.append(store)
@@ -141,7 +141,7 @@ class Call:
         if self.pipeline_name and self.pipeline_file:
             raise UsageError("give --pipeline or --pipeline-file, not both", field="pipeline")
         if self.pipeline_file:
-            from phaselog.model.pipelines import load_manifest
+            from phaselog.model.pipelines import load_manifest  # lazy: `phaselog read` loads no pipeline
 
             return load_manifest(self.pipeline_file)
         return self.pipeline_name
@@ -153,7 +153,6 @@ class Call:
         ctx = click.get_current_context(silent=True)
         if ctx is None:
             return
-        from click.core import ParameterSource
 
         explicit = {ParameterSource.COMMANDLINE}
         if ctx.get_parameter_source("root") in explicit and ctx.get_parameter_source("store_url") in explicit:
@@ -180,7 +179,7 @@ class Call:
 
     def render_stream(self, result: Streamed) -> IO[str]:
         """The whole output of a streamed result, in a spooled buffer (rewound by the printer)."""
-        from phaselog.views import streams
+        from phaselog.views import streams  # lazy: `phaselog read` streams nothing
 
         out = streams.spool()
         try:

@@ -286,9 +286,9 @@ class Reads:
                     target = None
             lookup[(name, entry.attempt)] = target
         # lazy (the three): `phaselog read` checks no links, and must not load them (start-up)
-        from phaselog.ledger.prune_notes import read_notes
-        from phaselog.ledger.quarantined import quarantined_attempts
-        from phaselog.model.validation import check_links
+        from phaselog.ledger.prune_notes import read_notes  # lazy: `phaselog read` reads no notes
+        from phaselog.ledger.quarantined import quarantined_attempts  # lazy: `phaselog read` needs none
+        from phaselog.model.validation import check_links  # lazy: `phaselog read` validates nothing
 
         report = check_links(
             cp,

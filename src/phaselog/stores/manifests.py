@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from phaselog.model._lazyre import LazyPattern
 from phaselog.model.errors import StoreError
 from phaselog.model.limits import MAX_MANIFEST_BYTES
+from phaselog.stores.values import Capability
 
 #: A pipeline name (the manifest grammar's) and a manifest hash (SHA-256, lowercase hex).
 NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -89,7 +90,6 @@ def manifests_of(store: Any) -> Manifests:
 
 def has_manifests(store: Any) -> bool:
     """True when ``store`` declares :attr:`Capability.MANIFESTS` (every built-in store does)."""
-    from phaselog.stores.values import Capability
 
     return Capability.MANIFESTS in store.capabilities
 

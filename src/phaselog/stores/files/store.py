@@ -320,7 +320,7 @@ class FilesStore(FilesAdminMixin):
 
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
-        from phaselog.stores.snapshot import build_snapshot
+        from phaselog.stores.snapshot import build_snapshot  # lazy: `phaselog read` builds no snapshot
 
         ticket_id = validate_ticket_id(ticket_id)  # one listing, summarised per phase (no ref per attempt)
         groups = None if history else lambda: _names.record_groups(self._listing(ticket_id, run_id))

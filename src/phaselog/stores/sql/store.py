@@ -28,6 +28,7 @@ from phaselog.stores.sql.lease import SqlRunLeases
 from phaselog.stores.sql.manifests import SqlManifests
 from phaselog.stores.sql.retention import SqlRetention
 from phaselog.stores.sql.session import Session
+from phaselog.stores.sql.snapshot import sql_snapshot
 
 if TYPE_CHECKING:
     import contextlib
@@ -192,7 +193,6 @@ class SqlStore:
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
         # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
-        from phaselog.stores.sql.snapshot import sql_snapshot
 
         return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=history)
 

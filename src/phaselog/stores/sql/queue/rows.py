@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from phaselog.model.errors import Conflict, NotFound, QueueRefused, UsageError
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
+from phaselog.model.records import format_timestamp
 from phaselog.stores.base import Capability
 
 if TYPE_CHECKING:
@@ -65,7 +66,6 @@ def timestamp(epoch: float | None) -> str | None:
     """An epoch (the database clock) as ISO-8601 UTC."""
     if epoch is None:
         return None
-    from phaselog.model.records import format_timestamp
 
     return format_timestamp(datetime.fromtimestamp(round(float(epoch), 6), UTC))
 
