@@ -20,7 +20,7 @@ from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.limits import check_attempt, is_attempt, is_digits
 from phaselog.model.records import Checkpoint
 from phaselog.stores import Damaged, Store, Stored
-from phaselog.stores.base import Capability
+from phaselog.stores.base import phase_reader
 
 if TYPE_CHECKING:
     from phaselog.model.pipelines import Pipeline
@@ -60,9 +60,6 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
     return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
 
 
-PHASE_READ = Capability.PHASE_READ
-
-
 class Reads:
     """Read records of one store; ``pipelines`` resolves phases, ``clock`` dates validation."""
 
@@ -86,10 +83,11 @@ class Reads:
         """
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        if pipeline is None and (attempt is None or is_attempt(attempt)) and PHASE_READ in self.store.capabilities:
+        plain = pipeline is None and (attempt is None or is_attempt(attempt))
+        if plain and (reader := phase_reader(self.store)) is not None:
             # One store call for the plain case; anything else (unknown phase, no checkpoint, damage)
             # goes the general way below, which explains it.
-            stored: Stored | None = self.store.read_phase(ticket_id, run_id, phase, attempt)  # type: ignore[attr-defined]  # declared by the capability
+            stored = reader.read_phase(ticket_id, run_id, phase, attempt)
             if stored is not None:
                 return stored
         all_refs = self.store.attempts(ticket_id, run_id)
@@ -191,7 +189,10 @@ class Reads:
         items: builtins.list[Stored] = []
         damaged: builtins.list[Damaged] = []
         for entry in self.store.iter_records(ticket_id, run_id):
-            (damaged if isinstance(entry, Damaged) else items).append(entry)  # type: ignore[arg-type]
+            if isinstance(entry, Damaged):
+                damaged.append(entry)
+            else:
+                items.append(entry)
         return items, damaged
 
     def validate(
