@@ -15,7 +15,6 @@ from phaselog.model.limits import (
     read_bounded,
     read_file_bounded,
 )
-from phaselog.model.records import parse_timestamp
 
 
 def json_opt(value: str | None, option: str, kind: type, items: type | None = None) -> Any:
@@ -106,6 +105,8 @@ def timestamp_opt(value: str | None, option: str) -> Any:
     """Parse an ISO-8601 option with a timezone such as ``2026-11-30T10:00:00Z`` (None stays None)."""
     if value is None:
         return None
+
+    from phaselog.model.records import parse_timestamp  # lazy: `--help` loads no record model
 
     try:
         return parse_timestamp(value, field=option)

@@ -13,9 +13,7 @@ import click
 from click.core import ParameterSource
 
 from phaselog.cli import _render
-from phaselog.ledger.facade import Ledger
 from phaselog.model.errors import PhaselogError, UsageError
-from phaselog.stores import open_store
 
 if TYPE_CHECKING:  # the ledger and the stores are imported when a command first opens one (start-up time)
     from phaselog.ledger.facade import Ledger
@@ -119,6 +117,8 @@ class Call:
     def ledger(self) -> Ledger:
         """The :class:`~phaselog.ledger.facade.Ledger` on ``--store`` / ``--root``, opened on first use."""
         if self._ledger is None:
+            from phaselog.ledger.facade import Ledger  # lazy: `--help` opens no ledger
+
             self.check_root_and_store()
             # --store (or PHASELOG_STORE) names the store completely, so it wins over PHASELOG_HOME.
             self._ledger = Ledger(self.open_store(self.store_url or self.root))
@@ -130,6 +130,8 @@ class Call:
         A command that only reads (``writes`` false, or ``create=False``) gets StoreNotFound for a
         store that does not exist, and creates nothing; one that writes creates it on its first write.
         """
+
+        from phaselog.stores import open_store  # lazy: `--help` opens no store
 
         store = open_store(url, create=self.writes if create is None else create, migrate=migrate)
         self._opened.append(store)

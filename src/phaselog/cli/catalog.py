@@ -14,7 +14,6 @@ from phaselog.cli._render import lines, short_time, table
 from phaselog.cli._scaffold import Call, Result, cli, command
 from phaselog.model.ids import run_label, validate_ticket_id
 from phaselog.views import results as views
-from phaselog.views.catalog import Catalog, check_run_state
 
 
 def _tickets_table(d: dict[str, Any]) -> str:
@@ -74,6 +73,10 @@ def tickets(call: Call, state: str | None) -> Result:
       phaselog tickets --format table
       phaselog tickets --state awaiting_approval
     """
+    from phaselog.views.catalog import (  # lazy: `--help` loads every area; only `tickets` and `runs` need it
+        Catalog,
+        check_run_state,
+    )
 
     if state is not None:
         check_run_state(state)  # before the store is opened: bad input is refused as such
@@ -133,6 +136,7 @@ def runs(call: Call, ticket_id: str) -> Result:
     Example:
       phaselog runs --ticket-id CHURN-7 --format table
     """
+    from phaselog.views.catalog import Catalog  # lazy: `--help` loads every area; only `tickets` and `runs` need it
 
     ledger = call.ledger
     ticket_id = validate_ticket_id(ticket_id)

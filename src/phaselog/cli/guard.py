@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from phaselog.cli._args import duration
 from phaselog.cli._render import table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
-from phaselog.guard import Guard, GuardConfig, PassNotRecorded
 from phaselog.model.errors import UsageError
-from phaselog.stores.files.store import default_root
-from phaselog.views import guard as views
-from phaselog.views.guard import GuardHome
+
+if TYPE_CHECKING:
+    from phaselog.views.guard import GuardHome
 
 STORE_HELP = "Store URL; sqlite:// or postgresql:// keep the lock as a lease row (shared by machines)."
 
@@ -25,6 +24,7 @@ def _home(call: Call) -> GuardHome:
     call.check_root_and_store()
     if call.store_url:  # --store wins over PHASELOG_HOME, as for every command
         return call.open_store(call.store_url)  # the store keeps the guard (Capability.GUARD_STORAGE)
+    from phaselog.stores.files.store import default_root  # lazy: `--help` loads every area
 
     return call.root or str(default_root())
 
@@ -104,6 +104,13 @@ def guard_run(
     Example:
       phaselog guard run --name closeout --stale-after 45m --max-failures 3 -- ./closeout.sh --all
     """
+    from phaselog.guard import (  # lazy: `--help` loads every area
+        Guard,
+        GuardConfig,
+        PassNotRecorded,
+    )
+    from phaselog.views import guard as views  # lazy: `--help` loads every area
+
     args = command
     if args and args[0] == "--":
         args = args[1:]
@@ -164,7 +171,9 @@ def guard_status(call: Call, name: str, max_failures: int | None, cooldown: str 
     Example:
       phaselog guard status --name closeout --format table
     """
-    data = views.guard_status(
+    from phaselog.views.guard import guard_status as view  # lazy: `--help` loads every area
+
+    data = view(
         _home(call),
         name,
         max_failures=max_failures,
@@ -184,6 +193,7 @@ def guard_reset(call: Call, name: str, by: str | None) -> Result:
     Example:
       phaselog guard reset --name closeout --by ana
     """
+    from phaselog.guard import Guard  # lazy: `--help` loads every area
 
     data = Guard(_home(call), name).reset(by=by)
     return Result(
@@ -243,4 +253,7 @@ def guard_history(call: Call, name: str) -> Result:
     Example:
       phaselog guard history --name closeout --format table
     """
-    return Result(views.guard_history(Guard(_home(call), name).history()), lambda d: _guard_history_table(d, name))
+    from phaselog.guard import Guard  # lazy: `--help` loads every area
+    from phaselog.views.guard import guard_history as view  # lazy: `--help` loads every area
+
+    return Result(view(Guard(_home(call), name).history()), lambda d: _guard_history_table(d, name))

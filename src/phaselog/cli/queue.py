@@ -19,7 +19,6 @@ from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_secti
 from phaselog.model.durations import parse_duration
 from phaselog.model.errors import UsageError
 from phaselog.model.ids import run_label
-from phaselog.runner import queue as q
 
 STORE_HELP = "The PostgreSQL store holding the queue (postgresql://…). Env: PHASELOG_STORE."
 SECTION = "Workers"
@@ -61,8 +60,9 @@ def submit(
     Example:
       phaselog submit --pipeline-file job.yaml --ticket-id CHURN-7 --priority 5 --store postgresql://db/phaselog
     """
+    from phaselog.runner import queue  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
-    view = q.submit(
+    view = queue.submit(
         call.ledger.store,
         ticket_id=ticket_id,
         pipeline=call.pipeline_name,
@@ -118,6 +118,7 @@ def list_(call: Call, states: tuple[str, ...], ticket_id: str | None, queue_name
     Example:
       phaselog queue list --state dead --format table
     """
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     view = q.list_view(call.ledger.store, queue=queue_name, states=states, ticket_id=ticket_id, limit=limit)
     return Result(view, _list_table)
@@ -133,6 +134,7 @@ def show(call: Call, ticket_id: str, run_id: str) -> Result:
     Example:
       phaselog queue show --ticket-id CHURN-7 --run-id nightly-2026-11-30
     """
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     return Result(q.show_view(call.ledger.store, ticket_id, run_id), _entry_table)
 
@@ -148,6 +150,7 @@ def cancel(call: Call, ticket_id: str, run_id: str, by: str | None) -> Result:
     Example:
       phaselog queue cancel --ticket-id CHURN-7 --run-id nightly-2026-11-30 --by ana
     """
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     return Result(q.cancel(call.ledger.store, ticket_id, run_id, by=by), _entry_table)
 
@@ -162,6 +165,7 @@ def retry(call: Call, ticket_id: str, run_id: str) -> Result:
     Example:
       phaselog queue retry --ticket-id CHURN-7 --run-id nightly-2026-11-30
     """
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     return Result(q.retry(call.ledger.store, ticket_id, run_id), _entry_table)
 
@@ -219,7 +223,9 @@ def worker(
       phaselog worker --store postgresql://db/phaselog --concurrency 4 --pipelines /srv/pipelines
     """
 
-    q.check_queue_name(queue_name)
+    from phaselog.runner.queue import check_queue_name  # lazy: `--help` loads every area; the runner's queue is ~47 ms
+
+    check_queue_name(queue_name)
     secs = {k: parse_duration(v, field=k).total_seconds() for k, v in (("grace", grace), ("lease_ttl", lease_ttl))}
     secs["poll"] = parse_duration(poll, field="poll").total_seconds()
     if secs["lease_ttl"] < 1:

@@ -13,10 +13,7 @@ import click
 
 from phaselog.cli._render import lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, cli, command
-from phaselog.ledger.status import resume_advice
 from phaselog.model.ids import run_title
-from phaselog.model.pipelines import available_pipelines, check_schemas, find_pipeline
-from phaselog.stores.files.store import default_root
 from phaselog.views import results as views
 
 
@@ -85,6 +82,8 @@ def _skip_table(d: dict[str, Any]) -> str:
     ]
     flight = d.get("in_progress")
     if flight:
+        from phaselog.ledger.status import resume_advice  # lazy: `--help` loads every area
+
         note = f" ({flight['abandoned_reason']})" if flight.get("abandoned") else ""
         out.append(f"{d['skip_to']} attempt {flight['attempt_number']} is in progress{note}: {resume_advice(flight)}")
     return lines(*out)
@@ -180,6 +179,12 @@ def pipelines(call: Call, name: str | None) -> Result:
       phaselog pipelines
       phaselog pipelines ticket-pipeline --format table
     """
+    from phaselog.model.pipelines import (  # lazy: `--help` loads every area
+        available_pipelines,
+        check_schemas,
+        find_pipeline,
+    )
+    from phaselog.stores.files.store import default_root  # lazy: `--help` loads every area
 
     base = call.root or str(default_root())
     if name:

@@ -14,9 +14,6 @@ from phaselog.cli._render import table, write_spooled
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
 from phaselog.model.durations import parse_duration
 from phaselog.model.errors import UsageError
-from phaselog.stores.base import Capability
-from phaselog.transfer.jsonl import export_records, import_records, read_lines
-from phaselog.views import streams
 
 if TYPE_CHECKING:  # a SQL store, only for its migration fields
     from phaselog.stores.sql.store import SqlStore
@@ -41,6 +38,8 @@ def export_cmd(call: Call, ticket_id: str | None) -> None:
     Example:
       phaselog export --ticket-id PROJ-1234 > dump.jsonl
     """
+    from phaselog.transfer.jsonl import export_records  # lazy: `--help` loads every area
+    from phaselog.views import streams  # lazy: `--help` loads every area; only `phaselog export` streams
 
     # Spooled (memory, then a temporary file), printed only once complete (D110): an export that
     # fails half-way prints its error object alone, never lines that look like a whole export.
@@ -68,6 +67,10 @@ def import_cmd(call: Call, input_path: str) -> Result:
     Example:
       phaselog import --store sqlite:///var/lib/phaselog.db < dump.jsonl
     """
+    from phaselog.transfer.jsonl import (  # lazy: `--help` loads every area
+        import_records,
+        read_lines,
+    )
 
     store = call.ledger.store
     try:
@@ -117,6 +120,10 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
       phaselog copy --from ~/.phaselog --to postgresql://ci@db/phaselog
       PHASELOG_STORE=sqlite:///var/lib/phaselog/ledger.db phaselog copy --to ./backup-store
     """
+    from phaselog.transfer.jsonl import (  # lazy: `--help` loads every area
+        export_records,
+        import_records,
+    )
 
     if src is None:
         call.check_root_and_store()
@@ -251,6 +258,8 @@ def store_migrate(call: Call) -> Result:
     call.check_root_and_store()
     # The one place a schema is upgraded: opening a store (for anything else) only checks the version.
     store = call.open_store(call.store_url or call.root, migrate=True)
+
+    from phaselog.stores.base import Capability  # lazy: `--help` loads every area
 
     sql = cast("SqlStore", store)  # what Capability.MIGRATE declares (the SQL stores have it)
     if Capability.MIGRATE not in store.capabilities or sql.migrated is None:
