@@ -35,16 +35,10 @@ from phaselog.model.pipelines import (
     load_manifest,
     pipeline_from_dict,
 )
-from phaselog.runner.calls import resolve_call
-from phaselog.runner.console import attempt_log, console, logging_to
-from phaselog.runner.engine import Engine, default_workdir
 from phaselog.runner.explain import explain
-from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
 from phaselog.runner.lease import DEFAULT_TTL
 from phaselog.runner.outcome import Failure, Success
-from phaselog.runner.python_phase import code_fingerprint, run_python
 from phaselog.runner.result import RunResult
-from phaselog.runner.shell import ShellPhase
 from phaselog.stores.files.store import default_root
 
 if TYPE_CHECKING:
@@ -159,6 +153,7 @@ class PipelineRunner:
 
     def fingerprints(self) -> dict[str, str]:
         """The current code fingerprint of every ``fingerprint: code`` phase (function source or command)."""
+        from phaselog.runner.python_phase import code_fingerprint  # lazy: `phaselog step` runs no phase
 
         out: dict[str, str] = {}
         for ph in self.pipeline.phases:
@@ -168,6 +163,8 @@ class PipelineRunner:
             if bound is not None:
                 out[ph.name] = code_fingerprint(bound.fn)
             elif ph.execution.call is not None:
+                from phaselog.runner.calls import resolve_call  # lazy: `phaselog step` runs no phase
+
                 out[ph.name] = code_fingerprint(resolve_call(ph))
             elif ph.execution.run is not None:
                 out[ph.name] = shell_fingerprint(ph)
@@ -176,6 +173,13 @@ class PipelineRunner:
     def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, out: Console) -> Executor:
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
+            from phaselog.runner.calls import resolve_call  # lazy: `phaselog step` runs no phase
+            from phaselog.runner.console import (  # lazy: `phaselog step` runs no phase
+                attempt_log,
+                logging_to,
+            )
+            from phaselog.runner.python_phase import run_python  # lazy: `phaselog step` runs no phase
+
             fn = bound.fn if bound is not None else resolve_call(ph)
 
             def python_phase(phase: Phase, ctx: PhaseContext) -> Success | Failure:
@@ -188,6 +192,8 @@ class PipelineRunner:
 
             return python_phase
         if ph.execution.run is not None:
+            from phaselog.runner.shell import ShellPhase  # lazy: `phaselog step` runs no phase
+
             return ShellPhase(log_dir=log_dir, store_url=store_url, tee=out.shell)
         raise UsageError(
             f"phase {ph.name} of pipeline {self.base.name} has nothing to run: decorate a function with "
@@ -233,6 +239,13 @@ class PipelineRunner:
         RunInterrupted (SIGINT/SIGTERM; the attempt is recorded as interrupted) and
         RecordingFailed (the store kept failing while a finished phase was being recorded).
         """
+
+        from phaselog.runner.console import console  # lazy: `phaselog step` runs no phase
+        from phaselog.runner.engine import (  # lazy: `phaselog step` runs no phase
+            Engine,
+            default_workdir,
+        )
+        from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER  # lazy: `phaselog step` runs no phase
 
         ledger, owned = ledger_for(store)
         try:

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from phaselog.guard import process_start_time as pst
 from phaselog.model.errors import RunHeld, UsageError
 from phaselog.model.records import format_timestamp
 from phaselog.stores.base import Capability, LeaseCapable, LeaseState, RunFence, RunLeases, Store, Verdict
@@ -43,6 +42,7 @@ WAIT_POLL_S = 0.5
 
 def process_start_time(pid: int) -> float | None:
     """Start time of ``pid`` (epoch seconds), or None when it is gone (zombies count as gone)."""
+    from phaselog.guard import process_start_time as pst  # lazy: only judging a holder needs the guard
 
     return pst(pid)
 
