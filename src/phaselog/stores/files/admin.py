@@ -27,7 +27,6 @@ from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, write_temp
 from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.oslock import open_locked
-from phaselog.stores.stamps import files_run_stamps, files_ticket_stamp
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(
@@ -277,11 +276,13 @@ class FilesAdminMixin:
     # -- stamps and guards ------------------------------------------------------------------------
     def run_stamps(self, ticket_id: str) -> dict[str, str | None]:
         """Every run of a ticket with its change stamp (see :mod:`phaselog.stores.stamps`)."""
+        from phaselog.stores.stamps import files_run_stamps  # lazy: `phaselog read` stamps nothing
 
         return files_run_stamps(self.root / "checkpoints", validate_ticket_id(ticket_id))
 
     def ticket_stamp(self, ticket_id: str) -> str | None:
         """The change stamp of the ticket's own entries (its marker revisions)."""
+        from phaselog.stores.stamps import files_ticket_stamp  # lazy: `phaselog read` stamps nothing
 
         return files_ticket_stamp(self.root / "checkpoints", validate_ticket_id(ticket_id))
 
