@@ -274,7 +274,10 @@ def record_from_document(
     changed since it was written). ``known_hash``: the content hash this very document was
     found to have before (a cache), so it is not re-serialised and re-hashed.
     """
-    recorded, stored_seed, meta = doc.get("content_hash"), doc.get("checkpoint"), doc.get("phaselog")
+    try:  # a document as phaselog writes it has all three
+        recorded, stored_seed, meta = doc["content_hash"], doc["checkpoint"], doc["phaselog"]
+    except KeyError:
+        recorded, stored_seed, meta = doc.get("content_hash"), doc.get("checkpoint"), doc.get("phaselog")
     try:
         cp, read_warns = checkpoint_from_seed(
             stored_seed if seed is _DOCUMENT_SEED else seed, phase_ordinal=ordinal, meta=meta or {}
