@@ -74,7 +74,7 @@ TARGETS: list[tuple[str, str, str]] = [
     ("phaselog.stores.files.store:FilesStore.get", "FilesStore.get own code", READS),
     ("phaselog.stores.files.io:read_capped", "files_io.read_capped (open, fstat, read)", READS),
     ("phaselog.stores.kernel:decode_document", "sidecar JSON parse (json.loads)", READS),
-    ("phaselog.stores.kernel:checkpoint_at", "checkpoint_from_seed (record from dict)", READS),
+    ("phaselog.stores.kernel:checkpoint_from_seed", "checkpoint_from_seed (record from dict)", READS),
     ("phaselog.stores.files.publish:publish_completed", "publish_completed own code", OTHER),
     (
         "phaselog.stores.files.io:create_temp",

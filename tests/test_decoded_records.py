@@ -169,7 +169,8 @@ def test_a_stored_records_parts_hash_to_its_content_hash(payload: dict[str, obje
 def test_a_decoded_record_has_every_field_a_constructed_one_has(tmp_path: Path) -> None:
     from dataclasses import fields
 
-    from phaselog.model.records import Checkpoint, checkpoint_from_seed
+    from phaselog.model.decoding import checkpoint_from_seed
+    from phaselog.model.records import Checkpoint
 
     led = _sqlite(tmp_path)
     written = led.write("T-1", "r1", "implement", PAYLOAD).record

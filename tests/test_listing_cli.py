@@ -131,7 +131,7 @@ def test_a_run_name_that_does_not_name_its_run_is_refused_on_import(store: Store
     assert line["document"]["phaselog"]["run_name"] == "nightly-1"
     forged = json.loads(json.dumps(line))
     forged["document"]["phaselog"]["run_name"] = "nightly-2"
-    from phaselog.model.records import checkpoint_from_seed
+    from phaselog.model.decoding import checkpoint_from_seed
 
     cp, _ = checkpoint_from_seed(forged["document"]["checkpoint"], phase_ordinal=1, meta=forged["document"]["phaselog"])
     forged["content_hash"] = forged["document"]["content_hash"] = cp.content_hash  # a forger who rehashes

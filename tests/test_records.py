@@ -16,6 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from phaselog.model import _yaml
+from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.errors import Corrupt, UnsupportedVersion
 from phaselog.model.records import (
     SCHEMA_VERSION,
@@ -25,7 +26,6 @@ from phaselog.model.records import (
     PipelineRef,
     canonical_bytes,
     check_schema_version,
-    checkpoint_from_seed,
     format_timestamp,
     parse_timestamp,
 )

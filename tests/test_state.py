@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from phaselog.ledger.derive import COMPLETED, FAILED, PENDING, STALE, RunStatus, derive_status
 from phaselog.model import _yaml
+from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.pipelines import builtin
-from phaselog.model.records import BasisEntry, Checkpoint, checkpoint_from_seed
+from phaselog.model.records import BasisEntry, Checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures" / "seed-tool-files" / "checkpoints"
 RUN = "4fa2159f-9c61-5f8b-9ae5-28692b46cbd7"

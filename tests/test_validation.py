@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from phaselog.model import _yaml
+from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.pipelines import builtin
-from phaselog.model.records import BasisEntry, Checkpoint, checkpoint_from_seed
+from phaselog.model.records import BasisEntry, Checkpoint
 from phaselog.model.validation import Issue, Report, check_artifacts, check_links, check_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "seed-tool-files" / "checkpoints"

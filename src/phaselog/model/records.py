@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, replace
-from dataclasses import fields as dataclass_fields
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal
 
 from phaselog.model._json import dumps_canonical, dumps_sorted_fast
 from phaselog.model.errors import Corrupt, UnsupportedVersion
-from phaselog.model.limits import MAX_ATTEMPT, MAX_PHASE_ORDINAL, is_phase_ordinal
 
 SCHEMA_VERSION = "1.0.0"
 SUPPORTED_MAJOR = 1
@@ -112,7 +110,7 @@ class PipelineRef:
     @classmethod
     def from_json(cls, data: Any) -> PipelineRef:
         """Parse the JSON form."""
-        if not _is_mapping(data) or not all(isinstance(data.get(k), str) for k in ("name", "version", "manifest_hash")):
+        if not is_mapping(data) or not all(isinstance(data.get(k), str) for k in ("name", "version", "manifest_hash")):
             raise Corrupt("pipeline: needs string name, version and manifest_hash", field="pipeline")
         return cls(data["name"], data["version"], data["manifest_hash"])
 
@@ -233,24 +231,6 @@ class Checkpoint:
         return replace(self, **changes)
 
 
-#: The fields a Checkpoint takes from a default (every other one :func:`checkpoint_from_seed` gives).
-_DEFAULTS = {f.name: f.default for f in dataclass_fields(Checkpoint) if f.default is not MISSING}
-
-
-def _decoded_checkpoint(**values: Any) -> Checkpoint:
-    """``Checkpoint(**values)`` for a decoded record, without the frozen dataclass's ``__init__``.
-
-    That ``__init__`` sets its 22 fields one ``object.__setattr__`` at a time: a quarter of
-    decoding a record. ``values`` must name every field without a default (the records tests
-    compare the two constructions).
-    """
-    cp = object.__new__(Checkpoint)
-    state = cp.__dict__
-    state.update(_DEFAULTS)
-    state.update(values)
-    return cp
-
-
 def canonical_bytes(cp: Checkpoint) -> bytes:
     """Serialise ``cp`` canonically: JSON, sorted keys, no spaces, UTF-8, no escapes.
 
@@ -339,14 +319,14 @@ def _jsonable(value: Any) -> Any:
 
 
 # -- parsing ------------------------------------------------------------------------------------
-def _is_mapping(value: Any) -> bool:
-    # A decoded record's containers are plain dicts: the exact type check first, the ABC's
-    # isinstance (several times slower) only for anything else.
+def is_mapping(value: Any) -> bool:
+    """True for a mapping (a decoded record's containers are plain dicts: that exact check first)."""
+    # The ABC's isinstance is several times slower than the exact type check: only for anything else.
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _str_map(value: Mapping[Any, Any]) -> bool:
-    """Every key and value is a string."""
+def is_str_map(value: Mapping[Any, Any]) -> bool:
+    """True when every key and value of ``value`` is a string."""
     return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
 
 
@@ -358,141 +338,3 @@ def required_field(data: Mapping[str, Any], name: str, kind: type | tuple[type, 
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise Corrupt(f"{name}: must be {what}", field=name, rule="type")
     return value
-
-
-def checkpoint_from_seed(
-    data: Any, *, phase_ordinal: int, meta: Mapping[str, Any] | None = None
-) -> tuple[Checkpoint, list[str]]:
-    """Build a Checkpoint from a seed dict (and an optional phaselog part).
-
-    Returns the checkpoint and read warnings (older schema version). Raises Corrupt for a
-    structurally broken record and UnsupportedVersion for a newer major version.
-    """
-    if not _is_mapping(data):
-        raise Corrupt("checkpoint: must be a mapping of the seed contract's fields", rule="type")
-    missing = [f for f in SEED_FIELDS if f not in data]
-    if missing:
-        raise Corrupt(
-            f"{missing[0]}: missing required field of the checkpoint contract"
-            + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""),
-            field=missing[0],
-            rule="required",
-        )
-    warnings = check_schema_version(data.get("schema_version"))
-    ticket_id = required_field(data, "ticket_id", str, "a string")
-    run_id = required_field(data, "run_id", str, "a UUID string")
-    phase = required_field(data, "phase", str, "a phase name")
-    attempt = required_field(data, "attempt_number", int, "an integer >= 1")
-    if not 1 <= attempt <= MAX_ATTEMPT:
-        raise Corrupt(f"attempt_number: must be from 1 to {MAX_ATTEMPT}", field="attempt_number", rule="max_attempt")
-    ts = parse_timestamp(data.get("timestamp_utc"))
-    rcm = data.get("repo_commit_map", {})
-    if rcm is None:
-        rcm = {}
-    if not _is_mapping(rcm) or not _str_map(rcm):
-        raise Corrupt(
-            "repo_commit_map: must map repo names to commit SHA strings",
-            field="repo_commit_map",
-            rule="type",
-        )
-    paths = data.get("artifact_paths", [])
-    if paths is None:
-        paths = []
-    if not isinstance(paths, list | tuple) or not all(type(p) is str or isinstance(p, str) for p in paths):
-        raise Corrupt("artifact_paths: must be a list of strings", field="artifact_paths", rule="type")
-    payload = data.get("phase_payload")
-    if payload is not None and not _is_mapping(payload):
-        raise Corrupt("phase_payload: must be a mapping", field="phase_payload", rule="type")
-    unknown = tuple(k for k in data if k not in SEED_FIELDS)
-    kwargs: dict[str, Any] = {}
-    if meta is not None:
-        kwargs = _meta_kwargs(meta)
-        phase_ordinal = kwargs.pop("phase_ordinal", phase_ordinal)
-    cp = _decoded_checkpoint(
-        ticket_id=ticket_id,
-        run_id=run_id,
-        phase=phase,
-        phase_ordinal=phase_ordinal,
-        attempt_number=attempt,
-        timestamp_utc=ts,
-        repo_commit_map=dict(rcm),
-        artifact_paths=tuple(paths),
-        phase_payload=dict(payload) if payload is not None else None,
-        schema_version=data["schema_version"],
-        has_metadata=meta is not None,
-        unknown_fields=unknown,
-        **kwargs,
-    )
-    return cp, warnings
-
-
-def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
-    status = meta.get("status", "completed")
-    if status not in STATUSES:
-        raise Corrupt(f"status: must be one of {', '.join(STATUSES)}", field="status", rule="enum")
-    ordinal = meta.get("phase_ordinal")
-    if not is_phase_ordinal(ordinal):
-        raise Corrupt(
-            f"phase_ordinal: must be an integer from 1 to {MAX_PHASE_ORDINAL}", field="phase_ordinal", rule="type"
-        )
-    basis_raw = meta.get("basis")
-    basis: dict[str, BasisEntry] | None = None
-    if basis_raw is not None:
-        if not _is_mapping(basis_raw):
-            raise Corrupt("basis: must be a mapping", field="basis", rule="type")
-        basis = {}
-        for name, entry in basis_raw.items():
-            if (
-                not _is_mapping(entry)
-                or not isinstance(entry.get("attempt"), int)
-                or not isinstance(entry.get("hash"), str)
-            ):
-                raise Corrupt(
-                    f"basis.{name}: needs an integer attempt and a string hash",
-                    field=f"basis.{name}",
-                    rule="type",
-                )
-            basis[name] = BasisEntry(entry["attempt"], entry["hash"])
-    prev = meta.get("prev_hash")
-    if prev is not None and not isinstance(prev, str):
-        raise Corrupt("prev_hash: must be a string or null", field="prev_hash", rule="type")
-    err = meta.get("error")
-    if err is not None and not isinstance(err, str):
-        raise Corrupt("error: must be a string or null", field="error", rule="type")
-    decisions = meta.get("decisions") or []
-    if not isinstance(decisions, list) or not all(_is_mapping(d) for d in decisions):
-        raise Corrupt("decisions: must be a list of mappings", field="decisions", rule="type")
-    pipeline = meta.get("pipeline")
-    forked = meta.get("forked_from")
-    if forked is not None and not _is_mapping(forked):
-        raise Corrupt("forked_from: must be a mapping or null", field="forked_from", rule="type")
-    hashes = meta.get("artifact_hashes")
-    if hashes is not None and (not _is_mapping(hashes) or not _str_map(hashes)):
-        raise Corrupt(
-            "artifact_hashes: must map artifact paths to SHA-256 strings", field="artifact_hashes", rule="type"
-        )
-    fingerprint = meta.get("code_fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, str):
-        raise Corrupt("code_fingerprint: must be a string or null", field="code_fingerprint", rule="type")
-    run_name = meta.get("run_name")
-    if run_name is not None and (not isinstance(run_name, str) or not run_name):
-        raise Corrupt("run_name: must be a non-empty string or absent", field="run_name", rule="type")
-    started = meta.get("started_at")
-    if started is not None:
-        if not isinstance(started, str):
-            raise Corrupt("started_at: must be a timestamp string or absent", field="started_at", rule="type")
-        started = parse_timestamp(started, field="started_at")
-    return {
-        "started_at": started,
-        "run_name": run_name,
-        "artifact_hashes": dict(hashes) if hashes is not None else None,
-        "code_fingerprint": fingerprint,
-        "forked_from": dict(forked) if forked is not None else None,
-        "status": status,
-        "error": err,
-        "phase_ordinal": ordinal,
-        "pipeline": PipelineRef.from_json(pipeline) if pipeline is not None else None,
-        "basis": basis,
-        "prev_hash": prev,
-        "decisions": tuple(dict(d) for d in decisions),
-    }

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from phaselog.model._json import dumps_compact
+from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.errors import (
     AlreadyExists,
     Conflict,
@@ -52,7 +53,6 @@ from phaselog.model.records import (
     SCHEMA_VERSION,
     Checkpoint,
     check_schema_version,
-    checkpoint_from_seed,
     detached_copy,
     parts_hash,
     stored_parts_match,
@@ -274,24 +274,40 @@ def record_from_document(
     changed since it was written). ``known_hash``: the content hash this very document was
     found to have before (a cache), so it is not re-serialised and re-hashed.
     """
-    recorded = doc.get("content_hash")
-    cp, read_warns = checkpoint_at(
-        doc.get("checkpoint") if seed is _DOCUMENT_SEED else seed, ordinal, doc.get("phaselog") or {}, location
-    )
+    try:  # a document as phaselog writes it has all three
+        recorded, stored_seed, meta = doc["content_hash"], doc["checkpoint"], doc["phaselog"]
+    except KeyError:
+        recorded, stored_seed, meta = doc.get("content_hash"), doc.get("checkpoint"), doc.get("phaselog")
+    try:
+        cp, read_warns = checkpoint_from_seed(
+            stored_seed if seed is _DOCUMENT_SEED else seed, phase_ordinal=ordinal, meta=meta or {}
+        )
+    except (Corrupt, UnsupportedVersion) as exc:
+        raise _at(exc, location) from None
+    if type(recorded) is not str and not isinstance(recorded, str):
+        recorded = None
     # The parts as stored hash to the recorded hash: they are what was hashed at write time, and the
     # record read from them hashes the same (records.stored_parts_match). Otherwise the record is
     # re-serialised and hashed (Stored.tampered, below), as before, and a changed record is reported.
     if (
         known_hash is None
         and seed is _DOCUMENT_SEED
-        and isinstance(recorded, str)
-        and stored_parts_match(doc.get("checkpoint"), doc.get("phaselog"), recorded)
+        and recorded is not None
+        and stored_parts_match(stored_seed, meta, recorded)
     ):
         known_hash = recorded
     if known_hash is not None:
         cp.__dict__["content_hash"] = known_hash  # the cached_property's value: same input, same hash
-    stored = Stored(cp, location, recorded if isinstance(recorded, str) else None, (*warnings, *read_warns))
-    check_tamper(stored)
+    # Stored is a frozen dataclass without __post_init__ or slots: its fields are its __dict__.
+    stored = object.__new__(Stored)
+    stored.__dict__.update(
+        record=cp,
+        location=location,
+        recorded_hash=recorded,
+        warnings=(*warnings, *read_warns) if read_warns else warnings,
+    )
+    if recorded is not None and recorded != cp.content_hash:
+        check_tamper(stored)
     return stored
 
 

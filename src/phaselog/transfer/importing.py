@@ -32,11 +32,12 @@ from phaselog.ledger.prune_notes import (
     parse_note,
     read_notes,
 )
+from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.entries import Approval, Marker, ProgressEvent
 from phaselog.model.errors import Corrupt, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.model.limits import json_loads
-from phaselog.model.records import Checkpoint, checkpoint_from_seed
+from phaselog.model.records import Checkpoint
 from phaselog.model.validation import check_record
 from phaselog.stores.kernel import entry_location
 from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
