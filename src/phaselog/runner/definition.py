@@ -170,14 +170,20 @@ class PipelineRunner:
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
             from phaselog.runner.calls import resolve_call
-            from phaselog.runner.console import attempt_log, logging_to
+            from phaselog.runner.console import log_folder, log_name, logging_to
             from phaselog.runner.python_phase import run_python
 
             fn = bound.fn if bound is not None else resolve_call(ph)
+            folders: dict[tuple[str, str], Path] = {}  # the run's log folder, found once per run
 
             def python_phase(phase: Phase, ctx: PhaseContext) -> Success | Failure:
-                log = attempt_log(ctx, phase.ordinal, log_dir)
-                with logging_to(ctx.logger, log, out, f"{phase.name} attempt {ctx.attempt}"):
+                key = (ctx.ticket_id, ctx.run_id)
+                folder = folders.get(key)
+                if folder is None:
+                    folders.clear()
+                    folder = folders[key] = log_folder(ctx.store, ctx.workdir, *key, log_dir)
+                log = folder / log_name(phase.ordinal, ctx.phase, ctx.attempt)
+                with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}"):
                     outcome = run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
                 if isinstance(outcome, Failure) and log.exists():
                     outcome.detail.setdefault("log", str(log))  # what ctx.logger wrote, as for a shell phase
