@@ -166,7 +166,18 @@ class PipelineRunner:
                 out[ph.name] = shell_fingerprint(ph)
         return out
 
-    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, out: Console) -> Executor:
+    def _executor_for(
+        self,
+        ph: Phase,
+        *,
+        log_dir: Path | None,
+        store_url: str,
+        out: Console,
+        folders: dict[tuple[str, str], Path] | None = None,
+    ) -> Executor:
+        """The executor of ``ph``; ``folders``: the run's log folder, found once per run and shared by
+        its phases' executors."""
+        folders = {} if folders is None else folders
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
             from phaselog.runner.calls import resolve_call
@@ -174,7 +185,6 @@ class PipelineRunner:
             from phaselog.runner.python_phase import run_python
 
             fn = bound.fn if bound is not None else resolve_call(ph)
-            folders: dict[tuple[str, str], Path] = {}  # the run's log folder, found once per run
 
             def python_phase(phase: Phase, ctx: PhaseContext) -> Success | Failure:
                 key = (ctx.ticket_id, ctx.run_id)
@@ -254,7 +264,11 @@ class PipelineRunner:
             logs = Path(log_dir).absolute() if log_dir is not None else None
             url = ledger.store.url
             out = console(echo=echo, quiet=quiet, shell_output=shell_output)
-            executors = {ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out) for ph in pl.phases}
+            folders: dict[tuple[str, str], Path] = {}
+            executors = {
+                ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out, folders=folders)
+                for ph in pl.phases
+            }
             engine = Engine(
                 ledger=ledger,
                 pipeline=pl,
