@@ -102,7 +102,7 @@ def log_name(ordinal: int, phase: str, attempt: int) -> str:
 class _AttemptLog(logging.FileHandler):
     """Appends to the attempt's log, made (folder 0700, file 0600) on the first record only."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
 
     def _open(self) -> Any:
@@ -143,7 +143,7 @@ class LogsTo(Protocol):
 
 
 @contextlib.contextmanager
-def logging_to(ctx: LogsTo, path: Path, out: Console, where: str) -> Iterator[None]:
+def logging_to(ctx: LogsTo, path: str | os.PathLike[str], out: Console, where: str) -> Iterator[None]:
     """While the attempt runs, ``ctx.logger`` writes to its log at ``path`` and to the console.
 
     The handlers are made when the phase first uses ``ctx.logger`` (a phase that never logs pays

@@ -180,11 +180,14 @@ class PipelineRunner:
         folders = {} if folders is None else folders
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
+            import inspect
+
             from phaselog.runner.calls import resolve_call
             from phaselog.runner.console import log_folder, log_name, logging_to
             from phaselog.runner.python_phase import run_python
 
             fn = bound.fn if bound is not None else resolve_call(ph)
+            is_async = inspect.iscoroutinefunction(fn)
 
             def python_phase(phase: Phase, ctx: PhaseContext) -> Success | Failure:
                 key = (ctx.ticket_id, ctx.run_id)
@@ -192,11 +195,13 @@ class PipelineRunner:
                 if folder is None:
                     folders.clear()
                     folder = folders[key] = log_folder(ctx.store, ctx.workdir, *key, log_dir)
-                log = folder / log_name(phase.ordinal, ctx.phase, ctx.attempt)
+                log = os.path.join(folder, log_name(phase.ordinal, ctx.phase, ctx.attempt))  # a Path only if used
                 with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}"):
-                    outcome = run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
-                if isinstance(outcome, Failure) and log.exists():
-                    outcome.detail.setdefault("log", str(log))  # what ctx.logger wrote, as for a shell phase
+                    outcome = run_python(
+                        fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir, is_async=is_async
+                    )
+                if isinstance(outcome, Failure) and os.path.exists(log):
+                    outcome.detail.setdefault("log", log)  # what ctx.logger wrote, as for a shell phase
                 return outcome
 
             return python_phase
