@@ -1,12 +1,14 @@
 """``python -m bench``: run the benchmarks and print medians, p90s and ratios to baselines.
 
-python -m bench                      # everything, a few minutes on 2 cores
-python -m bench --quick              # small counts, under a minute (smoke test)
+python -m bench                      # every row of issue 22's table, closed by the table (a few minutes)
+python -m bench --quick              # the same rows at small counts, under a minute (smoke test)
+python -m bench --all                # every benchmark
 python -m bench --only write,start   # some benchmarks
 python -m bench --only sql --scale 1m   # SQL stores vs LangGraph at 1M records (minutes to build)
 python -m bench --profile-write      # diagnostic: where a write's time goes
 python -m bench --profile-start      # diagnostic: where `phaselog read`'s start-up goes
 python -m bench --profile-sql        # diagnostic: where the SQL stores' time goes
+python -m bench --profile            # where a write's and a read's time goes (the user's path)
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import _data, _sqldata
+from bench._table import print_table, table_json
 from bench._timing import Section, print_section, print_summary
 
 NAMES = (
+    "api",
     "write",
     "read",
     "status",
@@ -39,34 +43,39 @@ NAMES = (
     "ui",
     "queue",
 )
+#: What `python -m bench` (and `make bench`) runs by default: the benchmarks behind every row of
+#: issue 22's table, closed by that table. `--all` adds the rest (list, memory, ui, sql at scale …).
+TABLE = ("api", "concurrent", "langgraph", "runner", "growth", "start")
 FULL: dict[str, dict[str, int]] = {
+    "api": {"rounds": 5, "ops": 200, "warmup_ops": 20},
     "ui": {"rounds": 15, "checkpoints": 10_000, "long_run": 1_000},
     "write": {"rounds": 600},
     "read": {"rounds": 300},
     "status": {"rounds": 100, "attempts": 100},
     "list": {"rounds": 11, "checkpoints": 10_000},
-    "start": {"rounds": 40},
-    "growth": {"rounds": 60},
-    "concurrent": {"rounds": 6, "per_writer": 40},
+    "start": {"rounds": 5, "ops": 8, "warmup_ops": 2},
+    "growth": {"rounds": 5, "ops": 40, "warmup_ops": 4},
+    "concurrent": {"rounds": 5, "per_writer": 25},
     "memory": {},
-    "runner": {"rounds": 60},
+    "runner": {"rounds": 5, "ops": 12, "warmup_ops": 2},
     "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
-    "langgraph": {"rounds": 200, "checkpoints": 100},
+    "langgraph": {"rounds": 5, "ops": 200, "list_ops": 2, "warmup_ops": 10, "checkpoints": 100},
     "queue": {"rounds": 8, "batch": 40, "claims": 30},
 }
 QUICK: dict[str, dict[str, int]] = {
+    "api": {"rounds": 3, "ops": 12, "warmup_ops": 3},
     "ui": {"rounds": 4, "checkpoints": 1_000, "long_run": 200},
     "write": {"rounds": 30},
     "read": {"rounds": 30},
     "status": {"rounds": 8, "attempts": 100},
     "list": {"rounds": 3, "checkpoints": 1_000},
-    "start": {"rounds": 5},
-    "growth": {"rounds": 8, "long": 200},
-    "concurrent": {"rounds": 2, "per_writer": 10},
+    "start": {"rounds": 2, "ops": 2, "warmup_ops": 1},
+    "growth": {"rounds": 2, "ops": 4, "warmup_ops": 1, "long": 200},
+    "concurrent": {"rounds": 2, "per_writer": 5},
     "memory": {"scales": (1_000, 10_000)},
-    "runner": {"rounds": 6},
+    "runner": {"rounds": 2, "ops": 2, "warmup_ops": 1},
     "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
-    "langgraph": {"rounds": 20, "checkpoints": 30},
+    "langgraph": {"rounds": 2, "ops": 10, "list_ops": 1, "warmup_ops": 2, "checkpoints": 30},
     "queue": {"rounds": 2, "batch": 12, "claims": 6},
 }
 
@@ -100,6 +109,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="extend",
         metavar="NAMES",
         help=f"comma-separated subset of: {', '.join(NAMES)} (repeatable)",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every benchmark ({', '.join(NAMES)}); the default is the rows of issue 22's table: {', '.join(TABLE)}",
     )
     p.add_argument(
         "--dir",
@@ -148,7 +162,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="diagnostic: statements, commits and cProfile buckets of a no-op phase under the runner (SQLite)",
     )
-    p.add_argument("--profile", action="store_true", help="every diagnostic")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="where a write's, a read's and a status's time goes on the user's path (SQLite, files): "
+        "statements per call and cProfile's top functions by own time",
+    )
+    p.add_argument("--profile-all", action="store_true", help="--profile and every other diagnostic")
     return p.parse_args(argv)
 
 
@@ -161,6 +181,7 @@ def _progress(name: str) -> Callable[[str], None]:
 
 def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Namespace) -> Iterable[Section]:
     from bench import (
+        bench_api,
         bench_concurrent,
         bench_growth,
         bench_langgraph,
@@ -177,6 +198,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
     )
 
     modules: dict[str, Any] = {
+        "api": bench_api,
         "write": bench_write,
         "read": bench_read,
         "status": bench_status,
@@ -196,7 +218,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         default = _sqldata.QUICK_SCALES if args.quick else _sqldata.DEFAULT_SCALES
         scales = args.scale or [_sqldata.parse_scale(s) for s in default]
         extra = {"scales": list(dict.fromkeys(scales)), "pg_url": args.pg_url, "keep": args.keep}
-    elif name == "queue":
+    elif name in ("queue", "api"):
         extra = {"pg_url": args.pg_url, "keep": args.keep}
     result = modules[name].run(workdir, progress=_progress(name), **cfg, **extra)
     # One section, or (sql) an iterator of sections, printed as each scale finishes.
@@ -209,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     started = time.perf_counter()
     workdir = _data.make_workdir(args.dir)
+    if args.profile_all:
+        args.profile_write = args.profile_start = args.profile_sql = args.profile_runner = args.profile = True
     profiling = args.profile or args.profile_write or args.profile_start or args.profile_sql or args.profile_runner
     print(f"phaselog benchmarks ({mode}{', diagnostics' if profiling else ''}), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
     for line in _data.environment():
@@ -221,32 +245,37 @@ def main(argv: list[str] | None = None) -> int:
     sections: list[Section] = []
     try:
         if profiling:
-            if args.profile or args.profile_write:
+            if args.profile:
+                from bench import profile_api
+
+                profile_api.run(workdir, quick=args.quick)
+            if args.profile_write:
                 from bench import profile_write
 
                 profile_write.run(workdir, quick=args.quick)
-            if args.profile or args.profile_start:
+            if args.profile_start:
                 from bench import profile_start
 
                 profile_start.run(workdir, quick=args.quick)
-            if args.profile or args.profile_runner:
+            if args.profile_runner:
                 from bench import profile_runner
 
                 profile_runner.run(workdir, quick=args.quick)
-            if args.profile or args.profile_sql:
+            if args.profile_sql:
                 from bench import profile_sql
 
                 scale = (args.scale or [_sqldata.parse_scale("10k")])[0]
                 profile_sql.run(workdir, quick=args.quick, scale=scale, pg_url=args.pg_url)
         else:
             table = QUICK if args.quick else FULL
-            for name in args.only or NAMES:
+            for name in args.only or (NAMES if args.all else TABLE):
                 print(f"[bench] {name} …", file=sys.stderr, flush=True)
                 for section in _run_one(name, workdir, table[name], args):
                     sections.append(section)
                     print_section(section)
                     sys.stdout.flush()
             print_summary(sections)
+            print_table(sections, quick=args.quick)
     finally:
         if args.keep:
             print(f"\n(kept {workdir})")
@@ -257,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": mode,
             "environment": _data.environment(),
             "sections": [s.to_json() for s in sections],
+            "table": table_json(sections),
         }
         Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     print(f"\ntotal {time.perf_counter() - started:.1f} s")

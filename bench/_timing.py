@@ -30,6 +30,8 @@ class Contestant:
     #: Calls per sample (the sample is their mean): for operations far below a millisecond.
     inner: int = 1
     samples_ns: list[float] = field(default_factory=list)
+    #: With ``run_rounds``: the samples of each round, in order (``samples_ns`` holds them all).
+    rounds_ns: list[list[float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Stat:
     n: int
     median_ns: float
     p90_ns: float
+    #: With ``run_rounds``: the median of each timed round (``median_ns`` is their median).
+    round_medians: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,13 +127,10 @@ class Section:
 
     def ratio(self, subject: str, baseline: str, *, goal: float | None = None, note: str = "") -> Ratio:
         """Add (and return) the ratio of two contestants' medians."""
-        r = Ratio(
-            subject,
-            baseline,
-            self.stat(subject).median_ns / self.stat(baseline).median_ns,
-            goal,
-            note,
-        )
+        a, b = self.stat(subject), self.stat(baseline)
+        skipped = next((s.label for s in (a, b) if s.n == 0), "")
+        value = math.nan if skipped else _per_round(a, b, lambda x, y: x / y)
+        r = Ratio(subject, baseline, value, goal, note, skipped=skipped)
         self.ratios.append(r)
         return r
 
@@ -137,7 +138,7 @@ class Section:
         """Add (and return) ops/s(subject) / ops/s(baseline); ``goal`` is a minimum."""
         a, b = self.stat(subject), self.stat(baseline)
         skipped = next((s.label for s in (a, b) if s.n == 0), "")
-        value = math.nan if skipped else b.median_ns / a.median_ns
+        value = math.nan if skipped else _per_round(a, b, lambda x, y: y / x)
         r = Ratio(subject, baseline, value, goal, note, at_least=True, skipped=skipped)
         self.ratios.append(r)
         return r
@@ -158,6 +159,14 @@ class Section:
             "ratios": [{**r.__dict__, "verdict": r.verdict} for r in self.ratios],
             "limits": [{**lim.__dict__, "verdict": lim.verdict} for lim in self.limits],
         }
+
+
+def _per_round(a: Stat, b: Stat, f: Callable[[float, float], float]) -> float:
+    """``f`` of two contestants timed in the same rounds: the median of the per-round values (so
+    each round's subject is compared with the baseline measured beside it); else of the medians."""
+    if a.round_medians and len(a.round_medians) == len(b.round_medians):
+        return statistics.median(f(x, y) for x, y in zip(a.round_medians, b.round_medians, strict=True))
+    return f(a.median_ns, b.median_ns)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -197,20 +206,64 @@ def run_interleaved(
     return [summarise(c) for c in contestants]
 
 
+def run_rounds(
+    contestants: list[Contestant],
+    *,
+    rounds: int,
+    ops: int,
+    warmup_ops: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[Stat]:
+    """Time ``rounds`` rounds of ``ops`` calls of every contestant (after one untimed round of
+    ``warmup_ops``), interleaved call by call: within a round each contestant is called once per
+    step, in an order rotated by one place per step, so load hits subject and baseline alike.
+
+    A contestant's figure is the median of its per-round medians; ``Section.ratio`` then takes
+    the median of the per-round ratios (each round's subject over the baseline timed beside it).
+    """
+    n = len(contestants)
+    clock = time.perf_counter_ns
+    plan = ([warmup_ops] if warmup_ops else []) + [ops] * rounds
+    for r, count in enumerate(plan):
+        timed = r >= len(plan) - rounds
+        batch: list[list[float]] = [[] for _ in contestants]
+        for i in range(count):
+            k = (r + i) % n
+            for j in list(range(k, n)) + list(range(k)):
+                c = contestants[j]
+                arg = c.prepare() if c.prepare is not None else None
+                fn, inner = c.fn, c.inner
+                t0 = clock()
+                for _ in range(inner):
+                    fn(arg)
+                batch[j].append((clock() - t0) / inner)
+        if timed:
+            for c, samples in zip(contestants, batch, strict=True):
+                c.rounds_ns.append(samples)
+                c.samples_ns.extend(samples)
+            if progress is not None:
+                progress(f"round {len(contestants[0].rounds_ns)}/{rounds} ({count} calls each)")
+    return [summarise(c) for c in contestants]
+
+
 def skipped_stat(key: str, label: str, role: str) -> Stat:
     """A row for a contestant that could not run (its label says why): n = 0, times n/a."""
     return Stat(key, label, role, 0, math.nan, math.nan)
 
 
 def summarise(c: Contestant) -> Stat:
-    """Median and p90 of a contestant's samples."""
+    """Median and p90 of a contestant's samples (with rounds: the median of the round medians)."""
+    if not c.samples_ns:
+        return skipped_stat(c.key, c.label, c.role)
+    per_round = tuple(statistics.median(r) for r in c.rounds_ns if r)
     return Stat(
         c.key,
         c.label,
         c.role,
         len(c.samples_ns),
-        statistics.median(c.samples_ns),
+        statistics.median(per_round) if per_round else statistics.median(c.samples_ns),
         percentile(c.samples_ns, 0.9),
+        per_round,
     )
 
 

@@ -18,43 +18,43 @@ from typing import Any
 
 import phaselog
 from bench import _data
-from bench._sqldata import lg_put
 from bench._timing import REFERENCE, SUBJECT, Contestant, Section, skipped_stat, summarise
+from bench.bench_api import RunWrites, ThreadPuts
 
 WRITERS = 8
 GOAL = 1.5
 
 
-def _phaselog_writer(url: str, label: str, n: int, barrier: Any) -> None:
+def _phaselog_writer(url: str, label: str, n: int, barrier: Any, seeds: Any) -> None:
     ledger = phaselog.open(url)
     try:
-        run = _data.run_id(label)
-        _data.write_phase(ledger, "BENCH-7", run, "implement")  # the run exists before timing
+        writes = RunWrites(ledger, f"BENCH-7-{label}")  # 5-phase runs, a fresh Run per run
+        writes(writes.prepare())  # the connection and the first run exist before timing
         barrier.wait()
         for _ in range(n):
-            _data.write_phase(ledger, "BENCH-7", run, "implement")
+            writes(writes.prepare())
     finally:
         ledger.close()
 
 
-def _langgraph_writer(path: str, label: str, n: int, barrier: Any) -> None:
+def _langgraph_writer(path: str, label: str, n: int, barrier: Any, seeds: Any) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     conn = sqlite3.connect(path, check_same_thread=False, timeout=60)
     conn.execute("PRAGMA synchronous=FULL")
     saver = SqliteSaver(conn)
-    seed = {"timestamp_utc": "2026-11-30T12:00:00Z", **_data.IMPLEMENT}  # the same ~1 KB payload
-    parent = lg_put(saver, "BENCH-7", label, seed, parent=None, step=0)  # exists before timing
+    puts = ThreadPuts(saver, seeds)  # the same seed documents, 5 puts per thread
+    puts(puts.prepare())  # exists before timing
     barrier.wait()
-    for step in range(1, n + 1):
-        parent = lg_put(saver, "BENCH-7", label, seed, parent=parent, step=step)
+    for _ in range(n):
+        puts(puts.prepare())
     conn.close()
 
 
-def _round(target: Any, args: tuple[Any, ...], labels: list[str], n: int) -> float:
+def _round(target: Any, args: tuple[Any, ...], labels: list[str], n: int, seeds: Any) -> float:
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(WRITERS + 1)
-    procs = [ctx.Process(target=target, args=(*args, lbl, n, barrier)) for lbl in labels]
+    procs = [ctx.Process(target=target, args=(*args, lbl, n, barrier, seeds)) for lbl in labels]
     for p in procs:
         p.start()
     barrier.wait()
@@ -72,7 +72,12 @@ def run(workdir: Path, *, rounds: int, per_writer: int = 50, progress: Any = Non
     """Alternate phaselog and LangGraph rounds; report time per write and the throughput ratio."""
     pl_url = f"sqlite:///{workdir / 'concurrent-phaselog.db'}"
     lg_path = str(workdir / "concurrent-langgraph.db")
-    phaselog.open(pl_url).close()
+    with phaselog.open(pl_url) as ledger:
+        results = [
+            ledger.run("BENCH-7-SAMPLE", _data.run_id("sample")).write(p, _data.PAYLOADS[p], **_data.write_kwargs())
+            for p in _data.PHASES
+        ]
+    seeds = [r.record.seed_dict() for r in results]
     lg_skip = ""
     try:
         from langgraph.checkpoint.sqlite import SqliteSaver
@@ -93,9 +98,10 @@ def run(workdir: Path, *, rounds: int, per_writer: int = 50, progress: Any = Non
         if i % 2:
             order.reverse()
         for c, target, args in order:
-            sample = _round(target, args, labels, per_writer)
+            sample = _round(target, args, labels, per_writer, seeds)
             if i:  # the first round warms up
                 c.samples_ns.append(sample)
+                c.rounds_ns.append([sample])  # one sample a round: the ratio is per round
         if progress is not None:
             progress(f"round {i}/{rounds}")
     section = Section(
@@ -103,7 +109,8 @@ def run(workdir: Path, *, rounds: int, per_writer: int = 50, progress: Any = Non
         f"[7] {WRITERS} concurrent writers on one SQLite store: time per write (all writers together)",
         [
             f"{rounds} rounds alternating; each round {WRITERS} forked processes x {per_writer} writes, "
-            "runs/threads of their own, WAL + synchronous=FULL on both sides",
+            "5-phase runs (a fresh Run per run) / threads of 5 puts of the same seeds, WAL + "
+            "synchronous=FULL on both sides",
         ],
         show_rate=True,
     )

@@ -1,4 +1,8 @@
-"""[3] Status: Ledger.status of a run with 100 attempts vs listing + reading its files."""
+"""[3] Status: Ledger.status of a run with 100 attempts vs listing + reading its files.
+
+Every status sample runs on a ledger opened just before it (untimed), so no memo of the previous
+sample's status carries the figure (issue 22).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 
 from bench import _data, _raw
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
+from bench.bench_api import FreshLedger
 
 TICKET = "BENCH-3"
 
@@ -22,13 +27,15 @@ def run(workdir: Path, *, rounds: int, attempts: int = 100, progress: Any = None
     st = ledger.status(TICKET, run_uuid)
     assert sum(p.attempts for p in st.phases) == attempts, st
     files = _raw.list_read(folder)
+    fresh = FreshLedger(root)
 
     contestants = [
         Contestant(
             "status",
-            f"Ledger.status, run of {attempts} attempts",
+            f"Ledger.status, run of {attempts} attempts (fresh ledger)",
             SUBJECT,
-            lambda _: ledger.status(TICKET, run_uuid),
+            lambda fresh: fresh.status(TICKET, run_uuid),
+            fresh,
         ),
         Contestant(
             "raw_list_read",
@@ -52,7 +59,10 @@ def run(workdir: Path, *, rounds: int, attempts: int = 100, progress: Any = None
             f"next phase: {st.next_phase}; states: " + ", ".join(f"{p.phase}={p.state}" for p in st.phases),
         ],
     )
-    section.stats = run_interleaved(contestants, rounds, warmup=2, progress=progress)
+    try:
+        section.stats = run_interleaved(contestants, rounds, warmup=2, progress=progress)
+    finally:
+        fresh.close()
     section.ratio("status", "raw_list_read", note="I/O floor: every file phaselog reads")
     section.ratio("status", "raw_list_parse", note="what the seed tool does: parse every YAML")
     return section

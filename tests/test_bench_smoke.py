@@ -58,3 +58,25 @@ def test_bench_quick_sql_prints_its_ratio_lines(tmp_path: Path) -> None:
     assert "sqlite-2k" in res.stdout
     assert "postgres-2k" in res.stdout
     assert list(tmp_path.iterdir()) == [], "the temporary stores are removed afterwards"
+
+
+def test_bench_quick_prints_every_row_of_the_issue_table(tmp_path: Path) -> None:
+    """`--quick --only api` still closes with the whole table: rows it did not run say so."""
+    from bench._table import ROWS
+
+    res = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "api", "--dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    table = res.stdout[res.stdout.index("== issue 22: every row") :]
+    for row in ROWS:
+        assert row.label in table, row.label
+    # e.g. "   SQLite read, fresh Run each / get_tuple   55.3 µs   26.6 µs   2.23x  <= 1.50x  MISSED"
+    assert re.search(r"SQLite read, fresh Run each / get_tuple .* \d+\.\d+x\s+<= 1\.50x\s+(met|MISSED)", table), table
+    assert re.search(r"not run \(--only runner\)", table), table
+    assert list(tmp_path.iterdir()) == [], "the temporary stores are removed afterwards"

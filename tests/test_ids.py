@@ -14,6 +14,7 @@ from phaselog.model.errors import InvalidIdentifier, PhaselogError, UsageError
 from phaselog.model.ids import (
     RUN_ID_NAMESPACE,
     TICKET_ID_MAX,
+    given_run_name,
     is_canonical_uuid,
     normalize_run_id,
     validate_ticket_id,
@@ -258,3 +259,42 @@ def test_normalisation_is_idempotent_and_canonical(value: str) -> None:
     assert is_canonical_uuid(once)
     assert normalize_run_id(once) == once
     assert normalize_run_id(once.upper()) == once
+
+
+def _reference_normalize(run_id: str) -> str:
+    """The mapping as first written (uuid.UUID, else uuid.uuid5): the fast path must agree with it."""
+    try:
+        return str(uuid.UUID(run_id))
+    except ValueError:
+        return str(uuid.uuid5(RUN_ID_NAMESPACE, run_id))
+
+
+_UUID_SPELLINGS = st.uuids().flatmap(
+    lambda u: st.sampled_from(
+        [str(u), str(u).upper(), u.hex, f"{{{u}}}", f"urn:uuid:{u}", f"uuid:{u.hex}", f"{{{u.hex[:16]}-{u.hex[16:]}}}"]
+    )
+)
+
+
+@given(st.one_of(st.text(min_size=1, max_size=80), _UUID_SPELLINGS, st.from_regex(r"[0-9a-fA-F{}:urnid_ -]{30,40}")))
+def test_run_ids_map_as_uuid_and_uuid5_do(run_id: str) -> None:
+    """UUID spellings normalise as uuid.UUID reads them; every other name maps as uuid.uuid5 does."""
+    try:
+        got = normalize_run_id(run_id)
+    except InvalidIdentifier:
+        assert not run_id.strip() or any(ord(c) < 32 or c == "\x7f" for c in run_id)
+        return
+    except UnicodeEncodeError:  # a lone surrogate: uuid.uuid5 refuses it the same way
+        with pytest.raises(UnicodeEncodeError):
+            _reference_normalize(run_id)
+        return
+    assert got == _reference_normalize(run_id)
+    assert (given_run_name(run_id) is None) == _is_uuid(run_id)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

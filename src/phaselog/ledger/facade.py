@@ -394,6 +394,8 @@ class Run:
         #: The run id as given (``nightly-1``), kept with each checkpoint; None for a UUID.
         self.run_name: str | None = None
         self._pipeline = pipeline
+        #: The pipeline asked for, resolved and checked for this run once (see :meth:`_checked`).
+        self._resolved: Pipeline | None = None
 
     def __repr__(self) -> str:
         return f"Run({self.ticket_id!r}, {self.run_id!r})"
@@ -422,9 +424,19 @@ class Run:
             **kw,
         )
 
+    def _checked(self) -> Pipeline | None:
+        """The pipeline this Run was given, resolved and checked against the run once (None: none
+        given, the run's own is used). A record the run gains under another manifest is not taken
+        on the strength of it: reads check each record's pipeline (``Reads.read``'s ``checked``)."""
+        if self._pipeline is not None and self._resolved is None:
+            self._resolved = self.ledger.pipeline_for(self.ticket_id, self.run_id, self._pipeline)
+        return self._resolved
+
     def read(self, phase: str | int, attempt: int | None = None) -> Stored:
         """Read the latest completed checkpoint of ``phase`` (or one attempt)."""
-        return self.ledger.read(self.ticket_id, self.run_id, phase, attempt, pipeline=self._pipeline)
+        return self.ledger.reads.read_checked(
+            self.ticket_id, self.run_id, phase, attempt, pipeline=self._pipeline, checked=self._checked()
+        )
 
     def validate(self, phase: str | int, attempt: int | None = None, **kw: Any) -> tuple[Stored, Report]:
         """Validate a checkpoint of ``phase`` (keywords as :meth:`Ledger.validate`)."""
@@ -433,7 +445,9 @@ class Run:
     # -- state ------------------------------------------------------------------------------------
     def status(self) -> RunStatus:
         """Derive the run's state (one snapshot of the run)."""
-        return self.ledger.status(self.ticket_id, self.run_id, pipeline=self._pipeline)
+        # The pipeline this Run resolved already (if it did) is not looked up again; the snapshot still
+        # checks that the run follows it.
+        return self.ledger.status(self.ticket_id, self.run_id, pipeline=self._resolved or self._pipeline)
 
     def can_skip_to(self, phase: str | int, **kw: Any) -> SkipDecision:
         """May the run skip to ``phase``? (keywords as :meth:`Ledger.can_skip_to`)"""

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
-from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion, UsageError
+from phaselog.model.errors import Corrupt, NotFound, PhaselogError, UnsupportedVersion, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.limits import check_attempt, is_attempt, is_digits
 from phaselog.model.records import Checkpoint
@@ -84,12 +84,30 @@ class Reads:
 
         A damaged latest checkpoint raises Corrupt naming the file and the newest intact attempt.
         """
+        return self.read_checked(ticket_id, run_id, phase, attempt, pipeline=pipeline, checked=None)
+
+    def read_checked(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None,
+        *,
+        pipeline: PipelineArg,
+        checked: Pipeline | None,
+    ) -> Stored:
+        """:meth:`read`, where ``checked`` is ``pipeline`` as the caller resolved and checked it for
+        this run before (a :class:`~phaselog.ledger.facade.Run` does it once): the phase is found
+        without resolving the pipeline again."""
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        if pipeline is None and (attempt is None or is_attempt(attempt)) and PHASE_READ in self.store.capabilities:
-            # One store call for the plain case; anything else (unknown phase, no checkpoint, damage)
-            # goes the general way below, which explains it.
-            stored: Stored | None = self.store.read_phase(ticket_id, run_id, phase, attempt)  # type: ignore[attr-defined]  # declared by the capability
+        if (attempt is None or is_attempt(attempt)) and PHASE_READ in self.store.capabilities:
+            # One store call for the plain case; anything else (unknown phase, no checkpoint, damage,
+            # a record of another pipeline) goes the general way below, which explains it.
+            if pipeline is None:
+                stored: Stored | None = self.store.read_phase(ticket_id, run_id, phase, attempt)  # type: ignore[attr-defined]  # declared by the capability
+            else:
+                stored = self._read_checked(ticket_id, run_id, phase, attempt, checked)
             if stored is not None:
                 return stored
         all_refs = self.store.attempts(ticket_id, run_id)
@@ -143,6 +161,24 @@ class Reads:
             exc.message = f"{exc.message}{hint}"
             exc.context["newest_intact_attempt"] = intact
             raise
+
+    def _read_checked(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None, pl: Pipeline | None
+    ) -> Stored | None:
+        """The phase's record by ``pl``'s ordinal, in one store call, when it is plainly the one the
+        general path would return: the phase is ``pl``'s, and the record was written under ``pl``'s
+        very manifest (its name and hash), so the run still follows it. Else None."""
+        if pl is None:
+            return None
+        try:
+            ph = pl.phase(phase)
+        except PhaselogError:
+            return None  # the general path raises it, after the checks it makes first
+        stored: Stored | None = self.store.read_phase(ticket_id, run_id, ph.ordinal, attempt)  # type: ignore[attr-defined]  # declared by the capability
+        ref = stored.record.pipeline if stored is not None else None
+        if stored is None or ref is None or stored.record.phase != ph.name:
+            return None
+        return stored if (ref.name, ref.manifest_hash) == (pl.name, pl.manifest_hash) else None
 
     def list(
         self,

@@ -29,6 +29,8 @@ from phaselog.model.errors import (
     InvalidRecord,
     NotFound,
     NotMonotonic,
+    OutcomeUnknown,
+    PhaselogError,
     Prerequisite,
     UsageError,
 )
@@ -38,7 +40,7 @@ from phaselog.model.pipelines import Phase, Pipeline
 from phaselog.model.records import BasisEntry, Checkpoint, Status, format_timestamp
 from phaselog.model.validation import check_record
 from phaselog.stores import Store, Stored
-from phaselog.stores.base import RunFence
+from phaselog.stores.base import RunFence, premise_snapshot
 from phaselog.stores.snapshot import RunSnapshot
 
 MAX_APPEND_RETRIES = 1000
@@ -88,6 +90,23 @@ class WriteRequest:
     fence: RunFence | None = None
     check_prerequisites: bool = True
     started_at: datetime | None = None
+
+
+class _Stale(Exception):
+    """A write decided on a carried snapshot found that the run moved: decide it again on a fresh read."""
+
+
+@dataclass(frozen=True)
+class _Durable:
+    """A record just made durable, with what its aftermath needs."""
+
+    record: Checkpoint
+    location: str
+    warnings: tuple[str, ...]
+    snap: RunSnapshot
+    pipeline: Pipeline
+    phase: Phase
+    manifest: Any
 
 
 class Writes:
@@ -166,10 +185,35 @@ class Writes:
     def write_request(self, req: WriteRequest) -> WriteResult:
         """:meth:`write` of one request: the artifacts' hashes already taken, and ``forked_from`` (a fork's copy)."""
         ticket_id = validate_ticket_id(req.ticket_id)
-        given = given_run_name(req.run_id)
         run_id = normalize_run_id(req.run_id)
+        # The run as this store handle last saw it (stores/sql/carried.py): the append checks that it
+        # did not move. On a snapshot that may be stale, whatever is decided short of a durable
+        # record — a refusal too — is decided again on a fresh read.
+        snap, stale = premise_snapshot(self.store, ticket_id, run_id)
+        if stale:
+            try:
+                return self._write(req, ticket_id, run_id, snap, True)
+            except _Stale:
+                snap = self.store.snapshot(ticket_id, run_id)
+        return self._write(req, ticket_id, run_id, snap, False)
+
+    def _write(self, req: WriteRequest, ticket_id: str, run_id: str, snap: RunSnapshot, carried: bool) -> WriteResult:
+        """:meth:`write_request` on ``snap``. ``carried``: ``snap`` may be stale, so any refusal before
+        the record is durable raises _Stale instead (the caller decides again on a fresh read)."""
+        try:
+            done = self._append(req, ticket_id, run_id, snap, carried)
+        except (_Stale, OutcomeUnknown):
+            raise  # OutcomeUnknown: it may be stored; deciding again could write it twice
+        except PhaselogError:
+            if carried:
+                raise _Stale from None
+            raise
+        return self._announce(done)
+
+    def _append(self, req: WriteRequest, ticket_id: str, run_id: str, snap: RunSnapshot, carried: bool) -> _Durable:
+        """Decide the record on ``snap`` and append it (re-reading after a conflict unless ``carried``)."""
+        given = given_run_name(req.run_id)
         attempt, status, timestamp = req.attempt, req.status, req.timestamp
-        snap = self.store.snapshot(ticket_id, run_id)
         run_name = given or snap.run_name()  # the name stays with the run, also when written to by UUID
         pl = self.pipelines.for_run(ticket_id, run_id, req.pipeline, snapshot=snap)
         ph = pl.phase(req.phase)
@@ -262,19 +306,28 @@ class Writes:
             try:
                 location = self.store.append(cp, expected_latest=latest, **extra)
             except Conflict:
+                if carried:
+                    raise _Stale from None  # the run moved since this handle saw it: decide it all again
                 continue  # someone appended to this phase meanwhile: re-read and retry
             except AlreadyExists:
                 if attempt is not None:
                     raise  # the caller asked for this very attempt: another writer has it
+                if carried:
+                    raise _Stale from None
                 continue  # another writer took the number we read as next: re-read and retry
-            if manifest is not None:
-                pipeline_shelf.recorded(self.store, manifest)
-            stored = Stored(cp, location, cp.content_hash)
-            # Durable now: tell the subscribers; what they say joins the warnings, the record stays.
-            events = checkpoint_events(cp, gated=ph.requires_approval, completes_run=self._completes(snap, pl, cp))
-            said = raise_events(events, self.store)
-            return WriteResult(stored, tuple(i.text() for i in report.warnings) + tuple(said))
+            return _Durable(cp, location, tuple(i.text() for i in report.warnings), snap, pl, ph, manifest)
         raise Conflict(f"could not append to phase {ph.name} after {MAX_APPEND_RETRIES} retries")
+
+    def _announce(self, done: _Durable) -> WriteResult:
+        """The durable record's aftermath: its manifest noted, the subscribers told, the result."""
+        cp, pl, ph = done.record, done.pipeline, done.phase
+        if done.manifest is not None:
+            pipeline_shelf.recorded(self.store, done.manifest)
+        stored = Stored(cp, done.location, cp.content_hash)
+        # Durable now: tell the subscribers; what they say joins the warnings, the record stays.
+        events = checkpoint_events(cp, gated=ph.requires_approval, completes_run=self._completes(done.snap, pl, cp))
+        said = raise_events(events, self.store)
+        return WriteResult(stored, done.warnings + tuple(said))
 
     def _completes(self, snap: RunSnapshot, pl: Pipeline, cp: Checkpoint) -> bool:
         """Does ``cp`` complete the run? Derived (from the snapshot before it) only for the last phase."""

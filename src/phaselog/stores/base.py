@@ -139,6 +139,24 @@ def guard_keeper(store: Store) -> GuardKeeper | None:
     return None
 
 
+class CarriesRuns(Protocol):
+    """A store that carries the snapshot of the runs it wrote to (``Capability.CARRIED_RUNS``)."""
+
+    def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
+        """The run as this handle last saw it, for a write, and whether it may be stale (not checked
+        now): the append it leads to checks, in its own transaction or statement, that the run did
+        not move since (Conflict otherwise)."""
+        ...
+
+
+def premise_snapshot(store: Store, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
+    """The snapshot a write decides on and whether it may be stale: the carried one where the store
+    carries runs, else a fresh read."""
+    if Capability.CARRIED_RUNS in store.capabilities:
+        return cast(CarriesRuns, store).premise_snapshot(ticket_id, run_id)  # the capability declares it
+    return store.snapshot(ticket_id, run_id), False
+
+
 @runtime_checkable
 class Store(Protocol):
     """What every backend provides. Methods raise :mod:`phaselog.model.errors` types."""

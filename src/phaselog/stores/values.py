@@ -99,6 +99,9 @@ class Capability(StrEnum):
     #: ``read_phase(ticket_id, run_id, phase, attempt)``: a phase's latest checkpoint (or one
     #: attempt), the phase named by name or ordinal, in one store call (a read without ``attempts``).
     PHASE_READ = "phase_read"
+    #: ``premise_snapshot(ticket_id, run_id)``: the run as this handle last saw it, for a write whose
+    #: append checks that the run did not move since (stores/sql/carried.py); it may be stale.
+    CARRIED_RUNS = "carried_runs"
 
 
 #: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
@@ -115,6 +118,7 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.QUEUE: ("run_queue",),
     Capability.MANIFESTS: ("pipeline_manifests",),
     Capability.PHASE_READ: ("read_phase",),
+    Capability.CARRIED_RUNS: ("premise_snapshot",),
 }
 
 

@@ -39,6 +39,7 @@ FILES_CAPABILITIES = frozenset(
         Capability.STAMPS,
         Capability.LOCAL_ROOT,
         Capability.MANIFESTS,
+        Capability.PHASE_READ,
     }
 )
 #: Prefix of a run folder being removed whole (moved aside first; not a run name).

@@ -178,11 +178,46 @@ class FilesStore(FilesAdminMixin):
         except NotFound:
             raise NotFound(f"no run {run_id} for ticket {ticket_id}", ticket_id=ticket_id, run_id=run_id) from None
         try:
-            return self._get_in(run_fd, ticket_id, run_id, phase_ordinal, phase, attempt)
+            return self.get_at(run_fd, ticket_id, run_id, phase_ordinal, phase, attempt)
         finally:
             os.close(run_fd)
 
-    def _get_in(
+    def read_phase(self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None) -> Stored | None:
+        """Attempt ``attempt`` of ``phase``, or (None) its latest checkpoint, from one folder listing
+        and the files of the records it needs; None unless plainly there and intact (the caller then
+        takes its general path, whose errors and hints are unchanged).
+
+        The phase is found as a listing would (the lowest ordinal whose name or ordinal is the one
+        asked for), by :func:`phaselog.stores.names.record_groups` (no object per name: 1,000
+        attempts cost what 10 do); only the newest completed attempt and any newer (failed) one are
+        read: a damaged newer attempt means the older checkpoint is not the latest.
+        """
+        validate_ticket_id(ticket_id)
+        try:
+            run_fd = self.folders.open_dir("checkpoints", ticket_id, run_id)
+        except NotFound:
+            return None
+        try:
+            names = os.listdir(run_fd)
+            group = _phase_group(_names.record_groups(names), phase)
+            if group is None:
+                return None
+            ordinal, name, _count, top, done = group
+            if attempt is None:
+                if done is None:
+                    return None
+                present = set(names) if top > done else ()
+                for newer in range(done + 1, top + 1):
+                    if failed_name(ordinal, name, newer) in present:
+                        self.get_at(run_fd, ticket_id, run_id, ordinal, name, newer)
+                attempt = done
+            return self.get_at(run_fd, ticket_id, run_id, ordinal, name, attempt)
+        except (Corrupt, UnsupportedVersion, NotFound):
+            return None  # the general path reads it again and says what is wrong, and where
+        finally:
+            os.close(run_fd)
+
+    def get_at(
         self,
         run_fd: int,
         ticket_id: str,
@@ -192,6 +227,7 @@ class FilesStore(FilesAdminMixin):
         attempt: int,
         run_view: RunView | None = None,
     ) -> Stored:
+        """Read one record of the run folder open as ``run_fd`` (see Store.get)."""
         rel_dir = f"{ticket_id}/{run_id}"
         cp_file = cp_name(ordinal, phase, attempt)
         cp_bytes = read_capped(run_fd, cp_file, rel_dir, self.max_record_bytes)
@@ -261,7 +297,7 @@ class FilesStore(FilesAdminMixin):
                 view = RunView(self._sidecar_cap, run_fd, f"{ticket_id}/{rid}", names)
                 for ref in _refs(names):  # sorted
                     try:
-                        yield self._get_in(
+                        yield self.get_at(
                             run_fd, ticket_id, rid, ref.phase_ordinal, ref.phase, ref.attempt_number, view
                         )
                     except (Corrupt, UnsupportedVersion) as exc:
@@ -319,15 +355,77 @@ class FilesStore(FilesAdminMixin):
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
         from phaselog.stores.snapshot import build_snapshot
 
-        ticket_id = validate_ticket_id(ticket_id)  # one listing, summarised per phase (no ref per attempt)
-        groups = None if history else lambda: _names.record_groups(self._listing(ticket_id, run_id))
-        return build_snapshot(self, ticket_id, run_id, history=history, groups=groups)
+        ticket_id = validate_ticket_id(ticket_id)
+        if history:
+            return build_snapshot(self, ticket_id, run_id, history=True)
+        # One listing, summarised per phase (no ref per attempt), and each record it needs read
+        # through the same folder descriptor (no path walk per record).
+        with _HeldRun(self, ticket_id, run_id) as held:
+            return build_snapshot(held, ticket_id, run_id, groups=held.groups)
 
     def close(self) -> None:
         """Release the cached root descriptor and any run lease still held."""
         if self._leases is not None:
             self._leases.close()
         self.folders.close()
+
+
+class _HeldRun:
+    """A snapshot's source: the store's reads, with one run folder's records read through one
+    descriptor, opened anew by each listing (a snapshot that starts again lists and reads again)."""
+
+    def __init__(self, store: FilesStore, ticket_id: str, run_id: str) -> None:
+        self.store = store
+        self.key = (ticket_id, run_id)
+        self.fd: int | None = None
+
+    def __enter__(self) -> _HeldRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def groups(self) -> list[_names.RecordGroup]:
+        """The run folder's record groups (none when it does not exist), from one listing."""
+        self.close()
+        try:
+            self.fd = self.store.folders.open_dir("checkpoints", *self.key)
+        except NotFound:
+            return []
+        return _names.record_groups(os.listdir(self.fd))
+
+    def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
+        return self.store.attempts(ticket_id, run_id)
+
+    def get(self, ticket_id: str, run_id: str, phase_ordinal: int, phase: str, attempt: int) -> Stored:
+        if self.fd is None or (ticket_id, run_id) != self.key:
+            return self.store.get(ticket_id, run_id, phase_ordinal, phase, attempt)
+        return self.store.get_at(self.fd, ticket_id, run_id, phase_ordinal, phase, attempt)
+
+    def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
+        return self.store.entry_names(kind, ticket_id, run_id)
+
+    def entries(
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+    ) -> list[tuple[str, str, bytes | Corrupt]]:
+        return self.store.entries(kind, ticket_id, run_id, prefix)
+
+
+def _phase_group(groups: list[_names.RecordGroup], phase: str | int) -> _names.RecordGroup | None:
+    """The group of ``phase`` (by name or ordinal) with the lowest ordinal; None when there is none,
+    or when that ordinal holds attempts under more than one name (the general path sorts it out)."""
+    text = str(phase)
+    mine = [g for g in groups if g[1] == phase or str(g[0]) == text]
+    if not mine:
+        return None
+    ordinal = min(g[0] for g in mine)
+    at = [g for g in groups if g[0] == ordinal]
+    return at[0] if len(at) == 1 else None
 
 
 def _refs(listing: list[str]) -> list[AttemptRef]:

@@ -31,7 +31,8 @@ from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, Ou
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
-from phaselog.stores.sql import lease, manifests
+from phaselog.stores.sql import carried, lease, manifests
+from phaselog.stores.sql.carried import RUN_STAMP_WHERE, CarriedRuns
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
@@ -52,6 +53,18 @@ _INSERT_AT_ONCE = (
     f"{_INSERT}SELECT {_VALUES} WHERE COALESCE((SELECT MAX(attempt) FROM "
     "phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ?), 0) = ? "
     "ON CONFLICT DO NOTHING RETURNING 1"
+)
+_AT_ONCE_WHERE, _AT_ONCE_TAIL = _INSERT_AT_ONCE.split(" ON CONFLICT ")
+#: :data:`_INSERT_AT_ONCE` that also checks the newest attempt's hash and the whole run's stamp
+#: (stores/sql/carried.py): the write decided on a carried snapshot is one statement.
+_INSERT_PREMISED = (
+    f"{_AT_ONCE_WHERE} AND (SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
+    f"AND phase_ordinal = ? AND attempt = ?) IS NOT DISTINCT FROM ?{RUN_STAMP_WHERE} ON CONFLICT {_AT_ONCE_TAIL}"
+)
+#: The fence as a condition of the premised insert (``lock``: the dialect's share lock).
+_FENCED = (
+    " AND EXISTS (SELECT 1 FROM phaselog_run_leases WHERE ticket_id = ? AND run_id = ? AND fencing_token = ? "
+    "AND holder IS NOT NULL{lock})"
 )
 # One round trip, two primary-key lookups (no scan: attempt 1,000 costs what attempt 2 does): the
 # phase's latest attempt, and this attempt's hash if it exists (NULL: no such row).
@@ -78,6 +91,18 @@ _PHASE_LATEST = (
 _PHASE_ONE = f"{_PHASE_ROWS}= ?"
 
 Query = Callable[[str, Sequence[Any]], "Rows"]
+
+
+def _links_to_newest(tx: Transaction, record: Checkpoint, newest: int) -> bool:
+    """Is ``record.prev_hash`` the hash of the phase's attempt ``newest`` (0: none, and no prev_hash)?"""
+    if not newest:
+        return record.prev_hash is None
+    row = tx.one(
+        "SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? "
+        "AND attempt = ?",
+        (record.ticket_id, record.run_id, record.phase_ordinal, newest),
+    )
+    return row is not None and row[0] == record.prev_hash
 
 
 def _row(record: Checkpoint, expected_latest: int, body: str) -> tuple[Any, ...]:
@@ -119,6 +144,8 @@ class SqlCheckpoints:
         self.max_record_bytes = max_record_bytes
         #: Records decoded before, by (ordinal, row body): a row read again is not decoded again.
         self._decoded = kernel.DecodedRecords()
+        #: The snapshot of each run this handle last saw, with its change stamp (stores/sql/carried.py).
+        self.carried = CarriedRuns(session)
 
     # -- appending ------------------------------------------------------------------------------------
     def append(
@@ -136,8 +163,21 @@ class SqlCheckpoints:
         location = kernel.record_location(record)
         session = self.session
         dialect = session.dialect
+        # The stamp of the carried snapshot this record was decided on (stores/sql/carried.py).
+        premise = self.carried.premise_for(record, expected_latest)
+        run_premise = premise is not None and carried.is_run_stamp(premise)
+        after: list[tuple[Any, ...] | None] = [None]
 
         def insert(tx: Transaction) -> None:
+            after[0] = None
+            # In the transaction (SQLite: under the write lock): did anyone write since it was read?
+            now = None
+            if premise is not None:
+                now = (
+                    carried.run_stamp(tx.one(carried.RUN_STAMP, carried.run_stamp_params(*key[:2])))
+                    if run_premise
+                    else dialect.change_stamp(tx.conn)
+                )
             latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
             try:
                 kernel.decide_append(
@@ -150,14 +190,39 @@ class SqlCheckpoints:
             except AlreadyExists as exc:
                 exc.context["_same"] = existing == record.content_hash
                 raise
+            if run_premise and (now != premise or not _links_to_newest(tx, record, expected_latest)):
+                # The record was decided on a run that moved since (or whose newest attempt changed).
+                raise Conflict(f"run {record.run_id} changed since it was read", latest_attempt=latest or 0)
             if manifest is not None:  # in the same transaction: a record never lacks its manifest
                 manifests.insert(tx, manifest)
             tx.execute(_INSERT_ROW, _row(record, expected_latest, body))
+            if premise is not None and now == premise:
+                # Nothing moved: the carried snapshot plus this record is the run (our own insert
+                # counted in total_changes, as the commit leaves our own data_version alone).
+                after[0] = carried.bumped(premise, record) if run_premise else dialect.change_stamp(tx.conn, now[-1])
 
         def attempt_once() -> None:
-            if fence is None and manifest is None and dialect.round_trips_dear and dialect.append_at_once:
+            if manifest is None and dialect.round_trips_dear and dialect.append_at_once:
                 at_once = (*_row(record, expected_latest, body), *key, expected_latest)
-                if session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
+                if premise is not None and run_premise:
+                    # One round trip: the insert itself checks the whole run's premise, the phase's
+                    # newest attempt's hash (the record's prev_hash) and the fence (its lease row
+                    # share-locked until the statement commits, as check_fence does in a transaction).
+                    premised = (
+                        *at_once,
+                        *key,
+                        expected_latest,
+                        record.prev_hash,
+                        *carried.premise_params(*key[:2], premise),
+                    )
+                    text = _INSERT_PREMISED
+                    if fence is not None:
+                        text = text.replace(" ON CONFLICT ", _FENCED.format(lock=dialect.for_share) + " ON CONFLICT ")
+                        premised = (*premised, fence.ticket_id, fence.run_id, fence.token)
+                    if session.autocommit(text, premised) is not None:
+                        after[0] = carried.bumped(premise, record)
+                        return
+                elif fence is None and session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
                     return  # else the transaction below reads why (and inserts if it now may)
             try:
                 session.write(insert)
@@ -167,9 +232,25 @@ class SqlCheckpoints:
                     raise Conflict(f"phase {record.phase} changed while writing") from None
                 raise
 
+        try:
+            return self._append_tries(record, location, attempt_once, after)
+        except BaseException:
+            self.carried.drop(key[:2])  # refused or unknown: the next write reads the run again
+            raise
+
+    def _append_tries(
+        self,
+        record: Checkpoint,
+        location: str,
+        attempt_once: Callable[[], None],
+        after: list[tuple[Any, ...] | None],
+    ) -> str:
+        """``attempt_once()`` until it is decided (retried after transient errors)."""
+        dialect = self.session.dialect
         for i in range(5):
             try:
                 attempt_once()
+                self.carried.appended(record, location, after[0])
                 return location
             except AlreadyExists as exc:
                 if exc.context.pop("_same", False) and i > 0:
@@ -180,7 +261,7 @@ class SqlCheckpoints:
                 if not dialect.is_transient(exc):
                     raise
                 # Commit outcome unknown (connection lost): the next round's read decides by content hash.
-                session.reset()
+                self.session.reset()
                 time.sleep(0.05 * (2**i))
         raise OutcomeUnknown(
             f"{dialect.name}: the database stopped answering while {location} was being written; it may or "
@@ -237,7 +318,9 @@ class SqlCheckpoints:
             if not rows:
                 return None
         try:
-            found = [self.stored(ticket_id, run_id, o, p, a, s, body, h) for o, a, p, s, h, body in rows]
+            # Not kept in the memo: a read takes each record once; the memo is for what a status or
+            # a write reads again (a hit is still taken).
+            found = [self.stored(ticket_id, run_id, o, p, a, s, body, h, keep=False) for o, a, p, s, h, body in rows]
         except (Corrupt, UnsupportedVersion):
             return None  # the caller's general path reads it again and says what is wrong, and where
         return found[0]
@@ -270,8 +353,11 @@ class SqlCheckpoints:
         status: str,
         body: str,
         column_hash: str | None,
+        *,
+        keep: bool = True,
     ) -> Stored:
-        """The record of one row, checked (Corrupt when its body or its key columns are damaged)."""
+        """The record of one row, checked (Corrupt when its body or its key columns are damaged);
+        ``keep``: remember it decoded (the memo), for a caller that reads the run again."""
         location = kernel.attempt_location(ticket_id, run_id, ordinal, phase, attempt, completed=status == "completed")
         stored = self._decoded.get(ordinal, body, location)
         kept = stored is not None
@@ -289,6 +375,6 @@ class SqlCheckpoints:
                 path=location,
                 rule="row_mismatch",
             )
-        if not kept and stored.recorded_hash is not None:
+        if keep and not kept and stored.recorded_hash is not None:
             self._decoded.put(ordinal, body, stored)
         return stored

@@ -56,6 +56,12 @@ class Dialect:
         if self.read_only:
             raise StoreError(f"{self.describe()} is open read-only: nothing can be written", rule="read_only")
 
+    def change_stamp(self, conn: Any, version: Any = None) -> tuple[Any, ...] | None:
+        """A stamp of the whole database that differs once anyone wrote to it since it was taken
+        (None: the database has no cheap one; see stores/sql/carried.py). ``version``: the
+        database's change counter as read inside the write transaction just committed."""
+        return None
+
     def begin_write(self, conn: Any) -> None:
         """Start a transaction that will write."""
         self.check_writable()

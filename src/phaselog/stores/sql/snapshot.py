@@ -34,6 +34,8 @@ from phaselog.stores.snapshot import (
     summarize,
     summarize_groups,
 )
+from phaselog.stores.sql.carried import RUN_STAMP, run_stamp_params
+from phaselog.stores.sql.carried import run_stamp as make_run_stamp
 
 if TYPE_CHECKING:
     from phaselog.stores.base import Store
@@ -67,10 +69,31 @@ _ENTRIES = (
 )
 
 
+def stamped_snapshot(store: Store, cps: SqlCheckpoints, ticket_id: str, run_id: str) -> tuple[RunSnapshot, Any]:
+    """The snapshot of one run and the stamp to carry it with (stores/sql/carried.py), taken before
+    the run is read: the database's where the dialect has one, else the run's, read in the same
+    round trip as the snapshot (None: nothing to carry)."""
+    stamp = cps.carried.stamp()
+    if stamp is not None or not cps.session.pipelined:
+        return sql_snapshot(store, cps, ticket_id, run_id), stamp
+    found: list[Any] = []
+    snap = sql_snapshot(store, cps, ticket_id, run_id, run_stamp=found)
+    return snap, (make_run_stamp(found[0]) if found else None)
+
+
 def sql_snapshot(
-    store: Store, cps: SqlCheckpoints, ticket_id: str, run_id: str, *, history: bool = False
+    store: Store,
+    cps: SqlCheckpoints,
+    ticket_id: str,
+    run_id: str,
+    *,
+    history: bool = False,
+    run_stamp: list[Any] | None = None,
 ) -> RunSnapshot:
-    """The snapshot of one run (``cps``: its store's checkpoint rows), read with two or three queries."""
+    """The snapshot of one run (``cps``: its store's checkpoint rows), read with two or three queries.
+
+    ``run_stamp``: a list that gets the row of :data:`~phaselog.stores.sql.carried.RUN_STAMP`, read
+    first in the same round trip (only where the session pipelines)."""
     validate_ticket_id(ticket_id)
     session = cps.session
     order = f" ORDER BY kind, name{session.dialect.collate}"  # a fixed collation clause; values are bound
@@ -85,7 +108,7 @@ def sql_snapshot(
         refs = tuple(refs_list)
         summaries = summarize(refs)
     else:
-        rows, entry_rows = _summary_and_entries(cps, ticket_id, run_id, _ENTRIES + order)
+        rows, entry_rows = _summary_and_entries(cps, ticket_id, run_id, _ENTRIES + order, run_stamp)
         summaries = _summaries(cps, records, ticket_id, run_id, rows)
         # When a phase's newest completed record is damaged, read down to an intact one (rare).
         load_latest(
@@ -149,16 +172,23 @@ def _summaries(
 
 
 def _summary_and_entries(
-    cps: SqlCheckpoints, ticket_id: str, run_id: str, entries_sql: str
+    cps: SqlCheckpoints, ticket_id: str, run_id: str, entries_sql: str, run_stamp: list[Any] | None = None
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]] | None]:
     """``_SUMMARY`` and the entries query in one round trip (psycopg's pipeline mode), where the
-    dialect declares one; else the summary alone (the caller then reads the entries)."""
+    dialect declares one; else the summary alone (the caller then reads the entries). With
+    ``run_stamp``, the run stamp is read first in the same round trip (a write between them makes
+    the stamp older than the rows: the append that checks it then refuses, never the reverse)."""
     params = (ticket_id, run_id) * 3  # the walk down, the aggregate, the bodies
     session = cps.session
     if not session.pipelined:
         return session.query(_SUMMARY, params), None
-    summary, entries = session.query_together([(_SUMMARY, params), (entries_sql, (0, ticket_id, run_id))])
-    return summary, entries
+    statements: list[tuple[str, Any]] = [(_SUMMARY, params), (entries_sql, (0, ticket_id, run_id))]
+    if run_stamp is not None:
+        statements.insert(0, (RUN_STAMP, run_stamp_params(ticket_id, run_id)))
+    found = session.query_together(statements)
+    if run_stamp is not None:
+        run_stamp.extend(found.pop(0)[:1])
+    return found[0], found[1]
 
 
 def _flight_events(

@@ -184,6 +184,16 @@ class SqliteDialect(Dialect):
             conn.leave_gate()
             raise
 
+    def change_stamp(self, conn: Any, version: Any = None) -> tuple[Any, ...] | None:
+        # PRAGMA data_version moves when another connection commits; total_changes counts this
+        # connection's own changes (no statement); the connection itself, as both are per connection.
+        raw = getattr(conn, "raw", None)
+        if raw is None:
+            return None  # a diagnostic wrapper (bench/profile_sql.py): carry nothing
+        if version is None:
+            version = raw.execute("PRAGMA data_version").fetchone()[0]
+        return (raw, raw.total_changes, version)
+
     def is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc).upper()
 

@@ -13,7 +13,7 @@ quarantine, guard storage and, on PostgreSQL, the queue.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.errors import Corrupt
@@ -49,6 +49,7 @@ SQL_CAPABILITIES = frozenset(
         Capability.STAMPS,
         Capability.MANIFESTS,
         Capability.PHASE_READ,
+        Capability.CARRIED_RUNS,
         Capability.QUARANTINE,
     }
 )
@@ -192,9 +193,35 @@ class SqlStore:
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
         # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
+        from phaselog.stores.sql.carried import detached
         from phaselog.stores.sql.snapshot import sql_snapshot
 
-        return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=history)
+        if history:
+            return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=True)
+        # A reader's copy: the carried records stay as they were read, whatever the reader does.
+        return detached(self._carried(ticket_id, run_id, self.checkpoints.carried.fresh))
+
+    def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
+        """The run as this handle last saw it, for a write whose append checks it, and whether it may
+        be stale (stores/sql/carried.py)."""
+        carried = self.checkpoints.carried
+        snap = carried.premise((ticket_id, run_id))
+        if snap is not None:
+            return snap, carried.unchecked((ticket_id, run_id))
+        return self._carried(ticket_id, run_id, carried.fresh), False
+
+    def _carried(
+        self, ticket_id: str, run_id: str, carried: Callable[[tuple[str, str]], RunSnapshot | None]
+    ) -> RunSnapshot:
+        """The carried snapshot ``carried`` hands out, else the run read afresh and carried from now on."""
+        from phaselog.stores.sql.snapshot import stamped_snapshot
+
+        key = (ticket_id, run_id)
+        snap = carried(key)
+        if snap is None:
+            snap, stamp = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
+            self.checkpoints.carried.keep(key, snap, stamp)
+        return snap
 
     def pipeline_manifests(self) -> SqlManifests:
         """The recorded pipeline manifests (``phaselog_pipelines``: see stores/sql/manifests.py)."""

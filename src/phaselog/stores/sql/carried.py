@@ -1,0 +1,213 @@
+"""The runs a SQL store handle carries: the snapshot it last saw of each, with a change stamp.
+
+A write into a run reads its snapshot (``Store.snapshot``) and appends. Re-reading the run on
+every write costs two statements and the decoding of every phase's newest record; instead the
+handle keeps the snapshot with the database's change stamp taken *before* it was read (the
+dialect's ``change_stamp``: on SQLite the connection, its own ``total_changes`` and ``PRAGMA
+data_version``, which moves when another connection commits). The next ``snapshot`` of the run
+compares the stamp (one pragma, no transaction) and serves the carried snapshot only when nothing
+at all was written to the database since; otherwise it reads the run again.
+
+The append checks the stamp again *inside* its write transaction, under the write lock: when it
+still matches, nothing moved between the decision and the insert, and the snapshot plus the new
+record is exactly what a fresh read would give (:func:`with_appended`), so it is carried on. When
+it does not match, the append decides as it always did (the phase's latest attempt, checked in
+the transaction) and the carried snapshot is dropped. A dialect without a cheap stamp
+(PostgreSQL) carries nothing. See docs/decisions.md D163.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from phaselog.model.records import detached_copy
+from phaselog.stores.values import AttemptRef, Stored
+
+if TYPE_CHECKING:
+    from phaselog.model.records import Checkpoint
+    from phaselog.stores.snapshot import RunSnapshot
+    from phaselog.stores.sql.session import Session
+
+#: How many runs one store handle carries (the oldest is dropped first).
+CARRIED_RUNS = 64
+
+Key = tuple[str, str]
+
+
+class CarriedRuns:
+    """The snapshots one store handle last saw, by (ticket, run), each with its change stamp."""
+
+    def __init__(self, session: Session, limit: int = CARRIED_RUNS) -> None:
+        self.session = session
+        self.limit = limit
+        self._runs: OrderedDict[Key, tuple[RunSnapshot, tuple[Any, ...]]] = OrderedDict()
+
+    def stamp(self) -> tuple[Any, ...] | None:
+        """The database's change stamp now (None: the dialect has none, or no store exists yet)."""
+        session = self.session
+        if not session.ready or session.held:
+            return None
+        return session.dialect.change_stamp(session.conn)
+
+    def fresh(self, key: Key) -> RunSnapshot | None:
+        """The carried snapshot of ``key`` if nothing was written to the database since it was read."""
+        got = self._runs.get(key)
+        if got is None:
+            return None
+        if self.stamp() != got[1]:
+            del self._runs[key]
+            return None
+        return got[0]
+
+    def keep(self, key: Key, snap: RunSnapshot, stamp: tuple[Any, ...] | None) -> None:
+        """Carry ``snap``, read after ``stamp`` was taken."""
+        if stamp is None or snap.history:
+            return
+        runs = self._runs
+        runs[key] = (snap, stamp)
+        runs.move_to_end(key)
+        while len(runs) > self.limit:
+            runs.popitem(last=False)
+
+    def premise(self, key: Key) -> RunSnapshot | None:
+        """The carried snapshot of ``key`` for a write: checked now where the stamp is the
+        database's (SQLite), handed out as it is where it is the run's (PostgreSQL: the append
+        checks it in the statement that inserts)."""
+        got = self._runs.get(key)
+        if got is None:
+            return None
+        return got[0] if is_run_stamp(got[1]) else self.fresh(key)
+
+    def unchecked(self, key: Key) -> bool:
+        """Is the carried snapshot of ``key`` handed out unchecked (a run stamp: the append checks it)?"""
+        got = self._runs.get(key)
+        return got is not None and is_run_stamp(got[1])
+
+    def premise_for(self, record: Checkpoint, expected_latest: int) -> tuple[Any, ...] | None:
+        """The stamp of the carried snapshot ``record`` was decided on (None: it was not — its
+        phase's latest attempt or ``prev_hash`` differ from the carried snapshot's)."""
+        got = self._runs.get((record.ticket_id, record.run_id))
+        if got is None:
+            return None
+        snap = got[0]
+        newest = snap.latest(record.phase_ordinal)
+        latest = 0 if newest is None else newest.attempt_number
+        if latest != expected_latest:
+            return None
+        if latest:
+            entry = snap.record(record.phase_ordinal, latest)
+            if not isinstance(entry, Stored) or entry.record.content_hash != record.prev_hash:
+                return None
+        return got[1]
+
+    def appended(self, record: Checkpoint, location: str, after: tuple[Any, ...] | None) -> None:
+        """``record`` was committed. ``after``: the stamp right after it when the append found
+        the carried stamp unchanged (None: it did not, or nothing was carried)."""
+        key = (record.ticket_id, record.run_id)
+        got = self._runs.pop(key, None)
+        if got is None or after is None:
+            return
+        snap = with_appended(got[0], Stored(detached_copy(record), location, record.content_hash))
+        if snap is not None:
+            self.keep(key, snap, after)
+
+    def drop(self, key: Key) -> None:
+        """Carry nothing for ``key`` (an append was refused or its outcome is unknown)."""
+        self._runs.pop(key, None)
+
+    def forget(self) -> None:
+        """Carry nothing (the connection was replaced)."""
+        self._runs.clear()
+
+
+def detached(snap: RunSnapshot) -> RunSnapshot:
+    """``snap`` with copies of its records: a reader that edits a payload in place never changes
+    what the next write decides on (as the memo of decoded records hands out copies)."""
+    records = {
+        k: Stored(detached_copy(v.record), v.location, v.recorded_hash, v.warnings) if isinstance(v, Stored) else v
+        for k, v in snap.records.items()
+    }
+    return dataclasses.replace(snap, records=records, _by_ordinal={})
+
+
+def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
+    """The snapshot a fresh read would give once ``stored`` is appended to ``snap``'s run (None:
+    not derivable here — attempts in flight, or the record is not the phase's new newest)."""
+    from phaselog.stores.snapshot import summarize  # lazy: like the snapshot itself (SqlStore.snapshot)
+
+    cp = stored.record
+    ordinal, number = cp.phase_ordinal, cp.attempt_number
+    old = snap.summary(ordinal)
+    if snap.history or snap.events or (old is not None and old.newest.attempt_number >= number):
+        return None
+    (added,) = summarize((AttemptRef(ordinal, number, cp.phase, cp.completed),))
+    summary = added if old is None else old.merge(added)
+    summaries = tuple(sorted((*(s for s in snap.summaries if s.ordinal != ordinal), summary), key=_ordinal))
+    # The records a fresh snapshot holds for the phase: the newest, and the newest completed with
+    # the damaged ones below it that the read walked past (all at or below the newest completed).
+    keep_below = (
+        0 if cp.completed or old is None or old.newest_completed is None else old.newest_completed.attempt_number
+    )
+    records = {k: v for k, v in snap.records.items() if k[0] != ordinal or k[1] <= keep_below}
+    records[(ordinal, number)] = stored
+    out = dataclasses.replace(snap, summaries=summaries, records=records, _by_ordinal={})
+    if out.markers is not None and out.pipeline_ref() is not None:
+        out = dataclasses.replace(out, markers=None, _by_ordinal={})  # as stores.snapshot.assemble would
+    return out
+
+
+def _ordinal(summary: Any) -> int:
+    return int(summary.ordinal)
+
+
+# -- the run stamp (PostgreSQL) -----------------------------------------------------------------
+# Dialects without a cheap database stamp carry a stamp of the run itself, read in the snapshot's
+# round trip (before the run) and checked by the append's INSERT: the count of the run's attempts
+# and a sum that weighs each (ordinal, attempt) apart (a prune that removes attempts and an append
+# that adds as many still moves it), and the count, greatest name and total name length of the
+# entries a snapshot reads (progress events, approvals, the ticket's markers).
+_RUN_ROWS = "FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ?"
+_RUN_ENTRIES = (
+    "FROM phaselog_entries WHERE ticket_id = ? AND ((run_id = ? AND kind IN ('progress', 'approvals')) "
+    "OR (run_id = '' AND kind = 'markers'))"
+)
+_WEIGHT = 1_000_001  # above MAX_ATTEMPT: (ordinal, attempt) -> ordinal * _WEIGHT + attempt is one-to-one
+_RUN_PARTS = (
+    f"(SELECT COUNT(*) {_RUN_ROWS})",
+    f"(SELECT COALESCE(SUM(phase_ordinal * {_WEIGHT} + attempt), 0) {_RUN_ROWS})",
+    f"(SELECT COUNT(*) {_RUN_ENTRIES})",
+    f"(SELECT COALESCE(MAX(name), '') {_RUN_ENTRIES})",
+    f"(SELECT COALESCE(SUM(LENGTH(name)), 0) {_RUN_ENTRIES})",
+)
+#: The run stamp, read (``run_stamp_params``).
+RUN_STAMP = "SELECT " + ", ".join(_RUN_PARTS)
+#: The run stamp as the condition of an INSERT … SELECT … WHERE (``premise_params``).
+RUN_STAMP_WHERE = "".join(f" AND {part} = ?" for part in _RUN_PARTS)
+
+
+def run_stamp_params(ticket_id: str, run_id: str) -> tuple[str, ...]:
+    """The parameters of :data:`RUN_STAMP`."""
+    return (ticket_id, run_id) * len(_RUN_PARTS)
+
+
+def run_stamp(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The stamp :data:`RUN_STAMP`'s row makes."""
+    return ("run", *(v if isinstance(v, str) else int(v) for v in row or ()))
+
+
+def is_run_stamp(stamp: tuple[Any, ...]) -> bool:
+    """Is ``stamp`` a run stamp (else the database's)?"""
+    return bool(stamp) and stamp[0] == "run"
+
+
+def premise_params(ticket_id: str, run_id: str, stamp: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The parameters of :data:`RUN_STAMP_WHERE` for ``stamp``."""
+    return tuple(v for value in stamp[1:] for v in (ticket_id, run_id, value))
+
+
+def bumped(stamp: tuple[Any, ...], record: Checkpoint) -> tuple[Any, ...]:
+    """The run stamp once ``record`` is appended to the run ``stamp`` was read of."""
+    _, count, total, *entries = stamp
+    return ("run", count + 1, total + record.phase_ordinal * _WEIGHT + record.attempt_number, *entries)
