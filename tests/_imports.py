@@ -436,3 +436,41 @@ def _held(obj: ast.expr) -> bool:
             return obj.attr != "__class__"
         obj = obj.value
     return False
+
+
+# -- lazy imports ------------------------------------------------------------------------------------
+#: The reason a lazy import gives, on a line of the import statement: ``# lazy: <why>`` (not empty).
+LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
+
+
+@dataclass(frozen=True, order=True)
+class LazyImport:
+    """An import statement inside a function or method of ``module`` (at ``line``), and its ``reason``."""
+
+    module: str
+    line: int
+    text: str
+    reason: str | None
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.line}: {self.text}"
+
+
+def lazy_imports(name: str, path: Path) -> list[LazyImport]:
+    """Every ``import``/``from … import`` inside a function or method of ``path`` (nested ones too).
+
+    The reason is a ``# lazy: …`` comment on one of the statement's lines (a parenthesized import may
+    carry it on any of its lines); None when there is none.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: dict[int, LazyImport] = {}
+    for fn in ast.walk(parse(path)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Import | ast.ImportFrom) and node.lineno not in found:
+                statement = lines[node.lineno - 1 : (node.end_lineno or node.lineno)]
+                said = [m.string[m.end() - 1 :].strip() for ln in statement if (m := LAZY_REASON.search(ln))]
+                reason = said[0] if said else None
+                found[node.lineno] = LazyImport(name, node.lineno, ast.unparse(node), reason)
+    return sorted(found.values())

@@ -15,6 +15,11 @@ The bars:
 - **No module reads a private member of another module's object**: ``obj._x`` only on the object
   itself (``self``, ``cls``, ``super()``) or where ``_x`` is this module's own name; never
   ``from m import _x`` or ``m._x`` of another module (``phaselog._faults`` and dunders aside).
+- **Plain imports; a lazy one says why.** Every import inside a function or method carries a one-line
+  reason on its line, ``# lazy: <why>`` (the CLI's start-up, a command of a CLI area that the others
+  must not pay for, an optional extra that may be absent); anything else is imported at the top.
+- **The guard reaches its storage through the stores' contract** (``guard_keeper``), never a backend's
+  guard module or the SQL store.
 - **At most 12 modules directly in src/phaselog/**, and **no module over 500 lines**.
 
 Each check names the module that breaks it (one parametrized case per module). Runs in about a second.
@@ -28,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from _imports import Import, cycles, graph, imports_of, modules, private_reads, strongly_connected
+from _imports import Import, cycles, graph, imports_of, lazy_imports, modules, private_reads, strongly_connected
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "phaselog"
@@ -135,6 +140,27 @@ def test_no_private_reads_of_another_module(module: str) -> None:
         f"{module} uses {len(reads)} private names of other modules (give them a public seam):\n  "
         + "\n  ".join(map(str, reads))
     )
+
+
+# -- lazy imports say why ---------------------------------------------------------------------------
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_an_import_inside_a_function_says_why_it_is_lazy(module: str) -> None:
+    unexplained = [imp for imp in lazy_imports(module, MODULES[module]) if imp.reason is None]
+    assert unexplained == [], (
+        f"{module} imports {len(unexplained)} modules inside functions with no reason: import them at the top, "
+        "or say why on the line (`# lazy: <why>`)\n  " + "\n  ".join(map(str, unexplained))
+    )
+
+
+# -- the guard's storage -----------------------------------------------------------------------------
+#: Backend modules the guard must not name: it gets its storage from the store (``guard_keeper``).
+GUARD_BACKENDS = ("phaselog.stores.files.guard", "phaselog.stores.sql")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) == "guard"))
+def test_the_guard_gets_its_storage_only_through_the_contract(module: str) -> None:
+    wrong = [imp for imp in IMPORTS[module] if imp.target.startswith(GUARD_BACKENDS)]
+    assert wrong == [], f"{module} reaches a backend's guard storage directly:\n  " + "\n  ".join(map(str, wrong))
 
 
 # -- size --------------------------------------------------------------------------------------------
@@ -262,6 +288,43 @@ PRIVATE = """
         def reads(self, store):
             return store._query, getattr(store, "_retry"), other._secret, _faults._point, os._exit, _helper
 """
+
+
+LAZY = """
+    def plain():
+        import json  # lazy: only this path needs it
+        from pkg import (  # lazy: the extra may be absent
+            a,
+            b,
+        )
+        from pkg import (
+            c,  # lazy: said on a later line of the statement
+        )
+        import os
+        import re  # lazy:
+        import sys  # a comment, not a reason
+
+        class Inner:
+            def method(self):
+                from pkg import d
+
+        return json, a, b, c, os, re, sys, Inner
+"""
+
+
+def test_lazy_imports_without_a_reason_are_found(tmp_path: Path) -> None:
+    mods = _package(tmp_path, {"pkg/__init__.py": "import os\n", "pkg/lazy.py": LAZY})
+    found = lazy_imports("pkg.lazy", mods["pkg.lazy"])
+    assert [(imp.text, imp.reason) for imp in found] == [
+        ("import json", "only this path needs it"),
+        ("from pkg import a, b", "the extra may be absent"),
+        ("from pkg import c", "said on a later line of the statement"),
+        ("import os", None),
+        ("import re", None),
+        ("import sys", None),
+        ("from pkg import d", None),
+    ]
+    assert lazy_imports("pkg", mods["pkg"]) == []
 
 
 def test_private_reads_are_told_apart(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ run.status().next_phase                        # 'local_review'
 from __future__ import annotations
 
 import builtins
+import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,6 @@ def __getattr__(name: str) -> Any:
     module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'phaselog' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
@@ -106,8 +106,8 @@ __all__ = [*sorted(_NAMES), "open"]  # noqa: PLE0604 - derived from the one list
 
 def open(store: str | os.PathLike[str] | Store | None = None) -> Ledger:
     """Open a ledger over a store: a Store, a URL (``file:///…``), a path, or None (default)."""
-    from phaselog.ledger.facade import Ledger
-    from phaselog.stores import open_store
+    from phaselog.ledger.facade import Ledger  # lazy: `import phaselog` loads no store until used
+    from phaselog.stores import open_store  # lazy: `import phaselog` loads no store until used
 
     if store is None or isinstance(store, str | os.PathLike):
         return Ledger(open_store(store))

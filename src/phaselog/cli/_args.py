@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from phaselog.model.errors import UsageError
+from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.limits import (
     MAX_INPUT_BYTES,
     MAX_OUTPUT_BYTES,
@@ -96,7 +96,7 @@ def duration(value: str | None, option: str) -> Any:
     """Parse a duration option such as ``45m`` (None stays None)."""
     if value is None:
         return None
-    from phaselog.model.durations import parse_duration
+    from phaselog.model.durations import parse_duration  # lazy: `phaselog read` parses no duration
 
     return parse_duration(value, field=option)
 
@@ -105,8 +105,8 @@ def timestamp_opt(value: str | None, option: str) -> Any:
     """Parse an ISO-8601 option with a timezone such as ``2026-11-30T10:00:00Z`` (None stays None)."""
     if value is None:
         return None
-    from phaselog.model.errors import PhaselogError
-    from phaselog.model.records import parse_timestamp
+
+    from phaselog.model.records import parse_timestamp  # lazy: `--help` loads no record model
 
     try:
         return parse_timestamp(value, field=option)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from phaselog.cli import _render
 from phaselog.model.errors import PhaselogError, UsageError
@@ -116,7 +117,7 @@ class Call:
     def ledger(self) -> Ledger:
         """The :class:`~phaselog.ledger.facade.Ledger` on ``--store`` / ``--root``, opened on first use."""
         if self._ledger is None:
-            from phaselog.ledger.facade import Ledger
+            from phaselog.ledger.facade import Ledger  # lazy: `--help` opens no ledger
 
             self.check_root_and_store()
             # --store (or PHASELOG_STORE) names the store completely, so it wins over PHASELOG_HOME.
@@ -129,7 +130,8 @@ class Call:
         A command that only reads (``writes`` false, or ``create=False``) gets StoreNotFound for a
         store that does not exist, and creates nothing; one that writes creates it on its first write.
         """
-        from phaselog.stores import open_store
+
+        from phaselog.stores import open_store  # lazy: `--help` opens no store
 
         store = open_store(url, create=self.writes if create is None else create, migrate=migrate)
         self._opened.append(store)
@@ -141,7 +143,7 @@ class Call:
         if self.pipeline_name and self.pipeline_file:
             raise UsageError("give --pipeline or --pipeline-file, not both", field="pipeline")
         if self.pipeline_file:
-            from phaselog.model.pipelines import load_manifest
+            from phaselog.model.pipelines import load_manifest  # lazy: `phaselog read` loads no pipeline
 
             return load_manifest(self.pipeline_file)
         return self.pipeline_name
@@ -153,7 +155,6 @@ class Call:
         ctx = click.get_current_context(silent=True)
         if ctx is None:
             return
-        from click.core import ParameterSource
 
         explicit = {ParameterSource.COMMANDLINE}
         if ctx.get_parameter_source("root") in explicit and ctx.get_parameter_source("store_url") in explicit:
@@ -180,7 +181,7 @@ class Call:
 
     def render_stream(self, result: Streamed) -> IO[str]:
         """The whole output of a streamed result, in a spooled buffer (rewound by the printer)."""
-        from phaselog.views import streams
+        from phaselog.views import streams  # lazy: `phaselog read` streams nothing
 
         out = streams.spool()
         try:

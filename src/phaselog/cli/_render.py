@@ -7,9 +7,11 @@ Every function here returns text; nothing is printed until a command's whole out
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -45,12 +47,12 @@ def write(text: str) -> None:
 def write_spooled(out: IO[str], *, escape: bool) -> None:
     """Print finished output from a spooled buffer; JSON (``escape``) all ASCII-escaped when
     stdout cannot encode it, as :func:`json_text` does."""
-    from phaselog.views.streams import copy_out
+    from phaselog.views.streams import copy_out  # lazy: it imports shutil
 
     if escape:
         copy_out(out, sys.stdout, sys.stdout.encoding)
     else:
-        import shutil  # here: shutil (with bz2 and lzma) would cost every command's start
+        import shutil  # lazy: shutil (with bz2 and lzma) would cost every command's start
 
         out.seek(0)
         shutil.copyfileobj(out, sys.stdout)
@@ -82,7 +84,7 @@ _STAMP = LazyPattern(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d(\.\d+)?)?Z?")
 
 def terminal_width() -> int:
     """The terminal's width (``COLUMNS`` when set; 80 when not a terminal)."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich (~17 ms) loads only for --format table, never for JSON output
 
     return Console().width
 
@@ -153,7 +155,7 @@ def column_widths(cells: Sequence[Sequence[str]], headers: Sequence[str], width:
 def fit_cell(cell: str, width: int) -> str:
     """A cell's text laid out in ``width`` characters: free text wrapped between words; a word,
     an id or a timestamp never broken (shortened with ``…`` when the column is narrower)."""
-    import textwrap
+    import textwrap  # lazy: only tables wrap text; `phaselog read` prints JSON
 
     out: list[str] = []
     for line in cell.splitlines() or [""]:
@@ -178,15 +180,14 @@ def table(
     shortened in the middle (``a1b2c3…7890``; the JSON output has them whole).
     """
     if not rows:
-        import textwrap
+        import textwrap  # lazy: only tables wrap text; `phaselog read` prints JSON
 
         line = ": ".join(x for x in (title, empty) if x) or "nothing to show"
         # A long path in the title folds (it is a heading, not a cell); words stay whole.
         return "\n".join(textwrap.wrap(line, terminal_width(), break_on_hyphens=False)) + "\n"
-    import io
 
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # lazy: rich (~17 ms) loads only for --format table, never for JSON output
+    from rich.table import Table  # lazy: rich (~17 ms) loads only for --format table, never for JSON output
 
     cells = [["" if v is None else str(v) for v in r] for r in rows]
     terminal = Console()
@@ -224,8 +225,6 @@ def short_time(stamp: str | None, *, today: str | None = None) -> str:
     if not (len(stamp) >= 19 and stamp[10] == "T"):
         return stamp
     if today is None:
-        import time
-
         today = time.strftime("%Y-%m-%d", time.gmtime())
     return stamp[11:19] if stamp[:10] == today else stamp[:16].replace("T", " ")
 

@@ -12,6 +12,7 @@ from phaselog.cli._args import read_output, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
 from phaselog.model.errors import NotFound, UsageError
+from phaselog.model.ids import normalize_run_id, run_label, run_title
 from phaselog.views import results as views
 
 EVENT_CHOICES = ["start", "step", "complete", "fail", "skip"]
@@ -187,7 +188,7 @@ def _judge_command(decision: str) -> click.Command:
         by: str,
         comment: str | None,
     ) -> Result:
-        from phaselog.ledger.judging import judge_and_report
+        from phaselog.ledger.judging import judge_and_report  # lazy: only `approve`/`reject` judge
 
         judged = judge_and_report(
             call.ledger,
@@ -293,12 +294,11 @@ def history(call: Call, ticket_id: str, run_id: str | None, phase: str | None) -
     Example:
       phaselog history --ticket-id PROJ-1234 --format table
     """
-    from phaselog.views.history import sorted_history
+    from phaselog.views.history import sorted_history  # lazy: only `phaselog history` needs the history view
 
     entries = sorted_history(call.ledger, ticket_id, run_id, phase)  # reads everything: errors before output
 
     def show(out: IO[str]) -> None:
-        from phaselog.model.ids import run_label
 
         rows = [
             [
@@ -351,7 +351,7 @@ def diff(
       phaselog diff --ticket-id T a1b2c3d4:implement:1 a1b2c3d4:implement:2
       phaselog diff --ticket-id T --run-id a1b2c3d4 --phase implement --format text
     """
-    from phaselog.ledger.diff import render_text
+    from phaselog.ledger.diff import render_text  # lazy: only `phaselog diff` renders a diff
 
     if a is not None or b is not None:
         if a is None or b is None or run_id or phase:
@@ -386,7 +386,6 @@ def fork(call: Call, ticket_id: str, run_id: str, through: str, new_run_id: str 
     Example:
       phaselog fork --ticket-id VID-7 --run-id r1 --through script --new-run-id r2
     """
-    from phaselog.model.ids import normalize_run_id, run_title
 
     new_id, written = call.ledger.fork(ticket_id, run_id, through=through, new_run_id=new_run_id)
     return Result(
@@ -430,7 +429,7 @@ def doctor(call: Call, ticket_id: str | None, quarantine: bool) -> Result:
       phaselog doctor
       phaselog doctor --ticket-id PROJ-1234 --quarantine
     """
-    from phaselog.ledger.doctor import doctor as run_doctor
+    from phaselog.ledger.doctor import doctor as run_doctor  # lazy: only `phaselog doctor` needs it
 
     rep = run_doctor(call.ledger, ticket_id, quarantine=quarantine)
     return Result(

@@ -12,11 +12,11 @@ import click
 
 from phaselog.cli._render import lines, short_time, table
 from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.model.ids import run_label, validate_ticket_id
 from phaselog.views import results as views
 
 
 def _tickets_table(d: dict[str, Any]) -> str:
-    from phaselog.model.ids import run_label
 
     rows = [
         [
@@ -38,7 +38,6 @@ def _tickets_table(d: dict[str, Any]) -> str:
 
 
 def _runs_table(d: dict[str, Any]) -> str:
-    from phaselog.model.ids import run_label
 
     pipelines = {r["pipeline"] for r in d["runs"]}
     shared = len(pipelines) == 1  # the usual case: the pipeline goes in the title, the run id fits
@@ -74,7 +73,10 @@ def tickets(call: Call, state: str | None) -> Result:
       phaselog tickets --format table
       phaselog tickets --state awaiting_approval
     """
-    from phaselog.views.catalog import Catalog, check_run_state
+    from phaselog.views.catalog import (  # lazy: `--help` loads every area; only `tickets` and `runs` need it
+        Catalog,
+        check_run_state,
+    )
 
     if state is not None:
         check_run_state(state)  # before the store is opened: bad input is refused as such
@@ -82,7 +84,6 @@ def tickets(call: Call, state: str | None) -> Result:
 
 
 def _approvals_table(d: dict[str, Any]) -> str:
-    from phaselog.model.ids import run_label
 
     rows = [
         [
@@ -117,8 +118,7 @@ def approvals(call: Call, ticket_id: str | None) -> Result:
       phaselog approvals --format table
       phaselog approvals --ticket-id VID-7
     """
-    from phaselog.ledger.gates import approval_queue
-    from phaselog.model.ids import validate_ticket_id
+    from phaselog.ledger.gates import approval_queue  # lazy: only `phaselog approvals` needs the gates (~30 ms)
 
     tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else None
     queue, problems = approval_queue(call.ledger, tickets)
@@ -136,8 +136,7 @@ def runs(call: Call, ticket_id: str) -> Result:
     Example:
       phaselog runs --ticket-id CHURN-7 --format table
     """
-    from phaselog.model.ids import validate_ticket_id
-    from phaselog.views.catalog import Catalog
+    from phaselog.views.catalog import Catalog  # lazy: `--help` loads every area; only `tickets` and `runs` need it
 
     ledger = call.ledger
     ticket_id = validate_ticket_id(ticket_id)

@@ -24,7 +24,7 @@ def _home(call: Call) -> GuardHome:
     call.check_root_and_store()
     if call.store_url:  # --store wins over PHASELOG_HOME, as for every command
         return call.open_store(call.store_url)  # the store keeps the guard (Capability.GUARD_STORAGE)
-    from phaselog.stores.files.store import default_root
+    from phaselog.stores.files.store import default_root  # lazy: `--help` loads every area
 
     return call.root or str(default_root())
 
@@ -104,8 +104,12 @@ def guard_run(
     Example:
       phaselog guard run --name closeout --stale-after 45m --max-failures 3 -- ./closeout.sh --all
     """
-    from phaselog.guard import Guard, GuardConfig, PassNotRecorded
-    from phaselog.views import guard as views
+    from phaselog.guard import (  # lazy: `--help` loads every area
+        Guard,
+        GuardConfig,
+        PassNotRecorded,
+    )
+    from phaselog.views import guard as views  # lazy: `--help` loads every area
 
     args = command
     if args and args[0] == "--":
@@ -167,7 +171,7 @@ def guard_status(call: Call, name: str, max_failures: int | None, cooldown: str 
     Example:
       phaselog guard status --name closeout --format table
     """
-    from phaselog.views.guard import guard_status as view
+    from phaselog.views.guard import guard_status as view  # lazy: `--help` loads every area
 
     data = view(
         _home(call),
@@ -189,7 +193,7 @@ def guard_reset(call: Call, name: str, by: str | None) -> Result:
     Example:
       phaselog guard reset --name closeout --by ana
     """
-    from phaselog.guard import Guard
+    from phaselog.guard import Guard  # lazy: `--help` loads every area
 
     data = Guard(_home(call), name).reset(by=by)
     return Result(
@@ -207,7 +211,7 @@ def _last_line(text: Any) -> str:
     no rich markup)."""
     if not isinstance(text, str):
         return ""
-    from rich.markup import escape
+    from rich.markup import escape  # lazy: rich (~14 ms) loads only for --format table
 
     line = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
     return escape("".join(c if c.isprintable() else "?" for c in line.strip())[-200:])
@@ -249,7 +253,7 @@ def guard_history(call: Call, name: str) -> Result:
     Example:
       phaselog guard history --name closeout --format table
     """
-    from phaselog.guard import Guard
-    from phaselog.views.guard import guard_history as view
+    from phaselog.guard import Guard  # lazy: `--help` loads every area
+    from phaselog.views.guard import guard_history as view  # lazy: `--help` loads every area
 
     return Result(view(Guard(_home(call), name).history()), lambda d: _guard_history_table(d, name))

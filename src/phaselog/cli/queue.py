@@ -7,12 +7,18 @@ JSON views come from :mod:`phaselog.runner.queue`. Guide: docs/workers.md.
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from phaselog.cli._render import lines, short_time, table
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
+from phaselog.model.durations import parse_duration
+from phaselog.model.errors import UsageError
+from phaselog.model.ids import run_label
 
 STORE_HELP = "The PostgreSQL store holding the queue (postgresql://…). Env: PHASELOG_STORE."
 SECTION = "Workers"
@@ -54,7 +60,7 @@ def submit(
     Example:
       phaselog submit --pipeline-file job.yaml --ticket-id CHURN-7 --priority 5 --store postgresql://db/phaselog
     """
-    from phaselog.runner import queue
+    from phaselog.runner import queue  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     view = queue.submit(
         call.ledger.store,
@@ -84,7 +90,6 @@ in_section(queue, SECTION)
 
 
 def _list_table(d: dict[str, Any]) -> str:
-    from phaselog.model.ids import run_label
 
     keys = ("ticket_id", "run_id", "state", "worker", "phase", "since", "reason")
     rows = [[r[k] or "" for k in keys] for r in d["runs"]]
@@ -113,7 +118,7 @@ def list_(call: Call, states: tuple[str, ...], ticket_id: str | None, queue_name
     Example:
       phaselog queue list --state dead --format table
     """
-    from phaselog.runner import queue as q
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     view = q.list_view(call.ledger.store, queue=queue_name, states=states, ticket_id=ticket_id, limit=limit)
     return Result(view, _list_table)
@@ -129,7 +134,7 @@ def show(call: Call, ticket_id: str, run_id: str) -> Result:
     Example:
       phaselog queue show --ticket-id CHURN-7 --run-id nightly-2026-11-30
     """
-    from phaselog.runner import queue as q
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     return Result(q.show_view(call.ledger.store, ticket_id, run_id), _entry_table)
 
@@ -145,7 +150,7 @@ def cancel(call: Call, ticket_id: str, run_id: str, by: str | None) -> Result:
     Example:
       phaselog queue cancel --ticket-id CHURN-7 --run-id nightly-2026-11-30 --by ana
     """
-    from phaselog.runner import queue as q
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     return Result(q.cancel(call.ledger.store, ticket_id, run_id, by=by), _entry_table)
 
@@ -160,7 +165,7 @@ def retry(call: Call, ticket_id: str, run_id: str) -> Result:
     Example:
       phaselog queue retry --ticket-id CHURN-7 --run-id nightly-2026-11-30
     """
-    from phaselog.runner import queue as q
+    from phaselog.runner import queue as q  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     return Result(q.retry(call.ledger.store, ticket_id, run_id), _entry_table)
 
@@ -217,27 +222,21 @@ def worker(
     Example:
       phaselog worker --store postgresql://db/phaselog --concurrency 4 --pipelines /srv/pipelines
     """
-    import json
-    import sys
-    from pathlib import Path
 
-    from phaselog.model.durations import parse_duration
-    from phaselog.runner.queue import check_queue_name
+    from phaselog.runner.queue import check_queue_name  # lazy: `--help` loads every area; the runner's queue is ~47 ms
 
     check_queue_name(queue_name)
     secs = {k: parse_duration(v, field=k).total_seconds() for k, v in (("grace", grace), ("lease_ttl", lease_ttl))}
     secs["poll"] = parse_duration(poll, field="poll").total_seconds()
     if secs["lease_ttl"] < 1:
-        from phaselog.model.errors import UsageError
-
         raise UsageError("--lease-ttl must be at least 1s", field="lease_ttl", rule="range")
     echo = None if quiet else (lambda text: print(f"phaselog worker: {text}", file=sys.stderr, flush=True))
     store = call.ledger.store  # opened (and refused unless PostgreSQL) before any child starts
-    from phaselog.stores.sql.queue.rows import require_postgres
+    from phaselog.stores.sql.queue.rows import require_postgres  # lazy: only `phaselog worker`
 
     require_postgres(store)
-    from phaselog.runner.engine import default_workdir
-    from phaselog.runner.worker import Worker, WorkerOptions
+    from phaselog.runner.engine import default_workdir  # lazy: only `phaselog worker` runs phases (the engine)
+    from phaselog.runner.worker import Worker, WorkerOptions  # lazy: only `phaselog worker` runs phases (the worker)
 
     options = WorkerOptions(
         queue=queue_name,
@@ -252,7 +251,7 @@ def worker(
         max_runs=max_runs,
     )
     if concurrency > 1:
-        from phaselog.runner.pool import run_pool
+        from phaselog.runner.pool import run_pool  # lazy: only `phaselog worker --concurrency` runs a pool of workers
 
         done = run_pool(store.url, options, concurrency, quiet=quiet, echo=echo or (lambda _t: None))
         code = done["exit_code"]

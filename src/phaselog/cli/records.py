@@ -14,9 +14,10 @@ from phaselog.cli._args import json_opt, timestamp_opt
 from phaselog.cli._render import TABLE_MAX_ROWS, lines, short_time, table
 from phaselog.cli._scaffold import Call, Result, Streamed, cli, command
 from phaselog.model.errors import PhaselogError, UsageError
+from phaselog.model.records import parse_timestamp
 from phaselog.stores.base import Damaged, Stored
 from phaselog.views import results as views
-from phaselog.views.listing import cursor_of
+from phaselog.views.listing import cursor_of, iter_listing
 
 if TYPE_CHECKING:  # records.py is imported by the write itself, not at start-up
     from phaselog.model.records import Status
@@ -82,8 +83,6 @@ def write(
         pl = call.pipeline
         ts = None
         if timestamp is not None:
-            from phaselog.model.records import parse_timestamp
-
             try:
                 ts = parse_timestamp(timestamp, field="--timestamp")
             except PhaselogError as exc:
@@ -200,8 +199,6 @@ def list_cmd(call: Call, ticket_id: str, run_id: str | None, limit: int | None, 
       phaselog list --ticket-id PROJ-1234 --run-id a1b2c3d4 --limit 100
     """
     if limit is None:
-        from phaselog.views.listing import iter_listing
-
         store = call.ledger.store
         iter_listing(store, ticket_id, run_id, after=after)  # bad ids or cursor: an error before any output
 

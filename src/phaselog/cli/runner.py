@@ -16,7 +16,8 @@ import click
 from phaselog.cli._args import read_output
 from phaselog.cli._render import lines, table
 from phaselog.cli._scaffold import Call, Result, cli, command
-from phaselog.model.errors import UsageError
+from phaselog.model.errors import Fenced, PhaseFailed, RunInterrupted, UsageError
+from phaselog.model.ids import run_title
 from phaselog.views import results as views
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run something
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # the runner is imported by the commands that run something
 
 def _runner(call: Call, ticket_id: str, run_id: str | None) -> PipelineRunner:
     """The pipeline to run: --pipeline-file, --pipeline, else the run's recorded pipeline."""
-    from phaselog.runner import pipeline
+    from phaselog.runner import pipeline  # lazy: `phaselog step` builds no runner
 
     requested = call.pipeline
     if requested is None and run_id is None:
@@ -41,7 +42,6 @@ def _run_table(d: dict[str, Any]) -> str:
     rows = [
         [p["phase"], p["outcome"], ",".join(map(str, p["attempts"])), p["error"] or p["reason"]] for p in d["phases"]
     ]
-    from phaselog.model.ids import run_title
 
     head = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}): "
     head += (
@@ -82,7 +82,6 @@ def run(
     Example:
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
     """
-    from phaselog.model.errors import Fenced, PhaseFailed, RunInterrupted
 
     pipe = _runner(call, ticket_id, run_id)
     try:
@@ -114,7 +113,6 @@ def _explain_table(d: dict[str, Any]) -> str:
     if lease and lease.get("holder"):
         held = f"lease: {'held' if lease['held'] else 'free'}: {lease['reason']}"
     nxt = d["next_phase"] or "— nothing to do"
-    from phaselog.model.ids import run_title
 
     title = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}) next: {nxt}"
     return lines(
@@ -134,8 +132,8 @@ def explain(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Res
     Example:
       phaselog explain --ticket-id CHURN-7 --run-id nightly-2026-11-30 --format table
     """
-    from phaselog.runner.definition import shell_fingerprint
-    from phaselog.runner.explain import explain as explain_run
+    from phaselog.runner.definition import shell_fingerprint  # lazy: only `phaselog explain` fingerprints shell phases
+    from phaselog.runner.explain import explain as explain_run  # lazy: only `phaselog explain` needs the explainer
 
     pl = call.ledger.pipeline_for(ticket_id, run_id, call.pipeline)
     fingerprints = {p.name: shell_fingerprint(p) for p in pl.phases if p.execution.run is not None}
@@ -155,7 +153,7 @@ def step(call: Call, step: int, output_file: str | None, output: str | None, tok
     Example (in a manifest phase):
       run: ./fetch.sh && phaselog step 1 && ./parse.sh && phaselog step 2 --output-file parse.log
     """
-    from phaselog.runner.step import step_from_env
+    from phaselog.runner.step import step_from_env  # lazy: only `phaselog step` needs the step helper
 
     text = read_output(output_file, output)
     event = step_from_env(step, output=text, tokens=tokens, store=call.ledger.store)

@@ -13,13 +13,13 @@ import click
 
 from phaselog.cli._render import lines, short_time, table, without_path
 from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.model.ids import run_title
 from phaselog.views import results as views
 
 
 # -- status / resume / verify -----------------------------------------------------------------------
 def _named(d: dict[str, Any]) -> str:
     """A run as people call it: ``nightly-1 (8f9bade3…)``, or its UUID when it has no name."""
-    from phaselog.model.ids import run_title
 
     return run_title(str(d["run_id"]), d.get("run_name"))
 
@@ -82,7 +82,7 @@ def _skip_table(d: dict[str, Any]) -> str:
     ]
     flight = d.get("in_progress")
     if flight:
-        from phaselog.ledger.status import resume_advice  # the reason text a blocker gives, in one place
+        from phaselog.ledger.status import resume_advice  # lazy: `--help` loads every area
 
         note = f" ({flight['abandoned_reason']})" if flight.get("abandoned") else ""
         out.append(f"{d['skip_to']} attempt {flight['attempt_number']} is in progress{note}: {resume_advice(flight)}")
@@ -179,8 +179,12 @@ def pipelines(call: Call, name: str | None) -> Result:
       phaselog pipelines
       phaselog pipelines ticket-pipeline --format table
     """
-    from phaselog.model.pipelines import available_pipelines, check_schemas, find_pipeline
-    from phaselog.stores.files.store import default_root
+    from phaselog.model.pipelines import (  # lazy: `--help` loads every area
+        available_pipelines,
+        check_schemas,
+        find_pipeline,
+    )
+    from phaselog.stores.files.store import default_root  # lazy: `--help` loads every area
 
     base = call.root or str(default_root())
     if name:

@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import click
+from click.core import ParameterSource
 
-from phaselog.cli._render import table
+from phaselog.cli._render import table, write_spooled
 from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_section
+from phaselog.model.durations import parse_duration
 from phaselog.model.errors import UsageError
 
 if TYPE_CHECKING:  # a SQL store, only for its migration fields
@@ -36,9 +38,8 @@ def export_cmd(call: Call, ticket_id: str | None) -> None:
     Example:
       phaselog export --ticket-id PROJ-1234 > dump.jsonl
     """
-    from phaselog.cli._render import write_spooled
-    from phaselog.transfer.jsonl import export_records
-    from phaselog.views import streams
+    from phaselog.transfer.jsonl import export_records  # lazy: `--help` loads every area
+    from phaselog.views import streams  # lazy: `--help` loads every area; only `phaselog export` streams
 
     # Spooled (memory, then a temporary file), printed only once complete (D110): an export that
     # fails half-way prints its error object alone, never lines that look like a whole export.
@@ -66,7 +67,10 @@ def import_cmd(call: Call, input_path: str) -> Result:
     Example:
       phaselog import --store sqlite:///var/lib/phaselog.db < dump.jsonl
     """
-    from phaselog.transfer.jsonl import import_records, read_lines
+    from phaselog.transfer.jsonl import (  # lazy: `--help` loads every area
+        import_records,
+        read_lines,
+    )
 
     store = call.ledger.store
     try:
@@ -116,7 +120,10 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
       phaselog copy --from ~/.phaselog --to postgresql://ci@db/phaselog
       PHASELOG_STORE=sqlite:///var/lib/phaselog/ledger.db phaselog copy --to ./backup-store
     """
-    from phaselog.transfer.jsonl import export_records, import_records
+    from phaselog.transfer.jsonl import (  # lazy: `--help` loads every area
+        export_records,
+        import_records,
+    )
 
     if src is None:
         call.check_root_and_store()
@@ -137,7 +144,7 @@ def copy_cmd(call: Call, src: str | None, dst: str, ticket_id: str | None, show_
     if show_progress is None:
         show_progress = sys.stderr.isatty()
     if show_progress:
-        from rich.progress import Progress
+        from rich.progress import Progress  # lazy: rich (~17 ms) loads only for `phaselog copy --progress`
 
         with Progress(transient=False) as bar:
             task = bar.add_task("copying records", total=None)
@@ -176,7 +183,6 @@ def _given_on_command_line(param: str) -> bool:
     ctx = click.get_current_context(silent=True)
     if ctx is None:
         return False
-    from click.core import ParameterSource
 
     return ctx.get_parameter_source(param) == ParameterSource.COMMANDLINE
 
@@ -207,8 +213,7 @@ def prune_cmd(
       phaselog prune --ticket-id PROJ-1234 --keep-last 3 --dry-run
       phaselog prune --older-than 30d
     """
-    from phaselog.ledger.retention import prune
-    from phaselog.model.durations import parse_duration
+    from phaselog.ledger.retention import prune  # lazy: only `phaselog prune` needs the retention rules
 
     rep = prune(
         call.ledger,
@@ -253,7 +258,8 @@ def store_migrate(call: Call) -> Result:
     call.check_root_and_store()
     # The one place a schema is upgraded: opening a store (for anything else) only checks the version.
     store = call.open_store(call.store_url or call.root, migrate=True)
-    from phaselog.stores.base import Capability
+
+    from phaselog.stores.base import Capability  # lazy: `--help` loads every area
 
     sql = cast("SqlStore", store)  # what Capability.MIGRATE declares (the SQL stores have it)
     if Capability.MIGRATE not in store.capabilities or sql.migrated is None:

@@ -12,9 +12,9 @@ from phaselog.model.errors import UsageError
 
 def _require_extra() -> None:
     try:
-        import jinja2  # noqa: F401
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
+        import jinja2  # noqa: F401  # lazy: the ui extra may be absent (this import is the check)
+        import starlette  # noqa: F401  # lazy: the ui extra may be absent (this import is the check)
+        import uvicorn  # noqa: F401  # lazy: the ui extra may be absent (this import is the check)
     except ImportError as exc:
         raise UsageError(
             f"phaselog ui needs the 'ui' extra ({exc.name or 'a dependency'} is not installed): "
@@ -71,8 +71,8 @@ def ui(
       PHASELOG_UI_TOKEN=$(openssl rand -hex 16) phaselog ui --host 0.0.0.0
     """
     _require_extra()
-    from phaselog.ui.app import Settings, serve
-    from phaselog.ui.security import check_bind
+    from phaselog.ui.app import Settings, serve  # lazy: the ui extra may be absent (starlette, uvicorn, jinja2)
+    from phaselog.ui.security import check_bind  # lazy: the ui extra may be absent (starlette, uvicorn, jinja2)
 
     check_bind(host, token)
     call.check_root_and_store()

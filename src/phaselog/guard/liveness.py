@@ -24,7 +24,7 @@ from phaselog.model.processes import process_start_time as _any_start_time
 def process_start_time(pid: int) -> float | None:
     """Start time of ``pid`` (epoch seconds), or None when there is no such process (or it has
     exited and is a zombie nobody reaped: it runs nothing, and must not hold the lock forever)."""
-    import psutil  # lazily: only a guard with a holder to judge asks
+    import psutil  # lazy: only a guard with a holder to judge asks (psutil, ~13 ms)
 
     with contextlib.suppress(psutil.Error):
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
@@ -36,7 +36,7 @@ def group_members(pgid: int, job_start: float | None) -> list[int]:
     """The running (non-zombie) processes of process group ``pgid``, as long as it is still the
     group our job started: when its leader runs with another start time, the id was reused and
     the group is not ours; members that started before our job cannot be of it either."""
-    import psutil
+    import psutil  # lazy: psutil costs ~13 ms at start; only a liveness check of another process needs it
 
     try:
         os.killpg(pgid, 0)

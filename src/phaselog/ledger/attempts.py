@@ -20,10 +20,13 @@ attempt's state of its own. An attempt is
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+
+from phaselog.model.durations import parse_duration
 
 # The alias re-exports it (mypy strict): progress, the runner and tests import it from here.
 from phaselog.model.processes import process_start_time as process_start_time  # noqa: PLC0414
@@ -79,7 +82,6 @@ def process_gone(
 
 def hostname() -> str:
     """This machine's name, as a ``start`` event records it."""
-    import socket  # lazily: ~2 ms of every command's start, needed only by progress events
 
     return socket.gethostname()
 
@@ -88,8 +90,6 @@ def stale_after_default() -> timedelta:
     """``PHASELOG_PROGRESS_STALE_AFTER``, else :data:`DEFAULT_STALE_AFTER`."""
     raw = os.environ.get("PHASELOG_PROGRESS_STALE_AFTER")
     if raw:
-        from phaselog.model.durations import parse_duration
-
         return parse_duration(raw, field="PHASELOG_PROGRESS_STALE_AFTER")
     return DEFAULT_STALE_AFTER
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from phaselog.ledger.retention import finish_interrupted
 from phaselog.model.errors import Corrupt, PhaselogError, UsageError
 from phaselog.model.ids import validate_ticket_id
-from phaselog.stores.base import Capability
+from phaselog.stores.base import leftover_finder, quarantiner
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -63,7 +63,8 @@ def doctor(
     the dashboard); what they left is still reported by the store's leftovers.
     """
     store = ledger.store
-    if quarantine and Capability.QUARANTINE not in store.capabilities:
+    keeper = quarantiner(store)
+    if quarantine and keeper is None:
         raise UsageError(f"--quarantine: {store.url} cannot move damaged records aside", field="quarantine")
     tickets = [validate_ticket_id(ticket_id)] if ticket_id is not None else store.tickets()
     rep = DoctorReport(tickets=len(tickets))
@@ -73,8 +74,8 @@ def doctor(
         # First finish what an interrupted prune had decided, so what follows sees the result.
         if finish:
             rep.finished.extend(finish_interrupted(ledger, tid))
-        if Capability.LEFTOVERS in store.capabilities:
-            for item in store.leftovers(tid):  # type: ignore[attr-defined]  # declared by the capability
+        if (finder := leftover_finder(store)) is not None:
+            for item in finder.leftovers(tid):
                 rep.add(item["kind"], item["path"], item["message"], age_sec=item.get("age_sec"))
         runs = store.runs(tid)
         rep.runs += len(runs)
@@ -99,14 +100,14 @@ def doctor(
                         phase=f.phase,
                         attempt_number=f.attempt_number,
                     )
-    if quarantine:
+    if quarantine and keeper is not None:
         still: list[dict[str, Any]] = []
         for finding in rep.findings:
             if finding["kind"] != "damaged":
                 still.append(finding)
                 continue
             try:
-                moves = store.quarantine(finding["path"], finding["message"])  # type: ignore[attr-defined]  # declared by the capability
+                moves = keeper.quarantine(finding["path"], finding["message"])
             except PhaselogError as exc:
                 finding["message"] += f" (not moved: {exc.message})"
                 still.append(finding)

@@ -9,32 +9,20 @@ quarantine declares ``Capability.QUARANTINE`` and says what it quarantined with 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, cast
-
 from phaselog.model.errors import PhaselogError
-from phaselog.stores.base import Capability
-
-if TYPE_CHECKING:
-    from phaselog.stores.base import Store
+from phaselog.stores.base import Store, quarantiner
 
 #: (phase, attempt) → the content hash the quarantined record carried (None: not known).
 Quarantined = dict[tuple[str, int], "str | None"]
 
 
-class Quarantining(Protocol):
-    """The member a store declaring ``Capability.QUARANTINE`` has for the link checks."""
-
-    def quarantined(self, ticket_id: str, run_id: str) -> Quarantined:
-        """(phase, attempt) -> content hash of every attempt of the run moved aside."""
-        ...
-
-
 def quarantined_attempts(store: Store, ticket_id: str, run_id: str) -> Quarantined:
     """The run's quarantined attempts (empty for a store that keeps no quarantine)."""
-    if Capability.QUARANTINE not in store.capabilities:  # declared, never probed (CAPABILITY_MEMBERS)
+    keeper = quarantiner(store)  # declared (Capability.QUARANTINE), never probed
+    if keeper is None:
         return {}
     try:
-        found = cast(Quarantining, store).quarantined(ticket_id, run_id)  # declared by the capability above
+        found = keeper.quarantined(ticket_id, run_id)
     except PhaselogError:
         return {}
     return found

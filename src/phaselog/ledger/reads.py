@@ -20,7 +20,7 @@ from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.limits import check_attempt, is_attempt, is_digits
 from phaselog.model.records import Checkpoint
 from phaselog.stores import Damaged, Store, Stored
-from phaselog.stores.base import Capability
+from phaselog.stores.base import phase_reader
 
 if TYPE_CHECKING:
     from phaselog.model.pipelines import Pipeline
@@ -58,9 +58,6 @@ def parse_cursor(after: str | None) -> tuple[str, int, int] | None:
             field="after",
         )
     return (normalize_run_id(parts[0], field="after"), int(parts[1]), int(parts[2]))
-
-
-PHASE_READ = Capability.PHASE_READ
 
 
 class Reads:
@@ -101,11 +98,11 @@ class Reads:
         without resolving the pipeline again."""
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
-        if (attempt is None or is_attempt(attempt)) and PHASE_READ in self.store.capabilities:
+        if (attempt is None or is_attempt(attempt)) and (reader := phase_reader(self.store)) is not None:
             # One store call for the plain case; anything else (unknown phase, no checkpoint, damage,
             # a record of another pipeline) goes the general way below, which explains it.
             if pipeline is None:
-                stored: Stored | None = self.store.read_phase(ticket_id, run_id, phase, attempt)  # type: ignore[attr-defined]  # declared by the capability
+                stored: Stored | None = reader.read_phase(ticket_id, run_id, phase, attempt)
             else:
                 stored = self._read_checked(ticket_id, run_id, phase, attempt, checked)
             if stored is not None:
@@ -168,13 +165,14 @@ class Reads:
         """The phase's record by ``pl``'s ordinal, in one store call, when it is plainly the one the
         general path would return: the phase is ``pl``'s, and the record was written under ``pl``'s
         very manifest (its name and hash), so the run still follows it. Else None."""
-        if pl is None:
+        reader = phase_reader(self.store)
+        if pl is None or reader is None:
             return None
         try:
             ph = pl.phase(phase)
         except PhaselogError:
             return None  # the general path raises it, after the checks it makes first
-        stored: Stored | None = self.store.read_phase(ticket_id, run_id, ph.ordinal, attempt)  # type: ignore[attr-defined]  # declared by the capability
+        stored = reader.read_phase(ticket_id, run_id, ph.ordinal, attempt)
         ref = stored.record.pipeline if stored is not None else None
         if stored is None or ref is None or stored.record.phase != ph.name:
             return None
@@ -227,7 +225,10 @@ class Reads:
         items: builtins.list[Stored] = []
         damaged: builtins.list[Damaged] = []
         for entry in self.store.iter_records(ticket_id, run_id):
-            (damaged if isinstance(entry, Damaged) else items).append(entry)  # type: ignore[arg-type]
+            if isinstance(entry, Damaged):
+                damaged.append(entry)
+            else:
+                items.append(entry)
         return items, damaged
 
     def validate(
@@ -322,9 +323,9 @@ class Reads:
                     target = None
             lookup[(name, entry.attempt)] = target
         # lazy (the three): `phaselog read` checks no links, and must not load them (start-up)
-        from phaselog.ledger.prune_notes import read_notes
-        from phaselog.ledger.quarantined import quarantined_attempts
-        from phaselog.model.validation import check_links
+        from phaselog.ledger.prune_notes import read_notes  # lazy: `phaselog read` reads no notes
+        from phaselog.ledger.quarantined import quarantined_attempts  # lazy: `phaselog read` needs none
+        from phaselog.model.validation import check_links  # lazy: `phaselog read` validates nothing
 
         report = check_links(
             cp,

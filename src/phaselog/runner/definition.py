@@ -17,22 +17,29 @@ import dataclasses
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from phaselog.ledger.pool import ledger_for
 from phaselog.model.errors import PipelineError, UsageError
+from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.model.pipelines import (
     EXECUTION_KEYS,
     Phase,
     Pipeline,
+    check_schemas,
     execution_from_dict,
+    find_pipeline,
     load_manifest,
     pipeline_from_dict,
 )
+from phaselog.runner.explain import explain
 from phaselog.runner.lease import DEFAULT_TTL
 from phaselog.runner.outcome import Failure, Success
 from phaselog.runner.result import RunResult
+from phaselog.stores.files.store import default_root
 
 if TYPE_CHECKING:
     from phaselog.ledger.pool import StoreArg
@@ -65,8 +72,6 @@ def pipeline(
         return PipelineRunner(pipeline_from_dict(doc, source=f"<python pipeline {text}>"))
     if text.endswith((".yaml", ".yml", ".json")) or os.sep in text or Path(text).is_file():
         return PipelineRunner(load_manifest(text))
-    from phaselog.model.pipelines import find_pipeline
-    from phaselog.stores.files.store import default_root
 
     try:
         return PipelineRunner(find_pipeline(text, default_root()))
@@ -86,7 +91,6 @@ class PipelineRunner:
     """A pipeline and the code of its phases; ``run`` executes it durably (see the module doc)."""
 
     def __init__(self, base: Pipeline) -> None:
-        from phaselog.model.pipelines import check_schemas
 
         check_schemas(base)  # a payload_schema that is no JSON Schema is refused now, before any phase runs
         self.base = base
@@ -149,7 +153,7 @@ class PipelineRunner:
 
     def fingerprints(self) -> dict[str, str]:
         """The current code fingerprint of every ``fingerprint: code`` phase (function source or command)."""
-        from phaselog.runner.python_phase import code_fingerprint
+        from phaselog.runner.python_phase import code_fingerprint  # lazy: `phaselog step` runs no phase
 
         out: dict[str, str] = {}
         for ph in self.pipeline.phases:
@@ -159,7 +163,7 @@ class PipelineRunner:
             if bound is not None:
                 out[ph.name] = code_fingerprint(bound.fn)
             elif ph.execution.call is not None:
-                from phaselog.runner.calls import resolve_call
+                from phaselog.runner.calls import resolve_call  # lazy: `phaselog step` runs no phase
 
                 out[ph.name] = code_fingerprint(resolve_call(ph))
             elif ph.execution.run is not None:
@@ -180,11 +184,15 @@ class PipelineRunner:
         folders = {} if folders is None else folders
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
-            import inspect
+            import inspect  # lazy: `phaselog step` runs no phase
 
-            from phaselog.runner.calls import resolve_call
-            from phaselog.runner.console import log_folder, log_name, logging_to
-            from phaselog.runner.python_phase import run_python
+            from phaselog.runner.calls import resolve_call  # lazy: `phaselog step` runs no phase
+            from phaselog.runner.console import (  # lazy: `phaselog step` runs no phase
+                log_folder,
+                log_name,
+                logging_to,
+            )
+            from phaselog.runner.python_phase import run_python  # lazy: `phaselog step` runs no phase
 
             fn = bound.fn if bound is not None else resolve_call(ph)
             is_async = inspect.iscoroutinefunction(fn)
@@ -206,7 +214,7 @@ class PipelineRunner:
 
             return python_phase
         if ph.execution.run is not None:
-            from phaselog.runner.shell import ShellPhase
+            from phaselog.runner.shell import ShellPhase  # lazy: `phaselog step` runs no phase
 
             return ShellPhase(log_dir=log_dir, store_url=store_url, tee=out.shell)
         raise UsageError(
@@ -253,13 +261,13 @@ class PipelineRunner:
         RunInterrupted (SIGINT/SIGTERM; the attempt is recorded as interrupted) and
         RecordingFailed (the store kept failing while a finished phase was being recorded).
         """
-        import uuid
 
-        from phaselog.ledger.pool import ledger_for
-        from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
-        from phaselog.runner.console import console
-        from phaselog.runner.engine import Engine, default_workdir
-        from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER
+        from phaselog.runner.console import console  # lazy: `phaselog step` runs no phase
+        from phaselog.runner.engine import (  # lazy: `phaselog step` runs no phase
+            Engine,
+            default_workdir,
+        )
+        from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER  # lazy: `phaselog step` runs no phase
 
         ledger, owned = ledger_for(store)
         try:
@@ -305,8 +313,6 @@ class PipelineRunner:
         workdir: str | os.PathLike[str] | None = None,
     ) -> Explanation:
         """What ``run`` would do with this run now, phase by phase (an Explanation)."""
-        from phaselog.ledger.pool import ledger_for
-        from phaselog.runner.explain import explain
 
         ledger, owned = ledger_for(store)
         try:

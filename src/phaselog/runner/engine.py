@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.pool import sibling
 from phaselog.model.errors import (
     AlreadyExists,
     Fenced,
@@ -402,7 +403,6 @@ class Engine:
 
     # -- helpers --------------------------------------------------------------------------------
     def _side_ledger(self) -> Ledger:
-        from phaselog.ledger.pool import sibling
 
         return sibling(self.ledger)
 

@@ -30,8 +30,11 @@ from phaselog.ledger.derive import (
     row_of,
 )
 from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion
+from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.pipelines import Pipeline
+from phaselog.runner.lease import judge, leases_of
 from phaselog.runner.result import PhaseRow
+from phaselog.stores.base import Capability
 from phaselog.stores.snapshot import RunSnapshot
 
 if TYPE_CHECKING:
@@ -128,7 +131,6 @@ def explain(
     the current code fingerprint of each ``fingerprint: code`` phase (the runner knows them; the
     CLI computes them for shell phases). ``lease``: also report who holds the run.
     """
-    from phaselog.model.ids import normalize_run_id, validate_ticket_id
 
     given, (ticket_id, run_id) = run_id, (validate_ticket_id(ticket_id), normalize_run_id(run_id))
     pl: Pipeline = ledger.pipeline_for(ticket_id, run_id, pipeline)
@@ -293,8 +295,6 @@ def _rejections(ledger: Ledger, ticket_id: str, run_id: str) -> dict[str, str]:
 
 
 def _lease(ledger: Ledger, ticket_id: str, run_id: str) -> dict[str, Any] | None:
-    from phaselog.runner.lease import judge, leases_of
-    from phaselog.stores.base import Capability
 
     if Capability.LEASES not in ledger.store.capabilities:
         return None

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from phaselog.model.errors import AlreadyExists, Conflict, Fenced, PhaselogError
+from phaselog.runner.lease import leases_of
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -136,8 +137,6 @@ class Heartbeat:
                         side = self._side_ledger()
                         self._write_start(side, self.lease.ticket_id, self.lease.run_id, phase, attempt, pipeline)
                 if self.lease.expires and self.lease.due():
-                    from phaselog.runner.lease import leases_of
-
                     self.lease.renew(leases_of(self._side_ledger().store))
             except Fenced as exc:
                 self.fenced = exc

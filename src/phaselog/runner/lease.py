@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -41,7 +42,7 @@ WAIT_POLL_S = 0.5
 
 def process_start_time(pid: int) -> float | None:
     """Start time of ``pid`` (epoch seconds), or None when it is gone (zombies count as gone)."""
-    from phaselog.guard import process_start_time as pst
+    from phaselog.guard import process_start_time as pst  # lazy: only judging a holder needs the guard
 
     return pst(pid)
 
@@ -58,7 +59,7 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    import psutil
+    import psutil  # lazy: psutil costs ~13 ms at start; only a liveness check of another process needs it
 
     for proc in psutil.process_iter(["status"]):
         try:
@@ -83,7 +84,7 @@ class Orphaned(Verdict):
 
 def _group_members(pgid: int) -> list[Any]:
     """The processes of group ``pgid`` on this host that are not zombies."""
-    import psutil
+    import psutil  # lazy: psutil costs ~13 ms at start; only a liveness check of another process needs it
 
     out = []
     for proc in psutil.process_iter(["status"]):
@@ -99,7 +100,7 @@ def orphans(pgid: int, run_id: str, token: int) -> tuple[int, ...] | None:
     """The pids of group ``pgid`` when every live one is the phase command of ``run_id``'s
     acquisition ``token`` (its environment says so: PHASELOG_RUN_ID, PHASELOG_LEASE_TOKEN); None
     when one is not provably that (another's, or unreadable) — such a group is never signalled."""
-    import psutil
+    import psutil  # lazy: psutil costs ~13 ms at start; only a liveness check of another process needs it
 
     pids = []
     for proc in _group_members(pgid):
@@ -118,7 +119,7 @@ def orphans(pgid: int, run_id: str, token: int) -> tuple[int, ...] | None:
 def marked(run_id: str, token: int) -> tuple[int, ...]:
     """Processes on this host (not this one) whose environment names ``run_id`` and the lease
     ``token``: what a Python phase of that acquisition started (:func:`marking`)."""
-    import psutil
+    import psutil  # lazy: psutil costs ~13 ms at start; only a liveness check of another process needs it
 
     pids = []
     for proc in psutil.process_iter(["status"]):
@@ -158,7 +159,7 @@ def marking(lease: Lease) -> Iterator[None]:
 
 
 def _running(pid: int) -> bool:
-    import psutil
+    import psutil  # lazy: psutil costs ~13 ms at start; only a liveness check of another process needs it
 
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
@@ -169,7 +170,6 @@ def _running(pid: int) -> bool:
 def end_orphans(verdict: Orphaned, *, wait_s: float = END_ORPHANS_WAIT_S) -> bool:
     """SIGKILL a dead runner's phase processes (a group re-checked: its members are still the ones
     judged) and wait until none runs; True when they are gone."""
-    import signal
 
     def live() -> list[int]:
         if verdict.pgid:

@@ -12,11 +12,18 @@ machine: ``phaselog run``). Guide: docs/workers.md.
 from __future__ import annotations
 
 import os
+import re
+import socket
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from phaselog.ledger.attempts import process_gone
+from phaselog.model.durations import parse_duration
 from phaselog.model.errors import UsageError
+from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
+from phaselog.model.pipelines import check_schemas, is_pipeline_name, load_manifest, manifest_dict
+from phaselog.runner.lease import leases_of, process_start_time
 from phaselog.stores.base import Store
 from phaselog.stores.sql.queue import claim as flow
 from phaselog.stores.sql.queue.rows import DEFAULT_QUEUE, STATES, QueueEntry, SqlQueue
@@ -26,7 +33,6 @@ _QUEUE_NAME_MAX = 64
 
 def check_queue_name(name: str) -> str:
     """A queue name: 1-64 of [A-Za-z0-9._-]."""
-    import re
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name or ""):
         raise UsageError(f"queue name must be 1-64 of [A-Za-z0-9._-] (got {name!r})", field="queue", rule="name")
@@ -40,7 +46,6 @@ def parse_not_before(text: str | None) -> tuple[float | None, float | None]:
     """
     if text is None:
         return None, None
-    from phaselog.model.durations import parse_duration
 
     if text[:1].isdigit() and not any(c in text for c in "-T:"):
         return None, parse_duration(text, field="not_before").total_seconds()
@@ -79,8 +84,6 @@ def submit(
     built-ins); ``pipeline_file``: a manifest whose content goes into the queue, so every worker
     runs exactly what was submitted.
     """
-    from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
-    from phaselog.model.pipelines import check_schemas, is_pipeline_name, load_manifest, manifest_dict
 
     q = SqlQueue(store)
     validate_ticket_id(ticket_id)
@@ -149,10 +152,6 @@ def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The registered workers, each with its ``state``: ``gone`` when its process is provably gone
     (on this host: pid absent or reused, :func:`phaselog.ledger.attempts.process_gone`; at once, whatever
     its heartbeat row says), ``expired`` when its heartbeat is older than its ttl, else ``alive``."""
-    import socket
-
-    from phaselog.ledger.attempts import process_gone
-    from phaselog.runner.lease import process_start_time
 
     here = socket.gethostname()
     out = []
@@ -165,8 +164,6 @@ def workers_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def show_view(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
     """One run's queue row, its position if queued, and its lease holder if one holds it."""
-    from phaselog.model.ids import normalize_run_id
-    from phaselog.runner.lease import leases_of
 
     q = SqlQueue(store)
     entry = q.get(ticket_id, normalize_run_id(run_id))
@@ -177,7 +174,6 @@ def show_view(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
 
 def cancel(store: Store, ticket_id: str, run_id: str, *, by: str | None = None) -> dict[str, Any]:
     """Cancel a run: now if it waits, between phases if it runs (the view says which)."""
-    from phaselog.model.ids import normalize_run_id
 
     reason = f"cancelled by {by}" if by else "cancelled"
     entry = flow.cancel(SqlQueue(store), ticket_id, normalize_run_id(run_id), reason=reason)
@@ -186,7 +182,6 @@ def cancel(store: Store, ticket_id: str, run_id: str, *, by: str | None = None) 
 
 def retry(store: Store, ticket_id: str, run_id: str) -> dict[str, Any]:
     """Queue a dead or cancelled run again; it resumes at its first incomplete phase."""
-    from phaselog.model.ids import normalize_run_id
 
     q = SqlQueue(store)
     entry = flow.retry(q, ticket_id, normalize_run_id(run_id))

@@ -35,6 +35,7 @@ from phaselog.model.limits import TooDeep, json_loads_bounded
 from phaselog.model.pipelines import Phase, manifest_dict
 from phaselog.model.records import format_timestamp
 from phaselog.runner.console import attempt_log
+from phaselog.runner.lease import group_alive
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
 
@@ -49,7 +50,7 @@ MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 def _prctl() -> Any:
     """libc's ``prctl``, looked up in the runner (never between fork and exec), or None."""
     try:
-        import ctypes
+        import ctypes  # lazy: ctypes and libc's prctl exist only on Linux (the ImportError is caught)
 
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except (ImportError, OSError, AttributeError):
@@ -282,7 +283,6 @@ def _stop(proc: subprocess.Popen[bytes], reader: _Reader, first: int = signal.SI
 def end_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the command's whole process group now and wait until none of it runs (the runner is
     failing: no grace period, and no reading of its output, which may be what failed)."""
-    from phaselog.runner.lease import group_alive
 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)

@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from phaselog.model.errors import AlreadyExists, Conflict, Fenced, UsageError
+from phaselog.ledger.pool import ledger_for
+from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, Fenced, UsageError
+from phaselog.model.pipelines import load_manifest
+from phaselog.model.records import parse_timestamp
+from phaselog.runner.lease import leases_of
 
 if TYPE_CHECKING:
     from phaselog.model.entries import ProgressEvent
@@ -44,8 +48,6 @@ def step_from_env(
         attempt = int(env["PHASELOG_ATTEMPT"])
     except ValueError:
         raise UsageError("PHASELOG_ATTEMPT must be an integer", field="phaselog_attempt") from None
-    from phaselog.ledger.pool import ledger_for
-    from phaselog.model.pipelines import load_manifest
 
     ledger, owned = ledger_for(store if store is not None else env.get("PHASELOG_STORE") or None)
     try:
@@ -67,7 +69,6 @@ def step_from_env(
 
 
 def _check_lease(store: Store, ticket: str, run: str, token: int) -> None:
-    from phaselog.runner.lease import leases_of
 
     state = leases_of(store).read(ticket, run)
     if state is None or state.token != token or state.holder is None:
@@ -82,8 +83,6 @@ def _started_at(text: str | None) -> datetime | None:
     """PHASELOG_ATTEMPT_STARTED_AT (when the runner began the attempt), or None when unset."""
     if not text:
         return None
-    from phaselog.model.errors import Corrupt
-    from phaselog.model.records import parse_timestamp
 
     try:
         return parse_timestamp(text, field="PHASELOG_ATTEMPT_STARTED_AT")

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.attempts import process_gone
+from phaselog.ledger.pool import ledger_for, sibling_store
 from phaselog.model.errors import (
     Fenced,
     PhaseFailed,
@@ -44,6 +46,10 @@ from phaselog.model.errors import (
     StoreError,
     UsageError,
 )
+from phaselog.model.ids import run_label
+from phaselog.model.pipelines import find_pipeline, load_manifest, pipeline_from_dict
+from phaselog.runner.definition import PipelineRunner
+from phaselog.runner.lease import process_start_time
 from phaselog.runner.signals import SignalGuard
 from phaselog.stores.sql.queue import claim as flow
 from phaselog.stores.sql.queue.rows import AWAITING, CANCELLED, DEAD, DONE, QUEUED, Claim, QueueEntry, SqlQueue
@@ -77,7 +83,6 @@ def _nothing_ran(claim: Claim, result: RunResult) -> str | None:
 
 def _label(entry: QueueEntry) -> str:
     """A run in the worker's progress lines: ``ticket/name`` (the UUID when it has no name)."""
-    from phaselog.model.ids import run_label
 
     return f"{entry.ticket_id}/{run_label(entry.run_id, entry.run_name)}"
 
@@ -142,8 +147,6 @@ class Worker:
     """One worker process (see the module docstring)."""
 
     def __init__(self, store_url: str, options: WorkerOptions, *, echo: Callable[[str], None] | None = None) -> None:
-        from phaselog.ledger.pool import ledger_for
-        from phaselog.runner.lease import process_start_time
 
         self.url = store_url
         self.options = options
@@ -222,8 +225,6 @@ class Worker:
 
     def _dead_local(self) -> list[str]:
         """Workers registered from this host whose process is provably gone."""
-        from phaselog.ledger.attempts import process_gone
-        from phaselog.runner.lease import process_start_time
 
         return [
             worker_id
@@ -325,8 +326,6 @@ class Worker:
 
     def pipeline_for(self, claim: Claim) -> PipelineRunner:
         """The runnable pipeline of a claimed run: the submitted manifest, else found by name."""
-        from phaselog.model.pipelines import find_pipeline, load_manifest, pipeline_from_dict
-        from phaselog.runner.definition import PipelineRunner
 
         e = claim.entry
         doc = e.manifest_doc
@@ -366,7 +365,7 @@ class Worker:
         if self._listener is None:
             try:
                 conn = self.queue.store.dialect.connect()
-                from psycopg import sql
+                from psycopg import sql  # lazy: the postgres extra may be absent (only a PostgreSQL queue listens)
 
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.queue.channel)))
                 self._listener = conn
@@ -390,7 +389,6 @@ class Worker:
         self._beat_thread.start()
 
     def _beat(self) -> None:
-        from phaselog.ledger.pool import sibling_store
 
         store: Store | None = None
         try:

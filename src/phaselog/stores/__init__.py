@@ -29,21 +29,24 @@ __all__ = ["FILES", "POSTGRES", "SQLITE", "AttemptRef", "Damaged", "Store", "Sto
 # Each opener imports its backend's module when a URL of it is opened, so the CLI starts as fast
 # whichever backend it is given (tests/test_cli_lazy.py), and PostgreSQL's driver is an optional extra.
 def _open_files(url: StoreURL, options: OpenOptions) -> Store:
-    from phaselog.stores.files.store import FilesStore, default_root
+    from phaselog.stores.files.store import (  # lazy: a store imports no other backend
+        FilesStore,
+        default_root,
+    )
 
     root = url.path if url.path is not None else default_root()
     return FilesStore(root, create=options.create, read_only=options.read_only)
 
 
 def _open_sqlite(url: StoreURL, options: OpenOptions) -> Store:
-    from phaselog.stores.sql.sqlite import SqliteStore
+    from phaselog.stores.sql.sqlite import SqliteStore  # lazy: a store imports no other backend
 
     assert url.path is not None  # the parser sets it for SQLite URLs
     return SqliteStore(url.path, create=options.create, migrate=options.migrate, read_only=options.read_only)
 
 
 def _open_postgres(url: StoreURL, options: OpenOptions) -> Store:
-    from phaselog.stores.sql.postgres import PostgresStore
+    from phaselog.stores.sql.postgres import PostgresStore  # lazy: the postgres extra may be absent
 
     return PostgresStore(url.text, create=options.create, migrate=options.migrate, read_only=options.read_only)
 

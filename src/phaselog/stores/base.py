@@ -310,6 +310,77 @@ class Retention(Protocol):
         ...
 
 
+# -- the other optional capabilities: a Protocol each, and an accessor that checks the declaration ----
+# ``Capability.X in store.capabilities`` is the declaration (tests/test_capabilities.py checks it against
+# what each backend implements), so the accessor's cast states a checked fact, never a guess.
+class PhaseReader(Protocol):
+    """A store that reads a phase's latest checkpoint in one call (``Capability.PHASE_READ``)."""
+
+    def read_phase(self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None) -> Stored | None:
+        """The latest completed checkpoint of ``phase`` (or attempt ``attempt``); None: go the general way."""
+        ...
+
+
+def phase_reader(store: Store) -> PhaseReader | None:
+    """``store`` as a one-call phase reader, when it declares ``Capability.PHASE_READ``."""
+    if Capability.PHASE_READ in store.capabilities:
+        return cast(PhaseReader, store)  # the capability declares the member
+    return None
+
+
+class Quarantining(Protocol):
+    """A store that moves damaged records aside and says what it moved (``Capability.QUARANTINE``)."""
+
+    def quarantine(self, location: str, reason: str) -> list[dict[str, Any]]:
+        """Move the damaged record at ``location`` aside; one entry per file or row moved."""
+        ...
+
+    def quarantined(self, ticket_id: str, run_id: str) -> dict[tuple[str, int], str | None]:
+        """(phase, attempt) → the content hash of every attempt of the run moved aside (None: not known)."""
+        ...
+
+
+def quarantiner(store: Store) -> Quarantining | None:
+    """``store`` as one that quarantines, when it declares ``Capability.QUARANTINE``."""
+    if Capability.QUARANTINE in store.capabilities:
+        return cast(Quarantining, store)  # the capability declares the members
+    return None
+
+
+class LeftoverFinder(Protocol):
+    """A store that reports what crashes left behind (``Capability.LEFTOVERS``)."""
+
+    def leftovers(self, ticket_id: str) -> list[dict[str, Any]]:
+        """Temp files, orphan sidecars and the like of a ticket: ``kind``, ``path``, ``message``, ``age_sec``."""
+        ...
+
+
+def leftover_finder(store: Store) -> LeftoverFinder | None:
+    """``store`` as one that reports leftovers, when it declares ``Capability.LEFTOVERS``."""
+    if Capability.LEFTOVERS in store.capabilities:
+        return cast(LeftoverFinder, store)  # the capability declares the member
+    return None
+
+
+class Stamping(Protocol):
+    """A store that stamps runs and tickets for cheap change detection (``Capability.STAMPS``)."""
+
+    def run_stamps(self, ticket_id: str) -> dict[str, str | None]:
+        """Every run of the ticket with its stamp (None: do not remember what was read)."""
+        ...
+
+    def ticket_stamp(self, ticket_id: str) -> str | None:
+        """A stamp of the ticket's own entries (its marker revisions)."""
+        ...
+
+
+def stamper(store: Store) -> Stamping | None:
+    """``store`` as one that stamps, when it declares ``Capability.STAMPS``."""
+    if Capability.STAMPS in store.capabilities:
+        return cast(Stamping, store)  # the capability declares the members
+    return None
+
+
 __all__ = [
     "CAPABILITY_MEMBERS",
     "AttemptRef",
@@ -320,14 +391,22 @@ __all__ = [
     "Judge",
     "LeaseCapable",
     "LeaseState",
+    "LeftoverFinder",
     "LocalRooted",
+    "PhaseReader",
     "PruneTarget",
+    "Quarantining",
     "Retention",
     "RunFence",
     "RunLeases",
+    "Stamping",
     "Store",
     "Stored",
     "Verdict",
     "guard_keeper",
+    "leftover_finder",
     "local_root",
+    "phase_reader",
+    "quarantiner",
+    "stamper",
 ]

@@ -181,7 +181,7 @@ def parse_location(location: str) -> Located | None:
 # -- the record codec ------------------------------------------------------------------------------
 def render_seed_file(record: Checkpoint) -> bytes:
     """The seed tool's YAML file of a completed record."""
-    from phaselog.model import _yaml
+    from phaselog.model import _yaml  # lazy: YAML (~15 ms) only for seed files; `phaselog read` must not load it
 
     return _yaml.dump(record.seed_dict()).encode("utf-8")
 
@@ -239,7 +239,7 @@ def decode_document(raw: bytes, location: str) -> dict[str, Any]:
 
 def decode_seed_file(raw: bytes, location: str) -> Any:
     """Parse a YAML seed file (JSON-compatible YAML only); Corrupt naming ``location`` otherwise."""
-    from phaselog.model import _yaml
+    from phaselog.model import _yaml  # lazy: YAML (~15 ms) only for seed files; `phaselog read` must not load it
 
     try:
         return _yaml.load(raw, json_only=True)

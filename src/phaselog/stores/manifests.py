@@ -22,11 +22,12 @@ lock, after the append's checks), so a record never exists without its manifest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from phaselog.model._lazyre import LazyPattern
 from phaselog.model.errors import StoreError
 from phaselog.model.limits import MAX_MANIFEST_BYTES
+from phaselog.stores.values import Capability
 
 #: A pipeline name (the manifest grammar's) and a manifest hash (SHA-256, lowercase hex).
 NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -81,16 +82,33 @@ class Manifests(Protocol):
         ...
 
 
-def manifests_of(store: Any) -> Manifests:
-    """The recorded manifests of a store that declares :attr:`Capability.MANIFESTS`."""
-    shelf: Manifests = store.pipeline_manifests()
-    return shelf
+class Declaring(Protocol):
+    """What this module needs of a store: its declared capabilities (a :class:`~phaselog.stores.base.Store`
+    is one; the contract imports this module, so it is named structurally here)."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The optional parts of the contract the store has."""
+        ...
 
 
-def has_manifests(store: Any) -> bool:
+class ManifestKeeper(Declaring, Protocol):
+    """A store that keeps the manifest of every pipeline it has records for (``Capability.MANIFESTS``)."""
+
+    def pipeline_manifests(self) -> Manifests:
+        """The store's recorded manifests."""
+        ...
+
+
+def manifests_of(store: Declaring) -> Manifests:
+    """The recorded manifests of a store that declares :attr:`Capability.MANIFESTS` (StoreError otherwise)."""
+    if not has_manifests(store):
+        raise StoreError("this store keeps no pipeline manifests", rule="no_manifests")
+    return cast(ManifestKeeper, store).pipeline_manifests()  # the capability declares the member
+
+
+def has_manifests(store: Declaring) -> bool:
     """True when ``store`` declares :attr:`Capability.MANIFESTS` (every built-in store does)."""
-    from phaselog.stores.values import Capability
-
     return Capability.MANIFESTS in store.capabilities
 
 

@@ -17,31 +17,28 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.stores.base import Capability
+from phaselog.stores.base import Store, stamper
 
 #: A folder changed this recently (seconds) gets no stamp: it may change again unseen.
 RACY_WINDOW_S = 1.0
 _RUN_FOLDERS = ("", ".progress", ".approvals", ".pruned")
 
 
-def run_stamps(store: Any, ticket_id: str) -> dict[str, str | None]:
+def run_stamps(store: Store, ticket_id: str) -> dict[str, str | None]:
     """Every run of a ticket with its stamp (None: do not remember what was read)."""
     ticket_id = validate_ticket_id(ticket_id)
-    if Capability.STAMPS in store.capabilities:
-        stamps: dict[str, str | None] = store.run_stamps(ticket_id)
-        return stamps
+    if (stamps := stamper(store)) is not None:
+        return stamps.run_stamps(ticket_id)
     return dict.fromkeys(store.runs(ticket_id))  # a store without stamps: nothing is remembered
 
 
-def ticket_stamp(store: Any, ticket_id: str) -> str | None:
+def ticket_stamp(store: Store, ticket_id: str) -> str | None:
     """A stamp of the ticket's own entries (its marker revisions)."""
     ticket_id = validate_ticket_id(ticket_id)
-    if Capability.STAMPS in store.capabilities:
-        stamp: str | None = store.ticket_stamp(ticket_id)
-        return stamp
+    if (stamps := stamper(store)) is not None:
+        return stamps.ticket_stamp(ticket_id)
     return None
 
 

@@ -16,7 +16,7 @@ __all__ = ["Settings", "create_app", "serve"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from phaselog.ui import app
+        from phaselog.ui import app  # lazy: the ui extra may be absent
 
         return getattr(app, name)
     raise AttributeError(f"module 'phaselog.ui' has no attribute {name!r}")

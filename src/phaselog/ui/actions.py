@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
+from phaselog.guard import Guard, validate_name
 from phaselog.model.entries import DECISIONS
 from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
@@ -94,7 +95,6 @@ def judge(ui: UI, request: Request, body: bytes) -> Response:
 
 def guard_reset(ui: UI, request: Request, body: bytes) -> Response:
     """Close a guard's breaker; the reset is recorded in its history with who did it."""
-    from phaselog.guard import Guard, validate_name
 
     fields = _form(ui, request, body)
     if isinstance(fields, Response):

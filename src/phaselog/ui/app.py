@@ -13,7 +13,9 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 
+import uvicorn
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -67,7 +69,6 @@ def create_app(settings: Settings) -> Starlette:
     def wrap_post(handler: Action) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             body = await request.body()
-            from starlette.concurrency import run_in_threadpool
 
             try:
                 response: Response = await run_in_threadpool(handler, ui, request, body)
@@ -150,7 +151,6 @@ def serve(
     announce: Callable[[str, str], None] | None = None,
 ) -> None:
     """Run the dashboard until interrupted (uvicorn, one process, on a socket bound here)."""
-    import uvicorn
 
     sock = bind(settings.host, settings.port)
     settings.port = sock.getsockname()[1]
@@ -171,7 +171,7 @@ def serve(
     if announce is not None:
         announce(url, store_url)
     if open_browser:
-        import webbrowser
+        import webbrowser  # lazy: only `phaselog ui --open` starts a browser (webbrowser, ~4 ms)
 
         threading.Timer(0.8, lambda: webbrowser.open(url)).start()
     try:

@@ -23,6 +23,7 @@ from phaselog.model.ids import run_label
 from phaselog.model.limits import MAX_ATTEMPT, parse_number
 from phaselog.ui import charts, urls
 from phaselog.ui.security import Guarding
+from phaselog.views.catalog import Catalog
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -96,7 +97,6 @@ class UI:
         self.settings = settings
         self.ledgers = LedgerPool(settings.store)
         self.templates = _environment()
-        from phaselog.views.catalog import Catalog
 
         self.catalog = Catalog()  # run summaries remembered until a run changes (shared by threads)
         self.guarding = settings.guarding or Guarding(

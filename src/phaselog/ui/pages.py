@@ -14,13 +14,21 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from phaselog.guard import validate_name
 from phaselog.ledger.derive import RUN_SUMMARIES
+from phaselog.ledger.doctor import doctor
+from phaselog.ledger.gates import approval_queue
+from phaselog.model import _yaml
 from phaselog.model.errors import Corrupt, NotFound
 from phaselog.model.ids import normalize_run_id, run_label, validate_ticket_id
 from phaselog.model.limits import parse_number
+from phaselog.runner.explain import explain as explain_run
 from phaselog.ui import charts, urls
 from phaselog.ui.context import UI, attempt_param, number_param
 from phaselog.views import results as views
+from phaselog.views.guard import guard_board, guard_view
+from phaselog.views.run_page import attempts_page, events_page, overview, previous_attempt
+from phaselog.views.timeline import run_version as version
 
 if TYPE_CHECKING:
     from phaselog.views.run_page import EventPage
@@ -106,7 +114,6 @@ def run(ui: UI, request: Request) -> Response:
     """A run: its phases (one row each, newest attempt and state), next phase and blockers — read
     from one snapshot — then a page of its attempts (newest first, with a "more" link), drawn on
     the timeline. Older attempts and progress events are pages of their own, read when asked."""
-    from phaselog.views.run_page import attempts_page, overview
 
     ticket_id, run_id = _params(request)
     ledger = ui.ledger
@@ -150,7 +157,6 @@ def run(ui: UI, request: Request) -> Response:
 
 def run_json(ui: UI, request: Request) -> Response:
     """The run's overview as JSON (``views.run_overview``: its status is ``phaselog status``'s)."""
-    from phaselog.views.run_page import overview
 
     ticket_id, run_id = _params(request)
     overview_ = overview(ui.ledger, ticket_id, run_id, artifacts_root=ui.settings.artifacts_root)
@@ -159,14 +165,12 @@ def run_json(ui: UI, request: Request) -> Response:
 
 def attempts_json(ui: UI, request: Request) -> Response:
     """A page of the run's attempts as JSON (``views.span_page``); ``before`` continues."""
-    from phaselog.views.run_page import attempts_page
 
     ticket_id, run_id = _params(request)
     return JSONResponse(views.span_page(attempts_page(ui.ledger, ticket_id, run_id, **_attempts_query(ui, request))))
 
 
 def _events(ui: UI, request: Request) -> tuple[str, str, EventPage]:
-    from phaselog.views.run_page import events_page
 
     ticket_id, run_id = _params(request)
     phase, attempt = request.path_params["phase"], attempt_param(request)
@@ -228,7 +232,6 @@ def _default_pair(run_id: str, spans: Sequence[Span]) -> tuple[str, str]:
 
 def run_version(ui: UI, request: Request) -> Response:
     """The run's fingerprint, polled by the live view (JSON)."""
-    from phaselog.views.timeline import run_version as version
 
     ticket_id, run_id = _params(request)
     return JSONResponse({"version": version(ui.ledger, ticket_id, run_id)})  # NotFound: nothing recorded
@@ -236,7 +239,6 @@ def run_version(ui: UI, request: Request) -> Response:
 
 def explain(ui: UI, request: Request) -> Response:
     """What a runner would do with this run now, phase by phase, and why (``phaselog explain``)."""
-    from phaselog.runner.explain import explain as explain_run
 
     ticket_id, run_id = _params(request)
     result = explain_run(ui.ledger, ticket_id, run_id, workdir=ui.settings.artifacts_root)
@@ -305,7 +307,6 @@ def checkpoint(ui: UI, request: Request) -> Response:
             "judgeable": ps.completed_attempt == attempt and ps.state == "awaiting_approval",
         }
     basis = [{"phase": name, "attempt": entry.attempt, "hash": entry.hash} for name, entry in (cp.basis or {}).items()]
-    from phaselog.views.run_page import previous_attempt
 
     previous = previous_attempt(ledger, ticket_id, run_id, ph.ordinal, attempt)
     return ui.render(
@@ -349,8 +350,6 @@ def raw(ui: UI, request: Request) -> Response:
         body = json.dumps(views.read(stored), indent=2, ensure_ascii=False) + "\n"
         media = "application/json"
     elif fmt == "yaml":
-        from phaselog.model import _yaml
-
         body = _yaml.dump(stored.record.seed_dict())
         media = "application/x-yaml"
     else:
@@ -377,7 +376,6 @@ def diff(ui: UI, request: Request) -> Response:
 # -- approvals ------------------------------------------------------------------------------------
 def approvals(ui: UI, request: Request) -> Response:
     """Everything awaiting approval, across tickets (oldest first)."""
-    from phaselog.ledger.gates import approval_queue
 
     queue, problems = approval_queue(ui.ledger)
     listing = paginate([a.to_json() for a in queue], _page_number(request), ui.settings.page_size)
@@ -387,7 +385,6 @@ def approvals(ui: UI, request: Request) -> Response:
 # -- guards ---------------------------------------------------------------------------------------
 def guards(ui: UI, request: Request) -> Response:
     """Every guard: state, breaker, lock holder, recent passes."""
-    from phaselog.views.guard import guard_board
 
     rows = [
         {"name": g.name, "status": g.status, "chart": charts.passes(g.history, limit=30, width=520), "error": g.error}
@@ -398,8 +395,6 @@ def guards(ui: UI, request: Request) -> Response:
 
 def guard(ui: UI, request: Request) -> Response:
     """One guard: state, breaker, lock holder, a chart of recent passes, history, reset."""
-    from phaselog.guard import validate_name
-    from phaselog.views.guard import guard_view
 
     g = guard_view(ui.ledger.store, validate_name(request.path_params["name"]))
     listing = paginate(list(reversed(g.history)), _page_number(request), ui.settings.page_size)
@@ -418,7 +413,6 @@ def guard(ui: UI, request: Request) -> Response:
 # -- health ---------------------------------------------------------------------------------------
 def health(ui: UI, request: Request) -> Response:
     """``verify`` and ``doctor`` for one ticket, or ``doctor`` for the whole store."""
-    from phaselog.ledger.doctor import doctor
 
     ticket_id = request.query_params.get("ticket", "").strip()
     ledger = ui.ledger

@@ -25,10 +25,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.attempts import Liveness
+from phaselog.ledger.gates import judge
+from phaselog.ledger.progress import AttemptEvents
 from phaselog.model.errors import NotFound, UsageError
 from phaselog.model.ids import normalize_run_id, run_name_of, validate_ticket_id
-from phaselog.model.limits import is_digits
+from phaselog.model.limits import check_attempt, is_digits
+from phaselog.stores.base import Damaged, Stored
 from phaselog.stores.names import parse_event_name
+from phaselog.views.timeline import snapshot_version, spans
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import PhaseState, RunStatus
@@ -94,7 +99,6 @@ def overview(ledger: Ledger, ticket_id: str, run_id: str, *, artifacts_root: str
     ``artifacts_root``: where the run's artifacts are checked, as ``status --workdir`` (None: not
     looked at). NotFound when nothing at all is recorded for the run.
     """
-    from phaselog.views.timeline import snapshot_version
 
     snap, pipeline, status = _read(ledger, ticket_id, run_id, artifacts_root)
     skip = ledger.states.skip_from(snap, status, pipeline, status.next_phase) if status.next_phase else None
@@ -147,10 +151,6 @@ def attempts_page(
     the progress events from one read per ten attempts. Where attempts are missing (pruned), the
     records read and the run's event names say which remain.
     """
-    from phaselog.ledger.attempts import Liveness
-    from phaselog.ledger.gates import judge
-    from phaselog.stores.base import Damaged, Stored
-    from phaselog.views.timeline import spans
 
     ticket_id, run_id = _ids(ticket_id, run_id)
     limit = check_limit(limit)
@@ -217,7 +217,6 @@ def _page_records(
     it, so the first ``n`` attempts it yields are among the ``n`` newest records it can reach: those
     are kept (a bounded heap), every other record is dropped as soon as it is read.
     """
-    from phaselog.stores.base import Stored
 
     by_name = {p.name: p.ordinal for p in pipeline.phases}
     newest = {by_name[ps.phase]: _newest_attempt(ps) for ps in status.phases}
@@ -249,7 +248,6 @@ def _newest_first(
     found: _Found,
 ) -> Iterator[Walked]:
     """Every attempt of the run (or of phase ``only``) below ``cursor``, newest first."""
-    from phaselog.ledger.progress import AttemptEvents
 
     ticket_id, run_id = status.ticket_id, status.run_id
     by_name = {p.name: p for p in pipeline.phases}
@@ -310,8 +308,6 @@ def events_page(
     limit: int = 50,
 ) -> EventPage:
     """One attempt's progress events with a sequence number above ``after``, oldest first."""
-    from phaselog.ledger.progress import AttemptEvents
-    from phaselog.model.limits import check_attempt
 
     ticket_id, run_id = _ids(ticket_id, run_id)
     limit = check_limit(limit)

@@ -174,7 +174,7 @@ def fsync_all(fds: list[int]) -> None:
         os.fsync(fds[0])
         return
     if _POOL is None or _POOL[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import ThreadPoolExecutor  # lazy: only fsyncing many files uses threads
 
         _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=len(fds) - 1, thread_name_prefix="phaselog-fsync"))
     futures = [_POOL[1].submit(os.fsync, fd) for fd in fds[1:]]

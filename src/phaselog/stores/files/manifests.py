@@ -13,6 +13,7 @@ from typing import Protocol
 
 from phaselog.model.errors import NotFound, PhaselogError
 from phaselog.model.limits import MAX_MANIFEST_BYTES
+from phaselog.stores.files.io import os_errors, read_capped, write_temp
 from phaselog.stores.manifests import FOLDER, HASH_RE, NAME_RE, ManifestDoc, check_key, check_size, location
 
 
@@ -36,7 +37,6 @@ class FilesManifests:
 
     def put(self, doc: ManifestDoc) -> bool:
         """Record ``doc`` (see Manifests.put)."""
-        from phaselog.stores.files.io import os_errors, write_temp
 
         check_key(doc.name, doc.manifest_hash)
         check_size(doc)
@@ -64,7 +64,6 @@ class FilesManifests:
 
     def get(self, name: str, manifest_hash: str) -> bytes:
         """Read the bytes of (name, hash) (see Manifests.get)."""
-        from phaselog.stores.files.io import read_capped
 
         check_key(name, manifest_hash)
         store = self.store

@@ -353,7 +353,7 @@ class FilesStore(FilesAdminMixin):
 
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
-        from phaselog.stores.snapshot import build_snapshot
+        from phaselog.stores.snapshot import build_snapshot  # lazy: `phaselog read` builds no snapshot
 
         ticket_id = validate_ticket_id(ticket_id)
         if history:

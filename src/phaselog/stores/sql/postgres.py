@@ -17,6 +17,7 @@ from phaselog.model.errors import Corrupt, StoreError, UsageError
 from phaselog.stores.base import Capability
 from phaselog.stores.sql.dialect import Dialect
 from phaselog.stores.sql.queue import claim as _queue  # noqa: F401  # the queue subscribes to judgements (events)
+from phaselog.stores.sql.queue.rows import SqlQueue
 from phaselog.stores.sql.store import SQL_CAPABILITIES, SqlStore
 from phaselog.stores.urls import bad_url, parse_store_url
 
@@ -28,7 +29,7 @@ _MIGRATION_LOCK = 0x7068_6C67  # "phlg": advisory lock id that serialises migrat
 
 def _psycopg() -> Any:
     try:
-        import psycopg
+        import psycopg  # lazy: the postgres extra may be absent
     except ImportError:
         raise UsageError(
             "the PostgreSQL store needs psycopg 3: pip install 'phaselog[postgres]' (or psycopg[binary])",
@@ -167,6 +168,5 @@ class PostgresStore(SqlStore):
 
     def run_queue(self) -> SqlQueue:
         """The queue of runs that workers drain (``Capability.QUEUE``)."""
-        from phaselog.stores.sql.queue.rows import SqlQueue
 
         return SqlQueue(self)

@@ -12,6 +12,7 @@ import sqlite3
 import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -339,7 +340,6 @@ class SqliteStore(SqlStore):
 def _set_wal(conn: sqlite3.Connection) -> None:
     """Switch a new database to WAL. Several processes creating the same store at once can get
     "database is locked" here without the busy handler being consulted: retry for a while."""
-    import time
 
     for i in range(100):
         try:

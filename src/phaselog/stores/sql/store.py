@@ -22,12 +22,14 @@ from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Capability, Damaged, PruneTarget, RunFence, Stored
 from phaselog.stores.sql import quarantine as sql_quarantine
 from phaselog.stores.sql import stamps
+from phaselog.stores.sql.carried import detached
 from phaselog.stores.sql.checkpoints import SqlCheckpoints
 from phaselog.stores.sql.entries import SqlEntries
 from phaselog.stores.sql.lease import SqlRunLeases
 from phaselog.stores.sql.manifests import SqlManifests
 from phaselog.stores.sql.retention import SqlRetention
 from phaselog.stores.sql.session import Session
+from phaselog.stores.sql.snapshot import sql_snapshot, stamped_snapshot
 
 if TYPE_CHECKING:
     import contextlib
@@ -193,8 +195,6 @@ class SqlStore:
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
         # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
-        from phaselog.stores.sql.carried import detached
-        from phaselog.stores.sql.snapshot import sql_snapshot
 
         if history:
             return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=True)
@@ -214,7 +214,6 @@ class SqlStore:
         self, ticket_id: str, run_id: str, carried: Callable[[tuple[str, str]], RunSnapshot | None]
     ) -> RunSnapshot:
         """The carried snapshot ``carried`` hands out, else the run read afresh and carried from now on."""
-        from phaselog.stores.sql.snapshot import stamped_snapshot
 
         key = (ticket_id, run_id)
         snap = carried(key)

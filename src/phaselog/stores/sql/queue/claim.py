@@ -224,7 +224,7 @@ def requeue_judged(q: SqlQueue, ticket_id: str, run_id: str) -> bool:
     return moved
 
 
-def after_judgement(store: Any, ticket_id: str, run_id: str) -> bool:
+def after_judgement(store: Store, ticket_id: str, run_id: str) -> bool:
     """After ``approve``/``reject``: requeue the run if it waits at a gate in the queue.
 
     A no-op (False) on stores without a queue (files, SQLite) and for runs never submitted.

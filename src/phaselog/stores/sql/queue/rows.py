@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from phaselog.model.errors import Conflict, NotFound, QueueRefused, UsageError
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
-from phaselog.stores.base import Capability
+from phaselog.model.records import format_timestamp
+from phaselog.stores.base import Capability, Store
+from phaselog.stores.sql.store import SqlStore
 
 if TYPE_CHECKING:
     from phaselog.stores.sql.session import Transaction
-    from phaselog.stores.sql.store import SqlStore
 
 T = TypeVar("T")
 
@@ -65,7 +66,6 @@ def timestamp(epoch: float | None) -> str | None:
     """An epoch (the database clock) as ISO-8601 UTC."""
     if epoch is None:
         return None
-    from phaselog.model.records import format_timestamp
 
     return format_timestamp(datetime.fromtimestamp(round(float(epoch), 6), UTC))
 
@@ -153,9 +153,9 @@ def channel(store: SqlStore) -> str:
     return f"phaselog_queue_{schema}"[:63] if schema else "phaselog_queue"
 
 
-def require_postgres(store: Any) -> SqlStore:
+def require_postgres(store: Store) -> SqlStore:
     """The store, if it can hold the queue; QueueRefused (exit 2) naming what to do otherwise."""
-    if Capability.QUEUE not in store.capabilities:
+    if Capability.QUEUE not in store.capabilities or not isinstance(store, SqlStore):
         kind = {"FilesStore": "files", "SqliteStore": "SQLite"}.get(type(store).__name__, type(store).__name__)
         raise QueueRefused(
             f"the queue of runs lives in a PostgreSQL store (workers on many machines share it); this is a {kind} "
@@ -163,8 +163,7 @@ def require_postgres(store: Any) -> SqlStore:
             field="store",
             rule="queue_needs_postgresql",
         )
-    sql_store: SqlStore = store
-    return sql_store
+    return store
 
 
 def check_key(ticket_id: str, run_id: str) -> tuple[str, str]:
@@ -183,7 +182,7 @@ def not_queued(ticket_id: str, run_id: str) -> NotFound:
 class SqlQueue:
     """The queue's statements over one PostgreSQL store (see the module docstring)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = require_postgres(store)
         self.session = self.store.session
         self.channel = channel(self.store)
