@@ -91,13 +91,18 @@ class Attempt(Protocol):
 def attempt_log(ctx: Attempt, ordinal: int, log_dir: Path | None) -> Path:
     """The log of attempt ``ctx.attempt`` of phase ``ctx.phase`` (shell output, ``ctx.logger``)."""
     folder = log_folder(ctx.store, ctx.workdir, ctx.ticket_id, ctx.run_id, log_dir)
-    return folder / f"{ordinal}_{ctx.phase}_a{ctx.attempt}.log"
+    return folder / log_name(ordinal, ctx.phase, ctx.attempt)
+
+
+def log_name(ordinal: int, phase: str, attempt: int) -> str:
+    """The file name of an attempt's log in its run's log folder: ``<N>_<phase>_a<k>.log``."""
+    return f"{ordinal}_{phase}_a{attempt}.log"
 
 
 class _AttemptLog(logging.FileHandler):
     """Appends to the attempt's log, made (folder 0700, file 0600) on the first record only."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, mode="a", encoding="utf-8", delay=True)
 
     def _open(self) -> Any:
@@ -131,21 +136,38 @@ def phase_logger(phase: str) -> logging.Logger:
     return own
 
 
+class LogsTo(Protocol):
+    """What :func:`logging_to` hangs the attempt's log on (a :class:`~phaselog.runner.context.PhaseContext`)."""
+
+    def on_logger(self, attach: Callable[[logging.Logger], None] | None) -> None: ...
+
+
 @contextlib.contextmanager
-def logging_to(logger: logging.Logger, path: Path, out: Console, where: str) -> Iterator[None]:
-    """While the attempt runs, ``logger`` writes to its log at ``path`` and to the console."""
-    log = _AttemptLog(path)
-    stamp = logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%SZ")
-    stamp.converter = time.gmtime
-    log.setFormatter(stamp)
-    handlers: list[logging.Handler] = [log]
-    if out.line is not None:
-        handlers.append(_ToConsole(out.say, where))
-    for h in handlers:
-        logger.addHandler(h)
+def logging_to(ctx: LogsTo, path: str | os.PathLike[str], out: Console, where: str) -> Iterator[None]:
+    """While the attempt runs, ``ctx.logger`` writes to its log at ``path`` and to the console.
+
+    The handlers are made when the phase first uses ``ctx.logger`` (a phase that never logs pays
+    for none of it); they are removed and closed when the attempt ends.
+    """
+    attached: list[tuple[logging.Logger, logging.Handler]] = []
+
+    def attach(logger: logging.Logger) -> None:
+        log = _AttemptLog(path)
+        stamp = logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%SZ")
+        stamp.converter = time.gmtime
+        log.setFormatter(stamp)
+        handlers: list[logging.Handler] = [log]
+        if out.line is not None:
+            handlers.append(_ToConsole(out.say, where))
+        for h in handlers:
+            logger.addHandler(h)
+            attached.append((logger, h))
+
+    ctx.on_logger(attach)
     try:
         yield
     finally:
-        for h in handlers:
+        ctx.on_logger(None)
+        for logger, h in attached:
             logger.removeHandler(h)
             h.close()

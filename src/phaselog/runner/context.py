@@ -16,8 +16,10 @@ step n", while the number is the last step recorded, i.e. done.
 
 from __future__ import annotations
 
+import logging
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,8 +72,11 @@ class PhaseContext:
         self.rejection = rejection
         #: When this attempt's work started (UTC): its start event and checkpoint carry it.
         self.started_at = started_at
-        #: Writes to the attempt's log and the run's console (see runner/console.py).
-        self.logger = phase_logger(phase)
+        # ctx.logger is made on first use (most phases never log): a logger and its two handlers
+        # cost more than a no-op phase's whole attempt otherwise.
+        self._logger: logging.Logger | None = None
+        self._attach: Callable[[logging.Logger], None] | None = None
+        self._logger_lock = threading.Lock()
         self._payloads = payloads
         self._heartbeat = heartbeat
         #: The runner's lease on the run (one runner per run; its fencing token goes with every
@@ -81,6 +86,28 @@ class PhaseContext:
 
     def __repr__(self) -> str:
         return f"PhaseContext({self.ticket_id!r}, {self.run_id!r}, {self.phase!r}, attempt={self.attempt})"
+
+    @property
+    def logger(self) -> logging.Logger:
+        """Writes to the attempt's log and the run's console (see runner/console.py)."""
+        logger = self._logger
+        if logger is None:
+            with self._logger_lock:
+                if self._logger is None:
+                    made = phase_logger(self.phase)
+                    if self._attach is not None:
+                        self._attach(made)
+                    self._logger = made
+                logger = self._logger
+        return logger
+
+    def on_logger(self, attach: Callable[[logging.Logger], None] | None) -> None:
+        """Have ``attach(logger)`` called once ``ctx.logger`` is made (now, if it is already): the runner
+        hangs the attempt's log and the console on it. None: no longer."""
+        with self._logger_lock:
+            self._attach = attach
+            if attach is not None and self._logger is not None:
+                attach(self._logger)
 
     @property
     def store(self) -> Store:

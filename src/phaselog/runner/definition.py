@@ -170,24 +170,46 @@ class PipelineRunner:
                 out[ph.name] = shell_fingerprint(ph)
         return out
 
-    def _executor_for(self, ph: Phase, *, log_dir: Path | None, store_url: str, out: Console) -> Executor:
+    def _executor_for(
+        self,
+        ph: Phase,
+        *,
+        log_dir: Path | None,
+        store_url: str,
+        out: Console,
+        folders: dict[tuple[str, str], Path] | None = None,
+    ) -> Executor:
+        """The executor of ``ph``; ``folders``: the run's log folder, found once per run and shared by
+        its phases' executors."""
+        folders = {} if folders is None else folders
         bound = self._bound.get(ph.name)
         if bound is not None or ph.execution.call is not None:
+            import inspect  # lazy: `phaselog step` runs no phase
+
             from phaselog.runner.calls import resolve_call  # lazy: `phaselog step` runs no phase
             from phaselog.runner.console import (  # lazy: `phaselog step` runs no phase
-                attempt_log,
+                log_folder,
+                log_name,
                 logging_to,
             )
             from phaselog.runner.python_phase import run_python  # lazy: `phaselog step` runs no phase
 
             fn = bound.fn if bound is not None else resolve_call(ph)
+            is_async = inspect.iscoroutinefunction(fn)
 
             def python_phase(phase: Phase, ctx: PhaseContext) -> Success | Failure:
-                log = attempt_log(ctx, phase.ordinal, log_dir)
-                with logging_to(ctx.logger, log, out, f"{phase.name} attempt {ctx.attempt}"):
-                    outcome = run_python(fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir)
-                if isinstance(outcome, Failure) and log.exists():
-                    outcome.detail.setdefault("log", str(log))  # what ctx.logger wrote, as for a shell phase
+                key = (ctx.ticket_id, ctx.run_id)
+                folder = folders.get(key)
+                if folder is None:
+                    folders.clear()
+                    folder = folders[key] = log_folder(ctx.store, ctx.workdir, *key, log_dir)
+                log = os.path.join(folder, log_name(phase.ordinal, ctx.phase, ctx.attempt))  # a Path only if used
+                with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}"):
+                    outcome = run_python(
+                        fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir, is_async=is_async
+                    )
+                if isinstance(outcome, Failure) and os.path.exists(log):
+                    outcome.detail.setdefault("log", log)  # what ctx.logger wrote, as for a shell phase
                 return outcome
 
             return python_phase
@@ -255,7 +277,11 @@ class PipelineRunner:
             logs = Path(log_dir).absolute() if log_dir is not None else None
             url = ledger.store.url
             out = console(echo=echo, quiet=quiet, shell_output=shell_output)
-            executors = {ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out) for ph in pl.phases}
+            folders: dict[tuple[str, str], Path] = {}
+            executors = {
+                ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out, folders=folders)
+                for ph in pl.phases
+            }
             engine = Engine(
                 ledger=ledger,
                 pipeline=pl,

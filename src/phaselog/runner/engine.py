@@ -123,7 +123,10 @@ class Engine:
             raise UsageError(
                 "phase timeouts need the main thread (they use SIGALRM); call run() from it", field="timeout"
             )
-        self.ledger.pipeline_for(self.ticket_id, self.run_id, pl)  # PipelineMismatch before anything else
+        # PipelineMismatch before anything else, decided on one snapshot (the store's two reads of the
+        # run, not the four of a lookup without one); the plan reads the run again under the lease.
+        seen = self.ledger.store.snapshot(self.ticket_id, self.run_id)
+        self.ledger.pipeline_for(self.ticket_id, self.run_id, pl, snapshot=seen)
         self.lease = leasing.acquire(
             self.ledger.store,
             self.ticket_id,

@@ -144,17 +144,18 @@ def marking(lease: Lease) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    marks = {"PHASELOG_RUN_ID": lease.run_id, "PHASELOG_LEASE_TOKEN": str(lease.token)}
-    old = {k: os.environ.get(k) for k in marks}
-    os.environ.update(marks)
+    env = os.environ
+    old_run, old_token = env.get("PHASELOG_RUN_ID"), env.get("PHASELOG_LEASE_TOKEN")
+    env["PHASELOG_RUN_ID"] = lease.run_id
+    env["PHASELOG_LEASE_TOKEN"] = str(lease.token)
     try:
         yield
     finally:
-        for k, v in old.items():
+        for k, v in (("PHASELOG_RUN_ID", old_run), ("PHASELOG_LEASE_TOKEN", old_token)):
             if v is None:
-                os.environ.pop(k, None)
+                env.pop(k, None)
             else:
-                os.environ[k] = v
+                env[k] = v
 
 
 def _running(pid: int) -> bool:
@@ -197,6 +198,18 @@ def end_marked(lease: Lease) -> None:
         end_orphans(Orphaned(False, "the runner is failing", pids=pids))
 
 
+#: This process's start time, keyed by its pid (a forked child has another pid: asked again).
+_OWN_START: dict[int, float | None] = {}
+
+
+def _own_start_time(pid: int) -> float | None:
+    """:func:`process_start_time` of this process, asked once per process (it cannot change)."""
+    if pid not in _OWN_START:
+        _OWN_START.clear()
+        _OWN_START[pid] = process_start_time(pid)
+    return _OWN_START[pid]
+
+
 def holder_info(runner_id: str | None = None, *, marks: bool = False) -> dict[str, Any]:
     """Who we are, as a lease records it: host, pid, process start time, a random runner id, and
     ``marks`` when the processes our Python phases start carry our marks (:func:`marking`)."""
@@ -206,7 +219,7 @@ def holder_info(runner_id: str | None = None, *, marks: bool = False) -> dict[st
         "runner_id": runner_id or secrets.token_hex(8),
         "host": socket.gethostname(),
         "pid": pid,
-        "process_start": process_start_time(pid),
+        "process_start": _own_start_time(pid),
         "acquired_at": format_timestamp(datetime.now(UTC)),
     }
 

@@ -27,14 +27,19 @@ def code_fingerprint(fn: Callable[..., Any]) -> str:
     return "sha256:" + hashlib.sha256(text).hexdigest()
 
 
-def run_python(fn: Callable[..., Any], ctx: PhaseContext, *, timeout: float | None, workdir: Path) -> Success | Failure:
+def run_python(
+    fn: Callable[..., Any], ctx: PhaseContext, *, timeout: float | None, workdir: Path, is_async: bool | None = None
+) -> Success | Failure:
     """Call ``fn(ctx)`` once; never raises for the phase's own errors (they become a Failure).
 
     A sync function's timeout is a SIGALRM in the main thread (the runner checks it can use
-    one); an async function's is ``asyncio.wait_for``.
+    one); an async function's is ``asyncio.wait_for``. ``is_async``: whether ``fn`` is an
+    ``async def`` (None: ask ``inspect``; the runner asks once per phase, not per attempt).
     """
+    if is_async is None:
+        is_async = inspect.iscoroutinefunction(fn)
     try:
-        if inspect.iscoroutinefunction(fn):
+        if is_async:
             result = asyncio.run(_await(fn, ctx, timeout))
         else:
             with alarm(timeout):

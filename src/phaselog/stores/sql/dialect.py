@@ -79,6 +79,15 @@ class Dialect:
         if self.for_update:
             tx.execute(select + self.for_update, params)
 
+    def unsynced(self, conn: Any) -> bool:
+        """Before a write transaction whose commit need not reach the disk at once (a run lease: see
+        stores/sql/lease.py): make the connection's next commit skip its flush, where that is safe;
+        True if it did (then :meth:`synced` restores it after the transaction). Default: never."""
+        return False
+
+    def synced(self, conn: Any) -> None:
+        """After :meth:`unsynced`'s transaction: every commit flushes again."""
+
     def is_unique_violation(self, exc: BaseException) -> bool:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -12,6 +12,12 @@ Every checkpoint the runner writes carries its token (``fence=``); the append re
 row inside its own transaction (the dialect's ``for_share``: ``FOR SHARE`` on PostgreSQL, so a
 takeover waits for the append to commit, or the append waits for the takeover and then fails), so
 a fenced runner cannot write.
+
+Taking and freeing a lease commit without waiting for the disk where the dialect can do that
+safely (SQLite in WAL mode: ``synchronous=NORMAL`` for that transaction, D176): the change is safe
+from a crash of any process, and a power loss can only lose it together with every process that
+held it — the first checkpoint fenced by a token flushes the WAL, the token's change with it.
+PostgreSQL commits them as any write (its runners live on other machines than the server).
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ class SqlRunLeases:
             )
             return LeaseState(key[0], key[1], token, dict(holder), now, now + ttl, now, None, took_over)
 
-        return self.session.transact(take)
+        return self.session.transact(take, flush=False)  # not a record: see the module docstring
 
     def renew(
         self, ticket_id: str, run_id: str, token: int, *, ttl: float, holder: Mapping[str, Any] | None = None
@@ -143,7 +149,7 @@ class SqlRunLeases:
             )
             return bool(cur.rowcount)
 
-        return self.session.transact(free)
+        return self.session.transact(free, flush=False)
 
     def read(self, ticket_id: str, run_id: str) -> LeaseState | None:
         """The lease row (None: never taken)."""

@@ -230,9 +230,27 @@ class Session:
         self.ensure_ready()
         return self.write_created(fn)
 
-    def transact(self, fn: Callable[[Transaction], T]) -> T:
-        """:meth:`write`, retried on transient errors (a new connection, a new transaction)."""
-        return self.retry(lambda: self.write(fn))
+    def transact(self, fn: Callable[[Transaction], T], *, flush: bool = True) -> T:
+        """:meth:`write`, retried on transient errors (a new connection, a new transaction).
+
+        ``flush=False``: the commit need not reach the disk at once (where the dialect can skip the
+        flush safely: :meth:`Dialect.unsynced`); only for what is not a record (a run lease)."""
+        if flush:
+            return self.retry(lambda: self.write(fn))
+        return self.retry(lambda: self._unflushed(fn))
+
+    def _unflushed(self, fn: Callable[[Transaction], T]) -> T:
+        self.ensure_ready()
+        conn = self.conn
+        if not self.dialect.unsynced(conn):
+            return self.write_created(fn)
+        try:
+            return self.write_created(fn)
+        finally:
+            try:
+                self.dialect.synced(conn)
+            except Exception:
+                self.reset()  # never keep a connection whose commits might not flush: a new one flushes
 
     def write_created(self, fn: Callable[[Transaction], T]) -> T:
         """:meth:`write` of a store known to exist (or being created: the migration itself)."""

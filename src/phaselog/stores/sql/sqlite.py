@@ -162,6 +162,20 @@ class SqliteDialect(Dialect):
             raise StoreError(f"cannot open {self.path}: {exc.strerror}", path=str(self.path)) from None
         return _Conn(conn)
 
+    def unsynced(self, conn: Any) -> bool:
+        # WAL with synchronous=NORMAL: the commit is in the WAL, safe from a process crash, and
+        # reaches the disk with the next FULL commit (the WAL is one file, synced whole) — so a
+        # lease is durable before any checkpoint fenced by it is. Only in WAL mode: a rollback
+        # journal with NORMAL may be damaged by a power loss.
+        raw = getattr(conn, "raw", None)
+        if raw is None or not conn.in_wal():
+            return False
+        raw.execute("PRAGMA synchronous=NORMAL")
+        return True
+
+    def synced(self, conn: Any) -> None:
+        conn.raw.execute("PRAGMA synchronous=FULL")
+
     def begin_write(self, conn: Any) -> None:
         self.check_writable()
         conn.enter_gate(self.path.parent)
@@ -224,6 +238,13 @@ class _Conn:
         self.raw = conn
         self.autocommit = True
         self._gate: tuple[int, str] | None = None
+        self._wal: bool | None = None
+
+    def in_wal(self) -> bool:
+        """The database is in WAL mode (asked once per connection: the mode is persistent)."""
+        if self._wal is None:
+            self._wal = str(self.raw.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+        return self._wal
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         return self.raw.execute(sql, params)
