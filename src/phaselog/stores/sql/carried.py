@@ -174,12 +174,19 @@ _RUN_ENTRIES = (
     "OR (run_id = '' AND kind = 'markers'))"
 )
 _WEIGHT = 1_000_001  # above MAX_ATTEMPT: (ordinal, attempt) -> ordinal * _WEIGHT + attempt is one-to-one
+#: A row's version: PostgreSQL's ``xmin`` (the transaction that wrote this version of the row). Any
+#: UPDATE of a row, even one that keeps its key, count and name, writes a version newer than every
+#: earlier one, so the greatest moves: bytes edited in place are never decided on from memory (D177).
+#: The run stamp is read only by dialects without a database stamp, which is PostgreSQL alone.
+ROW_VERSION = "xmin::text::bigint"
 _RUN_PARTS = (
     f"(SELECT COUNT(*) {_RUN_ROWS})",
     f"(SELECT COALESCE(SUM(phase_ordinal * {_WEIGHT} + attempt), 0) {_RUN_ROWS})",
+    f"(SELECT COALESCE(MAX({ROW_VERSION}), 0) {_RUN_ROWS})",
     f"(SELECT COUNT(*) {_RUN_ENTRIES})",
     f"(SELECT COALESCE(MAX(name), '') {_RUN_ENTRIES})",
     f"(SELECT COALESCE(SUM(LENGTH(name)), 0) {_RUN_ENTRIES})",
+    f"(SELECT COALESCE(MAX({ROW_VERSION}), 0) {_RUN_ENTRIES})",
 )
 #: The run stamp, read (``run_stamp_params``).
 RUN_STAMP = "SELECT " + ", ".join(_RUN_PARTS)
@@ -207,7 +214,8 @@ def premise_params(ticket_id: str, run_id: str, stamp: tuple[Any, ...]) -> tuple
     return tuple(v for value in stamp[1:] for v in (ticket_id, run_id, value))
 
 
-def bumped(stamp: tuple[Any, ...], record: Checkpoint) -> tuple[Any, ...]:
-    """The run stamp once ``record`` is appended to the run ``stamp`` was read of."""
-    _, count, total, *entries = stamp
-    return ("run", count + 1, total + record.phase_ordinal * _WEIGHT + record.attempt_number, *entries)
+def bumped(stamp: tuple[Any, ...], record: Checkpoint, version: int) -> tuple[Any, ...]:
+    """The run stamp once ``record`` is appended to the run ``stamp`` was read of; ``version``: the
+    new row's :data:`ROW_VERSION` (the newest of the run's rows now)."""
+    _, count, total, _newest, *entries = stamp
+    return ("run", count + 1, total + record.phase_ordinal * _WEIGHT + record.attempt_number, version, *entries)

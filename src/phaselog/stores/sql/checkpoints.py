@@ -32,7 +32,7 @@ from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.sql import carried, lease, manifests
-from phaselog.stores.sql.carried import RUN_STAMP_WHERE, CarriedRuns
+from phaselog.stores.sql.carried import ROW_VERSION, RUN_STAMP_WHERE, CarriedRuns
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
@@ -59,7 +59,13 @@ _AT_ONCE_WHERE, _AT_ONCE_TAIL = _INSERT_AT_ONCE.split(" ON CONFLICT ")
 #: (stores/sql/carried.py): the write decided on a carried snapshot is one statement.
 _INSERT_PREMISED = (
     f"{_AT_ONCE_WHERE} AND (SELECT content_hash FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? "
-    f"AND phase_ordinal = ? AND attempt = ?) IS NOT DISTINCT FROM ?{RUN_STAMP_WHERE} ON CONFLICT {_AT_ONCE_TAIL}"
+    f"AND phase_ordinal = ? AND attempt = ?) IS NOT DISTINCT FROM ?{RUN_STAMP_WHERE} ON CONFLICT "
+    + _AT_ONCE_TAIL.replace("RETURNING 1", f"RETURNING {ROW_VERSION}")
+)
+#: The new row's version (the run stamp's newest), read after an insert in a transaction.
+_ROW_VERSION_OF = (
+    f"SELECT {ROW_VERSION} FROM phaselog_checkpoints WHERE ticket_id = ? AND run_id = ? AND phase_ordinal = ? "
+    "AND attempt = ?"
 )
 #: The fence as a condition of the premised insert (``lock``: the dialect's share lock).
 _FENCED = (
@@ -199,7 +205,11 @@ class SqlCheckpoints:
             if premise is not None and now == premise:
                 # Nothing moved: the carried snapshot plus this record is the run (our own insert
                 # counted in total_changes, as the commit leaves our own data_version alone).
-                after[0] = carried.bumped(premise, record) if run_premise else dialect.change_stamp(tx.conn, now[-1])
+                if run_premise:
+                    row = tx.one(_ROW_VERSION_OF, (*key, record.attempt_number))
+                    after[0] = None if row is None else carried.bumped(premise, record, int(row[0]))
+                else:
+                    after[0] = dialect.change_stamp(tx.conn, now[-1])
 
         def attempt_once() -> None:
             if manifest is None and dialect.round_trips_dear and dialect.append_at_once:
@@ -219,8 +229,9 @@ class SqlCheckpoints:
                     if fence is not None:
                         text = text.replace(" ON CONFLICT ", _FENCED.format(lock=dialect.for_share) + " ON CONFLICT ")
                         premised = (*premised, fence.ticket_id, fence.run_id, fence.token)
-                    if session.autocommit(text, premised) is not None:
-                        after[0] = carried.bumped(premise, record)
+                    row = session.autocommit(text, premised)
+                    if row is not None:
+                        after[0] = carried.bumped(premise, record, int(row[0]))
                         return
                 elif fence is None and session.autocommit(_INSERT_AT_ONCE, at_once) is not None:
                     return  # else the transaction below reads why (and inserts if it now may)
