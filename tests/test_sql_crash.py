@@ -453,11 +453,11 @@ class CommitCutter:
     ``after``: the COMMIT reaches the server (it commits) and the reply is dropped;
     ``before``: the COMMIT never reaches the server (it rolls back).
 
-    An append that is one autocommitted statement (stores/sql_append.py) commits when that
+    An append that is one autocommitted statement (stores/sql/checkpoints.py) commits when that
     statement completes: it is cut in the same two places (its command tag is ``INSERT``)."""
 
     COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
-    AT_ONCE = b"ON CONFLICT DO NOTHING RETURNING 1"
+    AT_ONCE = b"ON CONFLICT DO NOTHING RETURNING "  # the autocommitted append (RETURNING 1 or its row version)
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
