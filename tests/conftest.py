@@ -10,16 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 
-import phaselog
-from helpers import Clock
-from phaselog.ledger.facade import Ledger
-from phaselog.stores.base import Store
-from phaselog.stores.files.store import FilesStore
-
-# The installable conformance suite (phaselog.testing) asserts in its own modules: let pytest explain them.
+# The installable conformance suite (phaselog.testing) asserts in its own modules: let pytest explain
+# them. Registered before anything imports it (helpers takes its Clock from phaselog.testing.data).
 pytest.register_assert_rewrite("phaselog.testing")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+import phaselog  # noqa: E402
+from helpers import Clock  # noqa: E402
+from phaselog.ledger.facade import Ledger  # noqa: E402
+from phaselog.stores.base import Store  # noqa: E402
+from phaselog.stores.files.store import FilesStore  # noqa: E402
 
 # Hypothesis: deterministic in CI, a little more searching locally.
 settings.register_profile(

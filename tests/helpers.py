@@ -16,15 +16,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-# The instant most tests start their clock at.
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+# The hand-moved clock and the instant most tests start it at: the conformance suite's own.
+from phaselog.testing.data import T0, Clock
+
+__all__ = ["T0", "Clock"]  # re-exported: test modules import them from here
+
 # Seed 000, "Cron-Closeout Checkpoint Protocol" / "Checkpoint Schema": the guard state's fields, in order.
 GUARD_SEED_FIELDS = [
     "schema_version",
@@ -39,25 +41,6 @@ TS_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z")
 
 
 # -- time --------------------------------------------------------------------------------------------
-class Clock:
-    """A clock the test moves by hand: ``clock()`` is now; ``tick``/``advance`` move it forward."""
-
-    def __init__(self, start: datetime = T0) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, seconds: float = 1) -> None:
-        """Move ``seconds`` forward."""
-        self.now += timedelta(seconds=seconds)
-
-    def advance(self, **kw: float) -> datetime:
-        """Move forward by ``timedelta(**kw)``; returns the new now."""
-        self.now += timedelta(**kw)
-        return self.now
-
-
 # -- files -------------------------------------------------------------------------------------------
 def tree(root: Path) -> dict[str, str]:
     """Every file below ``root`` (lock files aside) with a hash of its bytes; {} if there is no root."""

@@ -34,7 +34,7 @@ VIDEO: dict[str, dict[str, Any]] = {
 
 
 class Clock:
-    """A clock the test moves by hand: ``clock()`` is now; ``tick`` moves it forward."""
+    """A clock the test moves by hand: ``clock()`` is now; ``tick``/``advance`` move it forward."""
 
     def __init__(self, start: datetime = T0) -> None:
         self.now = start
@@ -45,6 +45,11 @@ class Clock:
     def tick(self, seconds: float = 1) -> None:
         """Move ``seconds`` forward."""
         self.now += timedelta(seconds=seconds)
+
+    def advance(self, **kw: float) -> datetime:
+        """Move forward by ``timedelta(**kw)``; returns the new now."""
+        self.now += timedelta(**kw)
+        return self.now
 
 
 def impl(i: int) -> dict[str, Any]:
