@@ -13,6 +13,7 @@ write. A subscriber's failure becomes a warning on the write's result; the recor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from phaselog.ledger.derive import COMPLETED
@@ -34,12 +35,35 @@ if TYPE_CHECKING:
     from phaselog.stores.base import Store
 
 
-def checkpoint_events(cp: Checkpoint, *, gated: bool, completes_run: bool) -> list[Event]:
-    """What appending ``cp`` means, in order: written; then failed, awaiting approval or run completed."""
+def failed_for_good(cp: Checkpoint, retries: int) -> bool:
+    """Is ``cp`` a failure with no retry left (D202)? Decided from the record and the phase's policy alone.
+
+    The runner says so in the failed payload (``failure.retries_left``); a record of the runner's that
+    predates that key is final from attempt ``1 + retries`` on; a failure written outside the runner
+    (``phaselog fail``, ``Run.fail``: no ``failure`` in its payload) is final at once; an interrupted
+    attempt (a signal stopped the run) is not a failure for good.
+    """
+    if cp.completed:
+        return False
+    payload = cp.phase_payload if isinstance(cp.phase_payload, Mapping) else {}
+    failure = payload.get("failure")
+    if not isinstance(failure, Mapping) or "rule" not in failure:
+        return True
+    if failure["rule"] == "interrupted":
+        return False  # the run was stopped by a signal, not failed: resuming it tries the phase again
+    left = failure.get("retries_left")
+    if isinstance(left, int) and not isinstance(left, bool):
+        return left <= 0
+    return cp.attempt_number >= 1 + retries
+
+
+def checkpoint_events(cp: Checkpoint, *, gated: bool, completes_run: bool, for_good: bool = True) -> list[Event]:
+    """What appending ``cp`` means, in order: written; then failed for good, awaiting approval or run completed."""
     ticket, run = cp.ticket_id, cp.run_id
     out: list[Event] = [CheckpointWritten(ticket, run, cp.phase, cp.attempt_number, cp.status, cp.content_hash)]
     if not cp.completed:
-        out.append(PhaseFailed(ticket, run, cp.phase, cp.attempt_number, cp.error, cp.content_hash))
+        if for_good:
+            out.append(PhaseFailed(ticket, run, cp.phase, cp.attempt_number, cp.error, cp.content_hash))
     elif gated:
         out.append(AwaitingApproval(ticket, run, cp.phase, cp.attempt_number, cp.content_hash))
     elif completes_run:
@@ -68,4 +92,4 @@ def raise_events(events: list[Event], store: Store) -> list[str]:
     return emit(events, store)
 
 
-__all__ = ["checkpoint_events", "completes_run", "judgement_events", "raise_events", "subscribe"]
+__all__ = ["checkpoint_events", "completes_run", "failed_for_good", "judgement_events", "raise_events", "subscribe"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from phaselog.ledger import recorded_pipelines as pipeline_shelf
 from phaselog.ledger.derive import PhaseState
-from phaselog.ledger.events import checkpoint_events, completes_run, raise_events
+from phaselog.ledger.events import checkpoint_events, completes_run, failed_for_good, raise_events
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
 from phaselog.ledger.status import RunStates, blockers_before
 from phaselog.model.artifacts import hash_artifacts
@@ -325,7 +325,12 @@ class Writes:
             pipeline_shelf.recorded(self.store, done.manifest)
         stored = Stored(cp, done.location, cp.content_hash)
         # Durable now: tell the subscribers; what they say joins the warnings, the record stays.
-        events = checkpoint_events(cp, gated=ph.requires_approval, completes_run=self._completes(done.snap, pl, cp))
+        events = checkpoint_events(
+            cp,
+            gated=ph.requires_approval,
+            completes_run=self._completes(done.snap, pl, cp),
+            for_good=failed_for_good(cp, ph.execution.retries),
+        )
         said = raise_events(events, self.store)
         return WriteResult(stored, done.warnings + tuple(said))
 
