@@ -72,7 +72,8 @@ def test_bad_input_is_a_clear_error_naming_the_option(tmp_path: Path) -> None:
         done = _cli("events", "--root", str(root), "--ticket-id", T, *args)
         assert done.returncode == 2, (args, done.stdout)
         err = json.loads(done.stdout)
-        assert err["field"] == option and err["error"].startswith(option)
+        assert err["field"] == option
+        assert err["error"].startswith(option)
         assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -103,7 +104,7 @@ def test_follow_prints_a_write_made_while_it_waits(tmp_path: Path) -> None:
         try:
             assert proc.stdout is not None
             seen = [json.loads(proc.stdout.readline()), json.loads(proc.stdout.readline())]
-            assert [list(s)[0] for s in seen] == ["event_id", "cursor"]
+            assert [next(iter(s)) for s in seen] == ["event_id", "cursor"]
             written = ledger.write(
                 T, "r1", "local_review", {"iteration_count": 1, "issue_fingerprints": [], "last_clean_sha": "a1b2c3d"}
             )
