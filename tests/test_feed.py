@@ -7,6 +7,7 @@ gaps, no repeats (hypothesis); a writer SIGKILLed right after its write still ha
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phaselog.ledger.facade import Ledger
-from phaselog.ledger.feed import advance, decode_cursor
+from phaselog.ledger.feed import FeedEvent, advance, decode_cursor
 from phaselog.model import events
 from phaselog.model.errors import UsageError
 from phaselog.model.events import Event
@@ -28,6 +29,21 @@ from phaselog.model.pipelines import Pipeline, pipeline_from_dict
 from phaselog.stores import Store
 
 T = "FEED-1"
+SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "event.schema.json").read_text())
+
+
+def _schema_valid(got: list[FeedEvent]) -> None:
+    """Every event matches docs/event.schema.json (and the schema itself is valid)."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    validator = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
+    for event in got:
+        validator.validate(event.to_json())
+    with pytest.raises(jsonschema.ValidationError):  # the schema does check the data of each type
+        validator.validate({**got[0].to_json(), "data": {"unexpected": 1}})
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -64,6 +80,7 @@ def test_feed_ids_are_the_emitted_ids_stable_and_in_append_order(store: Store) -
     finally:
         stop()
     page = ledger.feed(ticket_id=T)
+    _schema_valid(page.events)
     assert [e.event_id for e in page.events] == [e.id for e in seen]  # what was raised in process, in order
     assert [e.type for e in page.events] == [
         "checkpoint.written",
@@ -237,6 +254,7 @@ def test_a_guard_s_failed_passes_and_breaker_are_in_the_store_feed(tmp_path: Pat
         stop()
     got = Ledger(FilesStore(tmp_path / "store")).feed().events
     assert [e.type for e in got] == ["guard.pass_failed", "guard.pass_failed", "guard.breaker_opened"]
+    _schema_valid(got)
     opened = [e.id for e in seen if e.type == "guard.breaker_opened"]
     assert [e.event_id for e in got if e.type == "guard.breaker_opened"] == opened
     assert got[1].data["consecutive_failures"] == 2
@@ -262,5 +280,6 @@ def test_a_dead_queue_row_is_run_dead_with_the_emitted_id(pg_schema_url: str) ->
         stop()
         store.close()
     dead = [e for e in got if e.type == "run.dead"]
+    _schema_valid(dead)
     assert [e.event_id for e in dead] == [e.id for e in seen if e.type == "run.dead"]
     assert dead[0].data["reason"] == "phase one failed"
