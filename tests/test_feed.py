@@ -283,3 +283,33 @@ def test_a_dead_queue_row_is_run_dead_with_the_emitted_id(pg_schema_url: str) ->
     _schema_valid(dead)
     assert [e.event_id for e in dead] == [e.id for e in seen if e.type == "run.dead"]
     assert dead[0].data["reason"] == "phase one failed"
+
+
+@pytest.mark.all_stores
+def test_phase_failed_comes_once_when_the_runner_s_retries_are_spent(store: Store, tmp_path: Path) -> None:
+    import phaselog
+
+    seen: list[Event] = []
+    stop = events.subscribe(lambda event, origin: seen.append(event))
+    ledger = Ledger(store)
+    pipe = phaselog.pipeline("flaky", phases=["fetch"])
+
+    @pipe.phase("fetch", retries=2, retry_delay=0)
+    def fetch(ctx: object) -> object:
+        raise ConnectionError("refused")
+
+    try:
+        with pytest.raises(phaselog.PhaseFailed):
+            pipe.run("FL-1", "r", store=ledger, workdir=tmp_path)
+    finally:
+        stop()
+    got = ledger.feed(ticket_id="FL-1").events
+    assert [(e.type, e.attempt) for e in got] == [
+        ("checkpoint.written", 1),
+        ("checkpoint.written", 2),
+        ("checkpoint.written", 3),
+        ("phase.failed", 3),  # only the attempt with no retry left
+    ]
+    assert [e.event_id for e in got] == [e.id for e in seen]
+    lefts = [r.record.phase_payload["failure"]["retries_left"] for r in ledger.list("FL-1").items]  # type: ignore[index]
+    assert lefts == [2, 1, 0]
