@@ -218,6 +218,7 @@ class Feed:
             frozenset(p.ordinal for p in pl.phases if p.requires_approval),
             {p.ordinal: p.execution.retries for p in pl.phases},
             tuple(p.ordinal for p in pl.phases),
+            tuple(p.name for p in pl.phases[:-1]),
         )
 
     def follow(self, **query: Unpack[FollowQuery]) -> Iterator[FeedEvent]:
