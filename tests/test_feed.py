@@ -320,3 +320,32 @@ def test_phase_failed_comes_once_when_the_runner_s_retries_are_spent(store: Stor
     assert [e.event_id for e in got] == [e.id for e in seen]
     lefts = [r.record.phase_payload["failure"]["retries_left"] for r in ledger.list("FL-1").items]  # type: ignore[index]
     assert lefts == [2, 1, 0]
+
+
+@pytest.mark.all_stores
+def test_follow_yields_what_was_there_then_each_new_event_until_stopped(store: Store) -> None:
+    import queue
+    import threading
+
+    ledger = Ledger(store)
+    pl = _free()
+    first = ledger.write(T, "r1", "a", {}, pipeline=pl)
+    got: queue.Queue[str] = queue.Queue()
+    stop = threading.Event()
+    follower = Ledger(store)
+
+    def follow() -> None:
+        for event in follower.follow(ticket_id=T, poll=0.05, stop=stop):
+            got.put(event.event_id)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        assert got.get(timeout=60) == f"checkpoint.written:{first.record.content_hash}"
+        later = ledger.write(T, "r2", "a", {}, pipeline=pl)
+        assert got.get(timeout=60) == f"checkpoint.written:{later.record.content_hash}"
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert got.empty()  # each event once
