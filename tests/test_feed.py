@@ -7,6 +7,7 @@ gaps, no repeats (hypothesis); a writer SIGKILLed right after its write still ha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from phaselog.ledger.facade import Ledger
 from phaselog.ledger.feed import FeedEvent, advance, decode_cursor
 from phaselog.model import events
-from phaselog.model.errors import UsageError
+from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.events import Event
 from phaselog.model.pipelines import Pipeline, pipeline_from_dict
 from phaselog.stores import Store
@@ -141,10 +142,22 @@ OPS = st.lists(
     st.one_of(
         st.tuples(st.just("w"), st.sampled_from(["r1", "r2", "r3"]), st.sampled_from(["a", "b"]), st.booleans()),
         st.tuples(st.just("r"), st.integers(1, 4)),
+        st.tuples(st.just("j"), st.sampled_from(["r1", "r2", "r3"]), st.booleans()),  # judge b, the gate
     ),
     min_size=1,
     max_size=14,
 )
+
+
+def _gated_free() -> Pipeline:
+    return pipeline_from_dict(
+        {
+            "name": "gated-free",
+            "version": "1",
+            "order": "free",
+            "phases": [{"name": "a"}, {"name": "b", "requires_approval": True}],
+        }
+    )
 
 
 @pytest.mark.all_stores
@@ -162,7 +175,7 @@ def test_paging_with_cursors_never_skips_nor_repeats(
 ) -> None:
     ticket = f"FEED-{uuid.uuid4().hex[:8]}"
     ledger = Ledger(store)
-    pl = _free()
+    pl = _gated_free()
     got: list[str] = []
     cursor: str | None = None
     for i, op in enumerate(ops):
@@ -179,6 +192,11 @@ def test_paging_with_cursors_never_skips_nor_repeats(
                 error=None if ok else "no",
                 timestamp=T0 + timedelta(minutes=minutes),
             )
+        elif op[0] == "j":
+            _, run, approve = op
+            judge = ledger.approve if approve else ledger.reject
+            with contextlib.suppress(PhaselogError):  # nothing to judge, rejected already …: no record
+                judge(ticket, str(run), "b", by="ana", pipeline=pl)
         else:
             page = ledger.feed(ticket_id=ticket, after=cursor, limit=int(op[1]))  # type: ignore[call-overload]
             got.extend(e.event_id for e in page.events)
