@@ -277,12 +277,20 @@ def test_a_guard_s_failed_passes_and_breaker_are_in_the_store_feed(tmp_path: Pat
             g.run(["sh", "-c", f"exit {code}"], GuardConfig(max_failures=2))
     finally:
         stop()
-    got = Ledger(FilesStore(tmp_path / "store")).feed().events
+    reader = Ledger(FilesStore(tmp_path / "store"))
+    page = reader.feed()
+    got = page.events
     assert [e.type for e in got] == ["guard.pass_failed", "guard.pass_failed", "guard.breaker_opened"]
     _schema_valid(got)
     opened = [e.id for e in seen if e.type == "guard.breaker_opened"]
     assert [e.event_id for e in got if e.type == "guard.breaker_opened"] == opened
     assert got[1].data["consecutive_failures"] == 2
+    assert reader.feed(after=page.cursor).events == []  # remembered: the guard's state did not move
+    g.reset(by="ana")
+    clock.advance(minutes=15)
+    g.run(["sh", "-c", "exit 7"], GuardConfig(max_failures=2))  # the state moved: read again
+    more = reader.feed(after=page.cursor).events
+    assert [(e.type, e.data["consecutive_failures"]) for e in more] == [("guard.pass_failed", 1)]
 
 
 def test_a_dead_queue_row_is_run_dead_with_the_emitted_id(pg_schema_url: str) -> None:
