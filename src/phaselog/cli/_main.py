@@ -35,6 +35,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "guard": ("guard",),
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),
+    "agents": ("mcp", "skill"),
 }
 
 
