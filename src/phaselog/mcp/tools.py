@@ -112,6 +112,7 @@ def write_checkpoint(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
         status=status,
         error=a.get("error"),
         started_at=_ts(a.get("started_at"), "started_at"),
+        pipeline=a.get("pipeline"),
     )
     return views.written(result)
 
@@ -281,6 +282,11 @@ TOOLS: tuple[Tool, ...] = (
             status={"enum": ["completed", "failed"], "description": "completed (default), or failed (with error)."},
             error=s.text("Why the attempt failed (only with status failed)."),
             started_at=s.text("When the phase's work started (ISO-8601 with timezone), for its duration.", 64),
+            pipeline=s.text(
+                "The pipeline's name (default: the run's recorded one, else ticket-pipeline); only a run's "
+                "first write needs it.",
+                200,
+            ),
         ),
         s.WRITTEN,
         write_checkpoint,
