@@ -66,8 +66,8 @@ def skill_commands(text: str) -> list[list[str]]:
     """Every `phaselog …` command line in the skill's bash blocks, continuation lines joined."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.strip()
+        for raw in block.replace("\\\n", " ").splitlines():
+            line = raw.strip()
             if line.startswith("phaselog "):
                 commands.append(shlex.split(line))
     return commands
@@ -118,7 +118,7 @@ def test_help_and_read_do_not_import_the_mcp_sdk(tmp_path: Path) -> None:
 
 
 def test_http_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
-    res = run_cli(tmp_path / "store", "mcp", "--http", "--host", "0.0.0.0")  # noqa: S104  # refused: the point
+    res = run_cli(tmp_path / "store", "mcp", "--http", "--host", "0.0.0.0")  # refused: the point
     assert res.rc == 2
     assert res.json["field"] == "token"
     res = run_cli(tmp_path / "store", "mcp", "--token", "x" * 20)
