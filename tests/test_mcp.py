@@ -381,3 +381,30 @@ def test_an_agent_resumes_after_the_server_is_killed(kind: str, tmp_path: Path) 
             raise
     anyio.run(second)
     assert cli_json(root, "list", *flags, "--ticket-id", T)["count"] == len(order)
+
+
+def test_an_approval_without_via_is_stored_and_hashed_as_before() -> None:
+    from datetime import UTC, datetime
+
+    from phaselog.model.entries import Approval
+
+    base = {
+        "ticket_id": "VID-7",
+        "run_id": "dd692987-7db8-59ac-a1cf-86f0650dadb2",
+        "phase": "proposal",
+        "phase_ordinal": 2,
+        "attempt_number": 1,
+        "checkpoint_hash": "a" * 64,
+        "decision": "approve",
+        "by": "ana",
+        "timestamp": datetime(2026, 12, 1, tzinfo=UTC),
+        "seq": 1,
+    }
+    old = Approval(**base)
+    doc = old.to_json()
+    assert "via" not in doc  # an old record's bytes, hence its content hash, are unchanged
+    assert Approval.from_json(doc) == old
+    new = Approval(**base, via="mcp")
+    assert new.to_json()["via"] == "mcp"
+    assert Approval.from_json(new.to_json()) == new
+    assert new.content_hash != old.content_hash  # the origin is part of what verify checks
