@@ -346,6 +346,10 @@ def test_an_agent_resumes_after_the_server_is_killed(kind: str, tmp_path: Path) 
                     s, "write_checkpoint", {"ticket_id": T, "run_id": R, "phase": phase, "payload": PAYLOADS[phase]}
                 )
                 assert not is_error, out
+            for event, step in (("start", None), ("step", 1)):  # half-way into phase 3
+                args = {"ticket_id": T, "run_id": R, "phase": order[2], "event": event}
+                is_error, out = await call(s, "record_progress", args | ({"step": step} if step else {}))
+                assert not is_error, out
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
             with pytest.raises(Exception):  # noqa: B017  # the server is gone: any transport error
                 with anyio.fail_after(30):
@@ -357,6 +361,9 @@ def test_an_agent_resumes_after_the_server_is_killed(kind: str, tmp_path: Path) 
             assert status["completed_phases"] == order[:2]
             nxt = status["next_phase"]
             assert nxt == "create_pr"
+            flight = status["phases"][2]["in_flight"]
+            assert status["phases"][2]["state"] == "in_progress"
+            assert flight["last_step"] == 1  # where the killed session got to
             plan = (await call(s, "explain", {"ticket_id": T, "run_id": R}))[1]
             assert plan["next_phase"] == nxt
             assert (await call(s, "can_skip_to", {"ticket_id": T, "run_id": R, "phase": nxt}))[1]["allowed"] is True
@@ -370,7 +377,7 @@ def test_an_agent_resumes_after_the_server_is_killed(kind: str, tmp_path: Path) 
             assert done["next_phase"] is None
             verified = (await call(s, "verify", {"ticket_id": T}))[1]
             assert verified["ok"] is True
-            assert verified["checked"] == len(order)
+            assert verified["checked"] == len(order) + 2  # the checkpoints and the two progress events
 
     try:
         anyio.run(first)
