@@ -54,7 +54,7 @@ LEDGER_API = {
     "approvals": "(ticket_id, run_id)",
     "approve": (
         "(ticket_id, run_id, phase, *, by, comment=None, attempt=None, decision='approve', "
-        "pipeline=None, checkpoint_hash=None)"
+        "pipeline=None, checkpoint_hash=None, via=None)"
     ),
     "can_skip_to": "(ticket_id, run_id, phase, *, pipeline=None, artifacts_root=None)",
     "close": "()",
@@ -88,7 +88,9 @@ LEDGER_API = {
     "prune": "(ticket_id=None, *, older_than=None, keep_last=None, run_id=None, dry_run=False)",
     "read": "(ticket_id, run_id, phase, attempt=None, *, pipeline=None)",
     "recorded_pipeline": "(ticket_id, run_id)",
-    "reject": "(ticket_id, run_id, phase, *, by, comment=None, attempt=None, pipeline=None, checkpoint_hash=None)",
+    "reject": (
+        "(ticket_id, run_id, phase, *, by, comment=None, attempt=None, pipeline=None, checkpoint_hash=None, via=None)"
+    ),
     "run": "(ticket_id, run_id, *, pipeline=None)",
     "run_records": "(ticket_id, run_id)",
     "status": "(ticket_id, run_id, *, pipeline=None, artifacts_root=None)",

@@ -36,6 +36,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "feed": ("events",),
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),
+    "agents": ("mcp", "skill"),
 }
 
 

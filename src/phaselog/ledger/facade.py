@@ -269,8 +269,9 @@ class Ledger(Services):
         decision: str = "approve",
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, builtins.list[str]]:
-        """Record that ``by`` approves (or rejects) a checkpoint of a gated phase."""
+        """Record that ``by`` approves (or rejects) a checkpoint of a gated phase (``via``: the door, e.g. mcp)."""
         return self.gates.approve(
             ticket_id,
             run_id,
@@ -281,6 +282,7 @@ class Ledger(Services):
             decision=decision,
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
+            via=via,
         )
 
     def reject(
@@ -294,6 +296,7 @@ class Ledger(Services):
         attempt: int | None = None,
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, builtins.list[str]]:
         """Record a rejection (see :meth:`approve`)."""
         return self.gates.reject(
@@ -305,6 +308,7 @@ class Ledger(Services):
             attempt=attempt,
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
+            via=via,
         )
 
     def approvals(self, ticket_id: str, run_id: str) -> builtins.list[Approval]:

@@ -45,6 +45,16 @@ class GateRefused(PhaselogError, ValueError):
     error_code = "gate"
 
 
+#: The doors a judgement may record it came through (``Approval.via``, D240).
+VIAS = ("mcp",)
+
+
+def _check_via(via: str | None) -> str | None:
+    if via is not None and via not in VIAS:
+        raise UsageError(f"via: one of {', '.join(VIAS)} (or none)", field="via", rule="enum")
+    return via
+
+
 def _check_person(by: str) -> str:
     if not isinstance(by, str) or not by.strip():
         raise UsageError("--by: name who approves (must not be empty)", field="by", rule="required")
@@ -135,13 +145,15 @@ class Gates:
         decision: str = "approve",
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record that ``by`` approves (or rejects) a checkpoint of a gated phase.
 
         ``attempt`` defaults to the latest completed attempt. ``checkpoint_hash``: the content hash
         the person was shown; the judgement is refused (rule ``hash_mismatch``) unless the judged
         checkpoint still has exactly that hash. Returns the approval and warnings (approving a
-        superseded attempt is recorded but does not approve the phase).
+        superseded attempt is recorded but does not approve the phase). ``via``: the door the
+        judgement came through, recorded beside ``by`` (``mcp``; None: the CLI, dashboard or API).
         """
         if decision not in DECISIONS:
             raise UsageError("decision must be approve or reject", field="decision")
@@ -229,6 +241,7 @@ class Gates:
                 seq=seq,
                 comment=comment,
                 prev_hash=chain[-1][1] if chain else None,
+                via=_check_via(via),
             )
             name = approval_name(seq, ph.ordinal, ph.name, attempt)
             try:
@@ -258,6 +271,7 @@ class Gates:
         attempt: int | None = None,
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record a rejection (see :meth:`approve`)."""
         return self.approve(
@@ -270,6 +284,7 @@ class Gates:
             decision="reject",
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
+            via=via,
         )
 
 
