@@ -425,15 +425,9 @@ class Run:
 
     def fail(self, phase: str | int, error: str, **kw: Any) -> WriteResult:
         """Record a failed attempt of ``phase``; the next try gets the next attempt number."""
+        rid, payload = self.run_name or self.run_id, kw.pop("payload", None)
         return self.ledger.write(
-            self.ticket_id,
-            self.run_name or self.run_id,
-            phase,
-            kw.pop("payload", None),
-            pipeline=self._pipeline,
-            status="failed",
-            error=error,
-            **kw,
+            self.ticket_id, rid, phase, payload, pipeline=self._pipeline, status="failed", error=error, **kw
         )
 
     def _checked(self) -> Pipeline | None:
