@@ -146,10 +146,16 @@ def _decode(
     ticket_id: str,
     run_id: str,
     row: tuple[Any, ...],
+    *,
+    shared: bool = False,
 ) -> None:
+    """Decode one row into ``records``. ``shared``: the memo keeps the very record (no copy; a
+    snapshot that is not a history one reaches readers detached, D192)."""
     ordinal, attempt, phase, status, column_hash, body = row
     try:
-        records[(ordinal, attempt)] = cps.stored(ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash)
+        records[(ordinal, attempt)] = cps.stored(
+            ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash, shared=shared
+        )
     except (Corrupt, UnsupportedVersion) as exc:
         records[(ordinal, attempt)] = damaged_from(exc, ticket_id, run_id, ordinal, phase, attempt)
 
@@ -167,7 +173,7 @@ def _summaries(
     for ordinal, phase, n, top, done, attempt, status, column_hash, body in rows:
         groups[(ordinal, phase)] = (ordinal, phase, n, top, done)
         if attempt is not None:
-            _decode(cps, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body))
+            _decode(cps, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body), shared=True)
     return summarize_groups(groups.values())
 
 

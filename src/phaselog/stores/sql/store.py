@@ -201,6 +201,11 @@ class SqlStore:
         # A reader's copy: the carried records stay as they were read, whatever the reader does.
         return detached(self._carried(ticket_id, run_id, self.checkpoints.carried.fresh))
 
+    def state_snapshot(self, ticket_id: str, run_id: str) -> RunSnapshot:
+        """``snapshot`` without the reader's copy: for status, which reads the state and hands no
+        record out (D192); the carried run is served only when unchanged, as ``snapshot``'s."""
+        return self._carried(ticket_id, run_id, self.checkpoints.carried.fresh)
+
     def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
         """The run as this handle last saw it, for a write whose append checks it, and whether it may
         be stale (stores/sql/carried.py)."""
