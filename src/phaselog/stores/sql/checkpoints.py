@@ -350,7 +350,9 @@ class SqlCheckpoints:
         rows = paged_by_key(self.session.query, sql, params, self.session.dialect.collate, key=(0, 1, 3))
         for rid, ordinal, phase, attempt, status, body, column_hash in rows:
             try:
-                yield self.stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash)
+                # Not kept in the memo (as read_phase's): a listing reads each record once, and
+                # keeping one costs a copy of its payload (D195); a hit is still taken.
+                yield self.stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash, keep=False)
             except (Corrupt, UnsupportedVersion) as exc:
                 yield kernel.damaged_from(exc, ticket_id, rid, ordinal, phase, attempt)
 

@@ -29,7 +29,6 @@ from phaselog.stores.sql.lease import SqlRunLeases
 from phaselog.stores.sql.manifests import SqlManifests
 from phaselog.stores.sql.retention import SqlRetention
 from phaselog.stores.sql.session import Session
-from phaselog.stores.sql.snapshot import sql_snapshot, stamped_snapshot
 
 if TYPE_CHECKING:
     import contextlib
@@ -194,7 +193,7 @@ class SqlStore:
     # -- capabilities -----------------------------------------------------------------------------
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
-        # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
+        from phaselog.stores.sql.snapshot import sql_snapshot  # lazy: `phaselog read` never loads a snapshot
 
         if history:
             return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=True)
@@ -223,6 +222,8 @@ class SqlStore:
         key = (ticket_id, run_id)
         snap = carried(key)
         if snap is None:
+            from phaselog.stores.sql.snapshot import stamped_snapshot  # lazy: as in snapshot()
+
             snap, stamp = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
             self.checkpoints.carried.keep(key, snap, stamp)
         return snap
