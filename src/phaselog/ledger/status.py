@@ -207,7 +207,9 @@ class RunStates:
         """The state of a run as a snapshot shows it (and, given ``artifacts_root``, the files there)."""
         damaged = snap.damaged()
         records = [s.record for s in snap.stored()]
-        flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
+        # No event bodies in the snapshot, no attempt in flight (flights() would find none): the
+        # clock and the host's liveness are not asked (D197).
+        flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()} if snap.events else {}
         counts = self._attempt_counts(snap)
         verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
         judgements, origins = self._inherited(verdicts, records)
