@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
@@ -79,7 +79,7 @@ def watch_status(
     stop: threading.Event,
     recheck_every: int = 10,
     **status: Any,
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """The run's status (``views.run_status``) now, then each time it changes, until ``stop`` is set.
 
     Every ``interval`` seconds the run's change stamp is compared (one cheap call); the status is
