@@ -4,27 +4,30 @@
 pipeline, and returns the run's feed events in the run's order (:mod:`phaselog.ledger.feed` reads
 the store and merges the runs). Each event has a *position*: the stream it belongs to (one per
 phase's attempts, ``c<ordinal>``; one per phase's judgements, ``a<ordinal>``; the queue's deaths,
-``q``), its place in that stream (the attempt number, the judgement's ``seq``, the claim token) and
-its index among the events of one record. A stream only ever grows at its end — an append is
+``q``, and a guard's history, ``g``, come from :mod:`phaselog.ledger.feed_sources`), its place in
+that stream (the attempt number, the judgement's ``seq``, the claim token, the history's ``seq``)
+and its index among the events of one record. A stream only ever grows at its end — an append is
 refused unless it follows the phase's latest attempt — so a cursor that remembers, per stream, the
 last position seen never skips an event, whatever the writers' clocks say (D201).
 
 The run's order is the order of the records' times made monotonic per stream: a record sorts no
 earlier than the one before it in its stream, and a judgement no earlier than the checkpoint it
 judges (a skewed clock cannot put an attempt before the one it followed). Ties go by phase, then
-checkpoints before judgements, then position.
+checkpoints before judgements, then position. What each record means (its events) never depends
+on that order: it is decided from the record alone (D206), so reading more records never gives an
+old record a new event behind the cursor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from phaselog.ledger.events import checkpoint_events, failed_for_good, judgement_events
-from phaselog.model.events import Event, RunEvent
+from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, judgement_events
+from phaselog.model.events import Event
 from phaselog.model.records import format_timestamp
 
 if TYPE_CHECKING:
@@ -82,6 +85,8 @@ class RunFacts:
     gated: frozenset[int]
     retries: Mapping[int, int]
     ordinals: tuple[int, ...]
+    #: The names of every phase before the last (what a run-completing record must build on).
+    earlier: tuple[str, ...] = ()
 
 
 @dataclass
@@ -118,20 +123,14 @@ def run_events(
     approvals: Sequence[Approval],
     facts: RunFacts,
     *,
-    deaths: Iterable[tuple[Event, datetime]] = (),
     base_url: str | None = None,
 ) -> list[FeedEvent]:
     """The run's events in the run's order (see the module docstring).
 
-    ``checkpoints`` are the run's intact Checkpoint records in (ordinal, attempt) order,
-    ``approvals`` its Approval entries in ``seq`` order, ``deaths`` the queue's RunDead events with
-    the time each was recorded.
+    ``checkpoints`` are the run's intact Checkpoint records, ``approvals`` its Approval entries
+    (the queue's deaths are :mod:`phaselog.ledger.feed_sources`'s).
     """
     items = _items(checkpoints, approvals, facts)
-    for event, at in deaths:
-        assert isinstance(event, RunEvent)
-        place = int(getattr(event, "claim_token", 0))
-        items.append(_Item("q", place, at, 1 << 30, [event], "", 0))
     _monotone(items)
     items.sort(key=_sort_key)
     run_name = next((c.run_name for c in checkpoints if c.run_name), None)
@@ -164,7 +163,8 @@ def _seg(value: str) -> str:
 
 
 def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], facts: RunFacts) -> list[_Item]:
-    """Replay the run's records in their order, deciding what each one meant when it was appended."""
+    """The run's records with their events: each decided from the record alone (and, for a judgement,
+    the checkpoint it judges), never from the order they are read in (D206)."""
     raw: list[_Item] = []
     cps: dict[tuple[str, int], Checkpoint] = {}
     aps: dict[tuple[str, int], Approval] = {}
@@ -184,35 +184,24 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
         item = _Item(f"a{ap.phase_ordinal}", ap.seq, ap.timestamp, ap.phase_ordinal, [], ap.phase, ap.attempt_number)
         raw.append(item)
         aps[(item.stream, item.place)] = ap
-    _monotone(raw)
-    raw.sort(key=_sort_key)
-    # Replay: per phase ordinal, its newest attempt and whether it is done (completed; approved if gated).
-    newest: dict[int, int] = {}
-    done: dict[int, bool] = {}
+    earlier = facts.earlier
     last = facts.ordinals[-1] if facts.ordinals else None
-
-    def completes(ordinal: int) -> bool:
-        return ordinal == last and all(done.get(o, False) for o in facts.ordinals[:-1])
-
+    by_hash = {cp.content_hash: cp for cp in checkpoints}
     for item in raw:
         o = item.ordinal
         if (rec := cps.get((item.stream, item.place))) is not None:
             gated = o in facts.gated
-            newest[o] = max(newest.get(o, 0), rec.attempt_number)
-            done[o] = rec.completed and not gated
             item.events = checkpoint_events(
                 rec,
                 gated=gated,
-                completes_run=rec.completed and not gated and completes(o),
+                completes_run=o == last and not gated and builds_on_every_phase(rec, earlier),
                 for_good=failed_for_good(rec, facts.retries.get(o, 0)),
             )
         else:
             ap = aps[(item.stream, item.place)]
-            current = ap.attempt_number == newest.get(o)
-            approved = ap.decision == "approve"
-            if current:
-                done[o] = approved
-            item.events = judgement_events(ap, completes_run=approved and current and completes(o))
+            judged = by_hash.get(ap.checkpoint_hash)
+            done = o == last and judged is not None and builds_on_every_phase(judged, earlier)
+            item.events = judgement_events(ap, completes_run=done)
     return raw
 
 
