@@ -213,6 +213,7 @@ def test_streams_are_capped_give_their_place_back_and_pages_stay_served(built: t
         for s in streams:
             s.opened()
         assert srv.streams.open == 3
+        assert list(srv.streams.pollers) == [(None, None)]  # one poll of the store for the three
         over = Stream(srv.base, "/live")
         assert over.resp.status == 503
         assert over.resp.getheader("retry-after") == "30"
@@ -233,3 +234,43 @@ def test_streams_are_capped_give_their_place_back_and_pages_stay_served(built: t
         for s in streams:
             s.close()
     assert srv.streams.open == 0
+    assert srv.streams.pollers == {}
+
+
+def test_streams_of_one_scope_share_a_poller_and_each_gets_every_event_once(
+    built: tuple[Path, dict[str, str]],
+) -> None:
+    root, runs = built
+    run = runs["proj"]
+    srv = InProcess(str(root), max_streams=8)
+    opened: list[Stream] = []
+    ledger = phaselog.Ledger(phaselog.open_store(str(root)))
+    try:
+        early = Stream(srv.base, f"/live?ticket=PROJ-1234&run={run}")
+        opened.append(early)
+        early.opened()
+        cursor = ledger.feed(ticket_id="PROJ-1234", run_id=run).cursor
+        ledger.write("PROJ-1234", run, "create_pr", None, status="failed", error="flaky")
+        failed = [e.event_id for e in ledger.feed(ticket_id="PROJ-1234", run_id=run, after=cursor).events]
+        assert [early.frame()["id"] for _ in failed] == failed
+        late = Stream(srv.base, f"/live?ticket=PROJ-1234&run={run}")  # joins the running poller
+        opened.append(late)
+        late.opened()
+        assert len(srv.streams.pollers) == 1
+        ledger.write("PROJ-1234", run, "create_pr", PR)
+        second = ledger.feed(ticket_id="PROJ-1234", run_id=run).events[-1].event_id
+        assert second not in failed
+        assert early.frame()["id"] == second
+        assert late.frame()["id"] == second  # not the event from before it opened
+        for s in (early, late):  # and each only once
+            s.conn.sock.settimeout(1.5)
+            with pytest.raises(TimeoutError):
+                s.frame()
+        for s in opened:
+            s.close()
+        _until(lambda: srv.streams.pollers == {})  # nobody left: the poller stops
+    finally:
+        srv.stop()
+        for s in opened:
+            s.close()
+        ledger.close()

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from phaselog.ledger.feed import advance
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.stores.stamps import run_stamps
 from phaselog.views.results import run_status
@@ -63,6 +64,13 @@ def resume_cursor(ledger: Ledger, last_event_id: str | None, **scope: Any) -> st
                 # The cursor of the feed's first index+1 events marks exactly the ones seen.
                 return ledger.feed(**scope, limit=index + 1).cursor
     return page.cursor
+
+
+def unseen(cursor: str, event: FeedEvent) -> tuple[bool, str]:
+    """Is ``event`` past ``cursor``, and the cursor that includes it (``feed.advance``: a cursor
+    moves only for an event it had not passed)."""
+    after = advance(cursor, event)
+    return after != cursor, after
 
 
 def run_stamp(ledger: Ledger, ticket_id: str, run_id: str) -> str | None:
