@@ -2,8 +2,9 @@
 
 Three real `phaselog ui` processes over one files store (``runs`` runs of 3 checkpoints): one with
 no live page open (the baseline), one with ``streams`` browsers' event streams on the tickets page
-(``/live``: the whole store, one scope — they share one poller, D231), one with ``streams`` streams
-on as many different runs (``streams`` scopes, a poller each). The pages are requested in
+(``/live``: the whole store — they share one poller, D231), one with ``streams`` streams on as many
+different runs of one ticket (run pages: they share their ticket's poller, each keeps its run's
+events). The pages are requested in
 interleaved rounds; the figure is the server's own time (``Server-Timing``). The notes give each
 server's CPU per wall second over the rounds (``/proc/<pid>/stat``): what polling costs while
 nothing is written.
@@ -103,8 +104,8 @@ def run(workdir: Path, *, rounds: int, runs: int, streams: int, progress: Any = 
     }
     labels = {
         "none": "tickets page, no live page open",
-        "shared": f"tickets page, {streams} live tickets pages open (one scope, one poller)",
-        "apart": f"tickets page, {streams} live run pages open ({min(streams, len(run_ids))} scopes, a poller each)",
+        "shared": f"tickets page, {streams} live tickets pages open (the store's poller)",
+        "apart": f"tickets page, {streams} live pages of {min(streams, len(run_ids))} runs open (their ticket's poller)",
     }
     try:
         time.sleep(1.0)  # every poller has started
@@ -131,6 +132,6 @@ def run(workdir: Path, *, rounds: int, runs: int, streams: int, progress: Any = 
         ],
     )
     section.stats = stats
-    section.ratio("shared", "none", note=f"{streams} streams of one scope")
-    section.ratio("apart", "none", note=f"{streams} streams of {streams} scopes")
+    section.ratio("shared", "none", note=f"{streams} streams of the whole store")
+    section.ratio("apart", "none", note=f"{streams} streams of {streams} runs")
     return section

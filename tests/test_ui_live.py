@@ -237,7 +237,7 @@ def test_streams_are_capped_give_their_place_back_and_pages_stay_served(built: t
     assert srv.streams.pollers == {}
 
 
-def test_streams_of_one_scope_share_a_poller_and_each_gets_every_event_once(
+def test_streams_of_one_ticket_share_a_poller_and_each_gets_its_events_once(
     built: tuple[Path, dict[str, str]],
 ) -> None:
     root, runs = built
@@ -256,13 +256,20 @@ def test_streams_of_one_scope_share_a_poller_and_each_gets_every_event_once(
         late = Stream(srv.base, f"/live?ticket=PROJ-1234&run={run}")  # joins the running poller
         opened.append(late)
         late.opened()
-        assert len(srv.streams.pollers) == 1
+        ticket_page = Stream(srv.base, "/live?ticket=PROJ-1234")  # the ticket's page: the same poller
+        opened.append(ticket_page)
+        ticket_page.opened()
+        other_run = Stream(srv.base, f"/live?ticket=PROJ-1234&run={runs['vid']}")  # no such run here: nothing
+        opened.append(other_run)
+        other_run.opened()
+        assert list(srv.streams.pollers) == [("PROJ-1234", None)]
         ledger.write("PROJ-1234", run, "create_pr", PR)
         second = ledger.feed(ticket_id="PROJ-1234", run_id=run).events[-1].event_id
         assert second not in failed
         assert early.frame()["id"] == second
         assert late.frame()["id"] == second  # not the event from before it opened
-        for s in (early, late):  # and each only once
+        assert ticket_page.frame()["id"] == second
+        for s in (early, late, ticket_page, other_run):  # each only once; the other run's stream nothing
             s.conn.sock.settimeout(1.5)
             with pytest.raises(TimeoutError):
                 s.frame()

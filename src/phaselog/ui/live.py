@@ -6,8 +6,8 @@ when the stream opened, or just after the event a reconnecting browser names in 
 The page's script (static/app.js) re-reads the live part of the page on each event; without
 JavaScript, or while the stream is down, the pages poll as before.
 
-Resources: no thread and no connection while a stream waits. The streams of one scope share one
-:class:`Poller` (an asyncio task): each ``POLL_S`` it makes one short ``Ledger.feed`` call in the
+Resources: no thread and no connection while a stream waits. The streams of one ticket (its page
+and its runs' pages), or of the whole store, share one :class:`Poller` (an asyncio task): each ``POLL_S`` it makes one short ``Ledger.feed`` call in the
 server's thread pool (through that thread's read-only ledger, the same the pages use) and hands
 what it found to each stream's :class:`Subscriber` — N browsers on the tickets page cost one poll,
 not N; it stops when its last stream leaves. ``Ledger.follow`` is not used: it would hold a thread
@@ -44,19 +44,23 @@ KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing an id
 LIFETIME_S = 300.0  # a stream ends after this; the browser reconnects where it stopped
 BACKLOG = 1000  # events waiting for one slow browser; past it its stream ends (it resumes by id)
 
-#: A stream's scope as a key: (ticket, run), either None.
+#: A poller's scope: (ticket or None for the whole store, None) — a run's stream uses its ticket's.
 Key = tuple[str | None, str | None]
 
 
 class Subscriber:
     """One stream's inbox: what its scope's poller found, until the stream sends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str | None = None) -> None:
+        #: Only this run's events (a run page's stream, on its ticket's poller); None: all of them.
+        self.run_id = run_id
         self.events: deque[FeedEvent] = deque()
         self.wake = asyncio.Event()
         self.ended = False  # the poller gave up on it (a backlog past BACKLOG, the store failed)
 
     def push(self, event: FeedEvent) -> None:
+        if self.run_id is not None and event.run_id != self.run_id:
+            return
         if len(self.events) >= BACKLOG:
             self.end()
             return
@@ -109,13 +113,17 @@ class Streams:
         self.open -= 1
 
     def join(self, ui: UI, scope: dict[str, Any], cursor: str) -> tuple[Key, Subscriber]:
-        """Subscribe to ``scope``'s poller, started from ``cursor`` when it is the scope's first stream."""
-        key: Key = (scope.get("ticket_id"), scope.get("run_id"))
+        """Subscribe to the poller of ``scope``'s ticket (or of the whole store), started from
+        ``cursor`` when it is the first stream there. A run's stream shares its ticket's poller
+        (the feed of one run reads its ticket's stamps anyway) and keeps only that run's events."""
+        ticket = scope.get("ticket_id")
+        key: Key = (ticket, None)
         poller = self.pollers.get(key)
         if poller is None:
             poller = self.pollers[key] = Poller(cursor)
-            poller.task = asyncio.get_running_loop().create_task(self._poll(ui, key, scope, poller))
-        sub = Subscriber()
+            polled = {"ticket_id": ticket} if ticket else {}
+            poller.task = asyncio.get_running_loop().create_task(self._poll(ui, key, polled, poller))
+        sub = Subscriber(scope.get("run_id"))
         poller.subscribers.add(sub)
         return key, sub
 
