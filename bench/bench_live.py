@@ -105,7 +105,7 @@ def run(workdir: Path, *, rounds: int, runs: int, streams: int, progress: Any = 
     labels = {
         "none": "tickets page, no live page open",
         "shared": f"tickets page, {streams} live tickets pages open (the store's poller)",
-        "apart": f"tickets page, {streams} live pages of {min(streams, len(run_ids))} runs open (their ticket's poller)",
+        "apart": f"tickets page, {streams} live pages of {min(streams, len(run_ids))} runs open (the ticket's poller)",
     }
     try:
         time.sleep(1.0)  # every poller has started

@@ -7,9 +7,10 @@ The page's script (static/app.js) re-reads the live part of the page on each eve
 JavaScript, or while the stream is down, the pages poll as before.
 
 Resources: no thread and no connection while a stream waits. The streams of one ticket (its page
-and its runs' pages), or of the whole store, share one :class:`Poller` (an asyncio task): each ``POLL_S`` it makes one short ``Ledger.feed`` call in the
-server's thread pool (through that thread's read-only ledger, the same the pages use) and hands
-what it found to each stream's :class:`Subscriber` — N browsers on the tickets page cost one poll,
+and its runs' pages), or of the whole store, share one :class:`Poller` (an asyncio task): each
+``POLL_S`` it makes one short ``Ledger.feed`` call in the server's thread pool (through that
+thread's read-only ledger, the same the pages use) and hands what it found to each stream's
+:class:`Subscriber` (a run's keeps only its run's events) — N browsers on the tickets page cost one poll,
 not N; it stops when its last stream leaves. ``Ledger.follow`` is not used: it would hold a thread
 per browser. At most ``Settings.max_streams`` streams (32) are open at once (a 503 beyond: the page
 polls instead). A stream ends when its browser goes away (Starlette cancels it on the disconnect;
