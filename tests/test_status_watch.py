@@ -3,18 +3,22 @@
 The watcher runs as its own process with its stdout on a pipe (not a terminal: each new table is
 printed once, no screen redraws); this process writes through the library; the watcher prints a
 second table with the new state; SIGINT ends it with exit 130 and no traceback. Over files and
-SQLite (the two ways a change stamp is taken) and PostgreSQL when it is there.
+SQLite (the two ways a change stamp is taken) and PostgreSQL; and on a real terminal (a pty), where
+the table is redrawn in place.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pty
 import queue
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -148,3 +152,43 @@ def test_bad_watch_options_are_clear_errors(tmp_path: Path) -> None:
     )
     assert missing.returncode != 0
     assert "Traceback" not in missing.stderr
+
+
+def test_on_a_terminal_the_table_is_redrawn_in_place(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    ledger = _ledger(url)
+    ledger.write("T-1", "r1", "implement", IMPLEMENT)
+    primary, secondary = pty.openpty()
+    cmd = [PHASELOG, "status", "--store", url, "--ticket-id", "T-1", "--run-id", "r1", "--format", "table"]
+    proc = subprocess.Popen(
+        [*cmd, "--watch", "--interval", "0.2"],
+        stdout=secondary,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+    )
+    os.close(secondary)
+    seen = ""
+
+    def until(text: str) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + DEADLINE_S
+        while text not in seen:
+            assert time.monotonic() < deadline, f"no {text!r} on the terminal: {seen[-500:]!r}"
+            ready, _, _ = select.select([primary], [], [], 0.5)
+            if ready:
+                seen += os.read(primary, 65536).decode("utf-8", "replace")
+
+    try:
+        until("next: local_review")
+        ledger.write("T-1", "r1", "local_review", LOCAL_REVIEW)
+        until("next: create_pr")
+        assert seen.count("\x1b[H\x1b[2J") == 2  # one redraw per table: the screen is cleared, not scrolled
+        assert "Ctrl-C stops" in seen
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=DEADLINE_S)
+        os.close(primary)
+        ledger.close()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
