@@ -4,8 +4,8 @@
 //    re-reads the page at once;
 //  * polling, the fallback (no EventSource, the stream refused or down): a run page compares its
 //    fingerprint (data-version-url) every 2 s, the other pages re-read themselves every 10 s.
-// While the stream is open a run page still compares its fingerprint every 10 s: progress events
-// (a phase running, its steps) are not feed events. Without JavaScript a page is simply static.
+// While the stream is open a run page still compares its fingerprint every 10 s (and the other pages
+// re-read themselves every 10 s): progress events (a phase running, its steps) are not feed events. Without JavaScript a page is simply static.
 (function () {
   "use strict";
   var live = document.getElementById("live");
