@@ -3,7 +3,8 @@
 A real ``phaselog ui`` process; this test process writes through the library while the page is
 open. Each page must show the new record within 2 s of its write **without a reload**: a marker
 set on ``window`` before the write is still there afterwards, and the event that brought the
-change is the one the feed holds (``#live``'s ``data-last-event``). The 2 s are a deadline given to
+change is the one the feed holds (``#live``'s ``data-last-event``). The tickets and approvals pages
+poll only every 10 s, so there only the stream can meet the deadline. The 2 s are a deadline given to
 Playwright's wait, not a measurement. Under CI=true a missing Chromium fails (test_ui_browser).
 """
 

@@ -4,8 +4,9 @@
 //    re-reads the page at once;
 //  * polling, the fallback (no EventSource, the stream refused or down): a run page compares its
 //    fingerprint (data-version-url) every 2 s, the other pages re-read themselves every 10 s.
-// While the stream is open a run page still compares its fingerprint every 10 s (and the other pages
-// re-read themselves every 10 s): progress events (a phase running, its steps) are not feed events. Without JavaScript a page is simply static.
+// While the stream is open a run page still compares its fingerprint every 2 s (and the other pages
+// re-read themselves every 10 s): progress events (a phase running, its steps) are not feed events.
+// Without JavaScript a page is simply static.
 (function () {
   "use strict";
   var live = document.getElementById("live");
@@ -13,7 +14,6 @@
   var streamUrl = live.getAttribute("data-stream-url");
   var versionUrl = live.getAttribute("data-version-url");
   var dot = document.getElementById("live-dot");
-  var streaming = false;
   var busy = false;
   var again = false;
   var ticks = 0;
@@ -52,14 +52,13 @@
   function tick() {
     ticks += 1;
     if (busy || document.hidden) { return; }
-    var every = streaming ? 5 : (versionUrl ? 1 : 5);  // in 2 s ticks
+    var every = versionUrl ? 1 : 5;  // in 2 s ticks; the stream brings feed events at once either way
     if (ticks % every === 0) { check(); }
   }
   if (streamUrl && window.EventSource) {
     var opened = false;
     var source = new EventSource(streamUrl);
     source.onopen = function () {
-      streaming = true;
       live.setAttribute("data-streaming", "1");
       mark("ok");
       // What happened while the stream was being opened (or was down) is caught up once.
@@ -72,7 +71,6 @@
     };
     source.onerror = function () {
       // CONNECTING: the browser retries by itself; CLOSED (a 503, a refusal): polling from now on.
-      streaming = false;
       live.setAttribute("data-streaming", source.readyState === 2 ? "closed" : "0");
     };
   }
