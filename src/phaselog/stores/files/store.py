@@ -6,7 +6,9 @@ Layout under the root (``--root``, ``PHASELOG_HOME`` or ``~/.phaselog``)::
         phase_<N>_<name>_a<k>.yaml        the seed contract, byte-compatible with the seed tool
         .meta_<N>_<name>_a<k>.json        phaselog's part of a completed attempt (written first)
         .failed_<N>_<name>_a<k>.json      a failed attempt (no seed file: the seed has none)
-        .lock                             flock: serialises appends within the run
+        .lock                             flock: serialises appends within the run; its bytes hold
+                                          the newest-attempt hint the last append left (derived,
+                                          checked before use: stores/files/hints.py, D185)
         .tmp-<pid>-<hex>                  temp files; a crash may leave them, a later writer
                                           removes them once older than a minute
 
@@ -31,6 +33,7 @@ from phaselog.model.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.files import hints
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
 from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
@@ -134,21 +137,32 @@ class FilesStore(FilesAdminMixin):
         try:
             with os_errors(f"cannot write {self._rel(record)}"):
                 try:
-                    names = os.listdir(run_fd)
-                    clean_temps(run_fd, names)
-                    latest = max((g[3] for g in _names.record_groups(names) if g[0] == ordinal), default=0)
+                    # The folder's groups from the hint the last append left (D185), else a listing.
+                    names: list[str] | None = None
+                    hinted = hints.read(run_fd)
+                    groups, temps = hinted if hinted is not None else ([], True)
+                    latest = max((g[3] for g in groups if g[0] == ordinal), default=0)
+                    if temps or attempt <= latest:  # no usable hint, leftovers to clean, or a rare lookup
+                        names = os.listdir(run_fd)
+                        temps = clean_temps(run_fd, names) > 0
+                        groups = _names.record_groups(names)
+                        latest = max((g[3] for g in groups if g[0] == ordinal), default=0)
                     kernel.decide_append(
                         record,  # an attempt at or below the latest: look it up among every name (rare)
-                        exists=attempt <= latest and (ordinal, attempt) in _names.parse_record_names(names),
+                        exists=names is not None
+                        and attempt <= latest
+                        and (ordinal, attempt) in _names.parse_record_names(names),
                         latest=latest,
                         expected_latest=expected_latest,
                         check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
                     )
                     self.record_manifest(manifest)  # before the record: a record never lacks its manifest
                     if record.completed:
-                        publish_completed(run_fd, record, set(names), files)
+                        publish_completed(run_fd, record, None if names is None else set(names), files)
                     else:
                         publish_failed(run_fd, record, files[0])
+                    groups = hints.with_attempt(groups, ordinal, record.phase, attempt, completed=record.completed)
+                    hints.write(lock_fd, run_fd, groups, temps=temps)
                 finally:
                     os.close(lock_fd)  # releases the flock
         finally:
@@ -183,8 +197,8 @@ class FilesStore(FilesAdminMixin):
             os.close(run_fd)
 
     def read_phase(self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None) -> Stored | None:
-        """Attempt ``attempt`` of ``phase``, or (None) its latest checkpoint, from one folder listing
-        and the files of the records it needs; None unless plainly there and intact (the caller then
+        """Attempt ``attempt`` of ``phase``, or (None) its latest checkpoint, from the run's hint (or
+        one folder listing) and the files of the records it needs; None unless plainly there and intact (the caller then
         takes its general path, whose errors and hints are unchanged).
 
         The phase is found as a listing would (the lowest ordinal whose name or ordinal is the one
@@ -198,18 +212,21 @@ class FilesStore(FilesAdminMixin):
         except NotFound:
             return None
         try:
-            names = os.listdir(run_fd)
-            group = _phase_group(_names.record_groups(names), phase)
+            hinted = hints.read(run_fd)  # the groups the last append left (D185), else a listing
+            names = None if hinted is not None else os.listdir(run_fd)
+            group = _phase_group(hinted[0] if hinted is not None else _names.record_groups(names or []), phase)
             if group is None:
                 return None
             ordinal, name, _count, top, done = group
             if attempt is None:
                 if done is None:
                     return None
-                present = set(names) if top > done else ()
-                for newer in range(done + 1, top + 1):
-                    if failed_name(ordinal, name, newer) in present:
-                        self.get_at(run_fd, ticket_id, run_id, ordinal, name, newer)
+                if top > done:
+                    present = set(names) if names is not None else None
+                    for newer in range(done + 1, top + 1):
+                        failed = failed_name(ordinal, name, newer)
+                        if failed in present if present is not None else exists(run_fd, failed):
+                            self.get_at(run_fd, ticket_id, run_id, ordinal, name, newer)
                 attempt = done
             return self.get_at(run_fd, ticket_id, run_id, ordinal, name, attempt)
         except (Corrupt, UnsupportedVersion, NotFound):
@@ -397,7 +414,8 @@ class _HeldRun:
             self.fd = self.store.folders.open_dir("checkpoints", *self.key)
         except NotFound:
             return []
-        return _names.record_groups(os.listdir(self.fd))
+        hinted = hints.read(self.fd)  # the groups the last append left (D185), else a listing
+        return hinted[0] if hinted is not None else _names.record_groups(os.listdir(self.fd))
 
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
         return self.store.attempts(ticket_id, run_id)
