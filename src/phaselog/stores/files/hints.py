@@ -69,7 +69,7 @@ def decode(data: bytes, stamp: Stamp) -> tuple[list[RecordGroup], bool] | None:
     if not sep:
         return None
     parts = head.decode("ascii", "replace").split(" ")
-    if len(parts) != 10 or " ".join(parts[:2]) != _MAGIC:
+    if len(parts) != 9 or " ".join(parts[:2]) != _MAGIC:
         return None
     try:
         dev, ino, mtime, ctime, temps, size = (int(x) for x in parts[2:8])
@@ -77,7 +77,7 @@ def decode(data: bytes, stamp: Stamp) -> tuple[list[RecordGroup], bool] | None:
         return None
     if (dev, ino, mtime, ctime) != stamp or temps not in (0, 1) or size != len(body):
         return None
-    if hashlib.sha256(body).hexdigest()[:16] != parts[9]:
+    if hashlib.sha256(body).hexdigest()[:16] != parts[8]:
         return None
     groups: list[RecordGroup] = []
     try:
