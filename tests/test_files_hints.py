@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,13 @@ from phaselog.transfer.jsonl import export_records
 T = "HINT-1"
 RUN = "hint-run"
 RUN_UUID = phaselog.normalize_run_id(RUN)
+
+
+@pytest.fixture(autouse=True)
+def _hint_every_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store lists small folders (cheaper than the hint's checks); these tests' runs are small,
+    # so the hint is used for every folder here. test_a_long_run_is_served_by_its_hint keeps the default.
+    monkeypatch.setattr(hints, "MIN_FOLDER_BYTES", 0)
 
 
 def _run_dir(root: Path) -> Path:
@@ -207,3 +215,21 @@ def test_a_read_only_store_writes_no_hint(tmp_path: Path) -> None:
     assert ro.read(T, RUN, "implement").record.attempt_number == 1
     ro.status(T, RUN)
     assert lock.read_bytes() == b""
+
+
+def test_a_long_run_is_served_by_its_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default threshold: a folder of a long history (hundreds of names) is read through its hint.
+    monkeypatch.undo()
+    root = tmp_path / "store"
+    ledger = phaselog.Ledger(FilesStore(root))
+    n = 0
+    while True:
+        ledger.write(T, RUN, "implement", None, status="failed", error="again")
+        n += 1
+        if (_run_dir(root)).stat().st_size >= hints.MIN_FOLDER_BYTES:
+            break
+    assert _hinted(root) == _listed(root) == [(1, "implement", n, n, None)]
+    (_run_dir(root) / ".lock").write_bytes(b"")  # no hint: the same answers from a listing
+    assert _hinted(root) is None
+    assert ledger.write(T, RUN, "implement", IMPLEMENT).record.attempt_number == n + 1
+    assert _hinted(root) == _listed(root) == [(1, "implement", n + 1, n + 1, n + 1)]

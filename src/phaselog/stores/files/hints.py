@@ -9,7 +9,8 @@ append already holds open read-write to take its flock: no extra file, no extra 
     phaselog-hint 1 <st_dev> <st_ino> <st_mtime_ns> <st_ctime_ns> <temps> <body bytes> <sha256[:16] of body>
     <ordinal> <phase> <count> <newest> <newest completed or ->      one line per group, sorted
 
-A hint is used only when all of these hold, else the caller lists the folder as before:
+A hint is used only when all of these hold, else the caller lists the folder as before (and a
+folder of a few dozen names is always listed: that costs less than the checks below):
 
 * it parses exactly (header, length, checksum: a torn write or a hand edit fails here);
 * the run folder's stamp (device, inode, mtime and ctime in ns) is the one it names: any name
@@ -43,6 +44,10 @@ HINT_FILE = ".lock"
 _MAGIC = "phaselog-hint 1"
 #: A hint larger than this is not read (a run with thousands of phase groups lists instead).
 MAX_HINT_BYTES = 1 << 16
+
+#: A folder smaller than this (its ``st_size``: one or two blocks on ext4, a few hundred names on
+#: tmpfs or btrfs) is listed: a listing of a few dozen names costs less than the hint's checks.
+MIN_FOLDER_BYTES = 8192
 
 Stamp = tuple[int, int, int, int]
 
@@ -91,8 +96,11 @@ def decode(data: bytes, stamp: Stamp) -> tuple[list[RecordGroup], bool] | None:
 
 def read(run_fd: int) -> tuple[list[RecordGroup], bool] | None:
     """The run folder's groups and temps flag from its hint, checked (see the module docstring);
-    None when there is no usable hint (the caller lists)."""
-    stamp = folder_stamp(run_fd)
+    None when there is no usable hint, or the folder is small enough to list (the caller lists)."""
+    st = os.fstat(run_fd)
+    if st.st_size < MIN_FOLDER_BYTES:
+        return None
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     try:
         fd = os.open(HINT_FILE, READ_FLAGS, dir_fd=run_fd)
     except OSError:

@@ -146,8 +146,12 @@ def read_capped(dir_fd: int, name: str, rel_dir: str, limit: int) -> bytes | Non
                 path=f"{rel_dir}/{name}",
                 rule="max_record_bytes",
             )
-        chunks = []
-        remaining = limit + 1
+        # One read of the size fstat gave (and a byte more) is the whole file unless it grew meanwhile.
+        first = os.read(fd, min(st.st_size, limit) + 1)
+        if len(first) <= st.st_size:
+            return first
+        chunks = [first]
+        remaining = limit + 1 - len(first)
         while remaining > 0:
             chunk = os.read(fd, min(remaining, 1 << 20))
             if not chunk:

@@ -94,7 +94,8 @@ class FilesStore(FilesAdminMixin):
         self.may_create = create and not read_only
         #: Every folder below the root, opened without following a symlink (shared by the parts).
         self.folders = Folders(self.root, self.url, read_only=read_only, may_create=self.may_create)
-        self._entries = FileEntries(
+        #: The audit entries below the root (progress events, approvals, markers, prune notes).
+        self.audit = FileEntries(
             self.folders, max_record_bytes=self.max_record_bytes, max_entry_bytes=self.max_entry_bytes
         )
         self.folders.check_root()
@@ -325,11 +326,11 @@ class FilesStore(FilesAdminMixin):
     # -- audit entries (progress events, approvals, markers): stores/files/entries.py -------------
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
-        return self._entries.put(kind, ticket_id, run_id, name, body)
+        return self.audit.put(kind, ticket_id, run_id, name, body)
 
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         """Names of a kind's entries (sorted), without reading them."""
-        return self._entries.names(kind, ticket_id, run_id)
+        return self.audit.names(kind, ticket_id, run_id)
 
     def entries(
         self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
@@ -338,7 +339,7 @@ class FilesStore(FilesAdminMixin):
 
         An unreadable entry comes back as a Corrupt error in place of its bytes.
         """
-        return self._entries.read_all(kind, ticket_id, run_id, prefix)
+        return self.audit.read_all(kind, ticket_id, run_id, prefix)
 
     def location(self, record: Checkpoint) -> str:
         """Path of ``record`` relative to the checkpoints root."""
@@ -425,13 +426,16 @@ class _HeldRun:
             return self.store.get(ticket_id, run_id, phase_ordinal, phase, attempt)
         return self.store.get_at(self.fd, ticket_id, run_id, phase_ordinal, phase, attempt)
 
+    def _held(self, ticket_id: str, run_id: str | None) -> int | None:
+        return self.fd if (ticket_id, run_id) == self.key else None
+
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
-        return self.store.entry_names(kind, ticket_id, run_id)
+        return self.store.audit.names(kind, ticket_id, run_id, self._held(ticket_id, run_id))
 
     def entries(
         self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
     ) -> list[tuple[str, str, bytes | Corrupt]]:
-        return self.store.entries(kind, ticket_id, run_id, prefix)
+        return self.store.audit.read_all(kind, ticket_id, run_id, prefix, self._held(ticket_id, run_id))
 
 
 def _phase_group(groups: list[_names.RecordGroup], phase: str | int) -> _names.RecordGroup | None:
