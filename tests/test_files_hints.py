@@ -233,3 +233,48 @@ def test_a_long_run_is_served_by_its_hint(tmp_path: Path, monkeypatch: pytest.Mo
     assert _hinted(root) is None
     assert ledger.write(T, RUN, "implement", IMPLEMENT).record.attempt_number == n + 1
     assert _hinted(root) == _listed(root) == [(1, "implement", n + 1, n + 1, n + 1)]
+
+
+# -- the carried snapshot (D186) ------------------------------------------------------------------
+def test_a_record_edited_in_place_is_never_decided_on_from_the_carried_snapshot(tmp_path: Path) -> None:
+    # Same names, same folder stamp: only the record file's own stamp moved. The handle that wrote
+    # the record must decide the next write on the edited file, as a fresh handle does.
+    root = tmp_path / "store"
+    ledger = phaselog.Ledger(FilesStore(root))
+    first = ledger.write(T, RUN, "implement", IMPLEMENT).record
+    seed = _run_dir(root) / "phase_1_implement_a1.yaml"
+    text = seed.read_bytes()
+    assert b"src/" in text
+    with open(seed, "r+b") as fh:  # in place: the folder's names and stamp stay
+        edited = text.replace(b"src/", b"lib/", 1)
+        fh.write(edited)
+        fh.truncate(len(edited))
+    shutil.copytree(root, tmp_path / "copy")  # what a fresh handle decides, on the same files
+
+    def outcome(led: phaselog.Ledger) -> object:
+        try:
+            r = led.write(T, RUN, "implement", IMPLEMENT).record
+        except phaselog.PhaselogError as exc:
+            return type(exc).__name__, exc.context.get("rule")
+        return r.attempt_number, r.prev_hash
+
+    expected = outcome(phaselog.Ledger(FilesStore(tmp_path / "copy")))
+    assert outcome(ledger) == expected
+    assert expected != (2, first.content_hash)  # not what the carried (unedited) record would give
+
+
+def test_an_approval_by_another_handle_is_seen_by_the_carrying_handle(tmp_path: Path) -> None:
+    # The carried snapshot holds the run's approvals: one recorded elsewhere moves .approvals' stamp.
+    root = tmp_path / "store"
+    writer = phaselog.Ledger(FilesStore(root))
+    writer.write(
+        "GATE-1", RUN, "research", {"summary": "s", "sources": ["https://x.test/a"]}, pipeline="video-pipeline"
+    )
+    writer.write("GATE-1", RUN, "proposal", {"title": "T", "concept": "C"})
+    script = {"script_path": "script.md", "word_count": 120}
+    with pytest.raises(phaselog.PhaselogError) as refused:
+        writer.write("GATE-1", RUN, "script", script)  # the proposal is not approved yet
+    assert "approv" in str(refused.value)
+    phaselog.Ledger(FilesStore(root)).approve("GATE-1", RUN, "proposal", by="reviewer")
+    got = writer.write("GATE-1", RUN, "script", script)
+    assert got.record.phase == "script"

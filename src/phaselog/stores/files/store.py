@@ -35,6 +35,7 @@ from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
 from phaselog.stores.files import hints
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
+from phaselog.stores.files.carried import CarriedRuns, run_stamp
 from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import clean_temps, exists, os_errors, read_capped
@@ -83,6 +84,8 @@ class FilesStore(FilesAdminMixin):
         self.url = f"file://{self.root}"
         self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
         self._leases: FileRunLeases | None = None
+        #: The runs this handle carries (the snapshot its writes decided on; stores/files/carried.py).
+        self._carried = CarriedRuns()
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
         self.max_entry_bytes = kernel.entry_cap(self.max_record_bytes)
@@ -157,6 +160,10 @@ class FilesStore(FilesAdminMixin):
                         expected_latest=expected_latest,
                         check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
                     )
+                    # The snapshot this write was decided on, if this handle carries it and it still holds (D186).
+                    base = self._carried.begin(record, expected_latest, run_fd)
+                    if base is None and not groups and expected_latest == 0:
+                        base = self._carried.begin_empty(record, run_fd)
                     self.record_manifest(manifest)  # before the record: a record never lacks its manifest
                     if record.completed:
                         publish_completed(run_fd, record, None if names is None else set(names), files)
@@ -164,6 +171,8 @@ class FilesStore(FilesAdminMixin):
                         publish_failed(run_fd, record, files[0])
                     groups = hints.with_attempt(groups, ordinal, record.phase, attempt, completed=record.completed)
                     hints.write(lock_fd, run_fd, groups, temps=temps)
+                    if base is not None:
+                        self._carried.appended(base, record, self._rel(record), run_fd)
                 finally:
                     os.close(lock_fd)  # releases the flock
         finally:
@@ -381,8 +390,31 @@ class FilesStore(FilesAdminMixin):
         with _HeldRun(self, ticket_id, run_id) as held:
             return build_snapshot(held, ticket_id, run_id, groups=held.groups)
 
+    def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
+        """The run as this handle last saw it, for a write (see stores/files/carried.py): the carried
+        snapshot when nothing it was read from moved, else a fresh read (carried from now on)."""
+        ticket_id = validate_ticket_id(ticket_id)
+        key = (ticket_id, run_id)
+        try:
+            run_fd = self.folders.open_dir("checkpoints", ticket_id, run_id)
+        except NotFound:
+            self._carried.drop(key)
+            return self.snapshot(ticket_id, run_id), False
+        try:
+            snap = self._carried.premise(key, run_fd)
+            if snap is not None:
+                return snap, False  # checked now: as fresh as a read (the append checks it again)
+            before = run_stamp(run_fd, [])
+            snap = self.snapshot(ticket_id, run_id)
+            if run_stamp(run_fd, []) == before:  # nothing moved while it was read
+                self._carried.keep(key, snap, run_fd)
+            return snap, False
+        finally:
+            os.close(run_fd)
+
     def close(self) -> None:
-        """Release the cached root descriptor and any run lease still held."""
+        """Release the cached root descriptor and any run lease still held; carry nothing."""
+        self._carried = CarriedRuns()
         if self._leases is not None:
             self._leases.close()
         self.folders.close()
