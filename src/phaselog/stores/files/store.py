@@ -385,8 +385,9 @@ class FilesStore(FilesAdminMixin):
         ticket_id = validate_ticket_id(ticket_id)
         if history:
             return build_snapshot(self, ticket_id, run_id, history=True)
-        # One listing, summarised per phase (no ref per attempt), and each record it needs read
-        # through the same folder descriptor (no path walk per record).
+        # The folder's groups from its hint or one listing (no ref per attempt), and each record,
+        # progress name and approval it needs read through the same folder descriptor (no path
+        # walk per record or entry folder).
         with _HeldRun(self, ticket_id, run_id) as held:
             return build_snapshot(held, ticket_id, run_id, groups=held.groups)
 
