@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import phaselog
 from conftest import IMPLEMENT, LOCAL_REVIEW, PAYLOADS
 from phaselog.stores import names as _names
 from phaselog.stores.files import hints
+from phaselog.stores.files.io import TEMP_MAX_AGE_S
 from phaselog.stores.files.store import FilesStore
 from phaselog.transfer.jsonl import export_records
 
@@ -278,3 +280,31 @@ def test_an_approval_by_another_handle_is_seen_by_the_carrying_handle(tmp_path: 
     phaselog.Ledger(FilesStore(root)).approve("GATE-1", RUN, "proposal", by="reviewer")
     got = writer.write("GATE-1", RUN, "script", script)
     assert got.record.phase == "script"
+
+
+def test_a_young_leftover_keeps_appends_listing_until_it_is_old_enough_to_remove(tmp_path: Path) -> None:
+    # A hint written by an append that found a young temp file says so: the next appends list the
+    # folder (not trusting the hint) so that the leftover is removed once it is old.
+    root = tmp_path / "store"
+    ledger = phaselog.Ledger(FilesStore(root))
+    ledger.write(T, RUN, "implement", IMPLEMENT)
+    leftover = _run_dir(root) / ".tmp-99999-0123456789ab"
+    leftover.write_bytes(b"half a record")
+    ledger.write(T, RUN, "implement", IMPLEMENT)  # lists (the folder moved), leaves the leftover
+    assert leftover.exists()
+    fd = os.open(_run_dir(root), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = hints.read(fd)
+    finally:
+        os.close(fd)
+    assert found is not None and found[1] is True  # the temps flag
+    stale = time.time() - TEMP_MAX_AGE_S - 60
+    os.utime(leftover, (stale, stale))  # the folder's stamp does not move: only the flag makes it list
+    ledger.write(T, RUN, "implement", IMPLEMENT)
+    assert not leftover.exists()
+    fd = os.open(_run_dir(root), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = hints.read(fd)
+    finally:
+        os.close(fd)
+    assert found is not None and found[1] is False
