@@ -297,7 +297,8 @@ def test_a_young_leftover_keeps_appends_listing_until_it_is_old_enough_to_remove
         found = hints.read(fd)
     finally:
         os.close(fd)
-    assert found is not None and found[1] is True  # the temps flag
+    assert found is not None
+    assert found[1] is True
     stale = time.time() - TEMP_MAX_AGE_S - 60
     os.utime(leftover, (stale, stale))  # the folder's stamp does not move: only the flag makes it list
     ledger.write(T, RUN, "implement", IMPLEMENT)
@@ -307,4 +308,5 @@ def test_a_young_leftover_keeps_appends_listing_until_it_is_old_enough_to_remove
         found = hints.read(fd)
     finally:
         os.close(fd)
-    assert found is not None and found[1] is False
+    assert found is not None
+    assert found[1] is False
