@@ -171,6 +171,9 @@ CORPUS: list[Bad] = [
     bad("ui", "--host", "0.0.0.0", "--port", "0", exit=2, code="usage"),  # beyond loopback without a token
     bad("ui", "--token", "short", "--port", "0", exit=2, code="usage"),
     bad("ui", "--port", "70000", exit=2, code="usage"),
+    bad("mcp", "--http", "--host", "0.0.0.0", "--port", "0", exit=2, code="usage"),  # beyond loopback, no token
+    bad("mcp", "--port", "70000", exit=2, code="usage"),
+    bad("skill", "--print", "--install", "{work}/skills", exit=2, code="usage"),
     bad("ui", "--host", "\x00", "--port", "0", exit=2, code="usage"),
 ]
 

@@ -54,7 +54,7 @@ LEDGER_API = {
     "approvals": "(ticket_id, run_id)",
     "approve": (
         "(ticket_id, run_id, phase, *, by, comment=None, attempt=None, decision='approve', "
-        "pipeline=None, checkpoint_hash=None)"
+        "pipeline=None, checkpoint_hash=None, via=None)"
     ),
     "can_skip_to": "(ticket_id, run_id, phase, *, pipeline=None, artifacts_root=None)",
     "close": "()",
@@ -65,6 +65,8 @@ LEDGER_API = {
     "diff": "(ticket_id, a, b)",
     "diff_phase": "(ticket_id, run_id, phase)",
     "event_index": "(ticket_id, run_id)",
+    "feed": "(**query)",
+    "follow": "(**query)",
     "fork": "(ticket_id, run_id, *, through, new_run_id=None)",
     "history": "(ticket_id, run_id=None, phase=None)",
     "in_flight": "(ticket_id, run_id, *, stale_after=None)",
@@ -86,7 +88,9 @@ LEDGER_API = {
     "prune": "(ticket_id=None, *, older_than=None, keep_last=None, run_id=None, dry_run=False)",
     "read": "(ticket_id, run_id, phase, attempt=None, *, pipeline=None)",
     "recorded_pipeline": "(ticket_id, run_id)",
-    "reject": "(ticket_id, run_id, phase, *, by, comment=None, attempt=None, pipeline=None, checkpoint_hash=None)",
+    "reject": (
+        "(ticket_id, run_id, phase, *, by, comment=None, attempt=None, pipeline=None, checkpoint_hash=None, via=None)"
+    ),
     "run": "(ticket_id, run_id, *, pipeline=None)",
     "run_records": "(ticket_id, run_id)",
     "status": "(ticket_id, run_id, *, pipeline=None, artifacts_root=None)",
@@ -139,6 +143,8 @@ CALLS = {
     **{name: ("gates", name) for name in ("approve", "reject", "approvals", "damaged_approvals")},
     **{name: ("tickets", name) for name in ("init_ticket", "markers", "marker", "damaged_markers")},
     **{name: ("audit", name) for name in ("decisions", "history", "diff", "diff_phase", "phase_diffs")},
+    "feed": ("feed_reader", "page"),
+    "follow": ("feed_reader", "follow"),
     "fork": ("forks", "fork"),
     "verify": ("verifier", "verify"),
     "prune": ("retention", "prune"),

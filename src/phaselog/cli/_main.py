@@ -33,8 +33,10 @@ AREAS: dict[str, tuple[str, ...]] = {
     "runner": ("run", "explain", "step"),
     "queue": ("submit", "queue", "worker"),
     "guard": ("guard",),
+    "feed": ("events",),
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),
+    "agents": ("mcp", "skill"),
 }
 
 

@@ -132,12 +132,9 @@ def explain(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Res
     Example:
       phaselog explain --ticket-id CHURN-7 --run-id nightly-2026-11-30 --format table
     """
-    from phaselog.runner.definition import shell_fingerprint  # lazy: only `phaselog explain` fingerprints shell phases
-    from phaselog.runner.explain import explain as explain_run  # lazy: only `phaselog explain` needs the explainer
+    from phaselog.runner.definition import explain_for  # lazy: only `phaselog explain` needs the explainer
 
-    pl = call.ledger.pipeline_for(ticket_id, run_id, call.pipeline)
-    fingerprints = {p.name: shell_fingerprint(p) for p in pl.phases if p.execution.run is not None}
-    e = explain_run(call.ledger, ticket_id, run_id, pipeline=pl, workdir=workdir, fingerprints=fingerprints)
+    e = explain_for(call.ledger, ticket_id, run_id, pipeline=call.pipeline, workdir=workdir)
     return Result(views.explanation(e), _explain_table)
 
 

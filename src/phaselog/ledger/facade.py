@@ -9,13 +9,11 @@
     >>> run.status().next_phase
     'local_review'
 
-The Ledger is composed of services, each in its own module and each handed what it needs
-(:mod:`phaselog.ledger.services` builds them, on first use); no service knows the Ledger. Each
-public method below is a plain method that calls its service. ``Run`` is the facade a caller of one
-run needs (write, fail, read, status, progress, approve/reject, history, in_flight). Writes and
-judgements raise typed events after the durable write (:mod:`phaselog.ledger.events`).
-Import/export (``phaselog.transfer.jsonl``), ``doctor`` and the dashboard's queue
-(``phaselog.ledger.gates.approval_queue``) are functions over a Ledger.
+The Ledger is composed of services (:mod:`phaselog.ledger.services` builds each on first use; none
+knows the Ledger); each public method calls its service. ``Run`` is the facade of one run. Writes and
+judgements raise typed events after the durable write (:mod:`phaselog.ledger.events`); ``feed``
+derives them from the store (:mod:`phaselog.ledger.feed`). Import/export, ``doctor`` and the
+dashboard's queue are functions over a Ledger.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import builtins
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from phaselog.ledger.reads import Page
 from phaselog.ledger.resolve import PipelineArg
@@ -35,6 +33,7 @@ from phaselog.stores import Damaged, Stored
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
+    from phaselog.ledger.feed import FeedEvent, FeedPage, FeedQuery, FollowQuery
     from phaselog.ledger.progress import Flight
     from phaselog.ledger.retention import PruneReport
     from phaselog.ledger.status import SkipDecision
@@ -270,8 +269,9 @@ class Ledger(Services):
         decision: str = "approve",
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, builtins.list[str]]:
-        """Record that ``by`` approves (or rejects) a checkpoint of a gated phase."""
+        """Record that ``by`` approves (or rejects) a checkpoint of a gated phase (``via``: the door, e.g. mcp)."""
         return self.gates.approve(
             ticket_id,
             run_id,
@@ -282,6 +282,7 @@ class Ledger(Services):
             decision=decision,
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
+            via=via,
         )
 
     def reject(
@@ -295,6 +296,7 @@ class Ledger(Services):
         attempt: int | None = None,
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, builtins.list[str]]:
         """Record a rejection (see :meth:`approve`)."""
         return self.gates.reject(
@@ -306,6 +308,7 @@ class Ledger(Services):
             attempt=attempt,
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
+            via=via,
         )
 
     def approvals(self, ticket_id: str, run_id: str) -> builtins.list[Approval]:
@@ -315,6 +318,15 @@ class Ledger(Services):
     def damaged_approvals(self, ticket_id: str, run_id: str) -> builtins.list[Corrupt]:
         """Approvals that exist but cannot be used (damaged or edited after writing): not counted."""
         return self.gates.damaged_approvals(ticket_id, run_id)
+
+    # -- the event feed (feed.py) -----------------------------------------------------------------------
+    def feed(self, **query: Unpack[FeedQuery]) -> FeedPage:
+        """The events derived from the store (after the cursor ``after``), in the feed's order."""
+        return self.feed_reader.page(**query)
+
+    def follow(self, **query: Unpack[FollowQuery]) -> Iterator[FeedEvent]:
+        """Every event after ``after``, then each new one as it is recorded, until ``stop`` is set (``poll`` s)."""
+        return self.feed_reader.follow(**query)
 
     # -- ticket markers (markers.py) --------------------------------------------------------------------
     def init_ticket(
@@ -413,15 +425,9 @@ class Run:
 
     def fail(self, phase: str | int, error: str, **kw: Any) -> WriteResult:
         """Record a failed attempt of ``phase``; the next try gets the next attempt number."""
+        rid, payload = self.run_name or self.run_id, kw.pop("payload", None)
         return self.ledger.write(
-            self.ticket_id,
-            self.run_name or self.run_id,
-            phase,
-            kw.pop("payload", None),
-            pipeline=self._pipeline,
-            status="failed",
-            error=error,
-            **kw,
+            self.ticket_id, rid, phase, payload, pipeline=self._pipeline, status="failed", error=error, **kw
         )
 
     def _checked(self) -> Pipeline | None:

@@ -17,7 +17,7 @@ from phaselog.ledger.derive import AWAITING_APPROVAL, AWAITING_INPUT
 # Re-exported: the verdict of the approvals lives in derive (status needs it and must not import the gates);
 # callers that import it from here keep working.
 from phaselog.ledger.derive import judge as judge  # noqa: PLC0414
-from phaselog.ledger.events import completes_run, judgement_events, raise_events
+from phaselog.ledger.events import builds_on_every_phase, judgement_events, raise_events
 from phaselog.model.entries import DECISIONS, Approval, entry_bytes, read_entries
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from phaselog.ledger.reads import Reads
     from phaselog.ledger.resolve import PipelineArg, PipelineResolver
     from phaselog.model.pipelines import Pipeline
+    from phaselog.model.records import Checkpoint
     from phaselog.stores import Store
     from phaselog.stores.snapshot import RunSnapshot
 
@@ -42,6 +43,16 @@ class GateRefused(PhaselogError, ValueError):
     """The approval cannot be recorded (not gated, rejected already, not completed …)."""
 
     error_code = "gate"
+
+
+#: The doors a judgement may record it came through (``Approval.via``, D240).
+VIAS = ("mcp",)
+
+
+def _check_via(via: str | None) -> str | None:
+    if via is not None and via not in VIAS:
+        raise UsageError(f"via: one of {', '.join(VIAS)} (or none)", field="via", rule="enum")
+    return via
 
 
 def _check_person(by: str) -> str:
@@ -134,13 +145,15 @@ class Gates:
         decision: str = "approve",
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record that ``by`` approves (or rejects) a checkpoint of a gated phase.
 
         ``attempt`` defaults to the latest completed attempt. ``checkpoint_hash``: the content hash
         the person was shown; the judgement is refused (rule ``hash_mismatch``) unless the judged
         checkpoint still has exactly that hash. Returns the approval and warnings (approving a
-        superseded attempt is recorded but does not approve the phase).
+        superseded attempt is recorded but does not approve the phase). ``via``: the door the
+        judgement came through, recorded beside ``by`` (``mcp``; None: the CLI, dashboard or API).
         """
         if decision not in DECISIONS:
             raise UsageError("decision must be approve or reject", field="decision")
@@ -228,6 +241,7 @@ class Gates:
                 seq=seq,
                 comment=comment,
                 prev_hash=chain[-1][1] if chain else None,
+                via=_check_via(via),
             )
             name = approval_name(seq, ph.ordinal, ph.name, attempt)
             try:
@@ -235,16 +249,16 @@ class Gates:
             except AlreadyExists:
                 continue  # a concurrent approval took the number: re-read, retry
             # Durable now: tell the subscribers (the queue re-queues a run waiting at this gate).
-            completes = decision == "approve" and attempt == newest_done and self._completes(snap, pl, ph.ordinal)
+            completes = decision == "approve" and self._completes(target, pl)
             warnings += raise_events(judgement_events(approval, completes_run=completes), self.store)
             return approval, warnings
         raise Conflict("could not record the approval")
 
-    def _completes(self, snap: RunSnapshot, pl: Pipeline, ordinal: int) -> bool:
-        """Would approving the phase at ``ordinal`` complete the run (derived only for the last phase)?"""
-        if self.states is None or pl.phases[-1].ordinal != ordinal:
+    def _completes(self, target: Checkpoint, pl: Pipeline) -> bool:
+        """Does approving ``target`` complete the run? Its phase is the last, built on every earlier one (D206)."""
+        if pl.phases[-1].ordinal != target.phase_ordinal:
             return False
-        return completes_run(self.states.status_from(snap, pl), ordinal)
+        return builds_on_every_phase(target, [p.name for p in pl.phases[:-1]])
 
     def reject(
         self,
@@ -257,6 +271,7 @@ class Gates:
         attempt: int | None = None,
         pipeline: PipelineArg = None,
         checkpoint_hash: str | None = None,
+        via: str | None = None,
     ) -> tuple[Approval, list[str]]:
         """Record a rejection (see :meth:`approve`)."""
         return self.approve(
@@ -269,6 +284,7 @@ class Gates:
             decision="reject",
             pipeline=pipeline,
             checkpoint_hash=checkpoint_hash,
+            via=via,
         )
 
 

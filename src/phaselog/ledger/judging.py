@@ -43,6 +43,7 @@ def judge_and_report(
     attempt: int | None = None,
     pipeline: PipelineArg = None,
     checkpoint_hash: str | None = None,
+    via: str | None = None,
 ) -> Judged:
     """Approve or reject a gated phase's checkpoint (:meth:`Ledger.approve`) and read its state afterwards."""
     resolved = ledger.pipeline_for(validate_ticket_id(ticket_id), normalize_run_id(run_id), pipeline)
@@ -56,6 +57,7 @@ def judge_and_report(
         decision=decision,
         pipeline=resolved,
         checkpoint_hash=checkpoint_hash,
+        via=via,
     )
     try:
         state: str | None = ledger.status(ticket_id, run_id, pipeline=resolved).phase(approval.phase).state

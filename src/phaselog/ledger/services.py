@@ -22,6 +22,7 @@ from phaselog.stores.base import local_root
 
 if TYPE_CHECKING:
     from phaselog.ledger.audit import Audit
+    from phaselog.ledger.feed import Feed
     from phaselog.ledger.fork import Forks
     from phaselog.ledger.gates import Gates
     from phaselog.ledger.markers import Markers
@@ -104,6 +105,14 @@ class Services:
             gates=self.gates,
             tickets=self.tickets,
         )
+
+    @cached_property
+    def feed_reader(self) -> Feed:
+        """The event feed: events derived from the store, with each run's change stamp (feed.py)."""
+        from phaselog.ledger.feed import Feed  # lazy: only the feed, `events` and `notify` read it (start-up)
+        from phaselog.ledger.feed_sources import OtherEvents  # lazy: as above
+
+        return Feed(self.store, self.pipelines, sources=OtherEvents())
 
     @cached_property
     def forks(self) -> Forks:

@@ -245,6 +245,7 @@ class Approval(EntryRecord):
         "timestamp",
         "seq",
         "prev_hash",
+        "via",
     )
 
     ticket_id: str
@@ -261,13 +262,18 @@ class Approval(EntryRecord):
     #: Content hash of the previous judgement of the same phase (None for the first): a phase's
     #: judgements form a chain, as its attempts do, so a deleted rejection breaks it.
     prev_hash: str | None = None
+    #: The door the judgement came through, beside the name given (``mcp``: an MCP server started
+    #: with --allow-judgements; None: the CLI, the dashboard or the API, as before). D240.
+    via: str | None = None
     schema_version: str = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        """The stored JSON form (``prev_hash`` only when set: judgements stored before chaining keep their hash)."""
+        """The stored JSON form (``prev_hash`` and ``via`` only when set: judgements stored before
+        either existed keep their hash)."""
         doc = super().to_json()
-        if self.prev_hash is None:
-            del doc["prev_hash"]
+        for optional in ("prev_hash", "via"):
+            if doc[optional] is None:
+                del doc[optional]
         return doc
 
     @property

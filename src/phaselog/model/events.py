@@ -15,6 +15,7 @@ ledger, the stores' queue and the guard all raise through it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -36,14 +37,20 @@ class Event:
         return ""
 
     @property
+    def type(self) -> str:
+        """The public type name (``checkpoint.written`` …, docs/notifications.md): the KIND, or the
+        outcome where one class covers two types (a judgement)."""
+        return self.KIND
+
+    @property
     def id(self) -> str:
-        """A stable id: the same record always raises the same id (``kind:source``)."""
-        return f"{self.KIND}:{self.source}"
+        """A stable id: the same record always raises the same id (``type:source``)."""
+        return f"{self.type}:{self.source}"
 
     def to_json(self) -> dict[str, object]:
-        """The JSON form: ``id``, ``kind`` and the fields."""
-        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        return {"id": self.id, "kind": self.KIND, **fields}
+        """The JSON form: ``id``, ``kind`` (the type) and the fields."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"id": self.id, "kind": self.type, **fields}
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class RunEvent(Event):
 class CheckpointWritten(RunEvent):
     """A checkpoint (completed or failed) was appended."""
 
-    KIND: ClassVar[str] = "checkpoint_written"
+    KIND: ClassVar[str] = "checkpoint.written"
 
     phase: str
     attempt_number: int
@@ -78,9 +85,9 @@ class CheckpointWritten(RunEvent):
 
 @dataclass(frozen=True)
 class PhaseFailed(RunEvent):
-    """A failed checkpoint was appended (whether retries remain is the runner's knowledge)."""
+    """A phase failed for good: a failed checkpoint with no retry left (D202)."""
 
-    KIND: ClassVar[str] = "phase_failed"
+    KIND: ClassVar[str] = "phase.failed"
 
     phase: str
     attempt_number: int
@@ -97,7 +104,7 @@ class PhaseFailed(RunEvent):
 class AwaitingApproval(RunEvent):
     """A completed checkpoint of a gated phase waits for a person's judgement."""
 
-    KIND: ClassVar[str] = "awaiting_approval"
+    KIND: ClassVar[str] = "phase.awaiting_approval"
 
     phase: str
     attempt_number: int
@@ -113,7 +120,7 @@ class AwaitingApproval(RunEvent):
 class Judged(RunEvent):
     """A person approved or rejected a checkpoint of a gated phase."""
 
-    KIND: ClassVar[str] = "judged"
+    KIND: ClassVar[str] = "phase.judged"
 
     phase: str
     attempt_number: int
@@ -121,6 +128,11 @@ class Judged(RunEvent):
     by: str
     checkpoint_hash: str
     content_hash: str
+
+    @property
+    def type(self) -> str:
+        """``phase.approved`` or ``phase.rejected``."""
+        return "phase.approved" if self.approved else "phase.rejected"
 
     @property
     def source(self) -> str:
@@ -132,7 +144,7 @@ class Judged(RunEvent):
 class RunCompleted(RunEvent):
     """Every phase of the run is complete: the record named last completed it."""
 
-    KIND: ClassVar[str] = "run_completed"
+    KIND: ClassVar[str] = "run.completed"
 
     phase: str
     content_hash: str
@@ -147,7 +159,7 @@ class RunCompleted(RunEvent):
 class RunDead(RunEvent):
     """The queue gave up on a run (a poison run, recovered too often)."""
 
-    KIND: ClassVar[str] = "run_dead"
+    KIND: ClassVar[str] = "run.dead"
 
     reason: str
     recoveries: int
@@ -164,7 +176,7 @@ class RunDead(RunEvent):
 class BreakerOpened(Event):
     """A cron-loop guard's circuit breaker opened: its job failed ``consecutive_failures`` times in a row."""
 
-    KIND: ClassVar[str] = "breaker_opened"
+    KIND: ClassVar[str] = "guard.breaker_opened"
 
     guard: str
     consecutive_failures: int
@@ -176,6 +188,39 @@ class BreakerOpened(Event):
         """The guard, its failure count and when it opened."""
         return f"{self.guard}/{self.consecutive_failures}/{self.at}"
 
+
+@dataclass(frozen=True)
+class PassFailed(Event):
+    """A cron-loop guard's pass failed (its job exited non-zero, timed out or could not start)."""
+
+    KIND: ClassVar[str] = "guard.pass_failed"
+
+    guard: str
+    #: The pass's number in the guard's history (``seq``).
+    seq: int
+    #: When the pass ended (ISO-8601 UTC).
+    at: str
+    outcome: str
+    consecutive_failures: int
+
+    @property
+    def source(self) -> str:
+        """The guard and the history entry's number."""
+        return f"{self.guard}/{self.seq}"
+
+
+#: Every public event type, in the order docs/notifications.md lists them.
+TYPES = (
+    "checkpoint.written",
+    "phase.failed",
+    "phase.awaiting_approval",
+    "phase.approved",
+    "phase.rejected",
+    "run.completed",
+    "run.dead",
+    "guard.breaker_opened",
+    "guard.pass_failed",
+)
 
 #: ``(event, origin) -> warnings``: ``origin`` is where the event was recorded (a store).
 Subscriber = Callable[[Event, object], Iterable[str] | None]
@@ -216,7 +261,7 @@ def emit(events: Sequence[Event], origin: object) -> list[str]:
                 said = subscriber(event, origin)
             except Exception as exc:
                 _log.warning("event subscriber %r failed on %s", subscriber, event.id, exc_info=True)
-                warnings.append(f"recorded, but a subscriber failed on {event.KIND}: {exc}")
+                warnings.append(f"recorded, but a subscriber failed on {event.type}: {exc}")
                 continue
             if said:
                 warnings.extend(said)
@@ -224,11 +269,13 @@ def emit(events: Sequence[Event], origin: object) -> list[str]:
 
 
 __all__ = [
+    "TYPES",
     "AwaitingApproval",
     "BreakerOpened",
     "CheckpointWritten",
     "Event",
     "Judged",
+    "PassFailed",
     "PhaseFailed",
     "RunCompleted",
     "RunDead",

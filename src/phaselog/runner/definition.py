@@ -42,7 +42,9 @@ from phaselog.runner.result import RunResult
 from phaselog.stores.files.store import default_root
 
 if TYPE_CHECKING:
+    from phaselog.ledger.facade import Ledger
     from phaselog.ledger.pool import StoreArg
+    from phaselog.ledger.resolve import PipelineArg
     from phaselog.runner.console import Console
     from phaselog.runner.context import PhaseContext
     from phaselog.runner.engine import Executor
@@ -333,3 +335,13 @@ def shell_fingerprint(ph: Phase) -> str:
     """``sha256:<hex>`` of a shell phase's command line and environment."""
     blob = json.dumps({"run": ph.execution.run, "env": dict(ph.execution.env)}, sort_keys=True)
     return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def explain_for(
+    ledger: Ledger, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None, workdir: str | None = None
+) -> Explanation:
+    """What `phaselog run` would do with a run now, its shell phases fingerprinted as the runner does
+    (``phaselog explain`` and the MCP server's ``explain`` tool)."""
+    pl = ledger.pipeline_for(ticket_id, run_id, pipeline)
+    fingerprints = {p.name: shell_fingerprint(p) for p in pl.phases if p.execution.run is not None}
+    return explain(ledger, ticket_id, run_id, pipeline=pl, workdir=workdir, fingerprints=fingerprints)

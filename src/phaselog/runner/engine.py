@@ -252,7 +252,7 @@ class Engine:
             failure = outcome
             stop: Interrupt | None = None
             try:
-                self._record_failure(ph, attempt, failure, started)
+                self._record_failure(ph, attempt, failure, started, ex.retries - retry if failure.retryable else 0)
             except Interrupt as exc:  # a signal while it was recorded (durably): noted, then the run stops
                 stop = exc
             self.echo(f"failed {ph.name} attempt {attempt}: {failure.error}")
@@ -343,7 +343,7 @@ class Engine:
             return Failure("bad_result", f"the payload cannot be stored as JSON: {exc}")
         return None
 
-    def _record_failure(self, ph: Phase, attempt: int, failure: Failure, started: datetime) -> None:
+    def _record_failure(self, ph: Phase, attempt: int, failure: Failure, started: datetime, left: int) -> None:
         ts = datetime.now(UTC)
         kwargs: dict[str, Any] = {
             "attempt": attempt,
@@ -354,7 +354,9 @@ class Engine:
             "pipeline": self.pipeline,
             "fence": self.lease.fence if self.lease else None,
         }
-        self._write(ph, failure.payload(ph.name), kwargs)
+        payload = failure.payload(ph.name)
+        payload["failure"]["retries_left"] = left  # the event feed's "failed for good" (D202)
+        self._write(ph, payload, kwargs)
 
     def _write(self, ph: Phase, payload: Mapping[str, Any], kwargs: dict[str, Any]) -> None:
         """Write a checkpoint durably; store errors are retried, signals wait until it is written."""
