@@ -391,6 +391,10 @@ class FilesStore(FilesAdminMixin):
         with _HeldRun(self, ticket_id, run_id) as held:
             return build_snapshot(held, ticket_id, run_id, groups=held.groups)
 
+    def state_snapshot(self, ticket_id: str, run_id: str) -> RunSnapshot:
+        """A status's snapshot (D192): always read afresh here; the files store carries runs for writes only (D186)."""
+        return self.snapshot(ticket_id, run_id)
+
     def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
         """The run as this handle last saw it, for a write (see stores/files/carried.py): the carried
         snapshot when nothing it was read from moved, else a fresh read (carried from now on)."""
