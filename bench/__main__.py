@@ -42,6 +42,7 @@ NAMES = (
     "langgraph",
     "ui",
     "queue",
+    "feed",
 )
 #: What `python -m bench` (and `make bench`) runs by default: the benchmarks behind every row of
 #: issue 22's table, closed by that table. `--all` adds the rest (list, memory, ui, sql at scale …).
@@ -61,6 +62,7 @@ FULL: dict[str, dict[str, int]] = {
     "sql": {"write_rounds": 300, "read_rounds": 200, "status_rounds": 200, "list_rounds": 15},
     "langgraph": {"rounds": 5, "ops": 200, "list_ops": 2, "warmup_ops": 10, "checkpoints": 100},
     "queue": {"rounds": 8, "batch": 40, "claims": 30},
+    "feed": {"rounds": 15, "runs": 200},
 }
 QUICK: dict[str, dict[str, int]] = {
     "api": {"rounds": 3, "ops": 12, "warmup_ops": 3},
@@ -77,6 +79,7 @@ QUICK: dict[str, dict[str, int]] = {
     "sql": {"write_rounds": 20, "read_rounds": 20, "status_rounds": 20, "list_rounds": 3},
     "langgraph": {"rounds": 2, "ops": 10, "list_ops": 1, "warmup_ops": 2, "checkpoints": 30},
     "queue": {"rounds": 2, "batch": 12, "claims": 6},
+    "feed": {"rounds": 3, "runs": 20},
 }
 
 
@@ -183,6 +186,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
     from bench import (
         bench_api,
         bench_concurrent,
+        bench_feed,
         bench_growth,
         bench_langgraph,
         bench_list,
@@ -212,13 +216,14 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "langgraph": bench_langgraph,
         "ui": bench_ui,
         "queue": bench_queue,
+        "feed": bench_feed,
     }
     extra: dict[str, Any] = {}
     if name == "sql":
         default = _sqldata.QUICK_SCALES if args.quick else _sqldata.DEFAULT_SCALES
         scales = args.scale or [_sqldata.parse_scale(s) for s in default]
         extra = {"scales": list(dict.fromkeys(scales)), "pg_url": args.pg_url, "keep": args.keep}
-    elif name in ("queue", "api"):
+    elif name in ("queue", "api", "feed"):
         extra = {"pg_url": args.pg_url, "keep": args.keep}
     result = modules[name].run(workdir, progress=_progress(name), **cfg, **extra)
     # One section, or (sql) an iterator of sections, printed as each scale finishes.

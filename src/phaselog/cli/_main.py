@@ -33,6 +33,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "runner": ("run", "explain", "step"),
     "queue": ("submit", "queue", "worker"),
     "guard": ("guard",),
+    "feed": ("events",),
     "notify": ("notify",),
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),

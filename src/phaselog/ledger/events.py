@@ -13,10 +13,9 @@ write. A subscriber's failure becomes a warning on the write's result; the recor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from phaselog.ledger.derive import COMPLETED
 from phaselog.model.events import (
     AwaitingApproval,
     CheckpointWritten,
@@ -29,7 +28,6 @@ from phaselog.model.events import (
 )
 
 if TYPE_CHECKING:
-    from phaselog.ledger.derive import RunStatus
     from phaselog.model.entries import Approval
     from phaselog.model.records import Checkpoint
     from phaselog.stores.base import Store
@@ -82,9 +80,12 @@ def judgement_events(approval: Approval, *, completes_run: bool) -> list[Event]:
     return out
 
 
-def completes_run(st: RunStatus, ordinal: int) -> bool:
-    """Does completing the phase at ``ordinal`` complete the run? Only the last phase, every earlier one completed."""
-    return bool(st.phases) and st.phases[-1].ordinal == ordinal and all(ps.state == COMPLETED for ps in st.phases[:-1])
+def builds_on_every_phase(cp: Checkpoint, earlier: Sequence[str]) -> bool:
+    """Does ``cp`` complete the run it ends? It is completed and built on a completed attempt of every
+    earlier phase (its ``basis``, D206). Decided from the record alone, so the event feed decides
+    it the same way whatever the order it reads the run's records in."""
+    basis = cp.basis or {}
+    return cp.completed and all(name in basis for name in earlier)
 
 
 def raise_events(events: list[Event], store: Store) -> list[str]:
@@ -92,4 +93,11 @@ def raise_events(events: list[Event], store: Store) -> list[str]:
     return emit(events, store)
 
 
-__all__ = ["checkpoint_events", "completes_run", "failed_for_good", "judgement_events", "raise_events", "subscribe"]
+__all__ = [
+    "builds_on_every_phase",
+    "checkpoint_events",
+    "failed_for_good",
+    "judgement_events",
+    "raise_events",
+    "subscribe",
+]

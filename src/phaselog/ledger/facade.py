@@ -318,11 +318,11 @@ class Ledger(Services):
     # -- the event feed (feed.py) -----------------------------------------------------------------------
     def feed(self, **query: Unpack[FeedQuery]) -> FeedPage:
         """The events derived from the store (after the cursor ``after``), in the feed's order."""
-        return self.feed_reader.page(query)
+        return self.feed_reader.page(**query)
 
     def follow(self, **query: Unpack[FollowQuery]) -> Iterator[FeedEvent]:
         """Every event after ``after``, then each new one as it is recorded, until ``stop`` is set (``poll`` s)."""
-        return self.feed_reader.follow(query)
+        return self.feed_reader.follow(**query)
 
     # -- ticket markers (markers.py) --------------------------------------------------------------------
     def init_ticket(

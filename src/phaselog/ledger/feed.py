@@ -27,7 +27,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from phaselog.ledger.feed_runs import FeedEvent, RunFacts, run_events
 from phaselog.ledger.gates import read_approvals
@@ -124,7 +124,7 @@ def check_types(types: Iterable[str] | None) -> frozenset[str] | None:
     """The event types asked for (None: all); UsageError naming ``types`` for one that does not exist."""
     if types is None:
         return None
-    asked = frozenset(types)
+    asked = frozenset([types] if isinstance(types, str) else types)
     unknown = sorted(asked - set(TYPES))
     if unknown:
         raise UsageError(
@@ -154,8 +154,9 @@ class Feed:
         self._runs: dict[tuple[str, str], tuple[str, str | None, list[FeedEvent]]] = {}
         self._lock = threading.Lock()
 
-    def page(self, q: FeedQuery) -> FeedPage:
+    def page(self, **query: Unpack[FeedQuery]) -> FeedPage:
         """What ``Ledger.feed`` returns (the filters of :class:`FeedQuery`)."""
+        q = query
         ticket = validate_ticket_id(q["ticket_id"]) if q.get("ticket_id") else None
         run = normalize_run_id(q["run_id"]) if q.get("run_id") else None
         if run is not None and ticket is None:
@@ -217,16 +218,23 @@ class Feed:
             frozenset(p.ordinal for p in pl.phases if p.requires_approval),
             {p.ordinal: p.execution.retries for p in pl.phases},
             tuple(p.ordinal for p in pl.phases),
+            tuple(p.name for p in pl.phases[:-1]),
         )
 
-    def follow(self, q: FollowQuery) -> Iterator[FeedEvent]:
+    def follow(self, **query: Unpack[FollowQuery]) -> Iterator[FeedEvent]:
         """Yield every event after ``after``, then wait for new ones until ``stop`` is set."""
+        q = query
         stop = q.get("stop") or threading.Event()
         poll = q.get("poll", 0.5)
         cursor = q.get("after")
-        query: FeedQuery = {k: v for k, v in q.items() if k in FeedQuery.__annotations__}  # type: ignore[assignment]  # the keys are FeedQuery's
         while True:
-            page = self.page({**query, "after": cursor, "limit": None})
+            page = self.page(
+                ticket_id=q.get("ticket_id"),
+                run_id=q.get("run_id"),
+                types=q.get("types"),
+                base_url=q.get("base_url"),
+                after=cursor,
+            )
             yield from page.events
             cursor = page.cursor
             if stop.wait(poll):

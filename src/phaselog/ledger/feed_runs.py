@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from phaselog.ledger.events import checkpoint_events, failed_for_good, judgement_events
+from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, judgement_events
 from phaselog.model.events import Event, RunEvent
 from phaselog.model.records import format_timestamp
 
@@ -82,6 +82,8 @@ class RunFacts:
     gated: frozenset[int]
     retries: Mapping[int, int]
     ordinals: tuple[int, ...]
+    #: The names of every phase before the last (what a run-completing record must build on).
+    earlier: tuple[str, ...] = ()
 
 
 @dataclass
@@ -164,7 +166,8 @@ def _seg(value: str) -> str:
 
 
 def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], facts: RunFacts) -> list[_Item]:
-    """Replay the run's records in their order, deciding what each one meant when it was appended."""
+    """The run's records with their events: each decided from the record alone (and, for a judgement,
+    the checkpoint it judges), never from the order they are read in (D206)."""
     raw: list[_Item] = []
     cps: dict[tuple[str, int], Checkpoint] = {}
     aps: dict[tuple[str, int], Approval] = {}
@@ -184,35 +187,24 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
         item = _Item(f"a{ap.phase_ordinal}", ap.seq, ap.timestamp, ap.phase_ordinal, [], ap.phase, ap.attempt_number)
         raw.append(item)
         aps[(item.stream, item.place)] = ap
-    _monotone(raw)
-    raw.sort(key=_sort_key)
-    # Replay: per phase ordinal, its newest attempt and whether it is done (completed; approved if gated).
-    newest: dict[int, int] = {}
-    done: dict[int, bool] = {}
+    earlier = facts.earlier
     last = facts.ordinals[-1] if facts.ordinals else None
-
-    def completes(ordinal: int) -> bool:
-        return ordinal == last and all(done.get(o, False) for o in facts.ordinals[:-1])
-
+    by_hash = {cp.content_hash: cp for cp in checkpoints}
     for item in raw:
         o = item.ordinal
         if (rec := cps.get((item.stream, item.place))) is not None:
             gated = o in facts.gated
-            newest[o] = max(newest.get(o, 0), rec.attempt_number)
-            done[o] = rec.completed and not gated
             item.events = checkpoint_events(
                 rec,
                 gated=gated,
-                completes_run=rec.completed and not gated and completes(o),
+                completes_run=o == last and not gated and builds_on_every_phase(rec, earlier),
                 for_good=failed_for_good(rec, facts.retries.get(o, 0)),
             )
         else:
             ap = aps[(item.stream, item.place)]
-            current = ap.attempt_number == newest.get(o)
-            approved = ap.decision == "approve"
-            if current:
-                done[o] = approved
-            item.events = judgement_events(ap, completes_run=approved and current and completes(o))
+            judged = by_hash.get(ap.checkpoint_hash)
+            done = o == last and judged is not None and builds_on_every_phase(judged, earlier)
+            item.events = judgement_events(ap, completes_run=done)
     return raw
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from phaselog.ledger import recorded_pipelines as pipeline_shelf
 from phaselog.ledger.derive import PhaseState
-from phaselog.ledger.events import checkpoint_events, completes_run, failed_for_good, raise_events
+from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, raise_events
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
 from phaselog.ledger.status import RunStates, blockers_before
 from phaselog.model.artifacts import hash_artifacts
@@ -335,11 +335,11 @@ class Writes:
         return WriteResult(stored, done.warnings + tuple(said))
 
     def _completes(self, snap: RunSnapshot, pl: Pipeline, cp: Checkpoint) -> bool:
-        """Does ``cp`` complete the run? Derived (from the snapshot before it) only for the last phase."""
+        """Does ``cp`` complete the run? Only the last phase's, built on every earlier phase (D206)."""
         ph = pl.phases[-1]
         if not cp.completed or ph.requires_approval or ph.ordinal != cp.phase_ordinal:
             return False
-        return completes_run(self.states.status_from(snap, pl), cp.phase_ordinal)
+        return builds_on_every_phase(cp, [p.name for p in pl.phases[:-1]])
 
     def _check_prerequisites(self, snap: RunSnapshot, pl: Pipeline, ph: Phase) -> None:
         earlier = pl.earlier(ph)
