@@ -52,7 +52,13 @@ def _handler(rec: Receiver) -> type[BaseHTTPRequestHandler]:
             with rec.lock:
                 n = rec.tries.get(eid, 0)
                 rec.tries[eid] = n + 1
-                status = 503 if doc.get("ticket_id") in rec.down_for else rec.always if rec.always is not None else (rec.script[n] if n < len(rec.script) else 200)
+                status = (
+                    503
+                    if doc.get("ticket_id") in rec.down_for
+                    else rec.always
+                    if rec.always is not None
+                    else (rec.script[n] if n < len(rec.script) else 200)
+                )
                 rec.got.append(
                     {"status": status, "body": doc, "signed": hmac.compare_digest(sig, expected), "path": self.path}
                 )

@@ -41,7 +41,9 @@ def _config(tmp_path: Path, url: str) -> Path:
     path = tmp_path / "hooks.yaml"
     hook = {"url": url, "backoff": "20ms", "max_backoff": "200ms", "max_attempts": 1000, "timeout": "5s"}
     path.write_text(
-        yaml.safe_dump({"name": "crash", "poll": "50ms", "rules": [{"events": ["checkpoint.written"], "webhook": hook}]})
+        yaml.safe_dump(
+            {"name": "crash", "poll": "50ms", "rules": [{"events": ["checkpoint.written"], "webhook": hook}]}
+        )
     )
     return path
 
@@ -49,7 +51,7 @@ def _config(tmp_path: Path, url: str) -> Path:
 def _start(cfg: Path, url: str, tmp_path: Path, n: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(Path(phaselog.__file__).resolve().parent.parent)}
     with (tmp_path / f"deliverer-{n}.log").open("wb") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(  # noqa: S603  # our own CLI
+        return subprocess.Popen(  # our own CLI
             [sys.executable, "-m", "phaselog", "notify", "--config", str(cfg), "--store", url],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -80,9 +82,7 @@ def _check(rec: Receiver, led: phaselog.Ledger) -> Counter[str]:
 
 
 @pytest.mark.all_stores
-def test_sigkilled_deliverer_delivers_every_event_at_least_once_in_order(
-    store_url: str, tmp_path: Path
-) -> None:
+def test_sigkilled_deliverer_delivers_every_event_at_least_once_in_order(store_url: str, tmp_path: Path) -> None:
     rnd = random.Random(23)
     led = phaselog.open(store_url)
     pl = phaselog.pipeline_from_dict(PIPELINE)

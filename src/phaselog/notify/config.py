@@ -22,7 +22,16 @@ from phaselog.model.durations import parse_duration
 from phaselog.model.errors import Corrupt, PhaselogError, UsageError
 from phaselog.model.guard import validate_name
 
-__all__ = ["TEMPLATE_FIELDS", "CommandTarget", "Config", "Retry", "Rule", "WebhookTarget", "load_config", "parse_config"]
+__all__ = [
+    "TEMPLATE_FIELDS",
+    "CommandTarget",
+    "Config",
+    "Retry",
+    "Rule",
+    "WebhookTarget",
+    "load_config",
+    "parse_config",
+]
 
 #: The names a body template may use: the event's fields, flat (``data_<key>`` for its data).
 TEMPLATE_FIELDS = (
@@ -213,7 +222,9 @@ def _webhook(doc: object, key: str, env: Mapping[str, str]) -> WebhookTarget:
             )
         secret = value.encode("utf-8")
     headers = w.get("headers", {})
-    if not isinstance(headers, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
         raise _bad(f"{key}.headers", "must map header names to strings", "type")
     template = w.get("template")
     check_template(template, f"{key}.template")
@@ -253,7 +264,9 @@ def _rule(doc: object, i: int, env: Mapping[str, str], origin: str) -> Rule:
     if len(kinds) != 1:
         raise _bad(key, "needs exactly one destination: webhook or command", "destination")
     target: WebhookTarget | CommandTarget = (
-        _webhook(r["webhook"], f"{key}.webhook", env) if kinds[0] == "webhook" else _command(r["command"], f"{key}.command")
+        _webhook(r["webhook"], f"{key}.webhook", env)
+        if kinds[0] == "webhook"
+        else _command(r["command"], f"{key}.command")
     )
     opt = {f: _names(r[f], f"{key}.{f}") if f in r else None for f in ("pipelines", "tickets", "phases")}
     return Rule(str(name), events, opt["pipelines"], opt["tickets"], opt["phases"], target, start, origin)

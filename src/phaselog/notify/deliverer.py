@@ -37,8 +37,9 @@ Say = Callable[[str], None]
 
 def backoff_delay(retry_backoff: float, max_backoff: float, failures: int, rnd: random.Random) -> float:
     """The wait after the ``failures``-th failure: ``backoff·2^(failures-1)``, capped, ±20 % jitter."""
-    base = min(max_backoff, retry_backoff * (2 ** (failures - 1)))
-    return base * rnd.uniform(0.8, 1.2)
+    base = min(max_backoff, retry_backoff * float(2 ** max(0, failures - 1)))
+    jitter: float = rnd.uniform(0.8, 1.2)
+    return base * jitter
 
 
 @dataclass
