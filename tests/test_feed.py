@@ -7,6 +7,7 @@ gaps, no repeats (hypothesis); a writer SIGKILLed right after its write still ha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from phaselog.ledger.facade import Ledger
 from phaselog.ledger.feed import FeedEvent, advance, decode_cursor
 from phaselog.model import events
-from phaselog.model.errors import UsageError
+from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.events import Event
 from phaselog.model.pipelines import Pipeline, pipeline_from_dict
 from phaselog.stores import Store
@@ -141,10 +142,22 @@ OPS = st.lists(
     st.one_of(
         st.tuples(st.just("w"), st.sampled_from(["r1", "r2", "r3"]), st.sampled_from(["a", "b"]), st.booleans()),
         st.tuples(st.just("r"), st.integers(1, 4)),
+        st.tuples(st.just("j"), st.sampled_from(["r1", "r2", "r3"]), st.booleans()),  # judge b, the gate
     ),
     min_size=1,
     max_size=14,
 )
+
+
+def _gated_free() -> Pipeline:
+    return pipeline_from_dict(
+        {
+            "name": "gated-free",
+            "version": "1",
+            "order": "free",
+            "phases": [{"name": "a"}, {"name": "b", "requires_approval": True}],
+        }
+    )
 
 
 @pytest.mark.all_stores
@@ -162,7 +175,7 @@ def test_paging_with_cursors_never_skips_nor_repeats(
 ) -> None:
     ticket = f"FEED-{uuid.uuid4().hex[:8]}"
     ledger = Ledger(store)
-    pl = _free()
+    pl = _gated_free()
     got: list[str] = []
     cursor: str | None = None
     for i, op in enumerate(ops):
@@ -179,6 +192,11 @@ def test_paging_with_cursors_never_skips_nor_repeats(
                 error=None if ok else "no",
                 timestamp=T0 + timedelta(minutes=minutes),
             )
+        elif op[0] == "j":
+            _, run, approve = op
+            judge = ledger.approve if approve else ledger.reject
+            with contextlib.suppress(PhaselogError):  # nothing to judge, rejected already …: no record
+                judge(ticket, str(run), "b", by="ana", pipeline=pl)
         else:
             page = ledger.feed(ticket_id=ticket, after=cursor, limit=int(op[1]))  # type: ignore[call-overload]
             got.extend(e.event_id for e in page.events)
@@ -259,12 +277,20 @@ def test_a_guard_s_failed_passes_and_breaker_are_in_the_store_feed(tmp_path: Pat
             g.run(["sh", "-c", f"exit {code}"], GuardConfig(max_failures=2))
     finally:
         stop()
-    got = Ledger(FilesStore(tmp_path / "store")).feed().events
+    reader = Ledger(FilesStore(tmp_path / "store"))
+    page = reader.feed()
+    got = page.events
     assert [e.type for e in got] == ["guard.pass_failed", "guard.pass_failed", "guard.breaker_opened"]
     _schema_valid(got)
     opened = [e.id for e in seen if e.type == "guard.breaker_opened"]
     assert [e.event_id for e in got if e.type == "guard.breaker_opened"] == opened
     assert got[1].data["consecutive_failures"] == 2
+    assert reader.feed(after=page.cursor).events == []  # remembered: the guard's state did not move
+    g.reset(by="ana")
+    clock.advance(minutes=15)
+    g.run(["sh", "-c", "exit 7"], GuardConfig(max_failures=2))  # the state moved: read again
+    more = reader.feed(after=page.cursor).events
+    assert [(e.type, e.data["consecutive_failures"]) for e in more] == [("guard.pass_failed", 1)]
 
 
 def test_a_dead_queue_row_is_run_dead_with_the_emitted_id(pg_schema_url: str) -> None:
@@ -320,3 +346,32 @@ def test_phase_failed_comes_once_when_the_runner_s_retries_are_spent(store: Stor
     assert [e.event_id for e in got] == [e.id for e in seen]
     lefts = [r.record.phase_payload["failure"]["retries_left"] for r in ledger.list("FL-1").items]  # type: ignore[index]
     assert lefts == [2, 1, 0]
+
+
+@pytest.mark.all_stores
+def test_follow_yields_what_was_there_then_each_new_event_until_stopped(store: Store) -> None:
+    import queue
+    import threading
+
+    ledger = Ledger(store)
+    pl = _free()
+    first = ledger.write(T, "r1", "a", {}, pipeline=pl)
+    got: queue.Queue[str] = queue.Queue()
+    stop = threading.Event()
+    follower = Ledger(store)
+
+    def follow() -> None:
+        for event in follower.follow(ticket_id=T, poll=0.05, stop=stop):
+            got.put(event.event_id)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        assert got.get(timeout=60) == f"checkpoint.written:{first.record.content_hash}"
+        later = ledger.write(T, "r2", "a", {}, pipeline=pl)
+        assert got.get(timeout=60) == f"checkpoint.written:{later.record.content_hash}"
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert got.empty()  # each event once

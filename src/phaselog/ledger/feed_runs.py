@@ -4,27 +4,30 @@
 pipeline, and returns the run's feed events in the run's order (:mod:`phaselog.ledger.feed` reads
 the store and merges the runs). Each event has a *position*: the stream it belongs to (one per
 phase's attempts, ``c<ordinal>``; one per phase's judgements, ``a<ordinal>``; the queue's deaths,
-``q``), its place in that stream (the attempt number, the judgement's ``seq``, the claim token) and
-its index among the events of one record. A stream only ever grows at its end — an append is
+``q``, and a guard's history, ``g``, come from :mod:`phaselog.ledger.feed_sources`), its place in
+that stream (the attempt number, the judgement's ``seq``, the claim token, the history's ``seq``)
+and its index among the events of one record. A stream only ever grows at its end — an append is
 refused unless it follows the phase's latest attempt — so a cursor that remembers, per stream, the
 last position seen never skips an event, whatever the writers' clocks say (D201).
 
 The run's order is the order of the records' times made monotonic per stream: a record sorts no
 earlier than the one before it in its stream, and a judgement no earlier than the checkpoint it
 judges (a skewed clock cannot put an attempt before the one it followed). Ties go by phase, then
-checkpoints before judgements, then position.
+checkpoints before judgements, then position. What each record means (its events) never depends
+on that order: it is decided from the record alone (D206), so reading more records never gives an
+old record a new event behind the cursor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, judgement_events
-from phaselog.model.events import Event, RunEvent
+from phaselog.model.events import Event
 from phaselog.model.records import format_timestamp
 
 if TYPE_CHECKING:
@@ -120,20 +123,14 @@ def run_events(
     approvals: Sequence[Approval],
     facts: RunFacts,
     *,
-    deaths: Iterable[tuple[Event, datetime]] = (),
     base_url: str | None = None,
 ) -> list[FeedEvent]:
     """The run's events in the run's order (see the module docstring).
 
-    ``checkpoints`` are the run's intact Checkpoint records in (ordinal, attempt) order,
-    ``approvals`` its Approval entries in ``seq`` order, ``deaths`` the queue's RunDead events with
-    the time each was recorded.
+    ``checkpoints`` are the run's intact Checkpoint records, ``approvals`` its Approval entries
+    (the queue's deaths are :mod:`phaselog.ledger.feed_sources`'s).
     """
     items = _items(checkpoints, approvals, facts)
-    for event, at in deaths:
-        assert isinstance(event, RunEvent)
-        place = int(getattr(event, "claim_token", 0))
-        items.append(_Item("q", place, at, 1 << 30, [event], "", 0))
     _monotone(items)
     items.sort(key=_sort_key)
     run_name = next((c.run_name for c in checkpoints if c.run_name), None)

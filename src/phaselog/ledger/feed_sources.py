@@ -31,12 +31,46 @@ _FAILED = ("failure", "halt", "unknown")
 MAX_DEAD_ROWS = 100_000
 
 
-def other_events(store: Store, ticket: str | None, run: str | None) -> list[FeedEvent]:
-    """The queue's deaths (of ``ticket``/``run``, or every one) and, for the whole store, the guards' events."""
-    out = queue_deaths(store, ticket, run)
-    if ticket is None:
-        out.extend(guard_events(store))
-    return out
+class OtherEvents:
+    """The feed's other sources, remembering each guard's events while its loop state stays the same.
+
+    A guard writes its loop state, then appends the pass to its history: the events are kept only
+    once the history holds the pass the state counts (``pass`` = ``pass_count``), so a read between
+    the two is read again next time. Reading the state is one small read; the history is every
+    entry.
+    """
+
+    def __init__(self) -> None:
+        self._guards: dict[str, tuple[object, list[FeedEvent]]] = {}
+
+    def __call__(self, store: Store, ticket: str | None, run: str | None) -> list[FeedEvent]:
+        """The queue's deaths (of ``ticket``/``run``, or every one) and, for the whole store, the guards' events."""
+        out = queue_deaths(store, ticket, run)
+        if ticket is None:
+            out.extend(self.guards(store))
+        return out
+
+    def guards(self, store: Store) -> list[FeedEvent]:
+        """Every guard's failed passes and breaker openings (see the module docstring)."""
+        keeper = guard_keeper(store)
+        if keeper is None:
+            return []
+        out: list[FeedEvent] = []
+        for name in keeper.guard_names():
+            storage = keeper.guard_storage(name)
+            state = storage.read_state()
+            key = (state.pass_count, state.consecutive_failures, state.last_run_at)
+            got = self._guards.get(name)
+            if got is not None and got[0] == key:
+                out.extend(got[1])
+                continue
+            history = storage.history()
+            events = _guard(name, history)
+            passes = [h.get("pass") for h in history if h.get("kind") == "pass"]
+            if passes and passes[-1] == state.pass_count:  # the history caught up with the state
+                self._guards[name] = (key, events)
+            out.extend(events)
+        return out
 
 
 def queue_deaths(store: Store, ticket: str | None, run: str | None) -> list[FeedEvent]:
@@ -70,13 +104,7 @@ def queue_deaths(store: Store, ticket: str | None, run: str | None) -> list[Feed
 
 def guard_events(store: Store) -> list[FeedEvent]:
     """Every guard's failed passes and breaker openings, from its history (see the module docstring)."""
-    keeper = guard_keeper(store)
-    if keeper is None:
-        return []
-    out: list[FeedEvent] = []
-    for name in keeper.guard_names():
-        out.extend(_guard(name, keeper.guard_storage(name).history()))
-    return out
+    return OtherEvents().guards(store)
 
 
 def _guard(name: str, history: list[dict[str, Any]]) -> list[FeedEvent]:

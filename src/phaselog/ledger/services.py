@@ -110,9 +110,9 @@ class Services:
     def feed_reader(self) -> Feed:
         """The event feed: events derived from the store, with each run's change stamp (feed.py)."""
         from phaselog.ledger.feed import Feed  # lazy: only the feed, `events` and `notify` read it (start-up)
-        from phaselog.ledger.feed_sources import other_events  # lazy: as above
+        from phaselog.ledger.feed_sources import OtherEvents  # lazy: as above
 
-        return Feed(self.store, self.pipelines, sources=other_events)
+        return Feed(self.store, self.pipelines, sources=OtherEvents())
 
     @cached_property
     def forks(self) -> Forks:
