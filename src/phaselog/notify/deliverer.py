@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.feed import advance
-from phaselog.model.errors import Fenced, PhaselogError
+from phaselog.model.errors import Fenced, PhaselogError, StoreError
 from phaselog.notify.config import Config, Rule
 from phaselog.notify.state import DeliveryState
 from phaselog.notify.transports import DeliveryFailed, send
@@ -123,15 +123,22 @@ class Deliverer:
         """Deliver until ``stop`` is set (``idle_exit``: also once nothing is left to do)."""
         try:
             while not stop.is_set():
-                if self.state.holder is None and not self.acquire(stop):
-                    break
                 try:
+                    if self.state.holder is None and not self.acquire(stop):
+                        break
                     self.state.renew()
                     busy = self.round()
                 except Fenced as exc:
                     self.say(f"lost the lease ({exc.message}); standing by")
                     self._drain()
                     self.state.holder = None
+                    continue
+                except StoreError as exc:  # the store is away for a moment: what was in flight goes again
+                    self.say(f"store error ({exc.message}); trying again in {self.config.poll:g}s")
+                    self._drain()
+                    self._lanes = []
+                    self.state.holder = None  # re-taken (or found ours gone) once the store answers
+                    stop.wait(self.config.poll)
                     continue
                 if idle_exit and not busy:
                     break

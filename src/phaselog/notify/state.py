@@ -87,7 +87,8 @@ class DeliveryState:
                 current, why = None, f"a damaged lock replaced ({exc.message})"
             else:
                 why = "free"
-            if current is not None:
+            mine = current is not None and current.pid == os.getpid() and current.host == self.env.host
+            if current is not None and not mine:
                 verdict, why = judge_holder(current, self.env, stale)
                 if verdict in ("live", "hung", "remote-live"):
                     return False, why
