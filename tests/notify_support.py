@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class Receiver:
     always: int | None = None
     #: Answer 503 to every event of these tickets (a destination down for them only).
     down_for: frozenset[str] = frozenset()
+    #: Seconds to wait before answering (so that a kill finds deliveries in flight).
+    delay: float = 0.0
     got: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     tries: dict[str, int] = field(default_factory=dict)
@@ -44,6 +47,7 @@ class Receiver:
 def _handler(rec: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            time.sleep(rec.delay)
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
             sig = self.headers.get("X-Phaselog-Signature", "")

@@ -88,7 +88,7 @@ def test_sigkilled_deliverer_delivers_every_event_at_least_once_in_order(store_u
     pl = phaselog.pipeline_from_dict(PIPELINE)
     writes = [(f"T-{r}", f"run{r}", f"p{p}") for p in range(1, PHASES + 1) for r in range(RUNS)]
     kills = 0
-    with receiver() as rec:
+    with receiver(delay=0.03) as rec:  # slow answers: a kill finds events in flight
         cfg = _config(tmp_path, rec.url)
         proc = _start(cfg, store_url, tmp_path, 0)
         try:
