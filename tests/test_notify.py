@@ -113,3 +113,44 @@ def test_a_run_in_retries_blocks_only_its_own_later_events(
         "draft",
         "publish",
     ]
+
+
+def test_a_manifest_names_its_own_hooks_per_run_and_per_phase(
+    store: phaselog.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    led = phaselog.Ledger(store)
+    with receiver() as rec, receiver() as other:
+        manifest = {
+            "name": "hooked",
+            "version": "1",
+            "notify": [{"name": "done", "events": ["run.completed"], "webhook": {"url": rec.url}}],
+            "phases": [
+                {"name": "draft", "notify": [{"events": ["checkpoint.written"], "webhook": {"url": rec.url}}]},
+                {"name": "final"},
+            ],
+        }
+        pl = phaselog.pipeline_from_dict(manifest)
+        led.write("T-1", "r1", "draft", {}, pipeline=pl)
+        led.write("T-1", "r1", "final", {}, pipeline=pl)
+        led.write("T-2", "r1", "draft", {}, pipeline=phaselog.pipeline_from_dict(GATED))  # no hooks
+        cfg = _config(tmp_path, [{"events": ["run.completed"], "webhook": {"url": other.url}}])
+        _deliver(led, cfg, monkeypatch)
+        got = sorted((g["body"]["type"], g["body"]["ticket_id"], g["body"]["phase"]) for g in rec.delivered())
+        merged = [(g["body"]["type"], g["body"]["ticket_id"]) for g in other.delivered()]
+    # the phase hook: only draft's checkpoint; the run hook: the completion; the config's rule as well
+    assert got == [("checkpoint.written", "T-1", "draft"), ("run.completed", "T-1", "final")]
+    assert merged == [("run.completed", "T-1")]
+    names = {r["rule"] for r in status(led, load_config(cfg))["rules"]}
+    assert {"hooked.run.done", "hooked.draft.1", "rule1"} <= names
+
+
+def test_a_manifest_hook_is_checked_when_the_manifest_is_loaded() -> None:
+    base = {"name": "p", "version": "1", "phases": [{"name": "a"}]}
+    with pytest.raises(phaselog.PipelineError) as caught:
+        phaselog.pipeline_from_dict({**base, "notify": [{"events": ["phase.awaited"], "command": "true"}]})
+    assert (caught.value.context["field"], caught.value.context["rule"]) == ("notify[0].events", "event_type")
+    with pytest.raises(phaselog.PipelineError) as caught:
+        phaselog.pipeline_from_dict({**base, "phases": [{"name": "a", "notify": [{"events": ["run.dead"]}]}]})
+    assert caught.value.context["field"] == "phases[0].notify[0]"
+    plain = phaselog.pipeline_from_dict(base)
+    assert plain.manifest_hash == phaselog.pipeline_from_dict({**base, "notify": []}).manifest_hash

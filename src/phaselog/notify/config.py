@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,7 +47,7 @@ TEMPLATE_FIELDS = (
     "url",
     "event_json",
 )
-_TOP_KEYS = {"name", "poll", "base_url", "stale_after", "rules"}
+_TOP_KEYS = {"name", "poll", "base_url", "stale_after", "manifests", "rules"}
 _RULE_KEYS = {"name", "events", "pipelines", "tickets", "phases", "from", "webhook", "command"}
 _RETRY_KEYS = {"timeout", "max_attempts", "backoff", "max_backoff"}
 _WEBHOOK_KEYS = {"url", "secret_env", "template", "headers"} | _RETRY_KEYS
@@ -119,6 +119,8 @@ class Config:
     base_url: str | None = None
     stale_after: float = 60.0
     path: str | None = None
+    #: Deliver the pipelines' own ``notify:`` hooks too (D219).
+    manifests: bool = True
 
 
 def _bad(key: str, message: str, rule: str) -> UsageError:
@@ -272,6 +274,20 @@ def _rule(doc: object, i: int, env: Mapping[str, str], origin: str) -> Rule:
     return Rule(str(name), events, opt["pipelines"], opt["tickets"], opt["phases"], target, start, origin)
 
 
+def hook_rule(
+    doc: Mapping[str, Any], *, pipeline: str, phase: str | None, index: int, env: Mapping[str, str] | None = None
+) -> Rule:
+    """A manifest's ``notify:`` hook as a rule of its pipeline (and phase); UsageError naming it."""
+    where = f"pipeline {pipeline}: " + (f"phase {phase} notify[{index}]" if phase else f"notify[{index}]")
+    try:
+        rule = _rule({**doc, "name": "hook"}, index, os.environ if env is None else env, "manifest")
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc.message}", **exc.context) from None
+    name = f"{pipeline}.{phase or 'run'}.{doc.get('name', index + 1)}"
+    only_phase = frozenset({phase}) if phase else None
+    return replace(rule, name=name, pipelines=frozenset({pipeline}), phases=only_phase)
+
+
 def parse_config(doc: object, *, name: str, env: Mapping[str, str] | None = None, path: str | None = None) -> Config:
     """Check a parsed configuration document; UsageError naming the first key that is wrong."""
     env = os.environ if env is None else env
@@ -293,7 +309,11 @@ def parse_config(doc: object, *, name: str, env: Mapping[str, str] | None = None
     base_url = top.get("base_url")
     if base_url is not None and (not isinstance(base_url, str) or urlsplit(base_url).scheme not in ("http", "https")):
         raise _bad("base_url", f"must be an http(s) URL of the dashboard, not {base_url!r}", "url")
+    manifests = top.get("manifests", True)
+    if not isinstance(manifests, bool):
+        raise _bad("manifests", "must be true or false", "type")
     return Config(
+        manifests=manifests,
         name=cfg_name,
         rules=rules,
         poll=_seconds(top.get("poll", 1.0), "poll", minimum=0.01),

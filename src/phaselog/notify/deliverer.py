@@ -15,14 +15,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.feed import advance
-from phaselog.model.errors import Fenced, PhaselogError, StoreError
-from phaselog.notify.config import Config, Rule
+from phaselog.model.errors import Fenced, PhaselogError, StoreError, UsageError
+from phaselog.notify.config import Config, Rule, hook_rule
 from phaselog.notify.state import DeliveryState
 from phaselog.notify.transports import DeliveryFailed, send
 
@@ -90,6 +90,11 @@ class Deliverer:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phaselog-notify")
         self._rnd = random.Random(seed)  # noqa: S311  # jitter, not a secret
         self._lanes: list[_Lane] = []
+        self._saved: dict[str, str] = {}
+        self._discovered: str | None = None
+        self._runs_seen: set[tuple[str, str]] = set()
+        #: Manifest hooks that could not be used (a missing secret, a bad URL), said once each.
+        self.hook_errors: list[str] = []
 
     # -- the lease --------------------------------------------------------------------------------
     def acquire(self, stop: threading.Event) -> bool:
@@ -117,6 +122,38 @@ class Deliverer:
                 self.state.save_cursor(rule.name, cursor)
             lanes.append(_Lane(rule, cursor))
         self._lanes = lanes
+        self._saved = saved
+        self._discovered = None
+        self._runs_seen = set()
+
+    def _discover(self) -> None:
+        """New runs in the feed: lanes for their pipelines' ``notify:`` hooks (D219)."""
+        if not self.config.manifests:
+            return
+        page = self.ledger.feed(after=self._discovered)
+        self._discovered = page.cursor  # noticing is all this does: no event is passed over for a lane
+        known = {lane.rule.name for lane in self._lanes}
+        for event in page.events:
+            if event.ticket_id is None or event.run_id is None or (event.ticket_id, event.run_id) in self._runs_seen:
+                continue
+            self._runs_seen.add((event.ticket_id, event.run_id))
+            try:
+                pl = self.ledger.pipelines.for_run(event.ticket_id, event.run_id)
+            except PhaselogError:
+                continue  # no pipeline to be found: no hooks
+            hooks: list[tuple[str | None, int, Mapping[str, Any]]] = [(None, i, h) for i, h in enumerate(pl.notify)]
+            hooks += [(p.name, i, h) for p in pl.phases for i, h in enumerate(p.notify)]
+            for phase, i, hook in hooks:
+                try:
+                    rule = hook_rule(hook, pipeline=pl.name, phase=phase, index=i)
+                except UsageError as exc:
+                    if exc.message not in self.hook_errors:
+                        self.hook_errors.append(exc.message)
+                        self.say(f"hook not delivered: {exc.message}")
+                    continue
+                if rule.name not in known:
+                    known.add(rule.name)
+                    self._lanes.append(_Lane(rule, self._saved.get(rule.name)))
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event, *, idle_exit: bool = False) -> Stats:
@@ -163,6 +200,7 @@ class Deliverer:
     def round(self) -> bool:
         """One pass over every lane; True while anything is in flight or waiting."""
         busy = False
+        self._discover()
         for lane in self._lanes:
             busy = self._lane_round(lane) or busy
         if busy:
@@ -245,6 +283,8 @@ def status(ledger: Ledger, config: Config) -> dict[str, Any]:
         cursor = cursors.get(rule.name)
         behind = len(ledger.feed(after=cursor, types=rule.events).events) if cursor is not None else None
         rules.append({"rule": rule.name, "cursor": cursor, "after_cursor": behind, "started": cursor is not None})
+    for name in sorted(set(cursors) - {r.name for r in config.rules}):  # a manifest's hooks (D219)
+        rules.append({"rule": name, "cursor": cursors[name], "after_cursor": None, "started": True})
     dead = state.dead_letters()
     return {
         "name": config.name,
