@@ -375,3 +375,30 @@ def test_follow_yields_what_was_there_then_each_new_event_until_stopped(store: S
         thread.join(timeout=60)
     assert not thread.is_alive()
     assert got.empty()  # each event once
+
+
+def test_guard_storage_without_passes_is_read_once_and_gives_no_events(tmp_path: Path) -> None:
+    from phaselog.stores.base import guard_keeper
+    from phaselog.stores.files.store import FilesStore
+
+    store = FilesStore(tmp_path / "store")
+    keeper = guard_keeper(store)
+    assert keeper is not None
+    storage = keeper.guard_storage("notify.hooks")  # another user of guard storage: entries, no passes
+    storage.append_history({"kind": "cursor", "cursor": "v1.x"})
+    reader = Ledger(store)
+    assert reader.feed().events == []
+    calls: list[str] = []
+    real = type(storage).history
+
+    def counted(self: object) -> list[dict[str, object]]:
+        calls.append("history")
+        return real(self)  # type: ignore[arg-type]  # the storage itself
+
+    type(storage).history = counted  # type: ignore[method-assign]  # count reads of a real storage
+    try:
+        storage.append_history({"kind": "cursor", "cursor": "v1.y"})
+        assert reader.feed().events == []
+    finally:
+        type(storage).history = real  # type: ignore[method-assign]
+    assert calls == []  # its state did not move: its history was not read again

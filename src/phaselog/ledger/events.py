@@ -38,7 +38,7 @@ def failed_for_good(cp: Checkpoint, retries: int) -> bool:
 
     The runner says so in the failed payload (``failure.retries_left``); a record of the runner's that
     predates that key is final from attempt ``1 + retries`` on; a failure written outside the runner
-    (``phaselog fail``, ``Run.fail``: no ``failure`` in its payload) is final at once; an interrupted
+    (``phaselog write --status failed``, ``Run.fail``: no ``failure`` in its payload) is final at once; an interrupted
     attempt (a signal stopped the run) is not a failure for good.
     """
     if cp.completed:

@@ -67,8 +67,8 @@ class OtherEvents:
             history = storage.history()
             events = _guard(name, history)
             passes = [h.get("pass") for h in history if h.get("kind") == "pass"]
-            # The history caught up with the state (no pass yet counts too: a deliverer's state,
-            # `notify.<name>`, grows a history of cursors and never a pass; D215).
+            # Kept once the history caught up with the state (no pass yet: 0 and 0). A store's other
+            # users of guard storage (the notify deliverer's cursor entries) append no passes: kept too.
             if (passes[-1] if passes else 0) == state.pass_count:
                 self._guards[name] = (key, events)
             out.extend(events)
