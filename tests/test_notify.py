@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -154,3 +158,33 @@ def test_a_manifest_hook_is_checked_when_the_manifest_is_loaded() -> None:
     assert caught.value.context["field"] == "phases[0].notify[0]"
     plain = phaselog.pipeline_from_dict(base)
     assert plain.manifest_hash == phaselog.pipeline_from_dict({**base, "notify": []}).manifest_hash
+
+
+def test_the_cli_delivers_in_burst_and_status_shows_the_dead_letter(tmp_path: Path) -> None:
+    led = phaselog.open(str(tmp_path / "store"))
+    led.write("T-1", "r1", "draft", {}, pipeline=phaselog.pipeline_from_dict(GATED))
+    env = {**os.environ, "PYTHONPATH": str(Path(phaselog.__file__).resolve().parent.parent), "HOOK_SECRET": SECRET}
+    with receiver(always=500) as rec:
+        hook = {"url": rec.url, "secret_env": "HOOK_SECRET", "backoff": "10ms", "max_attempts": 2}
+        cfg = _config(tmp_path, [{"name": "ops", "events": ["checkpoint.written"], "webhook": hook}])
+        base = [sys.executable, "-m", "phaselog", "notify"]
+        root = ["--root", str(tmp_path / "store")]
+        run = subprocess.run(
+            [*base, "--config", str(cfg), *root, "--burst", "--quiet"],
+            capture_output=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert [g["signed"] for g in rec.got] == [True, True]
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["dead_letters"] == 1
+    shown = subprocess.run(
+        [*base, "status", "--config", str(cfg), *root], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert [(d["rule"], d["attempts"]) for d in view["dead_letters"]] == [("ops", 2)]
+    assert "HTTP 500" in view["dead_letters"][0]["error"]
+    assert view["lease"] is None
+    assert view["rules"] == [{"rule": "ops", "cursor": view["rules"][0]["cursor"], "after_cursor": 0, "started": True}]
