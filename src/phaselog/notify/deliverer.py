@@ -90,6 +90,7 @@ class Deliverer:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phaselog-notify")
         self._rnd = random.Random(seed)  # noqa: S311  # jitter, not a secret
         self._lanes: list[_Lane] = []
+        self._renewed = float("-inf")
         self._saved: dict[str, str] = {}
         self._discovered: str | None = None
         self._runs_seen: set[tuple[str, str]] = set()
@@ -103,6 +104,7 @@ class Deliverer:
         while not stop.is_set():
             taken, why = self.state.try_acquire()
             if taken:
+                self._renewed = time.monotonic()
                 self.say(f"holding the lease of {self.config.name} ({why})")
                 self._start_lanes()
                 return True
@@ -163,7 +165,9 @@ class Deliverer:
                 try:
                     if self.state.holder is None and not self.acquire(stop):
                         break
-                    self.state.renew()
+                    if time.monotonic() - self._renewed >= self.config.stale_after / 4:
+                        self.state.renew()  # the heartbeat: a few per stale_after, not one per round
+                        self._renewed = time.monotonic()
                     busy = self.round()
                 except Fenced as exc:
                     self.say(f"lost the lease ({exc.message}); standing by")
