@@ -184,7 +184,14 @@ class SqlCheckpoints:
                     if run_premise
                     else dialect.change_stamp(tx.conn)
                 )
-            latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
+            if premise is not None and not run_premise and now == premise and record.attempt_number > expected_latest:
+                # Nothing at all was written since the carried snapshot was read (the database's
+                # stamp, under the write lock), and premise_for matched it: the phase's latest is
+                # expected_latest (its hash the record's prev_hash) and no attempt above it exists.
+                # What a read of them would say is known exactly; the fence is still checked here.
+                latest, existing = expected_latest, None
+            else:
+                latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
             try:
                 kernel.decide_append(
                     record,
