@@ -244,6 +244,72 @@ def test_a_write_whose_carried_state_went_stale_rereads_and_decides_on_what_is_s
     led.close()
 
 
+def _traced(led: Any, step: Any) -> tuple[Any, list[str]]:
+    """``step()``'s result and every statement it ran on ``led``'s SQLite connection."""
+    seen: list[str] = []
+    raw = led.store.session.conn.raw
+    raw.set_trace_callback(seen.append)
+    try:
+        return step(), seen
+    finally:
+        raw.set_trace_callback(None)
+
+
+def test_sqlite_another_process_writing_another_run_is_no_reason_to_read_this_one(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/two.db"
+    open_store(url, migrate=True).close()
+    led = phaselog.open(url)
+    run_id = str(uuid.uuid4())
+    run = led.run(T, run_id)
+    first = run.write("implement", IMPLEMENT)
+    run.write("implement", IMPLEMENT)  # carried from here on
+    assert _write_elsewhere(url, str(uuid.uuid4()), "implement")[0] == 1  # the database moved, this run did not
+    res, seen = _traced(led, lambda: run.write("local_review", LOCAL_REVIEW))
+    assert not [s for s in seen if s.lstrip().upper().startswith("WITH")], seen  # no snapshot re-read (D180)
+    begin = seen.index("BEGIN IMMEDIATE")
+    assert len(seen[:begin]) <= 1, seen  # the stamp only
+    assert seen.count("COMMIT") == 1
+    assert seen.count("BEGIN IMMEDIATE") == 1
+    # Decided as a fresh read decides: the basis names attempt 2, the carried state is the run's.
+    assert res.record.basis["implement"].attempt == 2
+    fresh = open_store(url)
+    assert premise_snapshot(led.store, T, run_id)[0] == fresh.snapshot(T, run_id)
+    assert next(r.record.content_hash for r in fresh.snapshot(T, run_id, history=True).stored()) == (
+        first.record.content_hash
+    )
+    fresh.close()
+    led.close()
+
+
+def test_sqlite_a_held_row_edited_in_place_while_the_database_moved_is_seen(tmp_path: Path) -> None:
+    """Bytes of the record a write links to, edited from outside (same length, same hash column),
+    after another process wrote elsewhere: the run check compares the row itself, so the write
+    reads the run again and refuses to link to the damaged attempt."""
+    import sqlite3
+
+    url = f"sqlite://{tmp_path}/edit.db"
+    open_store(url, migrate=True).close()
+    led = phaselog.open(url)
+    run_id = str(uuid.uuid4())
+    run = led.run(T, run_id)
+    run.write("implement", IMPLEMENT)
+    run.write("implement", IMPLEMENT)  # carried; attempt 2 is what the next implement links to
+    _write_elsewhere(url, str(uuid.uuid4()), "implement")
+    with contextlib.closing(sqlite3.connect(tmp_path / "edit.db")) as raw, raw:
+        (body,) = raw.execute(
+            "SELECT body FROM phaselog_checkpoints WHERE run_id = ? AND attempt = 2", (run_id,)
+        ).fetchone()
+        edited = body.replace("feat/", "feat-", 1)
+        assert edited != body
+        assert len(edited) == len(body)
+        raw.execute("UPDATE phaselog_checkpoints SET body = ? WHERE run_id = ? AND attempt = 2", (edited, run_id))
+    with pytest.raises(phaselog.PhaselogError) as refused:
+        run.write("implement", IMPLEMENT)
+    assert "attempt 2" in str(refused.value)
+    assert open_store(url).attempts(T, run_id)[-1].attempt_number == 2  # nothing linked to it
+    led.close()
+
+
 WRITERS = 6
 ROUNDS = 8
 
