@@ -449,6 +449,7 @@ def available_pipelines(root: str | os.PathLike[str] | None = None) -> list[Pipe
     return list(found.values())
 
 
+@cache  # package data, read once like _cached_manifest's (mtime 0): no stat per write; a miss raises, never cached
 def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
     """Return a built-in pipeline (``ticket-pipeline`` or ``video-pipeline``)."""
     path = BUILTIN_DIR / f"{name}.yaml"
