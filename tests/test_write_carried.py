@@ -281,6 +281,45 @@ def test_sqlite_another_process_writing_another_run_is_no_reason_to_read_this_on
     led.close()
 
 
+def test_sqlite_the_run_check_a_snapshot_implies_holds_on_the_unmoved_run(tmp_path: Path) -> None:
+    """The fingerprint a run check derives from its snapshot is the one SQL computes: a check that
+    did not hold on an unmoved run would send every write of a moved database back to a fresh read."""
+    url = f"sqlite://{tmp_path}/check.db"
+    led = phaselog.open(url)
+    run_id = str(uuid.uuid4())
+    run, key = led.run(T, run_id, pipeline="video-pipeline"), (T, run_id)
+    proposal = {"title": "t", "concept": "c"}
+    research = {"summary": "s", "sources": ["https://x.test/a"]}
+    carried = led.store.checkpoints.carried
+    held = 0
+    # (step, is it a write): after a write the carried check is the run's; an approval moves the
+    # run past what was carried, so the check must not hold (the next write reads the run again).
+    steps: list[tuple[Any, bool]] = [
+        (lambda: run.write("research", None, status="failed", error="flaky"), True),
+        (lambda: run.write("research", research), True),
+        (lambda: run.write("proposal", proposal), True),
+        (lambda: led.approve(T, run_id, "proposal", by="ana"), False),
+        (lambda: run.write("proposal", proposal), True),
+        (lambda: run.write("research", research), True),
+    ]
+    for step, writes in steps:
+        step()
+        premise_snapshot(led.store, T, run_id)  # what the next write decides on, with its check
+        check = carried.check_for(key)
+        if check is not None:
+            held += writes
+            assert check.holds(led.store.session.current, T, run_id) is writes, check.fingerprint
+    assert held >= 4
+    # ... and does not once the run moves: another connection's attempt of it.
+    other = phaselog.open(url)
+    other.write(T, run_id, "research", research, pipeline="video-pipeline")
+    other.close()
+    check = carried.check_for(key)
+    assert check is not None
+    assert not check.holds(led.store.session.current, T, run_id)
+    led.close()
+
+
 def test_sqlite_a_held_row_edited_in_place_while_the_database_moved_is_seen(tmp_path: Path) -> None:
     """Bytes of the record a write links to, edited from outside (same length, same hash column),
     after another process wrote elsewhere: the run check compares the row itself, so the write

@@ -54,6 +54,9 @@ _PARTS = (
     f"(SELECT COALESCE(SUM(LENGTH(name)), 0) {_PROGRESS})",
     f"(SELECT COUNT(*) {_BODIES})",
 )
+#: The most values one run check binds (SQLite's limit is 32,766; a run of 1,000 phases with two
+#: held records each binds ~14,000): above it the run carries no check.
+MAX_BOUND = 20_000
 _FINGERPRINT = "SELECT " + ", ".join(_PARTS)
 _HELD_ROW = "(phase_ordinal = ? AND attempt = ? AND phase = ? AND status = ? AND content_hash = ? AND body = ?)"
 _DONE_ABOVE = "(phase_ordinal = ? AND attempt > ?)"
@@ -120,6 +123,8 @@ def run_check(snap: RunSnapshot, rows: Iterable[Row], bodies: Iterable[Body]) ->
         done.append((summary.ordinal, 0 if finished is None else finished.attempt_number))
     events = snap.event_names
     seen = tuple(bodies)
+    if 6 * len(held) + 3 * len(seen) + 2 * len(done) > MAX_BOUND:
+        return None  # a statement SQLite would refuse (its bound-parameter limit): the database's stamp decides
     fingerprint = (
         count,
         total,
