@@ -23,11 +23,13 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.records import detached_copy
+from phaselog.stores.sql.runcheck import run_check
 from phaselog.stores.values import AttemptRef, Stored
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
     from phaselog.stores.snapshot import RunSnapshot
+    from phaselog.stores.sql.runcheck import RunCheck
     from phaselog.stores.sql.session import Session
 
 #: How many runs one store handle carries (the oldest is dropped first).
@@ -42,7 +44,7 @@ class CarriedRuns:
     def __init__(self, session: Session, limit: int = CARRIED_RUNS) -> None:
         self.session = session
         self.limit = limit
-        self._runs: OrderedDict[Key, tuple[RunSnapshot, tuple[Any, ...]]] = OrderedDict()
+        self._runs: OrderedDict[Key, tuple[RunSnapshot, tuple[Any, ...], RunCheck | None]] = OrderedDict()
 
     def stamp(self) -> tuple[Any, ...] | None:
         """The database's change stamp now (None: the dialect has none, or no store exists yet)."""
@@ -61,29 +63,39 @@ class CarriedRuns:
             return None
         return got[0]
 
-    def keep(self, key: Key, snap: RunSnapshot, stamp: tuple[Any, ...] | None) -> None:
-        """Carry ``snap``, read after ``stamp`` was taken."""
+    def keep(self, key: Key, snap: RunSnapshot, stamp: tuple[Any, ...] | None, check: RunCheck | None = None) -> None:
+        """Carry ``snap``, read after ``stamp`` was taken; ``check``: the run check taken with it
+        (stores/sql/runcheck.py), where the stamp is the database's."""
         if stamp is None or snap.history:
             return
         runs = self._runs
-        runs[key] = (snap, stamp)
+        runs[key] = (snap, stamp, check)
         runs.move_to_end(key)
         while len(runs) > self.limit:
             runs.popitem(last=False)
 
-    def premise(self, key: Key) -> RunSnapshot | None:
-        """The carried snapshot of ``key`` for a write: checked now where the stamp is the
-        database's (SQLite), handed out as it is where it is the run's (PostgreSQL: the append
-        checks it in the statement that inserts)."""
+    def premise(self, key: Key) -> tuple[RunSnapshot, bool] | None:
+        """The carried snapshot of ``key`` for a write, and whether it is handed out unchecked (the
+        append checks it): checked now where the stamp is the database's (SQLite) — unless the
+        database moved and a run check was carried, which the append asks under the write lock
+        (stores/sql/runcheck.py); handed out as it is where the stamp is the run's (PostgreSQL: the
+        append checks it in the statement that inserts)."""
         got = self._runs.get(key)
         if got is None:
             return None
-        return got[0] if is_run_stamp(got[1]) else self.fresh(key)
+        if is_run_stamp(got[1]):
+            return got[0], True
+        if self.stamp() == got[1]:
+            return got[0], False
+        if got[2] is not None:
+            return got[0], True
+        del self._runs[key]
+        return None
 
-    def unchecked(self, key: Key) -> bool:
-        """Is the carried snapshot of ``key`` handed out unchecked (a run stamp: the append checks it)?"""
+    def check_for(self, key: Key) -> RunCheck | None:
+        """The run check carried with ``key``'s snapshot (None: none)."""
         got = self._runs.get(key)
-        return got is not None and is_run_stamp(got[1])
+        return None if got is None else got[2]
 
     def premise_for(self, record: Checkpoint, expected_latest: int) -> tuple[Any, ...] | None:
         """The stamp of the carried snapshot ``record`` was decided on (None: it was not — its
@@ -102,16 +114,30 @@ class CarriedRuns:
                 return None
         return got[1]
 
-    def appended(self, record: Checkpoint, location: str, after: tuple[Any, ...] | None) -> None:
-        """``record`` was committed. ``after``: the stamp right after it when the append found
-        the carried stamp unchanged (None: it did not, or nothing was carried)."""
+    def appended(
+        self, record: Checkpoint, location: str, after: tuple[Any, ...] | None, body: str | None = None
+    ) -> None:
+        """``record`` was committed (stored as ``body``). ``after``: the stamp right after it when
+        the append found the carried stamp unchanged, or the run check held (None: neither, or
+        nothing was carried)."""
         key = (record.ticket_id, record.run_id)
         got = self._runs.pop(key, None)
         if got is None or after is None:
             return
         snap = with_appended(got[0], Stored(detached_copy(record), location, record.content_hash))
         if snap is not None:
-            self.keep(key, snap, after)
+            check = got[2]
+            if check is not None and body is not None:
+                row = (
+                    record.phase_ordinal,
+                    record.attempt_number,
+                    record.phase,
+                    record.status,
+                    record.content_hash,
+                    body,
+                )
+                check = run_check(snap, (*check.rows, row), check.bodies)
+            self.keep(key, snap, after, None if body is None else check)
 
     def drop(self, key: Key) -> None:
         """Carry nothing for ``key`` (an append was refused or its outcome is unknown)."""
