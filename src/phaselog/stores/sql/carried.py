@@ -10,21 +10,21 @@ at all was written to the database since; otherwise it reads the run again.
 
 The append checks the stamp again *inside* its write transaction, under the write lock: when it
 still matches, nothing moved between the decision and the insert, and the snapshot plus the new
-record is exactly what a fresh read would give (:func:`with_appended`), so it is carried on. When
-it does not match, the append decides as it always did (the phase's latest attempt, checked in
+record is exactly what a fresh read would give (:func:`phaselog.stores.snapshot.with_appended`),
+so it is carried on. When it does not match, the append decides as it always did (the phase's latest attempt, checked in
 the transaction) and the carried snapshot is dropped. A dialect without a cheap stamp
 (PostgreSQL) carries nothing. See docs/decisions.md D163.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.records import detached_copy
+from phaselog.stores.snapshot import with_appended
 from phaselog.stores.sql.runcheck import run_check
-from phaselog.stores.values import AttemptRef, Stored
+from phaselog.stores.values import Stored
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
@@ -146,46 +146,6 @@ class CarriedRuns:
     def forget(self) -> None:
         """Carry nothing (the connection was replaced)."""
         self._runs.clear()
-
-
-def detached(snap: RunSnapshot) -> RunSnapshot:
-    """``snap`` with copies of its records: a reader that edits a payload in place never changes
-    what the next write decides on (as the memo of decoded records hands out copies)."""
-    records = {
-        k: Stored(detached_copy(v.record), v.location, v.recorded_hash, v.warnings) if isinstance(v, Stored) else v
-        for k, v in snap.records.items()
-    }
-    return dataclasses.replace(snap, records=records, _by_ordinal={})
-
-
-def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
-    """The snapshot a fresh read would give once ``stored`` is appended to ``snap``'s run (None:
-    not derivable here — attempts in flight, or the record is not the phase's new newest)."""
-    from phaselog.stores.snapshot import summarize  # lazy: like the snapshot itself (SqlStore.snapshot)
-
-    cp = stored.record
-    ordinal, number = cp.phase_ordinal, cp.attempt_number
-    old = snap.summary(ordinal)
-    if snap.history or snap.events or (old is not None and old.newest.attempt_number >= number):
-        return None
-    (added,) = summarize((AttemptRef(ordinal, number, cp.phase, cp.completed),))
-    summary = added if old is None else old.merge(added)
-    summaries = tuple(sorted((*(s for s in snap.summaries if s.ordinal != ordinal), summary), key=_ordinal))
-    # The records a fresh snapshot holds for the phase: the newest, and the newest completed with
-    # the damaged ones below it that the read walked past (all at or below the newest completed).
-    keep_below = (
-        0 if cp.completed or old is None or old.newest_completed is None else old.newest_completed.attempt_number
-    )
-    records = {k: v for k, v in snap.records.items() if k[0] != ordinal or k[1] <= keep_below}
-    records[(ordinal, number)] = stored
-    out = dataclasses.replace(snap, summaries=summaries, records=records, _by_ordinal={})
-    if out.markers is not None and out.pipeline_ref() is not None:
-        out = dataclasses.replace(out, markers=None, _by_ordinal={})  # as stores.snapshot.assemble would
-    return out
-
-
-def _ordinal(summary: Any) -> int:
-    return int(summary.ordinal)
 
 
 # -- the run stamp (PostgreSQL) -----------------------------------------------------------------
