@@ -32,7 +32,13 @@ def _line(doc: object) -> None:
 @click.option("--limit", type=int, help="At most this many events (then the cursor to go on from).")
 @click.option("--base-url", metavar="URL", help="The dashboard's address: each event links to its run's page.")
 @click.option("--follow", is_flag=True, help="Keep waiting for new events (Ctrl-C to stop).")
-@click.option("--poll", default="0.5s", show_default=True, metavar="DURATION", help="--follow: how often to look.")
+@click.option(
+    "--poll",
+    default="0.5s",
+    show_default=True,
+    metavar="DURATION",
+    help="--follow: how often to look (PostgreSQL wakes on each write; this is then the longest wait).",
+)
 def events(
     call: Call,
     ticket_id: str,

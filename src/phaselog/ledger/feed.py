@@ -3,7 +3,8 @@
 ``Ledger.feed`` reads the store — checkpoints, judgements, the queue's dead rows, guard histories —
 and derives the events (:mod:`phaselog.ledger.feed_runs`), never from memory: a writer killed
 right after its write still has its events here. ``Ledger.follow`` waits for new ones, re-reading
-only the runs whose change stamp moved (:mod:`phaselog.stores.stamps`).
+only the runs whose change stamp moved (:mod:`phaselog.stores.stamps`); it waits in the store's
+change waiter when it has one (PostgreSQL: LISTEN, D207), else sleeps ``poll`` s.
 
 Order: within a run, the order the records were appended (their times made monotonic per stream);
 across runs, by that time, then ticket, run and position — deterministic for a given store.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,16 +36,18 @@ from phaselog.ledger.gates import read_approvals
 from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.events import TYPES
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
-from phaselog.stores.base import Damaged
+from phaselog.stores.base import Damaged, change_waiter
 from phaselog.stores.stamps import run_stamps
 
 if TYPE_CHECKING:
     from phaselog.ledger.resolve import PipelineResolver
-    from phaselog.stores.base import Store
+    from phaselog.stores.base import ChangeWaiter, Store
 
 #: A cursor: per "ticket/run" (or "guard:<name>"), per stream, the last (place, index) seen.
 Marks = dict[str, dict[str, tuple[int, int]]]
 _PREFIX = "v1."
+#: How long a follower waits in its store's waiter before it looks at ``stop`` again (s).
+_STOP_SLICE = 0.25
 
 
 class FeedQuery(TypedDict, total=False):
@@ -227,18 +231,35 @@ class Feed:
         stop = q.get("stop") or threading.Event()
         poll = q.get("poll", 0.5)
         cursor = q.get("after")
-        while True:
-            page = self.page(
-                ticket_id=q.get("ticket_id"),
-                run_id=q.get("run_id"),
-                types=q.get("types"),
-                base_url=q.get("base_url"),
-                after=cursor,
-            )
-            yield from page.events
-            cursor = page.cursor
-            if stop.wait(poll):
-                return
+        waiter = change_waiter(self.store)  # listening before the first read: no change falls between
+        try:
+            while True:
+                page = self.page(
+                    ticket_id=q.get("ticket_id"),
+                    run_id=q.get("run_id"),
+                    types=q.get("types"),
+                    base_url=q.get("base_url"),
+                    after=cursor,
+                )
+                yield from page.events
+                cursor = page.cursor
+                if _wait(waiter, stop, poll):
+                    return
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+
+def _wait(waiter: ChangeWaiter | None, stop: threading.Event, poll: float) -> bool:
+    """Wait for the next round: ``poll`` s, or less when the store's waiter wakes. True: stop."""
+    if waiter is None:
+        return stop.wait(poll)
+    deadline = time.monotonic() + poll  # the safety net: read again after ``poll`` s even unwoken
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or waiter.wait(min(left, _STOP_SLICE)):
+            return stop.is_set()
+    return True
 
 
 __all__ = [

@@ -394,10 +394,38 @@ def stamper(store: Store) -> Stamping | None:
     return None
 
 
+class ChangeWaiter(Protocol):
+    """Blocks until the store may have changed; closed when the follower is done (D207)."""
+
+    def wait(self, timeout: float) -> bool:
+        """True once a run gained a record (a wake-up may be spurious), False after ``timeout`` s."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what the waiter holds (its connection); idempotent."""
+        ...
+
+
+class WaitsForChanges(Protocol):
+    """A store that can wake a follower when a run gains a record (``Capability.CHANGE_WAIT``)."""
+
+    def change_waiter(self) -> ChangeWaiter:
+        """A new waiter, listening from now on (a change made after this call wakes it)."""
+        ...
+
+
+def change_waiter(store: Store) -> ChangeWaiter | None:
+    """A waiter on ``store`` when it declares ``Capability.CHANGE_WAIT`` (None: poll)."""
+    if Capability.CHANGE_WAIT in store.capabilities:
+        return cast(WaitsForChanges, store).change_waiter()  # the capability declares the member
+    return None
+
+
 __all__ = [
     "CAPABILITY_MEMBERS",
     "AttemptRef",
     "Capability",
+    "ChangeWaiter",
     "Damaged",
     "GuardKeeper",
     "GuardStorage",
@@ -416,6 +444,8 @@ __all__ = [
     "Store",
     "Stored",
     "Verdict",
+    "WaitsForChanges",
+    "change_waiter",
     "guard_keeper",
     "leftover_finder",
     "local_root",

@@ -104,6 +104,9 @@ class Capability(StrEnum):
     #: ``state_snapshot(ticket_id, run_id)``: the snapshot a reader of state only (status) gets,
     #: checked fresh as ``snapshot``'s, but not copied (D192).
     CARRIED_RUNS = "carried_runs"
+    #: ``change_waiter()``: a waiter that blocks until a run gains a record or a timeout passes
+    #: (PostgreSQL: LISTEN on the feed's trigger NOTIFY, D207); ``Ledger.follow`` waits in it.
+    CHANGE_WAIT = "change_wait"
 
 
 #: What a store that declares each capability provides (``tests/test_capabilities.py`` checks
@@ -121,6 +124,7 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.MANIFESTS: ("pipeline_manifests",),
     Capability.PHASE_READ: ("read_phase",),
     Capability.CARRIED_RUNS: ("premise_snapshot", "state_snapshot"),
+    Capability.CHANGE_WAIT: ("change_waiter",),
 }
 
 

@@ -62,6 +62,12 @@ class Dialect:
         database's change counter as read inside the write transaction just committed."""
         return None
 
+    def runs(self, statement: str) -> bool:
+        """Whether this database runs a migration's ``statement``: one whose first line is
+        ``-- dialect: NAME`` runs only where ``name`` is NAME (a PostgreSQL trigger, D207)."""
+        first = statement.split("\n", 1)[0].strip()
+        return not first.startswith("-- dialect:") or first.removeprefix("-- dialect:").strip() == self.name
+
     def begin_write(self, conn: Any) -> None:
         """Start a transaction that will write."""
         self.check_writable()

@@ -4,7 +4,8 @@ A released migration is data that never changes (LangGraph's Postgres saver keep
 append-only list). A change to the schema is a NEW number appended here, never an edit of an old
 one: a database migrated by an older phaselog has run exactly these statements, and
 ``tests/test_migrations.py`` pins each number's SHA-256 so an edit fails the build. The statements
-are plain text on purpose: no constant of another module is interpolated into them.
+are plain text on purpose: no constant of another module is interpolated into them. A statement
+whose first line is ``-- dialect: NAME`` runs only on that database (the dialect's ``runs``).
 :mod:`phaselog.stores.sql.schema` applies them in order.
 """
 
@@ -133,6 +134,24 @@ _FROZEN: dict[int, tuple[str, ...]] = {
     ),
     # The name a submitted run was given (`submit --run-id w49`), kept with its queue row (D93).
     7: ("ALTER TABLE phaselog_queue ADD COLUMN run_name TEXT",),
+    # PostgreSQL only (the "-- dialect:" line, Dialect.runs): a run that gains a checkpoint or an
+    # audit entry NOTIFYs phaselog_feed with "schema:ticket/run", so `Ledger.follow` wakes in LISTEN (D207).
+    # Delivered at commit, one per distinct payload per transaction; ids are short (< 8000 bytes).
+    8: (
+        """-- dialect: postgresql
+CREATE OR REPLACE FUNCTION phaselog_feed_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('phaselog_feed', left(TG_TABLE_SCHEMA || ':' || NEW.ticket_id || '/' || NEW.run_id, 1900));
+    RETURN NULL;
+END
+$$""",
+        "-- dialect: postgresql\nDROP TRIGGER IF EXISTS phaselog_checkpoints_feed ON phaselog_checkpoints",
+        "-- dialect: postgresql\nCREATE TRIGGER phaselog_checkpoints_feed AFTER INSERT ON phaselog_checkpoints "
+        "FOR EACH ROW EXECUTE FUNCTION phaselog_feed_notify()",
+        "-- dialect: postgresql\nDROP TRIGGER IF EXISTS phaselog_entries_feed ON phaselog_entries",
+        "-- dialect: postgresql\nCREATE TRIGGER phaselog_entries_feed AFTER INSERT ON phaselog_entries "
+        "FOR EACH ROW EXECUTE FUNCTION phaselog_feed_notify()",
+    ),
 }
 
 #: Migration number → its statements, in order (read-only: a released migration never changes).

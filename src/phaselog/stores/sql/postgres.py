@@ -10,6 +10,8 @@ keeps phaselog's tables in their own schema (created with the store, by its firs
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from phaselog.stores.sql.queue.rows import SqlQueue
 
 _MIGRATION_LOCK = 0x7068_6C67  # "phlg": advisory lock id that serialises migrations
+#: The channel migration 8's trigger notifies, with "schema:ticket/run" of a run that gained a record.
+FEED_CHANNEL = "phaselog_feed"
 
 
 def _psycopg() -> Any:
@@ -158,13 +162,70 @@ class PostgresDialect(Dialect):
         return f"postgresql://{where}" + (f"?schema={self.schema}" if self.schema else "")
 
 
+class FeedListener:
+    """A connection of its own, in autocommit, in ``LISTEN phaselog_feed`` (``Capability.CHANGE_WAIT``).
+
+    Only this store's schema wakes it (tests and tenants share a database). A dropped connection
+    is one wake-up (the follower reads again: what changed while nobody listened is not missed),
+    and the next wait listens anew (or sleeps, while the server is away). See D207.
+    """
+
+    def __init__(self, dialect: PostgresDialect) -> None:
+        self._dialect = dialect
+        self._conn: Any = None
+        self._schema = ""
+        self._listen()
+
+    def _listen(self) -> None:
+        conn = self._dialect.connect()
+        try:
+            conn.execute(f"LISTEN {FEED_CHANNEL}")  # a constant identifier
+            row = conn.execute("SELECT current_schema()").fetchone()
+        except self._dialect.psycopg.Error:
+            conn.close()
+            raise
+        self._schema = self._dialect.schema or (row[0] if row and row[0] else "public")
+        self._conn = conn
+
+    def wait(self, timeout: float) -> bool:
+        if self._conn is None:
+            try:
+                self._listen()
+            except (StoreError, UsageError, self._dialect.psycopg.Error):
+                time.sleep(max(0.0, timeout))
+                return False
+            return True  # listening again: a change while nobody listened would be lost otherwise
+        prefix = self._schema + ":"
+        deadline = time.monotonic() + max(0.0, timeout)
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                woke = [n for n in self._conn.notifies(timeout=left, stop_after=1) if n.payload.startswith(prefix)]
+                if woke:
+                    return True
+            return False
+        except self._dialect.psycopg.Error:
+            self.close()
+            return True
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(self._dialect.psycopg.Error):  # already gone: nothing to let go of
+                conn.close()
+
+
 class PostgresStore(SqlStore):
     """Checkpoints in a PostgreSQL database."""
 
-    capabilities = SQL_CAPABILITIES | {Capability.QUEUE}
+    capabilities = SQL_CAPABILITIES | {Capability.QUEUE, Capability.CHANGE_WAIT}
+
+    def change_waiter(self) -> FeedListener:
+        """A waiter that wakes when a run of this store gains a record (``Capability.CHANGE_WAIT``)."""
+        return FeedListener(self._pg)
 
     def __init__(self, url: str, **kw: Any) -> None:
-        super().__init__(url, PostgresDialect(url), **kw)
+        self._pg = PostgresDialect(url)
+        super().__init__(url, self._pg, **kw)
 
     def run_queue(self) -> SqlQueue:
         """The queue of runs that workers drain (``Capability.QUEUE``)."""

@@ -59,7 +59,8 @@ def apply(tx: Transaction, url: str, *, upgrade: bool = True) -> tuple[int, int]
         check_version(current, dialect.describe(), url)
     for version in range(current + 1, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[version]:
-            tx.conn.execute(statement)  # verbatim: a migration's text is run as it was frozen
+            if dialect.runs(statement):
+                tx.conn.execute(statement)  # verbatim: a migration's text is run as it was frozen
     if current == 0:
         tx.execute("INSERT INTO phaselog_schema (id, version) VALUES (1, ?)", (SCHEMA_VERSION,))
     elif current < SCHEMA_VERSION:
