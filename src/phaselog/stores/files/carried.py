@@ -2,7 +2,7 @@
 
 A write reads its run's snapshot (``Store.snapshot``: a listing or the hint, and every phase's
 newest record read and decoded), decides, and appends. Instead, the handle keeps the snapshot a
-write decided on plus the record it appended (:func:`phaselog.stores.snapshot.with_appended`,
+write decided on plus the record it appended (:func:`phaselog.stores.carry.with_appended`,
 the same derivation as the SQL stores'), with the stamps of everything that snapshot was read
 from: the run folder (device, inode, mtime and ctime in ns: any name added or removed), its
 ``.progress`` and ``.approvals`` folders (an event or a judgement added), and every file behind a
@@ -23,8 +23,8 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from phaselog.stores.carry import with_appended
 from phaselog.stores.names import checkpoint_name, failed_name, meta_name
-from phaselog.stores.snapshot import with_appended
 from phaselog.stores.values import Stored
 
 if TYPE_CHECKING:

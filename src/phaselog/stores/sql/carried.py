@@ -10,7 +10,7 @@ at all was written to the database since; otherwise it reads the run again.
 
 The append checks the stamp again *inside* its write transaction, under the write lock: when it
 still matches, nothing moved between the decision and the insert, and the snapshot plus the new
-record is exactly what a fresh read would give (:func:`phaselog.stores.snapshot.with_appended`),
+record is exactly what a fresh read would give (:func:`phaselog.stores.carry.with_appended`),
 so it is carried on. When it does not match, the append decides as it always did (the phase's latest attempt, checked in
 the transaction) and the carried snapshot is dropped. A dialect without a cheap stamp
 (PostgreSQL) carries nothing. See docs/decisions.md D163.
@@ -22,7 +22,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.records import detached_copy
-from phaselog.stores.snapshot import with_appended
+from phaselog.stores.carry import with_appended
 from phaselog.stores.sql.runcheck import run_check
 from phaselog.stores.values import Stored
 

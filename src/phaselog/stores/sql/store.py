@@ -20,7 +20,7 @@ from phaselog.model.errors import Corrupt
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Capability, Damaged, PruneTarget, RunFence, Stored
-from phaselog.stores.snapshot import detached
+from phaselog.stores.carry import detached
 from phaselog.stores.sql import quarantine as sql_quarantine
 from phaselog.stores.sql import stamps
 from phaselog.stores.sql.checkpoints import SqlCheckpoints
