@@ -37,6 +37,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),
     "agents": ("mcp", "skill"),
+    "proofs": ("keys", "anchor", "prove"),
 }
 
 
