@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from phaselog.model.errors import InvalidRecord, UsageError
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey  # lazy: as above
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
     "HEAD_VERSION",
