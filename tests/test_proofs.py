@@ -240,3 +240,32 @@ def test_help_and_read_do_not_load_cryptography(tmp_path: Path) -> None:
     env = cli_env(tmp_path / "store")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=False, timeout=60)
     assert out.stdout.decode().strip().splitlines()[-1] == "[]", out
+
+
+def test_deleting_the_newest_progress_event_is_reported(
+    store: Store, tmp_path: Path, key_files: tuple[Path, Path]
+) -> None:
+    ledger = Ledger(store)
+    ledger.write(T, R, "implement", IMPLEMENT)
+    ledger.progress(T, R, "local_review", "start")
+    ledger.progress(T, R, "local_review", "step", step=1)
+    witness = DirectoryWitness(tmp_path / "witness")
+    anchor(ledger, [T], witness, load_private_key(key_files[0]))
+    Tamper(store).delete_entry("progress", T, RUN, store.entry_names("progress", T, RUN)[-1])
+    assert ledger.verify(T).ok  # nothing names the newest event
+    assert _rules(verify_against(ledger, witness, None)) == ["entries_removed"]
+
+
+def test_a_chain_rewritten_with_recomputed_hashes_is_reported(
+    store: Store, tmp_path: Path, key_files: tuple[Path, Path]
+) -> None:
+    ledger = Ledger(store)
+    recs = ticket_history(ledger)
+    witness = DirectoryWitness(tmp_path / "witness")
+    anchor(ledger, [T], witness, load_private_key(key_files[0]))
+    # The newest attempt rewritten consistently: new content, its own hash recomputed.
+    forged = recs["review2"].evolve(phase_payload={**LOCAL_REVIEW, "phase": "local_review", "iteration_count": 42})
+    assert forged.content_hash != recs["review2"].content_hash
+    Tamper(store).forge_checkpoint(forged)
+    assert ledger.verify(T).ok, ledger.verify(T).problems
+    assert _rules(verify_against(ledger, witness, None)) == ["not_extended"]
