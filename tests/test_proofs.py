@@ -269,3 +269,50 @@ def test_a_chain_rewritten_with_recomputed_hashes_is_reported(
     Tamper(store).forge_checkpoint(forged)
     assert ledger.verify(T).ok, ledger.verify(T).problems
     assert _rules(verify_against(ledger, witness, None)) == ["not_extended"]
+
+
+def test_a_signed_head_naming_an_impossible_ticket_is_reported_not_raised(
+    store: Store, tmp_path: Path, key_files: tuple[Path, Path]
+) -> None:
+    from phaselog.model.heads import sign_head
+
+    ledger = Ledger(store)
+    witness = DirectoryWitness(tmp_path / "witness")
+    key = load_private_key(key_files[0])
+    anchor(ledger, [], witness, key)  # keeps the key, writes no head
+    witness.append([sign_head(key, "../../etc", 1, b"\x00" * 32, "2026-12-03T00:00:00Z")])
+    report = verify_against(ledger, witness, None)
+    assert _rules(report) == ["head_format"]
+    assert report["problems"][0]["ticket_id"] == "../../etc"
+
+
+def test_anchorings_racing_in_processes_never_interleave_their_lines(
+    tmp_path: Path, key_files: tuple[Path, Path]
+) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from phaselog.ledger.witness import DirectoryWitness\n"
+        "from phaselog.model.heads import load_private_key, sign_head\n"
+        "key = load_private_key(sys.argv[1])\n"
+        "heads = [sign_head(key, f'RACE-{sys.argv[2]}', i, bytes(32), '2026-12-03T00:00:00Z') for i in range(200)]\n"
+        "for i in range(0, 200, 20):\n"
+        "    DirectoryWitness(sys.argv[3]).append(heads[i:i + 20])\n"
+    )
+    wdir = tmp_path / "witness"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(key_files[0]), str(n), str(wdir)], env=cli_env())
+        for n in range(6)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 6
+    lines = list(DirectoryWitness(wdir).lines())
+    assert len(lines) == 1200
+    assert all(hl.head is not None for hl in lines), [hl.error for hl in lines if hl.head is None][:3]
+    # Each process's batches of 20 stay whole and in order.
+    by_ticket: dict[str, list[int]] = {}
+    for hl in lines:
+        assert hl.head is not None
+        by_ticket.setdefault(hl.head.ticket_id, []).append(hl.head.size)
+    assert all(sizes == list(range(200)) for sizes in by_ticket.values())

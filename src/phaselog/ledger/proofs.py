@@ -188,7 +188,11 @@ def verify_against(ledger: Services, witness: DirectoryWitness, public: Ed25519P
             )
             continue
         if head.ticket_id not in trees:
-            leaves = _bytes(ticket_leaves(ledger, head.ticket_id))
+            try:
+                leaves = _bytes(ticket_leaves(ledger, head.ticket_id))
+            except UsageError as exc:  # a signed head naming no possible ticket: report it, go on
+                problems.append(_problem(hl.line, head, "head_format", f"{where}: {exc.message}"))
+                continue
             trees[head.ticket_id] = (leaves, merkle.tree_hash(leaves))
         leaves, root = trees[head.ticket_id]
         n = len(leaves)
