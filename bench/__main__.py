@@ -44,6 +44,7 @@ NAMES = (
     "queue",
     "feed",
     "proofs",
+    "live",
 )
 #: What `python -m bench` (and `make bench`) runs by default: the benchmarks behind every row of
 #: issue 22's table, closed by that table. `--all` adds the rest (list, memory, ui, sql at scale …).
@@ -65,6 +66,7 @@ FULL: dict[str, dict[str, int]] = {
     "queue": {"rounds": 8, "batch": 40, "claims": 30},
     "feed": {"rounds": 15, "runs": 200},
     "proofs": {"rounds": 5, "entries": 10_000},
+    "live": {"rounds": 30, "runs": 200, "streams": 32},
 }
 QUICK: dict[str, dict[str, int]] = {
     "api": {"rounds": 3, "ops": 12, "warmup_ops": 3},
@@ -83,6 +85,7 @@ QUICK: dict[str, dict[str, int]] = {
     "queue": {"rounds": 2, "batch": 12, "claims": 6},
     "feed": {"rounds": 3, "runs": 20},
     "proofs": {"rounds": 2, "entries": 500},
+    "live": {"rounds": 5, "runs": 20, "streams": 8},
 }
 
 
@@ -193,6 +196,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         bench_growth,
         bench_langgraph,
         bench_list,
+        bench_live,
         bench_memory,
         bench_proofs,
         bench_queue,
@@ -222,6 +226,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "queue": bench_queue,
         "feed": bench_feed,
         "proofs": bench_proofs,
+        "live": bench_live,
     }
     extra: dict[str, Any] = {}
     if name == "sql":

@@ -449,12 +449,21 @@ def available_pipelines(root: str | os.PathLike[str] | None = None) -> list[Pipe
     return list(found.values())
 
 
+#: The built-in pipelines found so far, by name: package files, read once (as _cached_manifest
+#: already did, mtime 0), so a status does not stat the package folder each time (D194).
+_BUILTINS: dict[str, Pipeline] = {}
+
+
 def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
     """Return a built-in pipeline (``ticket-pipeline`` or ``video-pipeline``)."""
+    found = _BUILTINS.get(name)
+    if found is not None:
+        return found
     path = BUILTIN_DIR / f"{name}.yaml"
     if not path.is_file():
         raise PipelineError(f"no built-in pipeline {name!r}")
-    return _cached_manifest(str(path), 0)
+    found = _BUILTINS[name] = _cached_manifest(str(path), 0)
+    return found
 
 
 def check_schemas(pipeline: Pipeline) -> None:

@@ -330,15 +330,19 @@ class DecodedRecords:
         self._kept: dict[tuple[int, str], tuple[Checkpoint, str | None, tuple[str, ...]]] = {}
         self._chars = 0
 
-    def get(self, ordinal: int, document: str, location: str) -> Stored | None:
-        """A fresh copy of the record ``document`` held when first decoded, at ``location`` (None: unseen)."""
+    def get(self, ordinal: int, document: str, location: str, *, copy: bool = True) -> Stored | None:
+        """A fresh copy of the record ``document`` held when first decoded, at ``location`` (None: unseen).
+
+        ``copy=False``: the kept record itself, for a caller whose records never reach a user
+        uncopied (a SQL run snapshot: readers get it detached, status and writes only read it; D192)."""
         hit = self._kept.get((ordinal, document))
         if hit is None:
             return None
-        return Stored(detached_copy(hit[0]), location, hit[1], hit[2])
+        return Stored(detached_copy(hit[0]) if copy else hit[0], location, hit[1], hit[2])
 
-    def put(self, ordinal: int, document: str, stored: Stored) -> None:
-        """Keep an intact record decoded from ``document`` (a copy of it)."""
+    def put(self, ordinal: int, document: str, stored: Stored, *, copy: bool = True) -> None:
+        """Keep an intact record decoded from ``document`` (a copy of it; ``copy=False``: the record
+        itself, under the same promise as :meth:`get`'s)."""
         size = len(document)
         if size > min(self.max_document, self.max_chars) or stored.tampered or (ordinal, document) in self._kept:
             return
@@ -347,7 +351,11 @@ class DecodedRecords:
             oldest = next(iter(kept))
             del kept[oldest]
             self._chars -= len(oldest[1])
-        kept[(ordinal, document)] = (detached_copy(stored.record), stored.recorded_hash, stored.warnings)
+        kept[(ordinal, document)] = (
+            detached_copy(stored.record) if copy else stored.record,
+            stored.recorded_hash,
+            stored.warnings,
+        )
         self._chars += size
 
     def clear(self) -> None:

@@ -350,7 +350,9 @@ class SqlCheckpoints:
         rows = paged_by_key(self.session.query, sql, params, self.session.dialect.collate, key=(0, 1, 3))
         for rid, ordinal, phase, attempt, status, body, column_hash in rows:
             try:
-                yield self.stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash)
+                # Not kept in the memo (as read_phase's): a listing reads each record once, and
+                # keeping one costs a copy of its payload (D195); a hit is still taken.
+                yield self.stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash, keep=False)
             except (Corrupt, UnsupportedVersion) as exc:
                 yield kernel.damaged_from(exc, ticket_id, rid, ordinal, phase, attempt)
 
@@ -366,11 +368,14 @@ class SqlCheckpoints:
         column_hash: str | None,
         *,
         keep: bool = True,
+        shared: bool = False,
     ) -> Stored:
         """The record of one row, checked (Corrupt when its body or its key columns are damaged);
-        ``keep``: remember it decoded (the memo), for a caller that reads the run again."""
+        ``keep``: remember it decoded (the memo), for a caller that reads the run again; ``shared``:
+        the memo and the caller hold one record, never handed to a user uncopied (a run snapshot's;
+        D192)."""
         location = kernel.attempt_location(ticket_id, run_id, ordinal, phase, attempt, completed=status == "completed")
-        stored = self._decoded.get(ordinal, body, location)
+        stored = self._decoded.get(ordinal, body, location, copy=not shared)
         kept = stored is not None
         if stored is None:
             doc = kernel.decode_document(body.encode("utf-8"), location)
@@ -387,5 +392,5 @@ class SqlCheckpoints:
                 rule="row_mismatch",
             )
         if keep and not kept and stored.recorded_hash is not None:
-            self._decoded.put(ordinal, body, stored)
+            self._decoded.put(ordinal, body, stored, copy=not shared)
         return stored

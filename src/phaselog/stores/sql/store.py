@@ -29,7 +29,6 @@ from phaselog.stores.sql.lease import SqlRunLeases
 from phaselog.stores.sql.manifests import SqlManifests
 from phaselog.stores.sql.retention import SqlRetention
 from phaselog.stores.sql.session import Session
-from phaselog.stores.sql.snapshot import sql_snapshot, stamped_snapshot
 
 if TYPE_CHECKING:
     import contextlib
@@ -194,12 +193,17 @@ class SqlStore:
     # -- capabilities -----------------------------------------------------------------------------
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
-        # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
+        from phaselog.stores.sql.snapshot import sql_snapshot  # lazy: `phaselog read` never loads a snapshot
 
         if history:
             return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=True)
         # A reader's copy: the carried records stay as they were read, whatever the reader does.
         return detached(self._carried(ticket_id, run_id, self.checkpoints.carried.fresh))
+
+    def state_snapshot(self, ticket_id: str, run_id: str) -> RunSnapshot:
+        """``snapshot`` without the reader's copy: for status, which reads the state and hands no
+        record out (D192); the carried run is served only when unchanged, as ``snapshot``'s."""
+        return self._carried(ticket_id, run_id, self.checkpoints.carried.fresh)
 
     def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
         """The run as this handle last saw it, for a write whose append checks it, and whether it may
@@ -218,6 +222,8 @@ class SqlStore:
         key = (ticket_id, run_id)
         snap = carried(key)
         if snap is None:
+            from phaselog.stores.sql.snapshot import stamped_snapshot  # lazy: as in snapshot()
+
             snap, stamp = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
             self.checkpoints.carried.keep(key, snap, stamp)
         return snap
