@@ -21,6 +21,7 @@ from typing import Any
 from phaselog.model._lazyre import LazyPattern
 from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
 from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
+from phaselog.model.hooks import check_hooks
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
 from phaselog.model.records import PipelineRef
 from phaselog.model.schemas import Problem, schema_problems, schema_validator
@@ -90,6 +91,8 @@ class Phase:
     execution: Execution = field(default_factory=Execution)
     #: Its newest checkpoint may wait for input (a LangGraph ``interrupt()``): see phaselog.ledger.inputs.
     awaits_input: bool = False
+    #: Its ``notify:`` hooks, as the manifest gives them (checked by phaselog.model.hooks).
+    notify: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def file_stem(self) -> str:
@@ -129,6 +132,8 @@ class Pipeline:
     description: str = ""
     order: str = "strict"
     source: str = "<python>"
+    #: The run's ``notify:`` hooks (every phase's events), as the manifest gives them.
+    notify: tuple[Mapping[str, Any], ...] = ()
     #: Why this pipeline was chosen when nothing named it (added to an unknown-phase error).
     fallback_note: str = field(default="", compare=False, repr=False)
 
@@ -142,6 +147,8 @@ class Pipeline:
             "order": self.order,
             "phases": [_phase_doc(p) for p in self.phases],
         }
+        if self.notify:  # only when set: other manifests keep the hash they had
+            doc["notify"] = [dict(h) for h in self.notify]
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -195,6 +202,8 @@ def _phase_doc(p: Phase) -> dict[str, Any]:
     }
     if p.awaits_input:  # only when set: other manifests keep the hash they had
         doc["awaits_input"] = True
+    if p.notify:  # only when set: other manifests keep the hash they had
+        doc["notify"] = [dict(h) for h in p.notify]
     execution = p.execution.to_json()
     if execution:  # only when set: manifests without runner keys keep the hash they had
         doc["execution"] = execution
@@ -214,6 +223,7 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
         "description": pipeline.description,
         "order": pipeline.order,
         "phases": phases,
+        **({"notify": [dict(h) for h in pipeline.notify]} if pipeline.notify else {}),
     }
 
 
@@ -305,9 +315,11 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 
 
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
-MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases"})
+MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "notify"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
-PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS})
+PHASE_KEYS = frozenset(
+    {"name", "description", "payload_schema", "requires_approval", "awaits_input", "notify", *EXECUTION_KEYS}
+)
 
 
 def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
@@ -366,16 +378,19 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
         if unknown:
             raise PipelineError(
                 f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
-                f"payload_schema, requires_approval, awaits_input and the runner's keys {', '.join(EXECUTION_KEYS)})",
+                f"payload_schema, requires_approval, awaits_input, notify and the runner's keys "
+                f"{', '.join(EXECUTION_KEYS)})",
                 field=f"{at}.{sorted(unknown)[0]}",
                 rule="unknown_key",
             )
         execution = execution_from_dict(raw, where, at)
-        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits))
+        hooks = check_hooks(raw["notify"], where, f"{at}.notify") if "notify" in raw else ()
+        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits, hooks))
     unknown_top = set(doc) - MANIFEST_KEYS
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
-    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source)
+    hooks = check_hooks(doc["notify"], where, "notify") if "notify" in doc else ()
+    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source, notify=hooks)
 
 
 def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
