@@ -316,3 +316,43 @@ def test_anchorings_racing_in_processes_never_interleave_their_lines(
         assert hl.head is not None
         by_ticket.setdefault(hl.head.ticket_id, []).append(hl.head.size)
     assert all(sizes == list(range(200)) for sizes in by_ticket.values())
+
+
+def test_a_witness_that_is_a_git_repository_gets_a_commit_per_anchoring(
+    tmp_path: Path, key_files: tuple[Path, Path]
+) -> None:
+    import subprocess
+
+    from phaselog.stores.files.store import FilesStore
+
+    store = FilesStore(tmp_path / "store")
+    try:
+        ledger = Ledger(store)
+        ledger.write(T, R, "implement", IMPLEMENT)
+        wdir = tmp_path / "witness"
+        subprocess.run(["git", "init", "-q", str(wdir)], check=True)
+        witness = DirectoryWitness(wdir)
+        key = load_private_key(key_files[0])
+        anchor(ledger, [T], witness, key)
+        ledger.write(T, R, "local_review", LOCAL_REVIEW)
+        anchor(ledger, [T], witness, key)
+        log = subprocess.run(["git", "-C", str(wdir), "log", "--format=%s"], capture_output=True, check=True, text=True)
+        assert log.stdout.splitlines() == ["phaselog anchor: 1 head(s)"] * 2
+        tracked = subprocess.run(["git", "-C", str(wdir), "ls-files"], capture_output=True, check=True, text=True)
+        assert "heads.jsonl" in tracked.stdout.split()
+        assert verify_against(ledger, witness, None)["heads_checked"] == 2
+    finally:
+        store.close()
+
+
+def test_an_unwritable_witness_is_a_store_error_naming_to(tmp_path: Path, key_files: tuple[Path, Path]) -> None:
+    from phaselog.model.errors import StoreError
+    from phaselog.model.heads import sign_head
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    head = sign_head(load_private_key(key_files[0]), T, 0, bytes(32), "2026-12-03T00:00:00Z")
+    with pytest.raises(StoreError) as err:
+        DirectoryWitness(blocker / "witness").append([head])  # even root cannot make a directory in a file
+    assert err.value.context["field"] == "--to"
+    assert "a-file" in err.value.message

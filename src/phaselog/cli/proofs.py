@@ -70,7 +70,13 @@ def keys_init(call: Call, out: str) -> Result:
 @command(cli, "anchor", section="Proofs")
 @click.option("--ticket-id", help="The ticket whose head to anchor.")
 @click.option("--all", "all_tickets", is_flag=True, help="Every ticket of the store.")
-@click.option("--to", "to", required=True, type=click.Path(file_okay=False), help="The witness directory.")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="The witness directory (a git repository: a commit per anchoring).",
+)
 @click.option("--key", required=True, type=click.Path(dir_okay=False, exists=True), help="The private key (keys init).")
 def anchor(call: Call, ticket_id: str | None, all_tickets: bool, to: str, key: str) -> Result:
     """Sign each ticket's current head (size, Merkle root) and append it to a witness directory.

@@ -126,7 +126,7 @@ def anchor(
     for ticket in ticket_ids:
         size, root = tree_of(ticket_leaves(ledger, ticket))
         heads.append(sign_head(key, validate_ticket_id(ticket), size, root, at))
-    witness.keep_key(key_id_of(key.public_key()), public_key_pem(key.public_key()))
+    witness.keep_key_safely(key_id_of(key.public_key()), public_key_pem(key.public_key()))
     witness.append(heads)
     return heads
 

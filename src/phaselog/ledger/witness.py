@@ -20,10 +20,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from phaselog.model.errors import InvalidRecord, UsageError
+from phaselog.model.errors import InvalidRecord, StoreError, UsageError
 from phaselog.model.heads import Head
 
-__all__ = ["HEADS_FILE", "DirectoryWitness", "HeadLine"]
+__all__ = ["GIT_MESSAGE", "HEADS_FILE", "DirectoryWitness", "HeadLine"]
+
+#: The message of the commit made in a witness that is a git repository.
+GIT_MESSAGE = "phaselog anchor: {n} head(s)"
 
 HEADS_FILE = "heads.jsonl"
 KEYS_DIR = "keys"
@@ -87,7 +90,51 @@ class DirectoryWitness:
         _fsync_dir(target.parent)
 
     def append(self, heads: Iterable[Head]) -> int:
-        """Append ``heads`` (one line each) and fsync; return how many were written."""
+        """Append ``heads`` (one line each) and fsync; return how many were written.
+
+        A witness that is a git repository (``DIR/.git``) also gets a commit of what changed, so
+        its history is git's too and a rewrite needs a force-push a clone would notice.
+        StoreError (naming ``--to``) when the directory cannot be written.
+        """
+        try:
+            n = self._append(heads)
+        except OSError as exc:
+            raise StoreError(
+                f"--to {self.path}: cannot append to the witness ({exc.strerror or exc})", field="--to", rule="io"
+            ) from None
+        if (self.path / ".git").exists():
+            self._commit(n)
+        return n
+
+    def _commit(self, n: int) -> None:
+        import subprocess  # lazy: only a git witness runs git
+
+        git = ["git", "-C", str(self.path)]
+        who = subprocess.run([*git, "config", "user.email"], capture_output=True, check=False)
+        ident = [] if who.returncode == 0 else ["-c", "user.name=phaselog", "-c", "user.email=phaselog@localhost"]
+        for argv in (
+            [*git, "add", "--", *(p for p in (HEADS_FILE, KEYS_DIR) if (self.path / p).exists())],
+            [*git, *ident, "commit", "-q", "-m", GIT_MESSAGE.format(n=n)],
+        ):
+            done = subprocess.run(argv, capture_output=True, check=False)
+            if done.returncode != 0:
+                why = (done.stderr or done.stdout).decode("utf-8", "replace").strip()[:300]
+                raise StoreError(
+                    f"--to {self.path}: the heads were appended and fsynced, but git failed ({why})",
+                    field="--to",
+                    rule="git",
+                )
+
+    def keep_key_safely(self, key_id: str, pem: bytes) -> None:
+        """:meth:`keep_key`, with an unwritable directory as a StoreError naming ``--to``."""
+        try:
+            self.keep_key(key_id, pem)
+        except OSError as exc:
+            raise StoreError(
+                f"--to {self.path}: cannot keep the public key ({exc.strerror or exc})", field="--to", rule="io"
+            ) from None
+
+    def _append(self, heads: Iterable[Head]) -> int:
         self._ensure_dir(self.path)
         data = b"".join(json.dumps(h.to_json(), sort_keys=True, separators=(",", ":")).encode() + b"\n" for h in heads)
         created = not self.heads_file.exists()
