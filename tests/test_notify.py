@@ -188,3 +188,15 @@ def test_the_cli_delivers_in_burst_and_status_shows_the_dead_letter(tmp_path: Pa
     assert "HTTP 500" in view["dead_letters"][0]["error"]
     assert view["lease"] is None
     assert view["rules"] == [{"rule": "ops", "cursor": view["rules"][0]["cursor"], "after_cursor": 0, "started": True}]
+    table = subprocess.run(
+        [*base, "status", "--config", str(cfg), *root, "--format", "table"],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+        text=True,
+    )
+    assert table.returncode == 0, table.stderr
+    assert "ops" in table.stdout  # the dead letter, readable
+    assert "HTTP 500" in table.stdout
+    assert not table.stdout.lstrip().startswith("{")

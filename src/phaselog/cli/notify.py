@@ -71,8 +71,13 @@ def notify(call: Call, config_path: str | None, burst: bool, quiet: bool) -> Res
 
 
 def _status_table(view: dict[str, Any]) -> str:
+    lease = view["lease"]  # None: free; else the lock as stored, with a verdict on its holder
+    held = "free" if lease is None else lease.get("damaged") or f"{lease.get('verdict')}: {lease.get('reason')}"
     rows = [[r["rule"], r["after_cursor"], "yes" if r["started"] else "no"] for r in view["rules"]]
-    return table(rows, ["rule", "events after cursor", "started"], title=f"notify {view['name']}")
+    out = [table(rows, ["rule", "events after cursor", "started"], title=f"notify {view['name']} (lease: {held})")]
+    dead = [[d["rule"], d["event_id"], d["attempts"], d["at"], d["error"]] for d in view["dead_letters"]]
+    out.append(table(dead, ["rule", "event", "attempts", "at", "last error"], title="dead letters", empty="none"))
+    return "\n".join(out)
 
 
 @command(notify, "status", formats=("json", "table"), correlation=False, store_help=STORE_HELP)
