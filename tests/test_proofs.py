@@ -356,3 +356,28 @@ def test_an_unwritable_witness_is_a_store_error_naming_to(tmp_path: Path, key_fi
         DirectoryWitness(blocker / "witness").append([head])  # even root cannot make a directory in a file
     assert err.value.context["field"] == "--to"
     assert "a-file" in err.value.message
+
+
+def test_the_new_commands_have_table_views(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    from phaselog.stores.files.store import FilesStore
+
+    ledger = Ledger(FilesStore(root))
+    ledger.write(T, R, "implement", IMPLEMENT)
+    env = cli_env(root)
+    key = tmp_path / "t.key"
+    made = run_cli(None, "keys", "init", "--out", str(key), "--format", "table", env=env)
+    assert made.rc == 0, made
+    assert "key_id" in made.out
+    anchored = run_cli(
+        None, "anchor", "--all", "--to", str(tmp_path / "w"), "--key", str(key), "--format", "table", env=env
+    )
+    assert anchored.rc == 0, anchored
+    assert "anchored 1 head(s)" in anchored.out
+    assert T in anchored.out
+    proved = run_cli(None, "prove", "--ticket-id", T, f"{R}:implement:1", "--format", "table", env=env)
+    assert proved.rc == 0, proved
+    assert "checkpoint" in proved.out
+    checked = run_cli(None, "verify", "--against", str(tmp_path / "w"), "--format", "table", env=env)
+    assert checked.rc == 0, checked
+    assert "checked 1 head(s): ok" in checked.out
