@@ -28,7 +28,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from phaselog.model._json import dumps_compact
+from phaselog.model._json import dumps_compact, is_plain
 from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.errors import (
     AlreadyExists,
@@ -189,8 +189,12 @@ def render_seed_file(record: Checkpoint) -> bytes:
 def record_document(record: Checkpoint, seed_sha256: str | None = None) -> bytes:
     """The stored JSON document of ``record`` (a SQL row's body; with the seed file's hash, a sidecar)."""
     seed, meta = record.seed_dict(), record.meta_dict()
+    # One walk of the record's values decides the codec of both byte strings (the sorted one hashed,
+    # the stored one in the parts' own order: readers show a payload's keys as written, D178); the
+    # envelope around the parts adds only strings, an int and None.
+    plain = is_plain((seed, meta))
     if "content_hash" not in record.__dict__:  # not hashed yet: hash these very parts (same bytes)
-        record.__dict__["content_hash"] = parts_hash(seed, meta)
+        record.__dict__["content_hash"] = parts_hash(seed, meta, plain=plain)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "kind": RECORD_KIND,
@@ -199,7 +203,7 @@ def record_document(record: Checkpoint, seed_sha256: str | None = None) -> bytes
         "checkpoint": seed,
         "phaselog": meta,
     }
-    return dumps_compact(doc, newline=True)
+    return dumps_compact(doc, newline=True, plain=plain)
 
 
 def encode_record(record: Checkpoint, max_record_bytes: int, *, seed_file: bytes | None = None) -> bytes:

@@ -2,7 +2,7 @@
 
 A write reads its run's snapshot (``Store.snapshot``: a listing or the hint, and every phase's
 newest record read and decoded), decides, and appends. Instead, the handle keeps the snapshot a
-write decided on plus the record it appended (:func:`phaselog.stores.sql.carried.with_appended`,
+write decided on plus the record it appended (:func:`phaselog.stores.snapshot.with_appended`,
 the same derivation as the SQL stores'), with the stamps of everything that snapshot was read
 from: the run folder (device, inode, mtime and ctime in ns: any name added or removed), its
 ``.progress`` and ``.approvals`` folders (an event or a judgement added), and every file behind a
@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from phaselog.stores.names import checkpoint_name, failed_name, meta_name
+from phaselog.stores.snapshot import with_appended
 from phaselog.stores.values import Stored
 
 if TYPE_CHECKING:
@@ -137,7 +138,6 @@ class CarriedRuns:
     def appended(self, base: tuple[RunSnapshot, RunStamp], record: Checkpoint, location: str, run_fd: int) -> None:
         """``record`` is durable (and the run still locked): carry ``base`` with it."""
         from phaselog.model.records import detached_copy  # lazy: only a carried append copies a record
-        from phaselog.stores.sql.carried import with_appended  # lazy: the SQL package loads with the first carry
 
         snap = with_appended(base[0], Stored(detached_copy(record), location, record.content_hash))
         if snap is not None:

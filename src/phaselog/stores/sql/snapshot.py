@@ -36,10 +36,14 @@ from phaselog.stores.snapshot import (
 )
 from phaselog.stores.sql.carried import RUN_STAMP, run_stamp_params
 from phaselog.stores.sql.carried import run_stamp as make_run_stamp
+from phaselog.stores.sql.runcheck import Body, Row, RunCheck, run_check
 
 if TYPE_CHECKING:
     from phaselog.stores.base import Store
     from phaselog.stores.sql.checkpoints import SqlCheckpoints
+
+#: What a snapshot read saw, for a run check: the checkpoint rows decoded, the entry bodies read.
+Seen = tuple[list[Row], list[Body]]
 
 # One statement, so the aggregate and the bodies are one consistent read (no race with a prune).
 # Per (phase, name): how many attempts and the newest from the covering index; the newest completed
@@ -84,16 +88,23 @@ _ENTRIES = (
 )
 
 
-def stamped_snapshot(store: Store, cps: SqlCheckpoints, ticket_id: str, run_id: str) -> tuple[RunSnapshot, Any]:
+def stamped_snapshot(
+    store: Store, cps: SqlCheckpoints, ticket_id: str, run_id: str
+) -> tuple[RunSnapshot, Any, RunCheck | None]:
     """The snapshot of one run and the stamp to carry it with (stores/sql/carried.py), taken before
     the run is read: the database's where the dialect has one, else the run's, read in the same
-    round trip as the snapshot (None: nothing to carry)."""
+    round trip as the snapshot (None: nothing to carry). With the database's stamp, also the run
+    check (stores/sql/runcheck.py): the rows and bodies as read, the fingerprint the snapshot implies."""
     stamp = cps.carried.stamp()
-    if stamp is not None or not cps.session.pipelined:
-        return sql_snapshot(store, cps, ticket_id, run_id), stamp
+    if stamp is not None:
+        seen: Seen = ([], [])
+        snap = sql_snapshot(store, cps, ticket_id, run_id, seen=seen)
+        return snap, stamp, run_check(snap, *seen)
+    if not cps.session.pipelined:
+        return sql_snapshot(store, cps, ticket_id, run_id), stamp, None
     found: list[Any] = []
     snap = sql_snapshot(store, cps, ticket_id, run_id, run_stamp=found)
-    return snap, (make_run_stamp(found[0]) if found else None)
+    return snap, (make_run_stamp(found[0]) if found else None), None
 
 
 def sql_snapshot(
@@ -104,11 +115,13 @@ def sql_snapshot(
     *,
     history: bool = False,
     run_stamp: list[Any] | None = None,
+    seen: Seen | None = None,
 ) -> RunSnapshot:
     """The snapshot of one run (``cps``: its store's checkpoint rows), read with two or three queries.
 
     ``run_stamp``: a list that gets the row of :data:`~phaselog.stores.sql.carried.RUN_STAMP`, read
-    first in the same round trip (only where the session pipelines)."""
+    first in the same round trip (only where the session pipelines). ``seen``: lists that get the
+    checkpoint rows decoded and the entry bodies read (a run check's, stores/sql/runcheck.py)."""
     validate_ticket_id(ticket_id)
     session = cps.session
     order = f" ORDER BY kind, name{session.dialect.collate}"  # a fixed collation clause; values are bound
@@ -126,7 +139,7 @@ def sql_snapshot(
         rows, entry_rows = _summary_and_entries(cps, ticket_id, run_id, _ENTRIES + order, run_stamp)
         if not _one_name_per_ordinal(rows):
             rows = session.query(_SUMMARY, (ticket_id, run_id) * 3)  # the windowed form (D193)
-        summaries = _summaries(cps, records, ticket_id, run_id, rows)
+        summaries = _summaries(cps, records, ticket_id, run_id, rows, seen)
         # When a phase's newest completed record is damaged, read down to an intact one (rare).
         load_latest(
             summaries,
@@ -141,6 +154,8 @@ def sql_snapshot(
     approvals: list[Entry] = []
     markers: list[Entry] = []
     for kind, name, body in entry_rows:
+        if seen is not None and kind != "progress":
+            seen[1].append((kind, name, body))
         if kind == "progress":
             names.append(name)
             if history:
@@ -165,10 +180,13 @@ def _decode(
     row: tuple[Any, ...],
     *,
     shared: bool = False,
+    seen: Seen | None = None,
 ) -> None:
     """Decode one row into ``records``. ``shared``: the memo keeps the very record (no copy; a
     snapshot that is not a history one reaches readers detached, D192)."""
     ordinal, attempt, phase, status, column_hash, body = row
+    if seen is not None:
+        seen[0].append((ordinal, attempt, phase, status, column_hash, body))
     try:
         records[(ordinal, attempt)] = cps.stored(
             ticket_id, run_id, ordinal, phase, attempt, status, body, column_hash, shared=shared
@@ -189,6 +207,7 @@ def _summaries(
     ticket_id: str,
     run_id: str,
     rows: list[tuple[Any, ...]],
+    seen: Seen | None = None,
 ) -> tuple[PhaseSummary, ...]:
     """The phases' summaries from ``_SUMMARY``'s rows (a group's row once per body it joined), and
     the joined bodies decoded into ``records``."""
@@ -196,7 +215,8 @@ def _summaries(
     for ordinal, phase, n, top, done, attempt, status, column_hash, body in rows:
         groups[(ordinal, phase)] = (ordinal, phase, n, top, done)
         if attempt is not None:
-            _decode(cps, records, ticket_id, run_id, (ordinal, attempt, phase, status, column_hash, body), shared=True)
+            row = (ordinal, attempt, phase, status, column_hash, body)
+            _decode(cps, records, ticket_id, run_id, row, shared=True, seen=seen)
     return summarize_groups(groups.values())
 
 

@@ -20,9 +20,9 @@ from phaselog.model.errors import Corrupt
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Capability, Damaged, PruneTarget, RunFence, Stored
+from phaselog.stores.snapshot import detached
 from phaselog.stores.sql import quarantine as sql_quarantine
 from phaselog.stores.sql import stamps
-from phaselog.stores.sql.carried import detached
 from phaselog.stores.sql.checkpoints import SqlCheckpoints
 from phaselog.stores.sql.entries import SqlEntries
 from phaselog.stores.sql.lease import SqlRunLeases
@@ -209,9 +209,9 @@ class SqlStore:
         """The run as this handle last saw it, for a write whose append checks it, and whether it may
         be stale (stores/sql/carried.py)."""
         carried = self.checkpoints.carried
-        snap = carried.premise((ticket_id, run_id))
-        if snap is not None:
-            return snap, carried.unchecked((ticket_id, run_id))
+        found = carried.premise((ticket_id, run_id))
+        if found is not None:
+            return found
         return self._carried(ticket_id, run_id, carried.fresh), False
 
     def _carried(
@@ -224,8 +224,8 @@ class SqlStore:
         if snap is None:
             from phaselog.stores.sql.snapshot import stamped_snapshot  # lazy: as in snapshot()
 
-            snap, stamp = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
-            self.checkpoints.carried.keep(key, snap, stamp)
+            snap, stamp, check = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
+            self.checkpoints.carried.keep(key, snap, stamp, check)
         return snap
 
     def pipeline_manifests(self) -> SqlManifests:
