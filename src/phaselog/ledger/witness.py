@@ -69,7 +69,7 @@ class DirectoryWitness:
             return
         if path.exists():
             raise UsageError(f"--to {self.path}: {path} exists and is not a directory", field="--to", rule="directory")
-        path.mkdir(parents=True)
+        path.mkdir(parents=True, exist_ok=True)  # two first anchorings may race to create it
         _fsync_dir(path.parent)
 
     def keep_key(self, key_id: str, pem: bytes) -> None:
