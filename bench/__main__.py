@@ -43,6 +43,7 @@ NAMES = (
     "ui",
     "queue",
     "feed",
+    "proofs",
     "live",
 )
 #: What `python -m bench` (and `make bench`) runs by default: the benchmarks behind every row of
@@ -64,6 +65,7 @@ FULL: dict[str, dict[str, int]] = {
     "langgraph": {"rounds": 5, "ops": 200, "list_ops": 2, "warmup_ops": 10, "checkpoints": 100},
     "queue": {"rounds": 8, "batch": 40, "claims": 30},
     "feed": {"rounds": 15, "runs": 200},
+    "proofs": {"rounds": 5, "entries": 10_000},
     "live": {"rounds": 30, "runs": 200, "streams": 32},
 }
 QUICK: dict[str, dict[str, int]] = {
@@ -82,6 +84,7 @@ QUICK: dict[str, dict[str, int]] = {
     "langgraph": {"rounds": 2, "ops": 10, "list_ops": 1, "warmup_ops": 2, "checkpoints": 30},
     "queue": {"rounds": 2, "batch": 12, "claims": 6},
     "feed": {"rounds": 3, "runs": 20},
+    "proofs": {"rounds": 2, "entries": 500},
     "live": {"rounds": 5, "runs": 20, "streams": 8},
 }
 
@@ -195,6 +198,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         bench_list,
         bench_live,
         bench_memory,
+        bench_proofs,
         bench_queue,
         bench_read,
         bench_runner,
@@ -221,6 +225,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "ui": bench_ui,
         "queue": bench_queue,
         "feed": bench_feed,
+        "proofs": bench_proofs,
         "live": bench_live,
     }
     extra: dict[str, Any] = {}

@@ -180,6 +180,23 @@ CORPUS: list[Bad] = [
     bad("mcp", "--port", "70000", exit=2, code="usage"),
     bad("skill", "--print", "--install", "{work}/skills", exit=2, code="usage"),
     bad("ui", "--host", "\x00", "--port", "0", exit=2, code="usage"),
+    # provable history (docs/anchoring.md): refused before a key file or a witness is created
+    bad("keys", "init", "--out", "{work}/nan.json", exit=2, code="usage"),  # never overwrites a file
+    bad(
+        "anchor",
+        "--ticket-id",
+        "TAMP-1",
+        "--all",
+        "--to",
+        "{work}/witness",
+        "--key",
+        "{work}/nan.json",
+        exit=2,
+        code="usage",
+    ),
+    bad("anchor", "--all", "--to", "{work}/witness", "--key", "{work}/nan.json", exit=2, code="usage"),  # not a key
+    bad("prove", "--ticket-id", "TAMP-1", "not-a-ref", exit=2, code="usage"),
+    bad("verify", "--against", "{work}/no-witness", exit=2, code="usage"),
 ]
 
 
@@ -309,7 +326,7 @@ def test_the_corpus_feeds_every_command() -> None:
     # Guard against the corpus shrinking, and against a new command that nobody fed bad input.
     fed = {
         " ".join(b.args[:2])
-        if (b.args[0] in ("guard", "store", "queue", "notify") and not b.args[1].startswith("-"))
+        if (b.args[0] in ("guard", "store", "queue", "notify", "keys") and not b.args[1].startswith("-"))
         or b.args[1:2] == ("show",)
         else b.args[0]
         for b in CORPUS

@@ -870,6 +870,9 @@ def test_every_command_is_covered() -> None:
         "runs",  # tests/test_listing_cli.py
         "approvals",  # tests/test_cli_tables.py
         "notify status",  # tests/test_notify.py
+        "keys init",  # tests/test_proofs.py
+        "anchor",  # tests/test_proofs.py
+        "prove",  # tests/test_proofs.py
     }
     # Bare groups; a wrapper whose stdout is COMMAND's; streams of JSON Lines / a JSON summary;
     # `step` runs inside a shell phase and keeps stdout free for the phase's payload; `ui` is a server;
@@ -890,6 +893,7 @@ def test_every_command_is_covered() -> None:
         "mcp",
         "skill",
         "notify",
+        "keys",
     }
     assert set(paths) - no_table <= table_checked
 
@@ -910,7 +914,7 @@ def test_top_level_help_lists_every_command(root: Path) -> None:
     assert res.rc == 0
     listed = res.out.split("Options:", 1)[1]
     labels = re.findall(r"^  ([a-z]+(?: [a-z]+)?)  ", listed, re.M)
-    bare_groups = {"guard", "store", "queue"}  # listed by their subcommands
+    bare_groups = {"guard", "store", "queue", "keys"}  # listed by their subcommands
     assert sorted(labels) == sorted(p for p in command_paths() if p not in bare_groups)
 
 

@@ -38,6 +38,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),
     "agents": ("mcp", "skill"),
+    "proofs": ("keys", "anchor", "prove"),
 }
 
 

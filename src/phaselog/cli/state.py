@@ -16,6 +16,7 @@ import click
 
 from phaselog.cli._render import lines, short_time, table, without_path, write
 from phaselog.cli._scaffold import Call, Result, cli, command, envelope
+from phaselog.model.errors import UsageError
 from phaselog.model.ids import run_title
 from phaselog.views import results as views
 
@@ -176,15 +177,33 @@ def _verify_table(d: dict[str, Any]) -> str:
 
 
 @command(cli, section="Audit")
-@click.option("--ticket-id", required=True)
+@click.option("--ticket-id", help="The ticket to verify (required unless --against).")
 @click.option("--run-id", help="Only this run.")
-def verify(call: Call, ticket_id: str, run_id: str | None) -> Result:
+@click.option(
+    "--against",
+    type=click.Path(file_okay=False),
+    help="A witness directory: check every head anchored there against today's history (docs/anchoring.md).",
+)
+@click.option("--key", type=click.Path(dir_okay=False), help="--against: the public key every head must be signed by.")
+def verify(call: Call, ticket_id: str | None, run_id: str | None, against: str | None, key: str | None) -> Result:
     """Recompute content hashes and links (prev_hash, basis); report tampering. Exit 1 if any.
+
+    With --against DIR: check that today's history extends every signed head in the witness DIR
+    (a removed or rewritten entry, the newest included, is reported with the head it broke).
 
     \b
     Example:
       phaselog verify --ticket-id PROJ-1234
+      phaselog verify --against /mnt/witness --key anchor.key.pub
     """
+    if against is not None:
+        from phaselog.cli.proofs import verify_against  # lazy: signatures and trees only for --against
+
+        return verify_against(call, against, key)
+    if ticket_id is None:
+        raise UsageError("--ticket-id: required (unless --against DIR)", field="--ticket-id", rule="required")
+    if key is not None:
+        raise UsageError("--key: only with --against", field="--key", rule="requires")
     report = call.ledger.verify(ticket_id, run_id)
     return Result(
         views.verify_report(report),

@@ -1,0 +1,73 @@
+"""[proofs] Provable history (docs/anchoring.md): anchoring and `verify --against` of one ticket vs reading it.
+
+A ticket of N entries (checkpoints in 50 runs) on SQLite. Anchoring and verifying read every entry
+of the ticket (as ``history`` does) and hash them into an RFC 9162 tree; the baseline is that read
+(``Ledger.history``), so the ratios say what the tree, the signature and the proof add. A write pays
+nothing for the tree (it is derived, D272); the last ratio says what keeping it on every write
+would cost: a write plus one ``MerkleBuilder.append`` against a write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench import _data
+from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
+from phaselog.ledger.facade import Ledger
+from phaselog.ledger.proofs import anchor, verify_against
+from phaselog.ledger.witness import DirectoryWitness
+from phaselog.model.heads import load_private_key, make_key_pair
+from phaselog.model.merkle import MerkleBuilder
+from phaselog.stores import open_store
+
+TICKET = "BENCH-PROOFS"
+RUNS = 50
+
+
+def run(workdir: Path, *, rounds: int, entries: int, progress: Any = None) -> Section:
+    """Time anchor and verify --against of one ticket of ``entries`` checkpoints against reading it."""
+    section = Section(
+        "proofs",
+        f"[proofs] one ticket of {entries} checkpoints on SQLite: anchor, verify --against vs reading its history",
+        [f"{rounds} rounds, interleaved; the witness holds one head per anchoring round (verify checks the first)"],
+    )
+    store = open_store(f"sqlite:///{workdir / 'proofs.db'}")
+    ledger = Ledger(store)
+    with _data.no_fsync():
+        for i in range(entries):
+            _data.write_phase(ledger, TICKET, f"r{i % RUNS}", "implement")
+    key_path, _, _ = make_key_pair(workdir / "proofs-anchor.key")
+    key = load_private_key(key_path)
+    witness = DirectoryWitness(workdir / "proofs-witness")
+    check = DirectoryWitness(workdir / "proofs-witness-one")
+    anchor(ledger, [TICKET], check, key)
+    builder = MerkleBuilder()
+    n = 0
+
+    def write(_: object) -> object:
+        nonlocal n
+        n += 1
+        return _data.write_phase(ledger, "BENCH-PROOFS-W", f"w{n % RUNS}", "implement")
+
+    def write_and_append(_: object) -> None:
+        builder.append(bytes.fromhex(write(None).record.content_hash))  # type: ignore[attr-defined]
+
+    contestants = [
+        Contestant("history", f"history of the ticket ({entries} entries)", BASELINE, lambda _: ledger.history(TICKET)),
+        Contestant(
+            "anchor", "anchor: read, tree, sign, append", SUBJECT, lambda _: anchor(ledger, [TICKET], witness, key)
+        ),
+        Contestant("verify", "verify --against: one head", SUBJECT, lambda _: verify_against(ledger, check, None)),
+    ]
+    section.stats += run_interleaved(contestants, rounds, warmup=1, progress=progress)
+    section.ratio("anchor", "history", note="the tree, the signature, the append")
+    section.ratio("verify", "history", note="the tree, a signature check, a consistency proof")
+    writes = [
+        Contestant("write", "a write", BASELINE, write),
+        Contestant("write_tree", "a write + MerkleBuilder.append", SUBJECT, write_and_append),
+    ]
+    section.stats += run_interleaved(writes, rounds * 20, warmup=5, progress=progress)
+    section.ratio("write_tree", "write", goal=1.05, note="keeping the tree on every write (not done: D272)")
+    store.close()
+    return section
