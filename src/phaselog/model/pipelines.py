@@ -8,6 +8,7 @@ Schema, Draft 2020-12) and ``requires_approval``. Lookup order for ``--pipeline 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from phaselog.model._lazyre import LazyPattern
 from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
 from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
+from phaselog.model.params import check_metaschema, check_params_schema
 from phaselog.model.records import PipelineRef
 from phaselog.model.schemas import Problem, schema_problems, schema_validator
 
@@ -131,17 +133,21 @@ class Pipeline:
     source: str = "<python>"
     #: Why this pipeline was chosen when nothing named it (added to an unknown-phase error).
     fallback_note: str = field(default="", compare=False, repr=False)
+    #: The run parameters' JSON Schema (``params:``; model/params.py), or None when none are declared.
+    params: Mapping[str, Any] | None = None
 
     @cached_property
     def manifest_hash(self) -> str:
         """SHA-256 over the canonical JSON of the manifest's content."""
-        doc = {
+        doc: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
             "description": self.description,
             "order": self.order,
             "phases": [_phase_doc(p) for p in self.phases],
         }
+        if self.params is not None:  # only when declared: other manifests keep the hash they had
+            doc["params"] = self.params
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -208,13 +214,16 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
         doc = {k: v for k, v in _phase_doc(p).items() if k != "execution"}
         doc.update(p.execution.to_json())
         phases.append(doc)
-    return {
+    doc = {
         "name": pipeline.name,
         "version": pipeline.version,
         "description": pipeline.description,
         "order": pipeline.order,
         "phases": phases,
     }
+    if pipeline.params is not None:
+        doc["params"] = dict(pipeline.params)
+    return doc
 
 
 # -- building and loading -------------------------------------------------------------------------
@@ -305,7 +314,7 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 
 
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
-MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases"})
+MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "params"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
 PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS})
 
@@ -375,7 +384,8 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
     unknown_top = set(doc) - MANIFEST_KEYS
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
-    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source)
+    params = check_params_schema(doc["params"], where) if doc.get("params") is not None else None
+    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source, params=params)
 
 
 def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
@@ -433,7 +443,7 @@ def _cached_manifest(path: str, _mtime: int) -> Pipeline:
     p = Path(path)
     if p.parent == BUILTIN_DIR and p.suffix == ".yaml" and p.with_suffix(".json").is_file():
         pipeline = load_manifest(p.with_suffix(".json"))
-        return Pipeline(pipeline.name, pipeline.version, pipeline.phases, pipeline.description, pipeline.order, str(p))
+        return dataclasses.replace(pipeline, source=str(p))
     return load_manifest(path)
 
 
@@ -460,6 +470,8 @@ def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
 def check_schemas(pipeline: Pipeline) -> None:
     """Check every payload schema of ``pipeline`` against the JSON Schema metaschema (Draft 2020-12,
     the draft payloads are validated with); PipelineError naming the phase and its payload_schema."""
+    if pipeline.params is not None:
+        check_metaschema(pipeline.params, f"pipeline manifest {pipeline.source}")
     for phase in pipeline.phases:
         if not phase.payload_schema:
             continue

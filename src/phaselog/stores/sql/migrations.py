@@ -133,6 +133,8 @@ _FROZEN: dict[int, tuple[str, ...]] = {
     ),
     # The name a submitted run was given (`submit --run-id w49`), kept with its queue row (D93).
     7: ("ALTER TABLE phaselog_queue ADD COLUMN run_name TEXT",),
+    # The parameters a submitted run was given (`submit --param`), JSON, kept with its queue row (D262).
+    8: ("ALTER TABLE phaselog_queue ADD COLUMN params TEXT",),
 }
 
 #: Migration number → its statements, in order (read-only: a released migration never changes).
