@@ -265,3 +265,29 @@ def test_a_bad_params_declaration_is_a_manifest_error_naming_it(params: Any, fie
     with pytest.raises(PipelineError) as info:
         pipeline_from_dict({"name": "p", "version": "1", "params": params, "phases": [{"name": "a"}]})
     assert info.value.context["field"] == field
+
+
+# -- the views ------------------------------------------------------------------------------------
+def test_explain_runs_and_the_dashboard_show_the_params(tmp_path: Path, env: dict[str, str]) -> None:
+    from ui_data import Http, Server
+
+    job = manifest(tmp_path)
+    done = cli(tmp_path, env, *run_args(job), "--param", "date=2026-11-30", "--param", "limit=3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    want = {"date": "2026-11-30", "limit": 3, "dry_run": False}
+    explained = cli(tmp_path, env, "explain", "--ticket-id", "T-1", "--run-id", "r1")
+    assert json.loads(explained.stdout)["params"] == want
+    runs = cli(tmp_path, env, "runs", "--ticket-id", "T-1")
+    assert json.loads(runs.stdout)["runs"][0]["params"] == want
+    table = cli(tmp_path, env, "runs", "--ticket-id", "T-1", "--format", "table")
+    assert "date=2026-11-30 dry_run=false limit=3" in table.stdout
+    srv = Server(str(tmp_path / "store"))
+    try:
+        status, _, body = Http(srv.base).get(f"/tickets/T-1/runs/{run_id}")
+        assert status == 200
+        assert '<table class="list" id="params">' in body
+        assert '<td class="mono">limit</td><td class="mono">3</td>' in body
+        assert "&#34;2026-11-30&#34;" in body or "&quot;2026-11-30&quot;" in body or '"2026-11-30"' in body
+    finally:
+        srv.stop()
