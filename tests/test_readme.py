@@ -142,6 +142,7 @@ def test_pipelines_guide_describes_every_manifest_key() -> None:
             "artifacts": ["out/*"],
             "fingerprint": "code",
             "awaits_input": True,
+            "params": {"type": "object", "properties": {"date": {"type": "string"}}},
         }.get(key, "text")
         if key in PHASE_KEYS:
             pipeline_from_dict({**base, "phases": [{"name": "a", key: value}]})
