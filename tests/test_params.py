@@ -99,6 +99,7 @@ def test_param_values_are_typed_by_the_schema_seen_by_a_shell_phase_and_shown_by
     job = manifest(tmp_path)
     done = cli(tmp_path, env, *run_args(job), "--param", "date=2026-11-30", "--param", "limit=3")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["params"]["limit"] == 3  # what `run` prints says so too
     assert (tmp_path / "seen.log").read_text() == "2026-11-30 3\n"
     seen = json.loads((tmp_path / "params-seen.json").read_text())
     assert seen == {"date": "2026-11-30", "limit": 3, "dry_run": False}  # typed, defaults applied
@@ -291,3 +292,28 @@ def test_explain_runs_and_the_dashboard_show_the_params(tmp_path: Path, env: dic
         assert "&#34;2026-11-30&#34;" in body or "&quot;2026-11-30&quot;" in body or '"2026-11-30"' in body
     finally:
         srv.stop()
+
+
+def test_a_fork_keeps_the_run_s_params_and_a_record_copy_detaches_them(tmp_path: Path) -> None:
+    from phaselog.model.records import detached_copy
+
+    store = str(tmp_path / "store")
+    pl = pipeline_from_dict({"name": "two", "version": "1", "params": PARAMS, "phases": [{"name": "a"}, {"name": "b"}]})
+    pipe = phaselog.pipeline(pl)
+    pipe.phase("a")(lambda ctx: {"x": 1})
+    pipe.phase("b")(lambda ctx: {"y": 2})
+    assert pipe.run("T-1", "r1", store=store, workdir=tmp_path, quiet=True, params={"date": "d"}).done
+    led = phaselog.open(store)
+    try:
+        led.fork("T-1", "r1", through="a", new_run_id="r2")
+        want = {"date": "d", "limit": 100, "dry_run": False}
+        assert led.status("T-1", "r2").to_json()["params"] == want
+        stored = led.read("T-1", "r2", "a").record
+        copy = detached_copy(stored)
+        assert copy.params == want
+        assert copy.params is not stored.params
+        assert copy.content_hash == stored.content_hash
+    finally:
+        led.close()
+    resumed = pipe.run("T-1", "r2", store=store, workdir=tmp_path, quiet=True)  # none given: the fork's
+    assert resumed.done

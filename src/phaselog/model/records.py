@@ -296,6 +296,8 @@ def detached_copy(cp: Checkpoint) -> Checkpoint:
         fields["forked_from"] = copy_json(cp.forked_from)
     if cp.artifact_hashes is not None:
         fields["artifact_hashes"] = dict(cp.artifact_hashes)
+    if cp.params is not None:
+        fields["params"] = copy_json(cp.params)
     return new
 
 
