@@ -317,3 +317,52 @@ def test_a_fork_keeps_the_run_s_params_and_a_record_copy_detaches_them(tmp_path:
         led.close()
     resumed = pipe.run("T-1", "r2", store=store, workdir=tmp_path, quiet=True)  # none given: the fork's
     assert resumed.done
+
+
+def _json_values() -> Any:
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
+    return st.recursive(
+        scalars,
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+        max_leaves=8,
+    )
+
+
+def test_params_survive_both_decoding_paths_with_the_content_hash() -> None:
+    from datetime import UTC, datetime
+    from types import MappingProxyType
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from phaselog.model.decoding import checkpoint_from_seed
+
+    names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.dictionaries(names, _json_values(), max_size=5))
+    def check(params: dict[str, Any]) -> None:
+        cp = Checkpoint(
+            "T-1",
+            "00000000-0000-4000-8000-000000000000",
+            "a",
+            1,
+            1,
+            datetime(2026, 1, 1, tzinfo=UTC),
+            phase_payload={"phase": "a"},
+            params=params,
+        )
+        seed, meta = json.loads(json.dumps(cp.seed_dict())), json.loads(json.dumps(cp.meta_dict()))
+        fast, _ = checkpoint_from_seed(seed, phase_ordinal=1, meta=meta)
+        slow, _ = checkpoint_from_seed(MappingProxyType(seed), phase_ordinal=1, meta=meta)
+        assert fast.params == slow.params == params
+        assert fast.content_hash == slow.content_hash == cp.content_hash
+
+    check()
+
+
+@pytest.mark.parametrize("n", [0, 1, -7, 2**40])
+def test_an_integer_param_reads_back_as_the_integer(n: int) -> None:
+    assert coerce({"properties": {"n": {"type": "integer"}}}, "n", str(n)) == n
