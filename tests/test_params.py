@@ -366,3 +366,13 @@ def test_params_survive_both_decoding_paths_with_the_content_hash() -> None:
 @pytest.mark.parametrize("n", [0, 1, -7, 2**40])
 def test_an_integer_param_reads_back_as_the_integer(n: int) -> None:
     assert coerce({"properties": {"n": {"type": "integer"}}}, "n", str(n)) == n
+
+
+def test_the_pipeline_view_shows_the_params_schema_only_when_declared() -> None:
+    from phaselog.views.results import pipeline as pipeline_view
+
+    doc = {"name": "p", "version": "1", "phases": [{"name": "a"}]}
+    assert "params" not in pipeline_view(pipeline_from_dict(doc))
+    shown = pipeline_view(pipeline_from_dict({**doc, "params": PARAMS}))
+    assert shown["params"]["required"] == ["date"]
+    assert shown["params"]["additionalProperties"] is False  # implied: unknown names are refused
