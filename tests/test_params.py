@@ -376,3 +376,37 @@ def test_the_pipeline_view_shows_the_params_schema_only_when_declared() -> None:
     shown = pipeline_view(pipeline_from_dict({**doc, "params": PARAMS}))
     assert shown["params"]["required"] == ["date"]
     assert shown["params"]["additionalProperties"] is False  # implied: unknown names are refused
+
+
+def test_a_runner_that_waited_for_the_lease_checks_the_params_again(tmp_path: Path, env: dict[str, str]) -> None:
+    import time
+
+    job = manifest(
+        tmp_path,
+        run='echo "$PHASELOG_PARAM_DATE" >> seen.log; touch started; while [ ! -e go ]; do sleep 0.05; done; echo "{}"',
+    )
+    first = subprocess.Popen(
+        [str(BIN), *run_args(job), "--param", "date=a"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(1200):  # the first runner holds the lease and its phase runs
+            if (tmp_path / "started").exists():
+                break
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists()
+        second = subprocess.Popen(
+            [str(BIN), *run_args(job), "--param", "date=b", "--wait"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        (tmp_path / "go").touch()
+        out, _ = second.communicate(timeout=120)
+        assert second.returncode == 2, out
+        assert json.loads(out)["rule"] == "params_changed"
+    finally:
+        (tmp_path / "go").touch()
+        first.communicate(timeout=120)
+    assert first.returncode == 0
+    assert (tmp_path / "seen.log").read_text() == "a\n"  # the second runner ran nothing

@@ -177,6 +177,8 @@ class Engine:
             workdir=self.workdir,
             fingerprints=self.fingerprints,
         )
+        # Again under the lease: a runner that waited for another may find the run recorded meanwhile.
+        self.params = run_params(self.pipeline, self.snapshot, self.given_params, run_label(self.run_id, self.run_name))
         for i, p in enumerate(plan.phases):
             self.signals.check()
             if p.action == SKIP:
