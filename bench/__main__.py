@@ -43,6 +43,7 @@ NAMES = (
     "ui",
     "queue",
     "feed",
+    "live",
 )
 #: What `python -m bench` (and `make bench`) runs by default: the benchmarks behind every row of
 #: issue 22's table, closed by that table. `--all` adds the rest (list, memory, ui, sql at scale …).
@@ -63,6 +64,7 @@ FULL: dict[str, dict[str, int]] = {
     "langgraph": {"rounds": 5, "ops": 200, "list_ops": 2, "warmup_ops": 10, "checkpoints": 100},
     "queue": {"rounds": 8, "batch": 40, "claims": 30},
     "feed": {"rounds": 15, "runs": 200},
+    "live": {"rounds": 30, "runs": 200, "streams": 32},
 }
 QUICK: dict[str, dict[str, int]] = {
     "api": {"rounds": 3, "ops": 12, "warmup_ops": 3},
@@ -80,6 +82,7 @@ QUICK: dict[str, dict[str, int]] = {
     "langgraph": {"rounds": 2, "ops": 10, "list_ops": 1, "warmup_ops": 2, "checkpoints": 30},
     "queue": {"rounds": 2, "batch": 12, "claims": 6},
     "feed": {"rounds": 3, "runs": 20},
+    "live": {"rounds": 5, "runs": 20, "streams": 8},
 }
 
 
@@ -190,6 +193,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         bench_growth,
         bench_langgraph,
         bench_list,
+        bench_live,
         bench_memory,
         bench_queue,
         bench_read,
@@ -217,6 +221,7 @@ def _run_one(name: str, workdir: Path, cfg: dict[str, int], args: argparse.Names
         "ui": bench_ui,
         "queue": bench_queue,
         "feed": bench_feed,
+        "live": bench_live,
     }
     extra: dict[str, Any] = {}
     if name == "sql":

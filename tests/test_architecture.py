@@ -59,6 +59,7 @@ LAYERS = {
     "phaselog.views": "views",
     "phaselog.ledger": "ledger",
     "phaselog.guard": "guard",
+    "phaselog.notify": "notify",
     "phaselog.stores": "stores",
     "phaselog.model": "model",
 }
@@ -66,16 +67,19 @@ LAYERS = {
 #: output with the views' writers and checks imports like a write; views read through the ledger;
 #: the ledger knows neither (D145). The guard is a service beside the ledger: the lock and breaker of
 #: cron loops over the stores' guard storage; its views and its CLI command sit above it (D149).
+#: Notifications are a service over both: the ledger's feed, delivered, with its lease, cursors and
+#: dead letters in the guard storage; only the edges use it (D215).
 BELOW = {
     "model": {"faults"},
     "stores": {"model", "faults"},
     "ledger": {"stores", "model", "faults"},
     "guard": {"stores", "model", "faults"},
+    "notify": {"ledger", "guard", "stores", "model", "faults"},
     "views": {"ledger", "guard", "stores", "model", "faults"},
     "transfer": {"views", "ledger", "stores", "model", "faults"},
-    "edge": {"edge", "transfer", "views", "ledger", "guard", "stores", "model", "faults"},
-    "entry": {"edge", "transfer", "views", "ledger", "guard", "stores", "model", "faults", "surface"},
-    "surface": {"entry", "edge", "transfer", "views", "ledger", "guard", "stores", "model", "faults"},
+    "edge": {"edge", "notify", "transfer", "views", "ledger", "guard", "stores", "model", "faults"},
+    "entry": {"edge", "notify", "transfer", "views", "ledger", "guard", "stores", "model", "faults", "surface"},
+    "surface": {"entry", "edge", "notify", "transfer", "views", "ledger", "guard", "stores", "model", "faults"},
     "faults": set(),
 }
 

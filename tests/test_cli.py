@@ -869,11 +869,28 @@ def test_every_command_is_covered() -> None:
         "tickets",  # tests/test_listing_cli.py
         "runs",  # tests/test_listing_cli.py
         "approvals",  # tests/test_cli_tables.py
+        "notify status",  # tests/test_notify.py
     }
     # Bare groups; a wrapper whose stdout is COMMAND's; streams of JSON Lines / a JSON summary;
     # `step` runs inside a shell phase and keeps stdout free for the phase's payload; `ui` is a server;
-    # `worker` is a long-running process (progress on stderr, a JSON summary when it stops).
-    no_table = {"guard", "guard run", "store", "export", "copy", "step", "ui", "queue", "worker"}
+    # `worker` is a long-running process (progress on stderr, a JSON summary when it stops); `events` is
+    # JSON Lines (a cursor line after each batch); `mcp` is a server on stdio; `skill` prints SKILL.md;
+    # `notify` is a long-running deliverer (a JSON summary when it stops).
+    no_table = {
+        "guard",
+        "guard run",
+        "store",
+        "export",
+        "copy",
+        "step",
+        "ui",
+        "queue",
+        "worker",
+        "events",
+        "mcp",
+        "skill",
+        "notify",
+    }
     assert set(paths) - no_table <= table_checked
 
 

@@ -135,3 +135,27 @@ def test_the_command_line_collects_garbage_less_often_than_python_by_default() -
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) >= 10_000  # Python's default is 700: ~30 collections of a command's start
     assert out[1] == "True"  # less often, never off: long-running commands (ui, worker) free cycles
+
+
+def test_a_read_from_sqlite_loads_no_snapshot(tmp_path: Path) -> None:
+    """`phaselog read` on a SQL store is one statement (read_phase): the run snapshot's modules
+    (stores.snapshot, the SQL snapshot) are imported by a write or a status, never at its start."""
+    from phaselog.ledger.facade import Ledger
+    from phaselog.stores.sql.sqlite import SqliteStore
+
+    db = tmp_path / "l.db"
+    with Ledger(SqliteStore(db)) as ledger:
+        ledger.write("LAZY-1", "r1", "implement", {"branch_name": "b", "commit_sha": "a1b2c3d", "files_changed": []})
+    args = ["read", "--store", f"sqlite:///{db}", "--ticket-id", "LAZY-1", "--run-id", "r1", "--phase", "implement"]
+    res = subprocess.run(
+        [sys.executable, "-c", READ_CODE, *args],
+        env=cli_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["success"] is True
+    modules = set(json.loads(res.stderr.strip().splitlines()[-1])["modules"])
+    assert "phaselog.stores.sql.store" in modules  # the probe did read from SQLite
+    assert not modules & {"phaselog.stores.snapshot", "phaselog.stores.sql.snapshot", "phaselog.ledger.status"}

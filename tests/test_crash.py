@@ -29,6 +29,7 @@ import phaselog
 from conftest import IMPLEMENT, PAYLOADS
 from phaselog.ledger.facade import Ledger
 from phaselog.stores.files import entries as files_entries
+from phaselog.stores.files import hints as files_hints
 from phaselog.stores.files import publish as files_publish
 from phaselog.stores.files.io import TEMP_MAX_AGE_S
 from phaselog.stores.files.store import FilesStore
@@ -39,7 +40,7 @@ T = "CRASH-1"
 RUN = "crash-run"
 RUN_UUID = phaselog.normalize_run_id(RUN)
 # The files store's fault points: its audit entries' and its publication sequence's.
-SRC = "".join(Path(m.__file__).read_text("utf-8") for m in (files_entries, files_publish) if m.__file__)
+SRC = "".join(Path(m.__file__).read_text("utf-8") for m in (files_entries, files_publish, files_hints) if m.__file__)
 POINTS = re.findall(r"""_faults\.point\(\s*["']([^"']+)["']\s*\)""", SRC)
 
 # What a reader finds after the writer died at each point: the record is visible exactly from
@@ -53,6 +54,10 @@ OUTCOME = {
     "files.after_dir_fsync": "present",
     "files.after_failed_temp": "absent",
     "files.after_failed_link": "present",
+    # The newest-attempt hint (D185) is written after the record is durable: a crash before or
+    # in the middle of it leaves a hint that fails its checks, and the next call lists.
+    "files.before_hint": "present",
+    "files.hint_half_written": "present",
 }
 # Audit entries (progress events, approvals, markers) are published the same way.
 ENTRY_OUTCOME = {

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import phaselog
 from phaselog.model._json import _plain
+from phaselog.model.ids import normalize_run_id
 from phaselog.model.records import copy_json, detached_copy
 from phaselog.stores import open_store
 from phaselog.stores.kernel import DecodedRecords
@@ -47,6 +48,31 @@ def test_a_caller_editing_a_record_in_place_changes_only_its_copy(tmp_path: Path
     status = led.status("T-1", "r1")  # the snapshot reads through the same memo
     assert status.phase("implement").state == "completed"
     assert led.verify("T-1", "r1").ok
+
+
+def test_records_a_status_shares_with_the_memo_reach_readers_only_as_copies(tmp_path: Path) -> None:
+    """A status reads the carried records uncopied, and the memo keeps those very records (D192):
+    every reader after it (read, get, the reader's snapshot) still gets its own copy."""
+    led = _sqlite(tmp_path)
+    led.write("T-1", "r1", "implement", PAYLOAD)
+    other = _sqlite(tmp_path)  # a handle that did not write the run: its status decodes the rows
+    assert other.status("T-1", "r1").phase("implement").state == "completed"
+    first = other.read("T-1", "r1", "implement", attempt=1).record
+    assert first.phase_payload is not None
+    expected = copy_json(first.phase_payload)
+    first.phase_payload["files_changed"].append("evil.py")  # type: ignore[index]
+    run = normalize_run_id("r1")
+    snap = other.store.snapshot("T-1", run)
+    (stored,) = snap.stored()
+    assert stored.record.phase_payload is not None
+    stored.record.phase_payload["branch_name"] = "main"  # type: ignore[index]
+    for record in (other.read("T-1", "r1", "implement").record, other.store.get("T-1", run, 1, "implement", 1).record):
+        assert record.phase_payload == expected
+        assert record.content_hash == first.content_hash
+    (again,) = other.store.snapshot("T-1", run).stored()
+    assert again.record.phase_payload == expected
+    assert other.status("T-1", "r1").phase("implement").state == "completed"
+    assert other.verify("T-1", "r1").ok
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ make every stored record look tampered with, so the invariant is checked over ar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +18,8 @@ from hypothesis import strategies as st
 
 from phaselog.model import _json
 from phaselog.model.limits import json_loads
+from phaselog.model.records import Checkpoint, canonical_bytes
+from phaselog.stores.kernel import record_document
 
 scalars = (
     st.none()
@@ -106,3 +110,32 @@ def test_float_and_big_int_documents_take_the_standard_library() -> None:
     doc = {"x": 1.5e-7, "n": 2**70, "s": "é"}
     assert _json.dumps_canonical(doc) == _stdlib_canonical(doc)  # orjson would write 1.5e-7
     assert b"1.5e-07" in _json.dumps_canonical(doc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents, documents)
+def test_one_walk_of_a_record_gives_both_byte_strings_as_two_walks_did(payload: Any, decision: Any) -> None:
+    """A record is walked once (``is_plain``) for its hashed and its stored bytes: the standard
+    library's bytes for both, the stored parts in their own key order, not sorted (D178)."""
+    cp = Checkpoint(
+        ticket_id="T-1",
+        run_id="00000000-0000-4000-8000-000000000001",
+        phase="implement",
+        phase_ordinal=1,
+        attempt_number=1,
+        timestamp_utc=datetime(2026, 1, 1, tzinfo=UTC),
+        phase_payload={"phase": "implement", "z": payload, "a": [payload]},
+        decisions=({"d": decision},),
+    )
+    parts = {"checkpoint": cp.seed_dict(), "phaselog": cp.meta_dict()}
+    try:
+        canonical = _stdlib_canonical(parts)
+    except (UnicodeEncodeError, ValueError):
+        with pytest.raises((UnicodeEncodeError, ValueError)):
+            record_document(cp)
+        return
+    stored = record_document(cp)
+    assert cp.content_hash == hashlib.sha256(canonical).hexdigest() == hashlib.sha256(canonical_bytes(cp)).hexdigest()
+    doc = json.loads(stored)
+    assert stored == _stdlib_compact(doc)
+    assert list(doc["checkpoint"]["phase_payload"]) == ["phase", "z", "a"]  # as written, not sorted

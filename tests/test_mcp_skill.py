@@ -121,6 +121,7 @@ def test_http_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     res = run_cli(tmp_path / "store", "mcp", "--http", "--host", "0.0.0.0")  # refused: the point
     assert res.rc == 2
     assert res.json["field"] == "token"
+    assert "PHASELOG_MCP_TOKEN" in res.json["error"]  # the server's own variable, not the dashboard's
     res = run_cli(tmp_path / "store", "mcp", "--token", "x" * 20)
     assert res.rc == 2
     assert res.json["field"] == "http"

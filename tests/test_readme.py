@@ -143,6 +143,7 @@ def test_pipelines_guide_describes_every_manifest_key() -> None:
             "fingerprint": "code",
             "awaits_input": True,
             "params": {"type": "object", "properties": {"date": {"type": "string"}}},
+            "notify": [{"events": ["run.completed"], "command": "true"}],
         }.get(key, "text")
         if key in PHASE_KEYS:
             pipeline_from_dict({**base, "phases": [{"name": "a", key: value}]})

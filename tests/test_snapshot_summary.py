@@ -170,3 +170,40 @@ def test_a_stores_summaries_are_those_of_every_attempt(tmp_path: Path, kind: str
                     assert st_.phase(name).attempts == n
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # a copy of attempt 2 under another name, as attempt 3 of the same ordinal
+        "INSERT INTO phaselog_checkpoints (ticket_id, run_id, phase_ordinal, phase, attempt, prev_attempt, status, "
+        "content_hash, body) SELECT ticket_id, run_id, phase_ordinal, 'renamed', 3, 2, 'completed', content_hash, "
+        "body FROM phaselog_checkpoints WHERE attempt = 2",
+        # the completed attempt 1 renamed: the ordinal's newest completed is the other name's
+        "UPDATE phaselog_checkpoints SET phase = 'renamed' WHERE attempt = 1",
+    ],
+)
+def test_an_ordinal_holding_two_phase_names_reads_as_the_generic_snapshot(tmp_path: Path, edit: str) -> None:
+    """A SQL snapshot reads with the windowless summary unless an ordinal holds two phase names
+    (damage from outside); then it reads again with the windowed one (D193): the same summaries
+    and records as the snapshot built from the contract's primitives, either way."""
+    db = tmp_path / "l.db"
+    store = SqliteStore(db)
+    try:
+        led = phaselog.Ledger(store)
+        run = phaselog.normalize_run_id("r1")
+        led.write(T, "r1", "implement", PAYLOADS["implement"])
+        led.write(T, "r1", "implement", None, status="failed", error="boom")
+        with sqlite3.connect(db) as conn:
+            conn.execute(edit)
+        other = SqliteStore(db)  # a handle that carries nothing: it reads the run
+        try:
+            snap = other.snapshot(T, run)
+            generic = build_snapshot(other, T, run)
+            assert snap.summaries == generic.summaries == summarize(other.attempts(T, run))
+            assert snap.records == generic.records
+            assert len({(k, type(v).__name__) for k, v in snap.records.items()}) == len(snap.records) >= 2
+        finally:
+            other.close()
+    finally:
+        store.close()

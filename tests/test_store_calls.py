@@ -34,8 +34,9 @@ class Counting:
             return attr
 
         def counted(*args: Any, **kw: Any) -> Any:
-            # A write's read of the run: the carried snapshot where the store carries runs (D163).
-            self.calls["snapshot" if name == "premise_snapshot" else name] += 1
+            # A write's read of the run: the carried snapshot where the store carries runs (D163);
+            # a status's: the same snapshot, uncopied (D192).
+            self.calls["snapshot" if name in ("premise_snapshot", "state_snapshot") else name] += 1
             return attr(*args, **kw)
 
         return counted

@@ -203,6 +203,7 @@ def _routes(runs: dict[str, str]) -> dict[str, str]:
         "/guards/{name}": "/guards/closeout",
         "/guards/{name}/reset": "/guards/closeout/reset",
         "/health": "/health",
+        "/live": f"/live?run={proj}",  # a run without its ticket: a 400 whatever is added (a valid one streams on)
         "/static": "/static/app.css",
     }
 

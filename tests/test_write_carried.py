@@ -68,7 +68,11 @@ def test_sqlite_write_into_an_unmoved_run_is_one_read_and_one_write_transaction(
     assert len(reads_before) <= 1, reads_before  # the change stamp only: no snapshot re-read
     assert all(s.lstrip().upper().startswith(("SELECT", "PRAGMA")) for s in reads_before)
     assert first.count("BEGIN IMMEDIATE") == 1
-    assert len(first) <= 6, first  # stamp; BEGIN, stamp, the phase's latest, INSERT, COMMIT
+    # stamp; BEGIN, stamp, INSERT, COMMIT: the stamp unchanged under the write lock says what the
+    # phase's latest is, so it is not read again (D179)
+    assert len(first) <= 5, first
+    inside = first[begin + 1 : -1]
+    assert [s.split()[0].upper() for s in inside] == ["PRAGMA", "INSERT"], inside
     assert seen.count("BEGIN IMMEDIATE") == 2  # the next phase likewise
     assert seen.count("COMMIT") == 2
     led.close()
@@ -237,6 +241,111 @@ def test_a_write_whose_carried_state_went_stale_rereads_and_decides_on_what_is_s
     ]
     assert stored[0].content_hash == first.record.content_hash
     other.close()
+    led.close()
+
+
+def _traced(led: Any, step: Any) -> tuple[Any, list[str]]:
+    """``step()``'s result and every statement it ran on ``led``'s SQLite connection."""
+    seen: list[str] = []
+    raw = led.store.session.conn.raw
+    raw.set_trace_callback(seen.append)
+    try:
+        return step(), seen
+    finally:
+        raw.set_trace_callback(None)
+
+
+def test_sqlite_another_process_writing_another_run_is_no_reason_to_read_this_one(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/two.db"
+    open_store(url, migrate=True).close()
+    led = phaselog.open(url)
+    run_id = str(uuid.uuid4())
+    run = led.run(T, run_id)
+    first = run.write("implement", IMPLEMENT)
+    run.write("implement", IMPLEMENT)  # carried from here on
+    assert _write_elsewhere(url, str(uuid.uuid4()), "implement")[0] == 1  # the database moved, this run did not
+    res, seen = _traced(led, lambda: run.write("local_review", LOCAL_REVIEW))
+    assert not [s for s in seen if s.lstrip().upper().startswith("WITH")], seen  # no snapshot re-read (D180)
+    begin = seen.index("BEGIN IMMEDIATE")
+    assert len(seen[:begin]) <= 1, seen  # the stamp only
+    assert seen.count("COMMIT") == 1
+    assert seen.count("BEGIN IMMEDIATE") == 1
+    # Decided as a fresh read decides: the basis names attempt 2, the carried state is the run's.
+    assert res.record.basis["implement"].attempt == 2
+    fresh = open_store(url)
+    assert premise_snapshot(led.store, T, run_id)[0] == fresh.snapshot(T, run_id)
+    assert next(r.record.content_hash for r in fresh.snapshot(T, run_id, history=True).stored()) == (
+        first.record.content_hash
+    )
+    fresh.close()
+    led.close()
+
+
+def test_sqlite_the_run_check_a_snapshot_implies_holds_on_the_unmoved_run(tmp_path: Path) -> None:
+    """The fingerprint a run check derives from its snapshot is the one SQL computes: a check that
+    did not hold on an unmoved run would send every write of a moved database back to a fresh read."""
+    url = f"sqlite://{tmp_path}/check.db"
+    led = phaselog.open(url)
+    run_id = str(uuid.uuid4())
+    run, key = led.run(T, run_id, pipeline="video-pipeline"), (T, run_id)
+    proposal = {"title": "t", "concept": "c"}
+    research = {"summary": "s", "sources": ["https://x.test/a"]}
+    carried = led.store.checkpoints.carried
+    held = 0
+    # (step, is it a write): after a write the carried check is the run's; an approval moves the
+    # run past what was carried, so the check must not hold (the next write reads the run again).
+    steps: list[tuple[Any, bool]] = [
+        (lambda: run.write("research", None, status="failed", error="flaky"), True),
+        (lambda: run.write("research", research), True),
+        (lambda: run.write("proposal", proposal), True),
+        (lambda: led.approve(T, run_id, "proposal", by="ana"), False),
+        (lambda: run.write("proposal", proposal), True),
+        (lambda: run.write("research", research), True),
+    ]
+    for step, writes in steps:
+        step()
+        premise_snapshot(led.store, T, run_id)  # what the next write decides on, with its check
+        check = carried.check_for(key)
+        if check is not None:
+            held += writes
+            assert check.holds(led.store.session.current, T, run_id) is writes, check.fingerprint
+    assert held >= 4
+    # ... and does not once the run moves: another connection's attempt of it.
+    other = phaselog.open(url)
+    other.write(T, run_id, "research", research, pipeline="video-pipeline")
+    other.close()
+    check = carried.check_for(key)
+    assert check is not None
+    assert not check.holds(led.store.session.current, T, run_id)
+    led.close()
+
+
+def test_sqlite_a_held_row_edited_in_place_while_the_database_moved_is_seen(tmp_path: Path) -> None:
+    """Bytes of the record a write links to, edited from outside (same length, same hash column),
+    after another process wrote elsewhere: the run check compares the row itself, so the write
+    reads the run again and refuses to link to the damaged attempt."""
+    import sqlite3
+
+    url = f"sqlite://{tmp_path}/edit.db"
+    open_store(url, migrate=True).close()
+    led = phaselog.open(url)
+    run_id = str(uuid.uuid4())
+    run = led.run(T, run_id)
+    run.write("implement", IMPLEMENT)
+    run.write("implement", IMPLEMENT)  # carried; attempt 2 is what the next implement links to
+    _write_elsewhere(url, str(uuid.uuid4()), "implement")
+    with contextlib.closing(sqlite3.connect(tmp_path / "edit.db")) as raw, raw:
+        (body,) = raw.execute(
+            "SELECT body FROM phaselog_checkpoints WHERE run_id = ? AND attempt = 2", (run_id,)
+        ).fetchone()
+        edited = body.replace("feat/", "feat-", 1)
+        assert edited != body
+        assert len(edited) == len(body)
+        raw.execute("UPDATE phaselog_checkpoints SET body = ? WHERE run_id = ? AND attempt = 2", (edited, run_id))
+    with pytest.raises(phaselog.PhaselogError) as refused:
+        run.write("implement", IMPLEMENT)
+    assert "attempt 2" in str(refused.value)
+    assert open_store(url).attempts(T, run_id)[-1].attempt_number == 2  # nothing linked to it
     led.close()
 
 

@@ -12,7 +12,18 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 #: Sections of ``phaselog --help``, in this order; a command declared without one is listed under "Other".
-SECTIONS = ("Record", "Resume", "Runner", "Workers", "Audit", "Gates", "Tickets and pipelines", "Guard", "Stores")
+SECTIONS = (
+    "Record",
+    "Resume",
+    "Runner",
+    "Workers",
+    "Audit",
+    "Gates",
+    "Tickets and pipelines",
+    "Guard",
+    "Notify",
+    "Stores",
+)
 
 
 @dataclass(frozen=True)

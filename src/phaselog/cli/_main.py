@@ -34,6 +34,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "queue": ("submit", "queue", "worker"),
     "guard": ("guard",),
     "feed": ("events",),
+    "notify": ("notify",),
     "store": ("export", "import", "copy", "prune", "store"),
     "ui": ("ui",),
     "agents": ("mcp", "skill"),

@@ -6,13 +6,16 @@ lists them in the order of a pipeline's life.
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import threading
 from typing import Any
 
 import click
 
-from phaselog.cli._render import lines, short_time, table, without_path
-from phaselog.cli._scaffold import Call, Result, cli, command
+from phaselog.cli._render import lines, short_time, table, without_path, write
+from phaselog.cli._scaffold import Call, Result, cli, command, envelope
 from phaselog.model.ids import run_title
 from phaselog.views import results as views
 
@@ -55,19 +58,66 @@ def _status_table(d: dict[str, Any]) -> str:
     type=click.Path(file_okay=False),
     help="Where the run's artifacts are checked against their recorded SHA-256 (default: here, as `run`).",
 )
-def status(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Result:
+@click.option("--watch", is_flag=True, help="Print the status again each time the run changes, until Ctrl-C.")
+@click.option(
+    "--interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.1, 3600),
+    metavar="SECONDS",
+    help="With --watch: how often to look for a change (one cheap stamp read).",
+)
+def status(call: Call, ticket_id: str, run_id: str, workdir: str | None, watch: bool, interval: float) -> Result | None:
     """Derived state of every phase (pending, completed, failed, stale) and the next phase.
 
     A completed phase whose recorded artifacts changed (or are gone) under --workdir is stale,
-    exactly as `explain` and `run` judge it.
+    exactly as `explain` and `run` judge it. With --watch the status is printed again whenever
+    it changes: on a terminal with --format table the table is redrawn in place; otherwise each new
+    table (or, as JSON, each new status on one line) is printed once. Ctrl-C ends it (exit 130).
 
     \b
-    Example:
+    Examples:
       phaselog status --ticket-id PROJ-1234 --run-id a1b2c3d4 --format table
+      phaselog status --ticket-id PROJ-1234 --run-id a1b2c3d4 --format table --watch
     """
     root = workdir if workdir is not None else os.getcwd()
+    if watch:
+        _watch(call, ticket_id, run_id, root, interval)
+        return None
     st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline, artifacts_root=root)
     return Result(views.run_status(st), _status_table)
+
+
+_REDRAW = "\x1b[H\x1b[2J"  # cursor home, clear the screen
+
+
+def _watch(call: Call, ticket_id: str, run_id: str, root: str, interval: float) -> None:
+    """``status --watch``: print each new status (views.live.watch_status) until Ctrl-C (exit 130)."""
+    from phaselog.views.live import watch_status  # lazy: `--help` loads every area
+
+    redraw = call.fmt == "table" and sys.stdout.isatty()
+    changes = watch_status(
+        call.ledger,
+        ticket_id,
+        run_id,
+        interval=interval,
+        stop=threading.Event(),
+        pipeline=call.pipeline,
+        artifacts_root=root,
+    )
+    try:
+        for data in changes:
+            result = Result(data, _status_table)
+            if call.fmt == "table":
+                text = call.render(result)
+                footer = f"watching every {interval:g}s (Ctrl-C stops)\n" if redraw else "\n"
+                write((_REDRAW if redraw else "") + text + footer)
+            else:  # JSON Lines: one status per line, as it changes
+                body = {**envelope(result), "correlation_id": call.correlation_id}
+                write(json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n")
+    except KeyboardInterrupt:
+        changes.close()
+        sys.exit(130)  # interrupted by its user: the usual way a watch ends, never a traceback
 
 
 def _skip_table(d: dict[str, Any]) -> str:

@@ -49,6 +49,13 @@ def _require_extra() -> None:
     type=click.Path(file_okay=False),
     help="Check each checkpoint's artifacts (present, recorded hash matches) under this folder.",
 )
+@click.option(
+    "--max-streams",
+    default=32,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="Live pages' event streams open at once; beyond it (and with 0) pages refresh by polling.",
+)
 def ui(
     call: Call,
     host: str,
@@ -58,6 +65,7 @@ def ui(
     token: str | None,
     allow_hosts: tuple[str, ...],
     artifacts_root: str | None,
+    max_streams: int,
 ) -> Result | None:
     """Serve a local dashboard of the store: tickets, runs, checkpoints, diffs, approvals, guards, health.
 
@@ -84,6 +92,7 @@ def ui(
         token=token,
         allow_hosts=allow_hosts,
         artifacts_root=artifacts_root,
+        max_streams=max_streams,
     )
 
     def announce(url: str, store_url: str) -> None:

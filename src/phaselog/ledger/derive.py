@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -284,6 +284,21 @@ def derive_status(
     return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings), run_name=run_name, params=params)
 
 
+#: The fields a PhaseState takes from a default (every one but phase, ordinal and state).
+_PHASE_DEFAULTS = {f.name: f.default for f in fields(PhaseState) if f.default is not MISSING}
+
+
+def _phase(**values: Any) -> PhaseState:
+    """``PhaseState(**values)`` without the frozen dataclass's ``__init__`` (a setattr per field,
+    15 of them, five times a status): it has no ``__post_init__`` and no slots, so its fields are
+    its ``__dict__`` (tests/test_status_fast.py compares the two constructions; D194)."""
+    ps = object.__new__(PhaseState)
+    state = ps.__dict__
+    state.update(_PHASE_DEFAULTS)
+    state.update(values)
+    return ps
+
+
 def _phase_state(
     phase: Phase,
     attempts: list[Checkpoint],
@@ -311,7 +326,7 @@ def _phase_state(
         n_attempts += 1
     if damaged and max(damaged) > top and (flight is None or max(damaged) > flight["attempt_number"]):
         lc = latest_completed.get(phase.name)
-        return PhaseState(
+        return _phase(
             state=DAMAGED,
             latest_attempt=max(damaged),
             completed_attempt=lc.attempt_number if lc else None,
@@ -321,7 +336,7 @@ def _phase_state(
         )
     if flight is not None and flight["attempt_number"] > top:
         lc = latest_completed.get(phase.name)
-        return PhaseState(
+        return _phase(
             state=IN_PROGRESS,
             latest_attempt=flight["attempt_number"],
             latest_timestamp=parse_timestamp(flight["last_event_at"]) if flight.get("last_event_at") else None,
@@ -336,7 +351,7 @@ def _phase_state(
             **common,
         )
     if not attempts:
-        return PhaseState(state=PENDING, **common)
+        return _phase(state=PENDING, **common)
     latest = attempts[-1]
     common.update(
         latest_attempt=latest.attempt_number,
@@ -345,7 +360,7 @@ def _phase_state(
     )
     if not latest.completed:
         lc = latest_completed.get(phase.name)
-        return PhaseState(
+        return _phase(
             state=FAILED,
             completed_attempt=lc.attempt_number if lc else None,
             reason=latest.error,
@@ -371,7 +386,7 @@ def _phase_state(
         copied = f"its attempt {origin.get('attempt_number')}, copied here by fork"
         said = f"{judged} by {origin.get('by')} in run {where} ({copied})"
         reason = f"{reason}: {said}" if reason else said
-    return PhaseState(
+    return _phase(
         state=state,
         completed_attempt=latest.attempt_number,
         reason=reason,

@@ -106,8 +106,9 @@ class PipelineResolver:
                     recorded = PipelineRef(marker.pipeline, "", "")
         if requested is None:
             if recorded is None:  # nothing says which pipeline: the default, and say so if a phase is unknown
-                return dataclasses.replace(
-                    self.load(None),
+                default = self.load(None)
+                noted = dataclasses.replace(
+                    default,
                     fallback_note=(
                         f"run {run_id} has no checkpoint and ticket {ticket_id} no marker, so the default "
                         f"pipeline {DEFAULT_PIPELINE} was used: name the pipeline (--pipeline NAME or "
@@ -115,6 +116,10 @@ class PipelineResolver:
                         f"`phaselog init --ticket-id {ticket_id} --title TEXT --pipeline NAME`"
                     ),
                 )
+                # The note is no part of the manifest (compare=False): keep the hash already taken
+                # instead of hashing the manifest again for every new run's first write.
+                noted.__dict__["manifest_hash"] = default.manifest_hash
+                return noted
             pipeline = self.load(recorded.name, manifest_hash=recorded.manifest_hash or None)
         else:
             known = recorded.manifest_hash if recorded is not None and requested == recorded.name else None

@@ -27,6 +27,7 @@ from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket
 from phaselog.model.pipelines import Pipeline
 from phaselog.model.records import Checkpoint, format_timestamp
 from phaselog.stores import Store, Stored
+from phaselog.stores.base import state_snapshot
 from phaselog.stores.names import parse_event_name
 from phaselog.stores.snapshot import RunSnapshot
 
@@ -181,7 +182,8 @@ class RunStates:
         ticket_id = validate_ticket_id(ticket_id)
         given = given_run_name(run_id)
         run_id = normalize_run_id(run_id)
-        snap = self.store.snapshot(ticket_id, run_id)
+        # The carried records themselves, not a reader's copy: status derives state and hands none out (D192).
+        snap = state_snapshot(self.store, ticket_id, run_id)
         pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
         return self._status(snap, given, pl, artifacts_root)
 
@@ -205,7 +207,9 @@ class RunStates:
         """The state of a run as a snapshot shows it (and, given ``artifacts_root``, the files there)."""
         damaged = snap.damaged()
         records = [s.record for s in snap.stored()]
-        flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()}
+        # No event bodies in the snapshot, no attempt in flight (flights() would find none): the
+        # clock and the host's liveness are not asked (D197).
+        flying = {name: f.to_json() for name, f in flights(snap, now=self.clock()).items()} if snap.events else {}
         counts = self._attempt_counts(snap)
         verdicts = judge(sorted(parse_entries(Approval, snap.approvals)[0], key=lambda a: a.seq))
         judgements, origins = self._inherited(verdicts, records)

@@ -69,7 +69,7 @@ def serve_http(
     announce: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until interrupted (Ctrl-C); refuse a bind beyond loopback without a token first."""
-    check_bind(host, token)
+    check_bind(host, token, variable="PHASELOG_MCP_TOKEN")
     server, ledger = build(options)
     try:
         app = server.streamable_http_app(

@@ -59,9 +59,21 @@ def _plain(value: Any) -> bool:
     return True
 
 
-def dumps_canonical(doc: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8, no escapes, no NaN: the bytes a content hash is taken over."""
-    if orjson is not None and _plain(doc):
+def is_plain(value: Any) -> bool:
+    """True when orjson writes ``value`` byte for byte as the standard library does (one walk of it).
+
+    A caller that writes the same value twice (a record: hashed sorted, stored in its own order)
+    walks it once and passes the answer as ``plain=`` to both dumps.
+    """
+    return orjson is not None and _plain(value)
+
+
+def dumps_canonical(doc: Any, *, plain: bool | None = None) -> bytes:
+    """Sorted keys, no spaces, UTF-8, no escapes, no NaN: the bytes a content hash is taken over.
+
+    ``plain``: :func:`is_plain` of ``doc``, when the caller already asked (None: ask now).
+    """
+    if orjson is not None and (_plain(doc) if plain is None else plain):
         with contextlib.suppress(orjson.JSONEncodeError):  # e.g. a lone surrogate: stdlib raises its own error
             return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
@@ -82,9 +94,12 @@ def dumps_sorted_fast(doc: Any) -> bytes | None:
         return None
 
 
-def dumps_compact(doc: Any, *, newline: bool = False) -> bytes:
-    """Keys in insertion order, no spaces, UTF-8, no escapes, no NaN (a record's stored document)."""
-    if orjson is not None and _plain(doc):
+def dumps_compact(doc: Any, *, newline: bool = False, plain: bool | None = None) -> bytes:
+    """Keys in insertion order, no spaces, UTF-8, no escapes, no NaN (a record's stored document).
+
+    ``plain``: :func:`is_plain` of ``doc``, when the caller already asked (None: ask now).
+    """
+    if orjson is not None and (_plain(doc) if plain is None else plain):
         with contextlib.suppress(orjson.JSONEncodeError):  # e.g. a lone surrogate: stdlib raises its own error
             return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE) if newline else orjson.dumps(doc)
     text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -64,9 +64,15 @@ def check_params_schema(raw: Any, where: str) -> dict[str, Any]:
     return schema
 
 
-def check_metaschema(schema: Mapping[str, Any], where: str) -> None:
-    """PipelineError when ``params`` is no JSON Schema (Draft 2020-12)."""
-    _validator(json.dumps(dict(schema), sort_keys=True), where)
+def params_of(doc: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """A manifest's ``params``, checked (None: not declared)."""
+    return check_params_schema(doc["params"], where) if doc.get("params") is not None else None
+
+
+def check_metaschema(schema: Mapping[str, Any] | None, where: str) -> None:
+    """PipelineError when ``params`` is no JSON Schema (Draft 2020-12); nothing to check for None."""
+    if schema is not None:
+        _validator(json.dumps(dict(schema), sort_keys=True), where)
 
 
 @cache

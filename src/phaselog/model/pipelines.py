@@ -8,13 +8,12 @@ Schema, Draft 2020-12) and ``requires_approval``. Lookup order for ``--pipeline 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ from typing import Any
 from phaselog.model._lazyre import LazyPattern
 from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
 from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
+from phaselog.model.hooks import check_hooks
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
-from phaselog.model.params import check_metaschema, check_params_schema
+from phaselog.model.params import check_metaschema, params_of
 from phaselog.model.records import PipelineRef
 from phaselog.model.schemas import Problem, schema_problems, schema_validator
 
@@ -92,6 +92,8 @@ class Phase:
     execution: Execution = field(default_factory=Execution)
     #: Its newest checkpoint may wait for input (a LangGraph ``interrupt()``): see phaselog.ledger.inputs.
     awaits_input: bool = False
+    #: Its ``notify:`` hooks, as the manifest gives them (checked by phaselog.model.hooks).
+    notify: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def file_stem(self) -> str:
@@ -131,10 +133,11 @@ class Pipeline:
     description: str = ""
     order: str = "strict"
     source: str = "<python>"
+    #: The run's ``notify:`` hooks (every phase's events), as the manifest gives them.
+    notify: tuple[Mapping[str, Any], ...] = ()
     #: Why this pipeline was chosen when nothing named it (added to an unknown-phase error).
     fallback_note: str = field(default="", compare=False, repr=False)
-    #: The run parameters' JSON Schema (``params:``; model/params.py), or None when none are declared.
-    params: Mapping[str, Any] | None = None
+    params: Mapping[str, Any] | None = None  #: the run parameters' JSON Schema (model/params.py); None: none
 
     @cached_property
     def manifest_hash(self) -> str:
@@ -145,9 +148,9 @@ class Pipeline:
             "description": self.description,
             "order": self.order,
             "phases": [_phase_doc(p) for p in self.phases],
+            **({"notify": [dict(h) for h in self.notify]} if self.notify else {}),  # only when set: other
+            **({"params": self.params} if self.params is not None else {}),  # manifests keep their hash
         }
-        if self.params is not None:  # only when declared: other manifests keep the hash they had
-            doc["params"] = self.params
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -201,6 +204,8 @@ def _phase_doc(p: Phase) -> dict[str, Any]:
     }
     if p.awaits_input:  # only when set: other manifests keep the hash they had
         doc["awaits_input"] = True
+    if p.notify:  # only when set: other manifests keep the hash they had
+        doc["notify"] = [dict(h) for h in p.notify]
     execution = p.execution.to_json()
     if execution:  # only when set: manifests without runner keys keep the hash they had
         doc["execution"] = execution
@@ -214,16 +219,15 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
         doc = {k: v for k, v in _phase_doc(p).items() if k != "execution"}
         doc.update(p.execution.to_json())
         phases.append(doc)
-    doc = {
+    return {
         "name": pipeline.name,
         "version": pipeline.version,
         "description": pipeline.description,
         "order": pipeline.order,
         "phases": phases,
+        **({"notify": [dict(h) for h in pipeline.notify]} if pipeline.notify else {}),
+        **({"params": dict(pipeline.params)} if pipeline.params is not None else {}),
     }
-    if pipeline.params is not None:
-        doc["params"] = dict(pipeline.params)
-    return doc
 
 
 # -- building and loading -------------------------------------------------------------------------
@@ -314,9 +318,11 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 
 
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
-MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "params"})
+MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "notify", "params"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
-PHASE_KEYS = frozenset({"name", "description", "payload_schema", "requires_approval", "awaits_input", *EXECUTION_KEYS})
+PHASE_KEYS = frozenset(
+    {"name", "description", "payload_schema", "requires_approval", "awaits_input", "notify", *EXECUTION_KEYS}
+)
 
 
 def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
@@ -375,17 +381,20 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
         if unknown:
             raise PipelineError(
                 f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
-                f"payload_schema, requires_approval, awaits_input and the runner's keys {', '.join(EXECUTION_KEYS)})",
+                f"payload_schema, requires_approval, awaits_input, notify and the runner's keys "
+                f"{', '.join(EXECUTION_KEYS)})",
                 field=f"{at}.{sorted(unknown)[0]}",
                 rule="unknown_key",
             )
         execution = execution_from_dict(raw, where, at)
-        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits))
+        hooks = check_hooks(raw["notify"], where, f"{at}.notify") if "notify" in raw else ()
+        phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits, hooks))
     unknown_top = set(doc) - MANIFEST_KEYS
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
-    params = check_params_schema(doc["params"], where) if doc.get("params") is not None else None
-    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source, params=params)
+    hooks = check_hooks(doc["notify"], where, "notify") if "notify" in doc else ()
+    desc = str(doc.get("description", "") or "")
+    return Pipeline(name, version, tuple(phases), desc, order, source, notify=hooks, params=params_of(doc, where))
 
 
 def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
@@ -443,7 +452,7 @@ def _cached_manifest(path: str, _mtime: int) -> Pipeline:
     p = Path(path)
     if p.parent == BUILTIN_DIR and p.suffix == ".yaml" and p.with_suffix(".json").is_file():
         pipeline = load_manifest(p.with_suffix(".json"))
-        return dataclasses.replace(pipeline, source=str(p))
+        return replace(pipeline, source=str(p))
     return load_manifest(path)
 
 
@@ -459,19 +468,27 @@ def available_pipelines(root: str | os.PathLike[str] | None = None) -> list[Pipe
     return list(found.values())
 
 
+#: The built-in pipelines found so far, by name: package files, read once (as _cached_manifest
+#: already did, mtime 0), so a status does not stat the package folder each time (D194).
+_BUILTINS: dict[str, Pipeline] = {}
+
+
 def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
     """Return a built-in pipeline (``ticket-pipeline`` or ``video-pipeline``)."""
+    found = _BUILTINS.get(name)
+    if found is not None:
+        return found
     path = BUILTIN_DIR / f"{name}.yaml"
     if not path.is_file():
         raise PipelineError(f"no built-in pipeline {name!r}")
-    return _cached_manifest(str(path), 0)
+    found = _BUILTINS[name] = _cached_manifest(str(path), 0)
+    return found
 
 
 def check_schemas(pipeline: Pipeline) -> None:
     """Check every payload schema of ``pipeline`` against the JSON Schema metaschema (Draft 2020-12,
     the draft payloads are validated with); PipelineError naming the phase and its payload_schema."""
-    if pipeline.params is not None:
-        check_metaschema(pipeline.params, f"pipeline manifest {pipeline.source}")
+    check_metaschema(pipeline.params, f"pipeline manifest {pipeline.source}")  # the run parameters' schema
     for phase in pipeline.phases:
         if not phase.payload_schema:
             continue

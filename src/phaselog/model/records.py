@@ -244,13 +244,14 @@ def canonical_bytes(cp: Checkpoint) -> bytes:
     return _canonical(cp.seed_dict(), cp.meta_dict())
 
 
-def _canonical(seed: Any, meta: Any) -> bytes:
-    return dumps_canonical({"checkpoint": seed, "phaselog": meta})
+def _canonical(seed: Any, meta: Any, plain: bool | None = None) -> bytes:
+    return dumps_canonical({"checkpoint": seed, "phaselog": meta}, plain=plain)
 
 
-def parts_hash(seed: Any, meta: Any) -> str:
-    """The content hash of a record's two parts as JSON (``seed_dict()``, ``meta_dict()``)."""
-    return hashlib.sha256(_canonical(seed, meta)).hexdigest()
+def parts_hash(seed: Any, meta: Any, *, plain: bool | None = None) -> str:
+    """The content hash of a record's two parts as JSON (``seed_dict()``, ``meta_dict()``);
+    ``plain``: ``is_plain`` of both parts, when the caller already asked (it writes them too)."""
+    return hashlib.sha256(_canonical(seed, meta, plain)).hexdigest()
 
 
 def stored_parts_match(seed: Any, meta: Any, recorded: str) -> bool:

@@ -148,6 +148,11 @@ class CarriesRuns(Protocol):
         not move since (Conflict otherwise)."""
         ...
 
+    def state_snapshot(self, ticket_id: str, run_id: str) -> RunSnapshot:
+        """What ``snapshot`` returns, checked as fresh, but the carried records themselves, not
+        copies: for a caller that only reads the state from them and hands none out (D192)."""
+        ...
+
 
 def premise_snapshot(store: Store, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
     """The snapshot a write decides on and whether it may be stale: the carried one where the store
@@ -155,6 +160,14 @@ def premise_snapshot(store: Store, ticket_id: str, run_id: str) -> tuple[RunSnap
     if Capability.CARRIED_RUNS in store.capabilities:
         return cast(CarriesRuns, store).premise_snapshot(ticket_id, run_id)  # the capability declares it
     return store.snapshot(ticket_id, run_id), False
+
+
+def state_snapshot(store: Store, ticket_id: str, run_id: str) -> RunSnapshot:
+    """The run's snapshot for a caller that derives state from it and hands no record out (status):
+    the carried records uncopied where the store carries runs, else ``store.snapshot``."""
+    if Capability.CARRIED_RUNS in store.capabilities:
+        return cast(CarriesRuns, store).state_snapshot(ticket_id, run_id)  # the capability declares it
+    return store.snapshot(ticket_id, run_id)
 
 
 @runtime_checkable

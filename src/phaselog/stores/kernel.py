@@ -28,7 +28,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from phaselog.model._json import dumps_compact
+from phaselog.model._json import dumps_compact, is_plain
 from phaselog.model.decoding import checkpoint_from_seed
 from phaselog.model.errors import (
     AlreadyExists,
@@ -189,8 +189,12 @@ def render_seed_file(record: Checkpoint) -> bytes:
 def record_document(record: Checkpoint, seed_sha256: str | None = None) -> bytes:
     """The stored JSON document of ``record`` (a SQL row's body; with the seed file's hash, a sidecar)."""
     seed, meta = record.seed_dict(), record.meta_dict()
+    # One walk of the record's values decides the codec of both byte strings (the sorted one hashed,
+    # the stored one in the parts' own order: readers show a payload's keys as written, D178); the
+    # envelope around the parts adds only strings, an int and None.
+    plain = is_plain((seed, meta))
     if "content_hash" not in record.__dict__:  # not hashed yet: hash these very parts (same bytes)
-        record.__dict__["content_hash"] = parts_hash(seed, meta)
+        record.__dict__["content_hash"] = parts_hash(seed, meta, plain=plain)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "kind": RECORD_KIND,
@@ -199,7 +203,7 @@ def record_document(record: Checkpoint, seed_sha256: str | None = None) -> bytes
         "checkpoint": seed,
         "phaselog": meta,
     }
-    return dumps_compact(doc, newline=True)
+    return dumps_compact(doc, newline=True, plain=plain)
 
 
 def encode_record(record: Checkpoint, max_record_bytes: int, *, seed_file: bytes | None = None) -> bytes:
@@ -330,15 +334,19 @@ class DecodedRecords:
         self._kept: dict[tuple[int, str], tuple[Checkpoint, str | None, tuple[str, ...]]] = {}
         self._chars = 0
 
-    def get(self, ordinal: int, document: str, location: str) -> Stored | None:
-        """A fresh copy of the record ``document`` held when first decoded, at ``location`` (None: unseen)."""
+    def get(self, ordinal: int, document: str, location: str, *, copy: bool = True) -> Stored | None:
+        """A fresh copy of the record ``document`` held when first decoded, at ``location`` (None: unseen).
+
+        ``copy=False``: the kept record itself, for a caller whose records never reach a user
+        uncopied (a SQL run snapshot: readers get it detached, status and writes only read it; D192)."""
         hit = self._kept.get((ordinal, document))
         if hit is None:
             return None
-        return Stored(detached_copy(hit[0]), location, hit[1], hit[2])
+        return Stored(detached_copy(hit[0]) if copy else hit[0], location, hit[1], hit[2])
 
-    def put(self, ordinal: int, document: str, stored: Stored) -> None:
-        """Keep an intact record decoded from ``document`` (a copy of it)."""
+    def put(self, ordinal: int, document: str, stored: Stored, *, copy: bool = True) -> None:
+        """Keep an intact record decoded from ``document`` (a copy of it; ``copy=False``: the record
+        itself, under the same promise as :meth:`get`'s)."""
         size = len(document)
         if size > min(self.max_document, self.max_chars) or stored.tampered or (ordinal, document) in self._kept:
             return
@@ -347,7 +355,11 @@ class DecodedRecords:
             oldest = next(iter(kept))
             del kept[oldest]
             self._chars -= len(oldest[1])
-        kept[(ordinal, document)] = (detached_copy(stored.record), stored.recorded_hash, stored.warnings)
+        kept[(ordinal, document)] = (
+            detached_copy(stored.record) if copy else stored.record,
+            stored.recorded_hash,
+            stored.warnings,
+        )
         self._chars += size
 
     def clear(self) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from phaselog.model.errors import Corrupt, NotFound, UnsupportedVersion
-from phaselog.model.records import PipelineRef
+from phaselog.model.records import PipelineRef, detached_copy
 from phaselog.stores.kernel import damaged_from
 from phaselog.stores.names import event_prefix, parse_event_name
 from phaselog.stores.values import AttemptRef, Damaged, Stored
@@ -394,3 +394,42 @@ def flight_attempts(summaries: Iterable[PhaseSummary], names: Iterable[str]) -> 
         if parsed is not None and parsed.attempt > top.get(parsed.ordinal, 0):
             wanted.setdefault((parsed.ordinal, parsed.phase, parsed.attempt), []).append(name)
     return dict(sorted(wanted.items()))
+
+
+# -- carrying a snapshot on (the stores that declare CARRIED_RUNS: SQL, files) ----------------------
+def detached(snap: RunSnapshot) -> RunSnapshot:
+    """``snap`` with copies of its records: a reader that edits a payload in place never changes
+    what the next write decides on (as the memo of decoded records hands out copies)."""
+    records = {
+        k: Stored(detached_copy(v.record), v.location, v.recorded_hash, v.warnings) if isinstance(v, Stored) else v
+        for k, v in snap.records.items()
+    }
+    return dataclasses.replace(snap, records=records, _by_ordinal={})
+
+
+def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
+    """The snapshot a fresh read would give once ``stored`` is appended to ``snap``'s run (None:
+    not derivable here — attempts in flight, or the record is not the phase's new newest)."""
+    cp = stored.record
+    ordinal, number = cp.phase_ordinal, cp.attempt_number
+    old = snap.summary(ordinal)
+    if snap.history or snap.events or (old is not None and old.newest.attempt_number >= number):
+        return None
+    (added,) = summarize((AttemptRef(ordinal, number, cp.phase, cp.completed),))
+    summary = added if old is None else old.merge(added)
+    summaries = tuple(sorted((*(s for s in snap.summaries if s.ordinal != ordinal), summary), key=_ordinal))
+    # The records a fresh snapshot holds for the phase: the newest, and the newest completed with
+    # the damaged ones below it that the read walked past (all at or below the newest completed).
+    keep_below = (
+        0 if cp.completed or old is None or old.newest_completed is None else old.newest_completed.attempt_number
+    )
+    records = {k: v for k, v in snap.records.items() if k[0] != ordinal or k[1] <= keep_below}
+    records[(ordinal, number)] = stored
+    out = dataclasses.replace(snap, summaries=summaries, records=records, _by_ordinal={})
+    if out.markers is not None and out.pipeline_ref() is not None:
+        out = dataclasses.replace(out, markers=None, _by_ordinal={})  # as stores.snapshot.assemble would
+    return out
+
+
+def _ordinal(summary: Any) -> int:
+    return int(summary.ordinal)

@@ -101,6 +101,8 @@ class Capability(StrEnum):
     PHASE_READ = "phase_read"
     #: ``premise_snapshot(ticket_id, run_id)``: the run as this handle last saw it, for a write whose
     #: append checks that the run did not move since (stores/sql/carried.py); it may be stale.
+    #: ``state_snapshot(ticket_id, run_id)``: the snapshot a reader of state only (status) gets,
+    #: checked fresh as ``snapshot``'s, but not copied (D192).
     CARRIED_RUNS = "carried_runs"
 
 
@@ -118,7 +120,7 @@ CAPABILITY_MEMBERS: Mapping[Capability, tuple[str, ...]] = {
     Capability.QUEUE: ("run_queue",),
     Capability.MANIFESTS: ("pipeline_manifests",),
     Capability.PHASE_READ: ("read_phase",),
-    Capability.CARRIED_RUNS: ("premise_snapshot",),
+    Capability.CARRIED_RUNS: ("premise_snapshot", "state_snapshot"),
 }
 
 

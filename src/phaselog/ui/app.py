@@ -23,7 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from phaselog.model.errors import NotFound, PhaselogError
-from phaselog.ui import actions, pages
+from phaselog.ui import actions, live, pages
 from phaselog.ui.context import HERE, UI, Settings
 from phaselog.ui.security import SecurityMiddleware
 
@@ -89,6 +89,11 @@ def create_app(settings: Settings) -> Starlette:
 
         return endpoint
 
+    streams = live.Streams(settings.max_streams)
+
+    async def live_stream(request: Request) -> Response:
+        return await live.stream(ui, streams, request)
+
     run_path = "/tickets/{ticket}/runs/{run}"
     attempt_path = run_path + "/phases/{phase}/attempts/{attempt:digits}"
     routes = [
@@ -116,12 +121,15 @@ def create_app(settings: Settings) -> Starlette:
         Route("/guards/{name}", wrap(pages.guard)),
         Route("/guards/{name}/reset", wrap_post(actions.guard_reset), methods=["POST"]),
         Route("/health", wrap(pages.health)),
+        Route("/live", live_stream),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes)
     app.state.ui = ui
+    app.state.streams = streams
     guarded = SecurityMiddleware(app, ui.guarding)
     guarded.ui = ui  # type: ignore[attr-defined]  # for serve() and tests
+    guarded.streams = streams  # type: ignore[attr-defined]  # for serve(): ended at shutdown
     return guarded  # type: ignore[return-value]  # an ASGI app like Starlette's
 
 
@@ -165,8 +173,11 @@ def serve(
         server_header=False,
         proxy_headers=False,
         lifespan="off",
+        timeout_graceful_shutdown=5,  # a live page's stream never ends by itself: do not wait for it forever
     )
     server = uvicorn.Server(config)
+    streams: live.Streams = app.streams  # type: ignore[attr-defined]  # set by create_app
+    streams.stopping = lambda: server.should_exit  # each stream ends at its next look (≤ POLL_S)
     url = address(settings)
     if announce is not None:
         announce(url, store_url)

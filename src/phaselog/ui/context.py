@@ -57,6 +57,8 @@ class Settings:
     allow_hosts: tuple[str, ...] = ()
     artifacts_root: str | None = None
     page_size: int = PAGE_SIZE
+    #: Live pages' event streams open at once; beyond it a page polls (phaselog.ui.live, D231).
+    max_streams: int = 32
     guarding: Guarding | None = field(default=None, repr=False)
 
 

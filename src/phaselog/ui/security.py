@@ -66,11 +66,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a token (UsageError naming the option)."""
+def check_bind(host: str, token: str | None, *, variable: str = "PHASELOG_UI_TOKEN") -> None:
+    """Refuse to listen beyond loopback without a token (UsageError naming the option and its
+    environment variable, ``variable``)."""
     if not is_loopback(host) and not token:
         raise UsageError(
-            f"--host {host}: listening beyond this machine needs --token (or PHASELOG_UI_TOKEN); "
+            f"--host {host}: listening beyond this machine needs --token (or {variable}); "
             "every request must then carry it",
             field="token",
             rule="required",

@@ -36,6 +36,11 @@ def run_version(ticket_id: str, run_id: str) -> str:
     return f"{run(ticket_id, run_id)}/version"
 
 
+def live(ticket_id: str | None = None, run_id: str | None = None) -> str:
+    """The event stream (Server-Sent Events) of the whole store, one ticket or one run."""
+    return with_query("/live", ticket=ticket_id, run=run_id)
+
+
 def run_json(ticket_id: str, run_id: str) -> str:
     """The run's overview as JSON (status, pipeline, blockers, fingerprint)."""
     return f"{run(ticket_id, run_id)}/overview.json"

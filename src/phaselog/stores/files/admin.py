@@ -40,6 +40,7 @@ FILES_CAPABILITIES = frozenset(
         Capability.LOCAL_ROOT,
         Capability.MANIFESTS,
         Capability.PHASE_READ,
+        Capability.CARRIED_RUNS,
     }
 )
 #: Prefix of a run folder being removed whole (moved aside first; not a run name).

@@ -32,8 +32,12 @@ class FileEntries:
         self.max_record_bytes = max_record_bytes
         self.max_entry_bytes = max_entry_bytes
 
-    def _dir(self, kind: str, ticket_id: str, run_id: str | None, *, create: bool) -> int:
-        return self.folders.open_dir(*_segments(kind, ticket_id, run_id), create=create)
+    def _dir(self, kind: str, ticket_id: str, run_id: str | None, *, create: bool, run_fd: int | None = None) -> int:
+        segments = _segments(kind, ticket_id, run_id)
+        if run_fd is not None and run_id is not None:
+            # The run folder is open already (a snapshot's): one openat, not a walk from the root.
+            return self.folders.open_child(run_fd, segments[-1], create=create, rel="/".join(segments[1:]))
+        return self.folders.open_dir(*segments, create=create)
 
     def put(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
@@ -77,10 +81,10 @@ class FileEntries:
                 os.close(lock_fd)
         return rel
 
-    def names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
-        """Names of a kind's entries (sorted), without reading them."""
+    def names(self, kind: str, ticket_id: str, run_id: str | None, run_fd: int | None = None) -> list[str]:
+        """Names of a kind's entries (sorted), without reading them (``run_fd``: the run's folder, open)."""
         try:
-            dir_fd = self._dir(kind, ticket_id, run_id, create=False)
+            dir_fd = self._dir(kind, ticket_id, run_id, create=False, run_fd=run_fd)
         except NotFound:
             return []
         try:
@@ -89,14 +93,14 @@ class FileEntries:
             os.close(dir_fd)
 
     def read_all(
-        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
+        self, kind: str, ticket_id: str, run_id: str | None, prefix: str = "", run_fd: int | None = None
     ) -> list[tuple[str, str, bytes | Corrupt]]:
-        """Every entry of a kind as (name, location, bytes), sorted by name.
+        """Every entry of a kind as (name, location, bytes), sorted by name (``run_fd``: as for names).
 
         An unreadable entry comes back as a Corrupt error in place of its bytes.
         """
         try:
-            dir_fd = self._dir(kind, ticket_id, run_id, create=False)
+            dir_fd = self._dir(kind, ticket_id, run_id, create=False, run_fd=run_fd)
         except NotFound:
             return []
         rel_dir = kernel.entry_dir_location(kind, ticket_id, run_id)

@@ -105,16 +105,21 @@ def write_temp(dir_fd: int, data: bytes) -> str:
 _TEMP_NAME = LazyPattern(r"\.tmp-")  # compiled by the first write, not at every start
 
 
-def clean_temps(dir_fd: int, names: list[str]) -> None:
-    """Remove the temp files among ``names`` older than TEMP_MAX_AGE_S (a crash left them)."""
+def clean_temps(dir_fd: int, names: list[str]) -> int:
+    """Remove the temp files among ``names`` older than TEMP_MAX_AGE_S (a crash left them); return
+    how many temp files were left (too young, or another writer's)."""
     now = time.time()
+    left = 0
     for n in filter(_TEMP_NAME.compiled.match, names):  # filtered in C: a long history's folder holds thousands
+        left += 1
         try:
             st = os.stat(n, dir_fd=dir_fd, follow_symlinks=False)
             if now - st.st_mtime > TEMP_MAX_AGE_S:
                 os.unlink(n, dir_fd=dir_fd)
+                left -= 1
         except OSError:
             continue
+    return left
 
 
 def read_capped(dir_fd: int, name: str, rel_dir: str, limit: int) -> bytes | None:
@@ -141,8 +146,12 @@ def read_capped(dir_fd: int, name: str, rel_dir: str, limit: int) -> bytes | Non
                 path=f"{rel_dir}/{name}",
                 rule="max_record_bytes",
             )
-        chunks = []
-        remaining = limit + 1
+        # One read of the size fstat gave (and a byte more) is the whole file unless it grew meanwhile.
+        first = os.read(fd, min(st.st_size, limit) + 1)
+        if len(first) <= st.st_size:
+            return first
+        chunks = [first]
+        remaining = limit + 1 - len(first)
         while remaining > 0:
             chunk = os.read(fd, min(remaining, 1 << 20))
             if not chunk:

@@ -15,15 +15,16 @@ import os
 from phaselog import _faults
 from phaselog.model.errors import AlreadyExists
 from phaselog.model.records import Checkpoint
-from phaselog.stores.files.io import create_temp, fsync_all, write_temp
+from phaselog.stores.files.io import create_temp, exists, fsync_all, write_temp
 from phaselog.stores.kernel import record_location
 from phaselog.stores.names import checkpoint_name, failed_name, meta_name
 
 
-def publish_completed(run_fd: int, record: Checkpoint, names: set[str], files: tuple[bytes, bytes]) -> None:
+def publish_completed(run_fd: int, record: Checkpoint, names: set[str] | None, files: tuple[bytes, bytes]) -> None:
     """Publish a completed record: its sidecar, then its seed file (``files``), never overwriting.
 
-    ``names``: the run folder's listing, taken under the run's lock.
+    ``names``: the run folder's listing, taken under the run's lock (None: not listed, the
+    sidecar's name is looked up by itself).
     """
     ordinal, phase, attempt = record.phase_ordinal, record.phase, record.attempt_number
     meta_bytes, yaml_bytes = files
@@ -46,7 +47,7 @@ def publish_completed(run_fd: int, record: Checkpoint, names: set[str], files: t
             os.close(fd)
         fds.clear()
         _faults.point("files.after_temps_fsync")
-        if final_meta in names:
+        if final_meta in names if names is not None else exists(run_fd, final_meta):
             # A sidecar without its seed file is what a crash between the two links leaves
             # behind. It was never visible as a record, and we hold the run's lock.
             os.unlink(final_meta, dir_fd=run_fd)

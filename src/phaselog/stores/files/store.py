@@ -6,7 +6,9 @@ Layout under the root (``--root``, ``PHASELOG_HOME`` or ``~/.phaselog``)::
         phase_<N>_<name>_a<k>.yaml        the seed contract, byte-compatible with the seed tool
         .meta_<N>_<name>_a<k>.json        phaselog's part of a completed attempt (written first)
         .failed_<N>_<name>_a<k>.json      a failed attempt (no seed file: the seed has none)
-        .lock                             flock: serialises appends within the run
+        .lock                             flock: serialises appends within the run; its bytes hold
+                                          the newest-attempt hint the last append left (derived,
+                                          checked before use: stores/files/hints.py, D185)
         .tmp-<pid>-<hex>                  temp files; a crash may leave them, a later writer
                                           removes them once older than a minute
 
@@ -31,7 +33,9 @@ from phaselog.model.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
 from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.files import hints
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
+from phaselog.stores.files.carried import CarriedRuns, run_stamp
 from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import clean_temps, exists, os_errors, read_capped
@@ -80,6 +84,8 @@ class FilesStore(FilesAdminMixin):
         self.url = f"file://{self.root}"
         self.max_record_bytes = max_record_bytes or kernel.DEFAULT_MAX_RECORD_BYTES
         self._leases: FileRunLeases | None = None
+        #: The runs this handle carries (the snapshot its writes decided on; stores/files/carried.py).
+        self._carried = CarriedRuns()
         # Audit entries may hold up to 8 MiB of progress output, which JSON escaping can grow
         # sixfold (control characters become \uXXXX): their cap leaves room for that.
         self.max_entry_bytes = kernel.entry_cap(self.max_record_bytes)
@@ -91,7 +97,8 @@ class FilesStore(FilesAdminMixin):
         self.may_create = create and not read_only
         #: Every folder below the root, opened without following a symlink (shared by the parts).
         self.folders = Folders(self.root, self.url, read_only=read_only, may_create=self.may_create)
-        self._entries = FileEntries(
+        #: The audit entries below the root (progress events, approvals, markers, prune notes).
+        self.audit = FileEntries(
             self.folders, max_record_bytes=self.max_record_bytes, max_entry_bytes=self.max_entry_bytes
         )
         self.folders.check_root()
@@ -134,21 +141,38 @@ class FilesStore(FilesAdminMixin):
         try:
             with os_errors(f"cannot write {self._rel(record)}"):
                 try:
-                    names = os.listdir(run_fd)
-                    clean_temps(run_fd, names)
-                    latest = max((g[3] for g in _names.record_groups(names) if g[0] == ordinal), default=0)
+                    # The folder's groups from the hint the last append left (D185), else a listing.
+                    names: list[str] | None = None
+                    hinted = hints.read(run_fd)
+                    groups, temps = hinted if hinted is not None else ([], True)
+                    latest = max((g[3] for g in groups if g[0] == ordinal), default=0)
+                    if temps or attempt <= latest:  # no usable hint, leftovers to clean, or a rare lookup
+                        names = os.listdir(run_fd)
+                        temps = clean_temps(run_fd, names) > 0
+                        groups = _names.record_groups(names)
+                        latest = max((g[3] for g in groups if g[0] == ordinal), default=0)
                     kernel.decide_append(
                         record,  # an attempt at or below the latest: look it up among every name (rare)
-                        exists=attempt <= latest and (ordinal, attempt) in _names.parse_record_names(names),
+                        exists=names is not None
+                        and attempt <= latest
+                        and (ordinal, attempt) in _names.parse_record_names(names),
                         latest=latest,
                         expected_latest=expected_latest,
                         check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
                     )
+                    # The snapshot this write was decided on, if this handle carries it and it still holds (D186).
+                    base = self._carried.begin(record, expected_latest, run_fd)
+                    if base is None and not groups and expected_latest == 0:
+                        base = self._carried.begin_empty(record, run_fd)
                     self.record_manifest(manifest)  # before the record: a record never lacks its manifest
                     if record.completed:
-                        publish_completed(run_fd, record, set(names), files)
+                        publish_completed(run_fd, record, None if names is None else set(names), files)
                     else:
                         publish_failed(run_fd, record, files[0])
+                    groups = hints.with_attempt(groups, ordinal, record.phase, attempt, completed=record.completed)
+                    hints.write(lock_fd, run_fd, groups, temps=temps)
+                    if base is not None:
+                        self._carried.appended(base, record, self._rel(record), run_fd)
                 finally:
                     os.close(lock_fd)  # releases the flock
         finally:
@@ -183,8 +207,8 @@ class FilesStore(FilesAdminMixin):
             os.close(run_fd)
 
     def read_phase(self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None) -> Stored | None:
-        """Attempt ``attempt`` of ``phase``, or (None) its latest checkpoint, from one folder listing
-        and the files of the records it needs; None unless plainly there and intact (the caller then
+        """Attempt ``attempt`` of ``phase``, or (None) its latest checkpoint, from the run's hint (or
+        one folder listing) and the files of the records it needs; None unless plainly there and intact (the caller then
         takes its general path, whose errors and hints are unchanged).
 
         The phase is found as a listing would (the lowest ordinal whose name or ordinal is the one
@@ -198,18 +222,21 @@ class FilesStore(FilesAdminMixin):
         except NotFound:
             return None
         try:
-            names = os.listdir(run_fd)
-            group = _phase_group(_names.record_groups(names), phase)
+            hinted = hints.read(run_fd)  # the groups the last append left (D185), else a listing
+            names = None if hinted is not None else os.listdir(run_fd)
+            group = _phase_group(hinted[0] if hinted is not None else _names.record_groups(names or []), phase)
             if group is None:
                 return None
             ordinal, name, _count, top, done = group
             if attempt is None:
                 if done is None:
                     return None
-                present = set(names) if top > done else ()
-                for newer in range(done + 1, top + 1):
-                    if failed_name(ordinal, name, newer) in present:
-                        self.get_at(run_fd, ticket_id, run_id, ordinal, name, newer)
+                if top > done:
+                    present = set(names) if names is not None else None
+                    for newer in range(done + 1, top + 1):
+                        failed = failed_name(ordinal, name, newer)
+                        if failed in present if present is not None else exists(run_fd, failed):
+                            self.get_at(run_fd, ticket_id, run_id, ordinal, name, newer)
                 attempt = done
             return self.get_at(run_fd, ticket_id, run_id, ordinal, name, attempt)
         except (Corrupt, UnsupportedVersion, NotFound):
@@ -308,11 +335,11 @@ class FilesStore(FilesAdminMixin):
     # -- audit entries (progress events, approvals, markers): stores/files/entries.py -------------
     def put_entry(self, kind: str, ticket_id: str, run_id: str | None, name: str, body: bytes) -> str:
         """Publish an audit entry durably under a new name; AlreadyExists if the name is taken."""
-        return self._entries.put(kind, ticket_id, run_id, name, body)
+        return self.audit.put(kind, ticket_id, run_id, name, body)
 
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
         """Names of a kind's entries (sorted), without reading them."""
-        return self._entries.names(kind, ticket_id, run_id)
+        return self.audit.names(kind, ticket_id, run_id)
 
     def entries(
         self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
@@ -321,7 +348,7 @@ class FilesStore(FilesAdminMixin):
 
         An unreadable entry comes back as a Corrupt error in place of its bytes.
         """
-        return self._entries.read_all(kind, ticket_id, run_id, prefix)
+        return self.audit.read_all(kind, ticket_id, run_id, prefix)
 
     def location(self, record: Checkpoint) -> str:
         """Path of ``record`` relative to the checkpoints root."""
@@ -358,13 +385,41 @@ class FilesStore(FilesAdminMixin):
         ticket_id = validate_ticket_id(ticket_id)
         if history:
             return build_snapshot(self, ticket_id, run_id, history=True)
-        # One listing, summarised per phase (no ref per attempt), and each record it needs read
-        # through the same folder descriptor (no path walk per record).
+        # The folder's groups from its hint or one listing (no ref per attempt), and each record,
+        # progress name and approval it needs read through the same folder descriptor (no path
+        # walk per record or entry folder).
         with _HeldRun(self, ticket_id, run_id) as held:
             return build_snapshot(held, ticket_id, run_id, groups=held.groups)
 
+    def state_snapshot(self, ticket_id: str, run_id: str) -> RunSnapshot:
+        """A status's snapshot (D192): always read afresh here; the files store carries runs for writes only (D186)."""
+        return self.snapshot(ticket_id, run_id)
+
+    def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
+        """The run as this handle last saw it, for a write (see stores/files/carried.py): the carried
+        snapshot when nothing it was read from moved, else a fresh read (carried from now on)."""
+        ticket_id = validate_ticket_id(ticket_id)
+        key = (ticket_id, run_id)
+        try:
+            run_fd = self.folders.open_dir("checkpoints", ticket_id, run_id)
+        except NotFound:
+            self._carried.drop(key)
+            return self.snapshot(ticket_id, run_id), False
+        try:
+            snap = self._carried.premise(key, run_fd)
+            if snap is not None:
+                return snap, False  # checked now: as fresh as a read (the append checks it again)
+            before = run_stamp(run_fd, [])
+            snap = self.snapshot(ticket_id, run_id)
+            if run_stamp(run_fd, []) == before:  # nothing moved while it was read
+                self._carried.keep(key, snap, run_fd)
+            return snap, False
+        finally:
+            os.close(run_fd)
+
     def close(self) -> None:
-        """Release the cached root descriptor and any run lease still held."""
+        """Release the cached root descriptor and any run lease still held; carry nothing."""
+        self._carried = CarriedRuns()
         if self._leases is not None:
             self._leases.close()
         self.folders.close()
@@ -397,7 +452,8 @@ class _HeldRun:
             self.fd = self.store.folders.open_dir("checkpoints", *self.key)
         except NotFound:
             return []
-        return _names.record_groups(os.listdir(self.fd))
+        hinted = hints.read(self.fd)  # the groups the last append left (D185), else a listing
+        return hinted[0] if hinted is not None else _names.record_groups(os.listdir(self.fd))
 
     def attempts(self, ticket_id: str, run_id: str) -> list[AttemptRef]:
         return self.store.attempts(ticket_id, run_id)
@@ -407,13 +463,16 @@ class _HeldRun:
             return self.store.get(ticket_id, run_id, phase_ordinal, phase, attempt)
         return self.store.get_at(self.fd, ticket_id, run_id, phase_ordinal, phase, attempt)
 
+    def _held(self, ticket_id: str, run_id: str | None) -> int | None:
+        return self.fd if (ticket_id, run_id) == self.key else None
+
     def entry_names(self, kind: str, ticket_id: str, run_id: str | None) -> list[str]:
-        return self.store.entry_names(kind, ticket_id, run_id)
+        return self.store.audit.names(kind, ticket_id, run_id, self._held(ticket_id, run_id))
 
     def entries(
         self, kind: str, ticket_id: str, run_id: str | None, prefix: str = ""
     ) -> list[tuple[str, str, bytes | Corrupt]]:
-        return self.store.entries(kind, ticket_id, run_id, prefix)
+        return self.store.audit.read_all(kind, ticket_id, run_id, prefix, self._held(ticket_id, run_id))
 
 
 def _phase_group(groups: list[_names.RecordGroup], phase: str | int) -> _names.RecordGroup | None:

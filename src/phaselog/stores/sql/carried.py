@@ -10,24 +10,26 @@ at all was written to the database since; otherwise it reads the run again.
 
 The append checks the stamp again *inside* its write transaction, under the write lock: when it
 still matches, nothing moved between the decision and the insert, and the snapshot plus the new
-record is exactly what a fresh read would give (:func:`with_appended`), so it is carried on. When
-it does not match, the append decides as it always did (the phase's latest attempt, checked in
+record is exactly what a fresh read would give (:func:`phaselog.stores.snapshot.with_appended`),
+so it is carried on. When it does not match, the append decides as it always did (the phase's latest attempt, checked in
 the transaction) and the carried snapshot is dropped. A dialect without a cheap stamp
 (PostgreSQL) carries nothing. See docs/decisions.md D163.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.records import detached_copy
-from phaselog.stores.values import AttemptRef, Stored
+from phaselog.stores.snapshot import with_appended
+from phaselog.stores.sql.runcheck import run_check
+from phaselog.stores.values import Stored
 
 if TYPE_CHECKING:
     from phaselog.model.records import Checkpoint
     from phaselog.stores.snapshot import RunSnapshot
+    from phaselog.stores.sql.runcheck import RunCheck
     from phaselog.stores.sql.session import Session
 
 #: How many runs one store handle carries (the oldest is dropped first).
@@ -42,7 +44,7 @@ class CarriedRuns:
     def __init__(self, session: Session, limit: int = CARRIED_RUNS) -> None:
         self.session = session
         self.limit = limit
-        self._runs: OrderedDict[Key, tuple[RunSnapshot, tuple[Any, ...]]] = OrderedDict()
+        self._runs: OrderedDict[Key, tuple[RunSnapshot, tuple[Any, ...], RunCheck | None]] = OrderedDict()
 
     def stamp(self) -> tuple[Any, ...] | None:
         """The database's change stamp now (None: the dialect has none, or no store exists yet)."""
@@ -61,29 +63,39 @@ class CarriedRuns:
             return None
         return got[0]
 
-    def keep(self, key: Key, snap: RunSnapshot, stamp: tuple[Any, ...] | None) -> None:
-        """Carry ``snap``, read after ``stamp`` was taken."""
+    def keep(self, key: Key, snap: RunSnapshot, stamp: tuple[Any, ...] | None, check: RunCheck | None = None) -> None:
+        """Carry ``snap``, read after ``stamp`` was taken; ``check``: the run check taken with it
+        (stores/sql/runcheck.py), where the stamp is the database's."""
         if stamp is None or snap.history:
             return
         runs = self._runs
-        runs[key] = (snap, stamp)
+        runs[key] = (snap, stamp, check)
         runs.move_to_end(key)
         while len(runs) > self.limit:
             runs.popitem(last=False)
 
-    def premise(self, key: Key) -> RunSnapshot | None:
-        """The carried snapshot of ``key`` for a write: checked now where the stamp is the
-        database's (SQLite), handed out as it is where it is the run's (PostgreSQL: the append
-        checks it in the statement that inserts)."""
+    def premise(self, key: Key) -> tuple[RunSnapshot, bool] | None:
+        """The carried snapshot of ``key`` for a write, and whether it is handed out unchecked (the
+        append checks it): checked now where the stamp is the database's (SQLite) — unless the
+        database moved and a run check was carried, which the append asks under the write lock
+        (stores/sql/runcheck.py); handed out as it is where the stamp is the run's (PostgreSQL: the
+        append checks it in the statement that inserts)."""
         got = self._runs.get(key)
         if got is None:
             return None
-        return got[0] if is_run_stamp(got[1]) else self.fresh(key)
+        if is_run_stamp(got[1]):
+            return got[0], True
+        if self.stamp() == got[1]:
+            return got[0], False
+        if got[2] is not None:
+            return got[0], True
+        del self._runs[key]
+        return None
 
-    def unchecked(self, key: Key) -> bool:
-        """Is the carried snapshot of ``key`` handed out unchecked (a run stamp: the append checks it)?"""
+    def check_for(self, key: Key) -> RunCheck | None:
+        """The run check carried with ``key``'s snapshot (None: none)."""
         got = self._runs.get(key)
-        return got is not None and is_run_stamp(got[1])
+        return None if got is None else got[2]
 
     def premise_for(self, record: Checkpoint, expected_latest: int) -> tuple[Any, ...] | None:
         """The stamp of the carried snapshot ``record`` was decided on (None: it was not — its
@@ -102,16 +114,30 @@ class CarriedRuns:
                 return None
         return got[1]
 
-    def appended(self, record: Checkpoint, location: str, after: tuple[Any, ...] | None) -> None:
-        """``record`` was committed. ``after``: the stamp right after it when the append found
-        the carried stamp unchanged (None: it did not, or nothing was carried)."""
+    def appended(
+        self, record: Checkpoint, location: str, after: tuple[Any, ...] | None, body: str | None = None
+    ) -> None:
+        """``record`` was committed (stored as ``body``). ``after``: the stamp right after it when
+        the append found the carried stamp unchanged, or the run check held (None: neither, or
+        nothing was carried)."""
         key = (record.ticket_id, record.run_id)
         got = self._runs.pop(key, None)
         if got is None or after is None:
             return
         snap = with_appended(got[0], Stored(detached_copy(record), location, record.content_hash))
         if snap is not None:
-            self.keep(key, snap, after)
+            check = got[2]
+            if check is not None and body is not None:
+                row = (
+                    record.phase_ordinal,
+                    record.attempt_number,
+                    record.phase,
+                    record.status,
+                    record.content_hash,
+                    body,
+                )
+                check = run_check(snap, (*check.rows, row), check.bodies)
+            self.keep(key, snap, after, None if body is None else check)
 
     def drop(self, key: Key) -> None:
         """Carry nothing for ``key`` (an append was refused or its outcome is unknown)."""
@@ -120,46 +146,6 @@ class CarriedRuns:
     def forget(self) -> None:
         """Carry nothing (the connection was replaced)."""
         self._runs.clear()
-
-
-def detached(snap: RunSnapshot) -> RunSnapshot:
-    """``snap`` with copies of its records: a reader that edits a payload in place never changes
-    what the next write decides on (as the memo of decoded records hands out copies)."""
-    records = {
-        k: Stored(detached_copy(v.record), v.location, v.recorded_hash, v.warnings) if isinstance(v, Stored) else v
-        for k, v in snap.records.items()
-    }
-    return dataclasses.replace(snap, records=records, _by_ordinal={})
-
-
-def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
-    """The snapshot a fresh read would give once ``stored`` is appended to ``snap``'s run (None:
-    not derivable here — attempts in flight, or the record is not the phase's new newest)."""
-    from phaselog.stores.snapshot import summarize  # lazy: like the snapshot itself (SqlStore.snapshot)
-
-    cp = stored.record
-    ordinal, number = cp.phase_ordinal, cp.attempt_number
-    old = snap.summary(ordinal)
-    if snap.history or snap.events or (old is not None and old.newest.attempt_number >= number):
-        return None
-    (added,) = summarize((AttemptRef(ordinal, number, cp.phase, cp.completed),))
-    summary = added if old is None else old.merge(added)
-    summaries = tuple(sorted((*(s for s in snap.summaries if s.ordinal != ordinal), summary), key=_ordinal))
-    # The records a fresh snapshot holds for the phase: the newest, and the newest completed with
-    # the damaged ones below it that the read walked past (all at or below the newest completed).
-    keep_below = (
-        0 if cp.completed or old is None or old.newest_completed is None else old.newest_completed.attempt_number
-    )
-    records = {k: v for k, v in snap.records.items() if k[0] != ordinal or k[1] <= keep_below}
-    records[(ordinal, number)] = stored
-    out = dataclasses.replace(snap, summaries=summaries, records=records, _by_ordinal={})
-    if out.markers is not None and out.pipeline_ref() is not None:
-        out = dataclasses.replace(out, markers=None, _by_ordinal={})  # as stores.snapshot.assemble would
-    return out
-
-
-def _ordinal(summary: Any) -> int:
-    return int(summary.ordinal)
 
 
 # -- the run stamp (PostgreSQL) -----------------------------------------------------------------

@@ -172,6 +172,9 @@ class SqlCheckpoints:
         # The stamp of the carried snapshot this record was decided on (stores/sql/carried.py).
         premise = self.carried.premise_for(record, expected_latest)
         run_premise = premise is not None and carried.is_run_stamp(premise)
+        # SQLite: the run check carried with the snapshot (stores/sql/runcheck.py), asked when the
+        # database moved since: another writer's commit to another run is no reason to read this one.
+        check = self.carried.check_for(key[:2]) if premise is not None and not run_premise else None
         after: list[tuple[Any, ...] | None] = [None]
 
         def insert(tx: Transaction) -> None:
@@ -184,7 +187,21 @@ class SqlCheckpoints:
                     if run_premise
                     else dialect.change_stamp(tx.conn)
                 )
-            latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
+            unmoved = premise is not None and now == premise
+            if premise is not None and not run_premise and unmoved and record.attempt_number > expected_latest:
+                # Nothing at all was written since the carried snapshot was read (the database's
+                # stamp, under the write lock), and premise_for matched it: the phase's latest is
+                # expected_latest (its hash the record's prev_hash) and no attempt above it exists.
+                # What a read of them would say is known exactly; the fence is still checked here.
+                latest, existing = expected_latest, None
+            else:
+                latest, existing = tx.one(_LATEST_AND_MINE, (*key, *key, record.attempt_number)) or (None, None)
+                if check is not None and not unmoved and existing is None:
+                    # The database moved: did this run? (A duplicate is decided first, below, so a
+                    # retry after a lost commit still finds its own record.)
+                    if not check.holds(tx, *key[:2]):
+                        raise Conflict(f"run {record.run_id} changed since it was read", latest_attempt=latest or 0)
+                    unmoved = True  # nothing in this run moved: what was carried plus this record is the run
             try:
                 kernel.decide_append(
                     record,
@@ -202,9 +219,10 @@ class SqlCheckpoints:
             if manifest is not None:  # in the same transaction: a record never lacks its manifest
                 manifests.insert(tx, manifest)
             tx.execute(_INSERT_ROW, _row(record, expected_latest, body))
-            if premise is not None and now == premise:
-                # Nothing moved: the carried snapshot plus this record is the run (our own insert
-                # counted in total_changes, as the commit leaves our own data_version alone).
+            if unmoved and now is not None and premise is not None:
+                # Nothing moved (or nothing in this run: the run check held): the carried snapshot
+                # plus this record is the run (our own insert counted in total_changes, as the
+                # commit leaves our own data_version alone).
                 if run_premise:
                     row = tx.one(_ROW_VERSION_OF, (*key, record.attempt_number))
                     after[0] = None if row is None else carried.bumped(premise, record, int(row[0]))
@@ -244,7 +262,7 @@ class SqlCheckpoints:
                 raise
 
         try:
-            return self._append_tries(record, location, attempt_once, after)
+            return self._append_tries(record, location, attempt_once, after, body)
         except BaseException:
             self.carried.drop(key[:2])  # refused or unknown: the next write reads the run again
             raise
@@ -255,13 +273,14 @@ class SqlCheckpoints:
         location: str,
         attempt_once: Callable[[], None],
         after: list[tuple[Any, ...] | None],
+        body: str,
     ) -> str:
         """``attempt_once()`` until it is decided (retried after transient errors)."""
         dialect = self.session.dialect
         for i in range(5):
             try:
                 attempt_once()
-                self.carried.appended(record, location, after[0])
+                self.carried.appended(record, location, after[0], body)
                 return location
             except AlreadyExists as exc:
                 if exc.context.pop("_same", False) and i > 0:
@@ -350,7 +369,9 @@ class SqlCheckpoints:
         rows = paged_by_key(self.session.query, sql, params, self.session.dialect.collate, key=(0, 1, 3))
         for rid, ordinal, phase, attempt, status, body, column_hash in rows:
             try:
-                yield self.stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash)
+                # Not kept in the memo (as read_phase's): a listing reads each record once, and
+                # keeping one costs a copy of its payload (D195); a hit is still taken.
+                yield self.stored(ticket_id, rid, ordinal, phase, attempt, status, body, column_hash, keep=False)
             except (Corrupt, UnsupportedVersion) as exc:
                 yield kernel.damaged_from(exc, ticket_id, rid, ordinal, phase, attempt)
 
@@ -366,11 +387,14 @@ class SqlCheckpoints:
         column_hash: str | None,
         *,
         keep: bool = True,
+        shared: bool = False,
     ) -> Stored:
         """The record of one row, checked (Corrupt when its body or its key columns are damaged);
-        ``keep``: remember it decoded (the memo), for a caller that reads the run again."""
+        ``keep``: remember it decoded (the memo), for a caller that reads the run again; ``shared``:
+        the memo and the caller hold one record, never handed to a user uncopied (a run snapshot's;
+        D192)."""
         location = kernel.attempt_location(ticket_id, run_id, ordinal, phase, attempt, completed=status == "completed")
-        stored = self._decoded.get(ordinal, body, location)
+        stored = self._decoded.get(ordinal, body, location, copy=not shared)
         kept = stored is not None
         if stored is None:
             doc = kernel.decode_document(body.encode("utf-8"), location)
@@ -387,5 +411,5 @@ class SqlCheckpoints:
                 rule="row_mismatch",
             )
         if keep and not kept and stored.recorded_hash is not None:
-            self._decoded.put(ordinal, body, stored)
+            self._decoded.put(ordinal, body, stored, copy=not shared)
         return stored

@@ -20,16 +20,15 @@ from phaselog.model.errors import Corrupt
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import kernel
 from phaselog.stores.base import AttemptRef, Capability, Damaged, PruneTarget, RunFence, Stored
+from phaselog.stores.snapshot import detached
 from phaselog.stores.sql import quarantine as sql_quarantine
 from phaselog.stores.sql import stamps
-from phaselog.stores.sql.carried import detached
 from phaselog.stores.sql.checkpoints import SqlCheckpoints
 from phaselog.stores.sql.entries import SqlEntries
 from phaselog.stores.sql.lease import SqlRunLeases
 from phaselog.stores.sql.manifests import SqlManifests
 from phaselog.stores.sql.retention import SqlRetention
 from phaselog.stores.sql.session import Session
-from phaselog.stores.sql.snapshot import sql_snapshot, stamped_snapshot
 
 if TYPE_CHECKING:
     import contextlib
@@ -194,20 +193,25 @@ class SqlStore:
     # -- capabilities -----------------------------------------------------------------------------
     def snapshot(self, ticket_id: str, run_id: str, *, history: bool = False) -> RunSnapshot:
         """Everything a write or a status needs about a run (see :mod:`phaselog.stores.snapshot`)."""
-        # lazy: only writes and status read a snapshot (a plain read must not load stores.snapshot)
+        from phaselog.stores.sql.snapshot import sql_snapshot  # lazy: `phaselog read` never loads a snapshot
 
         if history:
             return sql_snapshot(self, self.checkpoints, ticket_id, run_id, history=True)
         # A reader's copy: the carried records stay as they were read, whatever the reader does.
         return detached(self._carried(ticket_id, run_id, self.checkpoints.carried.fresh))
 
+    def state_snapshot(self, ticket_id: str, run_id: str) -> RunSnapshot:
+        """``snapshot`` without the reader's copy: for status, which reads the state and hands no
+        record out (D192); the carried run is served only when unchanged, as ``snapshot``'s."""
+        return self._carried(ticket_id, run_id, self.checkpoints.carried.fresh)
+
     def premise_snapshot(self, ticket_id: str, run_id: str) -> tuple[RunSnapshot, bool]:
         """The run as this handle last saw it, for a write whose append checks it, and whether it may
         be stale (stores/sql/carried.py)."""
         carried = self.checkpoints.carried
-        snap = carried.premise((ticket_id, run_id))
-        if snap is not None:
-            return snap, carried.unchecked((ticket_id, run_id))
+        found = carried.premise((ticket_id, run_id))
+        if found is not None:
+            return found
         return self._carried(ticket_id, run_id, carried.fresh), False
 
     def _carried(
@@ -218,8 +222,10 @@ class SqlStore:
         key = (ticket_id, run_id)
         snap = carried(key)
         if snap is None:
-            snap, stamp = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
-            self.checkpoints.carried.keep(key, snap, stamp)
+            from phaselog.stores.sql.snapshot import stamped_snapshot  # lazy: as in snapshot()
+
+            snap, stamp, check = stamped_snapshot(self, self.checkpoints, ticket_id, run_id)
+            self.checkpoints.carried.keep(key, snap, stamp, check)
         return snap
 
     def pipeline_manifests(self) -> SqlManifests:
