@@ -6,6 +6,7 @@ summaries): each run is read once, as one snapshot, never record by record.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -37,20 +38,26 @@ def _tickets_table(d: dict[str, Any]) -> str:
     )
 
 
+def _params_cell(params: dict[str, Any] | None) -> str:
+    return " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted((params or {}).items()))
+
+
 def _runs_table(d: dict[str, Any]) -> str:
 
     pipelines = {r["pipeline"] for r in d["runs"]}
     shared = len(pipelines) == 1  # the usual case: the pipeline goes in the title, the run id fits
+    with_params = any(r.get("params") for r in d["runs"])  # the column only when a run has parameters
     rows = [
         [
             run_label(r["run_id"], r["run_name"]),
             *([] if shared else [r["pipeline"] or ""]),
             r["state"],
             short_time(r["last_activity"]),
+            *([_params_cell(r.get("params"))] if with_params else []),
         ]
         for r in d["runs"]
     ]
-    headers = ["run", *([] if shared else ["pipeline"]), "state", "last activity"]
+    headers = ["run", *([] if shared else ["pipeline"]), "state", "last activity", *(["params"] if with_params else [])]
     title = f"ticket {d['ticket_id']}" + (f" ({next(iter(pipelines))})" if shared and None not in pipelines else "")
     return table(rows, headers, title=f"{title}: {d['count']} runs (UTC)", empty=d.get("message") or "nothing to show")
 

@@ -41,6 +41,14 @@ def _entry_table(d: dict[str, Any]) -> str:
 )
 @click.option("--dedup-key", metavar="KEY", help="At most one unfinished run per key; a second submit returns it.")
 @click.option("--queue", "queue_name", default="default", show_default=True, help="The queue's name.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A run parameter (repeatable), typed by the manifest's params schema; the worker's run gets it.",
+)
+@click.option("--params-file", type=click.Path(dir_okay=False), help="Run parameters from a JSON object file.")
 def submit(
     call: Call,
     ticket_id: str,
@@ -49,6 +57,8 @@ def submit(
     not_before: str | None,
     dedup_key: str | None,
     queue_name: str,
+    params: tuple[str, ...],
+    params_file: str | None,
 ) -> Result:
     """Queue a run for the workers; JSON with its state and queue position.
 
@@ -72,6 +82,8 @@ def submit(
         not_before=not_before,
         dedup_key=dedup_key,
         queue=queue_name,
+        param_pairs=params,
+        params_file=params_file,
     )
     return Result(view, _entry_table)
 

@@ -69,24 +69,55 @@ def _run_table(d: dict[str, Any]) -> str:
 @click.option("--wait", is_flag=True, help="Wait for a runner that holds the run instead of exiting 75.")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Where shell phases' logs go.")
 @click.option("--quiet", is_flag=True, help="Do not echo progress and the commands' output on stderr.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A run parameter (repeatable), typed by the manifest's params schema: --param limit=3.",
+)
+@click.option(
+    "--params-file",
+    type=click.Path(dir_okay=False),
+    help="Run parameters from a JSON object file (--param values override its keys).",
+)
 def run(
-    call: Call, ticket_id: str, run_id: str | None, workdir: str | None, wait: bool, log_dir: str | None, quiet: bool
+    call: Call,
+    ticket_id: str,
+    run_id: str | None,
+    workdir: str | None,
+    wait: bool,
+    log_dir: str | None,
+    quiet: bool,
+    params: tuple[str, ...],
+    params_file: str | None,
 ) -> Result:
     """Run a pipeline's phases durably: skip what is done and still true, record every attempt.
 
     Shell phases come from the manifest (run:, env:, timeout:, retries:, artifacts:). Exit 0
     complete, 1 a phase failed after its retries, 3 waiting for approval, 75 the run is held by
-    another runner, 130/143 interrupted (SIGINT/SIGTERM; the attempt is recorded).
+    another runner, 130/143 interrupted (SIGINT/SIGTERM; the attempt is recorded). Parameters are
+    checked against the manifest's params before anything runs; a rerun reuses the recorded ones.
 
     \b
     Example:
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
+      phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --param date=2026-11-30 --param limit=3
     """
+    from phaselog.model.params import from_cli  # lazy: only `phaselog run` reads parameters
 
     pipe = _runner(call, ticket_id, run_id)
+    given = from_cli(pipe.pipeline.params, params, params_file)
     try:
         result = pipe.run(
-            ticket_id, run_id, store=call.ledger, workdir=workdir, wait=wait, log_dir=log_dir, quiet=quiet
+            ticket_id,
+            run_id,
+            store=call.ledger,
+            workdir=workdir,
+            wait=wait,
+            log_dir=log_dir,
+            quiet=quiet,
+            params=given,
         )
     except (PhaseFailed, RunInterrupted) as exc:
         result = exc.result  # recorded; the result says what happened

@@ -136,6 +136,8 @@ class RunStatus:
     known_runs: tuple[str, ...] = ()
     #: The run id as the user gave it (``nightly-1``), as its checkpoints keep it; None for a UUID.
     run_name: str | None = None
+    #: The run's parameters as its checkpoints record them (None: none; D260).
+    params: Mapping[str, Any] | None = None
 
     @property
     def message(self) -> str | None:
@@ -206,6 +208,7 @@ class RunStatus:
             "warnings": list(self.warnings),
             "recorded": self.recorded,
             **({"message": self.message, "known_runs": list(self.known_runs)} if not self.recorded else {}),
+            **({"params": dict(self.params)} if self.params is not None else {}),
         }
 
 
@@ -240,8 +243,10 @@ def derive_status(
     warnings: list[str] = []
     known = set(pipeline.phase_names)
     run_name: str | None = None
+    params: Mapping[str, Any] | None = None
     for cp in records:
         run_name = run_name or cp.run_name
+        params = params if params is not None else cp.params
         if cp.phase not in known:
             warnings.append(
                 f"attempt {cp.attempt_number} of phase {cp.phase!r} is not in pipeline {pipeline.name}; ignored"
@@ -276,7 +281,7 @@ def derive_status(
         )
         for p in pipeline.phases
     ]
-    return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings), run_name=run_name)
+    return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings), run_name=run_name, params=params)
 
 
 #: The fields a PhaseState takes from a default (every one but phase, ordinal and state).

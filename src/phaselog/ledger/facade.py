@@ -108,6 +108,7 @@ class Ledger(Services):
         fence: RunFence | None = None,
         check_prerequisites: bool = True,
         started_at: datetime | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> WriteResult:
         """Append a checkpoint for one attempt of ``phase``; return it once durable."""
         return self.writes.write(
@@ -128,6 +129,7 @@ class Ledger(Services):
             fence=fence,
             check_prerequisites=check_prerequisites,
             started_at=started_at,
+            params=params,
         )
 
     def read(

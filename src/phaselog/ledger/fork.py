@@ -83,6 +83,7 @@ class Forks:
                 artifact_hashes=src.artifact_hashes,
                 code_fingerprint=src.code_fingerprint,
                 started_at=src.started_at,
+                params=src.params,  # the copies keep the run's parameters (D260)
                 forked_from={
                     "ticket_id": ticket_id,
                     "run_id": run_id,

@@ -90,6 +90,7 @@ class WriteRequest:
     fence: RunFence | None = None
     check_prerequisites: bool = True
     started_at: datetime | None = None
+    params: Mapping[str, Any] | None = None
 
 
 class _Stale(Exception):
@@ -140,6 +141,7 @@ class Writes:
         fence: RunFence | None = None,
         check_prerequisites: bool = True,
         started_at: datetime | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> WriteResult:
         """Append a checkpoint for one attempt of ``phase``; return it once durable.
 
@@ -157,7 +159,7 @@ class Writes:
         runner does, when it plans the run under its lease); the write skips deriving the run's
         state again. ``started_at``: when the attempt's work started (a timezone-aware datetime,
         not after ``timestamp``); recorded with the checkpoint, it gives the attempt a duration even
-        without a ``start`` progress event.
+        without a ``start`` progress event. ``params``: the run's parameters (the runner records them, D260).
         """
         hashes = hash_artifacts(artifacts_root, artifact_paths) if artifacts_root is not None else None
         return self.write_request(
@@ -179,6 +181,7 @@ class Writes:
                 fence=fence,
                 check_prerequisites=check_prerequisites,
                 started_at=started_at,
+                params=params,
             )
         )
 
@@ -275,6 +278,7 @@ class Writes:
                 code_fingerprint=req.code_fingerprint,
                 run_name=run_name,
                 started_at=started_at,
+                params=dict(req.params) if req.params is not None else None,
             )
             report = check_record(cp, pl, now=self.clock())
             if not report.is_valid:

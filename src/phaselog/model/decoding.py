@@ -145,6 +145,7 @@ def _plain_checkpoint(data: dict[str, Any], ordinal: int, meta: Mapping[str, Any
         "code_fingerprint": None,
         "run_name": None,
         "started_at": None,
+        "params": None,
         "has_metadata": meta is not None,
         "unknown_fields": (),
     }
@@ -250,6 +251,11 @@ def _plain_meta(meta: Mapping[str, Any], state: dict[str, Any]) -> bool:
     state["code_fingerprint"] = fingerprint
     state["run_name"] = run_name
     state["started_at"] = started
+    params = meta.get("params")
+    if params is not None:
+        if type(params) is not dict:
+            return False
+        state["params"] = params
     return True
 
 
@@ -369,7 +375,11 @@ def _meta_kwargs(meta: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(started, str):
             raise Corrupt("started_at: must be a timestamp string or absent", field="started_at", rule="type")
         started = parse_timestamp(started, field="started_at")
+    params = meta.get("params")
+    if params is not None and not is_mapping(params):
+        raise Corrupt("params: must be a mapping or absent", field="params", rule="type")
     return {
+        "params": dict(params) if params is not None else None,
         "started_at": started,
         "run_name": run_name,
         "artifact_hashes": dict(hashes) if hashes is not None else None,

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
 from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
 from phaselog.model.hooks import check_hooks
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
+from phaselog.model.params import check_metaschema, params_of
 from phaselog.model.records import PipelineRef
 from phaselog.model.schemas import Problem, schema_problems, schema_validator
 
@@ -136,19 +137,20 @@ class Pipeline:
     notify: tuple[Mapping[str, Any], ...] = ()
     #: Why this pipeline was chosen when nothing named it (added to an unknown-phase error).
     fallback_note: str = field(default="", compare=False, repr=False)
+    params: Mapping[str, Any] | None = None  #: the run parameters' JSON Schema (model/params.py); None: none
 
     @cached_property
     def manifest_hash(self) -> str:
         """SHA-256 over the canonical JSON of the manifest's content."""
-        doc = {
+        doc: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
             "description": self.description,
             "order": self.order,
             "phases": [_phase_doc(p) for p in self.phases],
+            **({"notify": [dict(h) for h in self.notify]} if self.notify else {}),  # only when set: other
+            **({"params": self.params} if self.params is not None else {}),  # manifests keep their hash
         }
-        if self.notify:  # only when set: other manifests keep the hash they had
-            doc["notify"] = [dict(h) for h in self.notify]
         blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -224,6 +226,7 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
         "order": pipeline.order,
         "phases": phases,
         **({"notify": [dict(h) for h in pipeline.notify]} if pipeline.notify else {}),
+        **({"params": dict(pipeline.params)} if pipeline.params is not None else {}),
     }
 
 
@@ -315,7 +318,7 @@ def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Executio
 
 
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
-MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "notify"})
+MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "notify", "params"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
 PHASE_KEYS = frozenset(
     {"name", "description", "payload_schema", "requires_approval", "awaits_input", "notify", *EXECUTION_KEYS}
@@ -390,7 +393,8 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")
     hooks = check_hooks(doc["notify"], where, "notify") if "notify" in doc else ()
-    return Pipeline(name, version, tuple(phases), str(doc.get("description", "") or ""), order, source, notify=hooks)
+    desc = str(doc.get("description", "") or "")
+    return Pipeline(name, version, tuple(phases), desc, order, source, notify=hooks, params=params_of(doc, where))
 
 
 def load_manifest(path: str | os.PathLike[str]) -> Pipeline:
@@ -448,7 +452,7 @@ def _cached_manifest(path: str, _mtime: int) -> Pipeline:
     p = Path(path)
     if p.parent == BUILTIN_DIR and p.suffix == ".yaml" and p.with_suffix(".json").is_file():
         pipeline = load_manifest(p.with_suffix(".json"))
-        return Pipeline(pipeline.name, pipeline.version, pipeline.phases, pipeline.description, pipeline.order, str(p))
+        return replace(pipeline, source=str(p))
     return load_manifest(path)
 
 
@@ -484,6 +488,7 @@ def builtin(name: str = DEFAULT_PIPELINE) -> Pipeline:
 def check_schemas(pipeline: Pipeline) -> None:
     """Check every payload schema of ``pipeline`` against the JSON Schema metaschema (Draft 2020-12,
     the draft payloads are validated with); PipelineError naming the phase and its payload_schema."""
+    check_metaschema(pipeline.params, f"pipeline manifest {pipeline.source}")  # the run parameters' schema
     for phase in pipeline.phases:
         if not phase.payload_schema:
             continue

@@ -157,6 +157,8 @@ class Checkpoint:
     run_name: str | None = None
     #: When the attempt's work started (the runner records it; None: not known). D98.
     started_at: datetime | None = None
+    #: The run's parameters (``--param``; model/params.py), recorded by the runner; None: none (D260).
+    params: Mapping[str, Any] | None = None
     #: False for a checkpoint the seed tool wrote (no phaselog part on disk).
     has_metadata: bool = True
     #: Keys found in a stored seed file that the contract does not know (validation reports them).
@@ -201,6 +203,8 @@ class Checkpoint:
             meta["run_name"] = self.run_name
         if self.started_at is not None:
             meta["started_at"] = format_timestamp(self.started_at)
+        if self.params is not None:  # only when set: records without params keep their bytes and hashes
+            meta["params"] = _jsonable(self.params)
         return meta
 
     def to_json(self) -> dict[str, Any]:
@@ -293,6 +297,8 @@ def detached_copy(cp: Checkpoint) -> Checkpoint:
         fields["forked_from"] = copy_json(cp.forked_from)
     if cp.artifact_hashes is not None:
         fields["artifact_hashes"] = dict(cp.artifact_hashes)
+    if cp.params is not None:
+        fields["params"] = copy_json(cp.params)
     return new
 
 

@@ -54,6 +54,7 @@ class PhaseContext:
         heartbeat: Heartbeat,
         lease: Lease,
         started_at: datetime | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         self.ledger = ledger
         self.pipeline = pipeline
@@ -72,6 +73,8 @@ class PhaseContext:
         self.rejection = rejection
         #: When this attempt's work started (UTC): its start event and checkpoint carry it.
         self.started_at = started_at
+        #: The run's parameters (``--param``, ``pipe.run(params=...)``), defaults applied; {}: none.
+        self.params: dict[str, Any] = dict(params or {})
         # ctx.logger is made on first use (most phases never log): a logger and its two handlers
         # cost more than a no-op phase's whole attempt otherwise.
         self._logger: logging.Logger | None = None

@@ -243,6 +243,7 @@ class PipelineRunner:
         shell_output: IO[bytes] | None = None,
         before_phase: Callable[[str], None] | None = None,
         signals: SignalGuard | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
@@ -257,6 +258,9 @@ class PipelineRunner:
         comes (default: stderr when the lines go there; it always goes to their log). ``before_phase``: called with a
         phase's name before it runs (a worker notes it, and may raise to stop between phases);
         ``signals``: a SignalGuard of the caller's (a worker finishing the phase on SIGTERM).
+        ``params``: the run's parameters, checked against the manifest's ``params`` schema (defaults
+        applied) before anything runs; phases see them as ``ctx.params``. None: a rerun reuses the
+        recorded ones; a rerun with other ones is refused (UsageError naming the differences).
 
         Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
         retries; chained to its last exception; ``exc.result`` holds the RunResult),
@@ -300,6 +304,7 @@ class PipelineRunner:
                 echo=out.say,
                 before_phase=before_phase,
                 signals=signals,
+                params=params,
             )
             return engine.run()
         finally:

@@ -33,6 +33,8 @@ from phaselog.model.errors import (
     UsageError,
 )
 from phaselog.model.ids import run_label, run_name_of
+from phaselog.model.params import differences
+from phaselog.model.params import resolve as resolve_params
 from phaselog.model.pipelines import Execution, Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
@@ -90,6 +92,7 @@ class Engine:
         echo: Callable[[str], None] | None = None,
         before_phase: Callable[[str], None] | None = None,
         signals: SignalGuard | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> None:
         self.ledger = ledger
         self.pipeline = pipeline
@@ -114,6 +117,9 @@ class Engine:
         #: an answer was lost): together, the run's state after it without reading it again.
         self.snapshot: RunSnapshot | None = None
         self.written: list[Stored] | None = []
+        #: The parameters given (None: none given; a rerun reuses the recorded ones), then the run's.
+        self.given_params = params
+        self.params: dict[str, Any] | None = None
 
     # -- the run --------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -127,6 +133,7 @@ class Engine:
         # run, not the four of a lookup without one); the plan reads the run again under the lease.
         seen = self.ledger.store.snapshot(self.ticket_id, self.run_id)
         self.ledger.pipeline_for(self.ticket_id, self.run_id, pl, snapshot=seen)
+        self.params = run_params(pl, seen, self.given_params, run_label(self.run_id, self.run_name))
         self.lease = leasing.acquire(
             self.ledger.store,
             self.ticket_id,
@@ -170,6 +177,8 @@ class Engine:
             workdir=self.workdir,
             fingerprints=self.fingerprints,
         )
+        # Again under the lease: a runner that waited for another may find the run recorded meanwhile.
+        self.params = run_params(self.pipeline, self.snapshot, self.given_params, run_label(self.run_id, self.run_name))
         for i, p in enumerate(plan.phases):
             self.signals.check()
             if p.action == SKIP:
@@ -228,6 +237,7 @@ class Engine:
                 heartbeat=self.heartbeat,
                 lease=self.lease,
                 started_at=started,
+                params=self.params,
             )
             self.heartbeat.begin(ph.name, attempt, self.pipeline, started)
             try:
@@ -361,6 +371,8 @@ class Engine:
     def _write(self, ph: Phase, payload: Mapping[str, Any], kwargs: dict[str, Any]) -> None:
         """Write a checkpoint durably; store errors are retried, signals wait until it is written."""
         last: PhaselogError | None = None
+        if self.params is not None:
+            kwargs["params"] = self.params  # every record of the run carries them (D260)
         with self.signals.critical():
             for delay in (*RECORD_RETRY_DELAYS, None):
                 try:
@@ -433,6 +445,28 @@ class Engine:
             interrupted=interrupted,
             run_name=name,
         )
+
+
+def run_params(pl: Pipeline, snap: RunSnapshot, given: Mapping[str, Any] | None, label: str) -> dict[str, Any] | None:
+    """The run's parameters: those recorded (a rerun that gives none), else ``given`` over the schema's
+    defaults, checked (UsageError naming the parameter); a rerun whose parameters differ from the
+    recorded ones is refused, naming each difference (D261)."""
+    recorded = snap.params()
+    if given is None and recorded is not None:
+        return recorded
+    wanted = resolve_params(pl.params, given)
+    if recorded is None:  # a new run (or one whose records carry none, e.g. written by `phaselog write`)
+        return wanted
+    diff = differences(recorded, wanted)
+    if diff:
+        raise UsageError(
+            f"run {label} was recorded with other parameters ({'; '.join(diff)}); a run keeps its parameters: "
+            "rerun it with the recorded ones (or none), or start a new run id to change them",
+            field="params",
+            rule="params_changed",
+            differences=diff,
+        )
+    return wanted
 
 
 def default_workdir(workdir: str | os.PathLike[str] | None) -> Path:

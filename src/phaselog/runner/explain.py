@@ -112,6 +112,7 @@ class Explanation:
             "to_run": self.to_run,
             "phases": [p.to_json() for p in self.phases],
             "lease": dict(self.lease) if self.lease is not None else None,
+            **({"params": dict(self.status.params)} if self.status is not None and self.status.params else {}),
         }
 
 

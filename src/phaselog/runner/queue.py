@@ -11,18 +11,30 @@ machine: ``phaselog run``). Guide: docs/workers.md.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import socket
 import uuid
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from phaselog.ledger.attempts import process_gone
 from phaselog.model.durations import parse_duration
-from phaselog.model.errors import UsageError
+from phaselog.model.errors import PipelineError, UsageError
 from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
-from phaselog.model.pipelines import check_schemas, is_pipeline_name, load_manifest, manifest_dict
+from phaselog.model.params import from_cli
+from phaselog.model.params import resolve as resolve_params
+from phaselog.model.pipelines import (
+    Pipeline,
+    check_schemas,
+    find_pipeline,
+    is_pipeline_name,
+    load_manifest,
+    manifest_dict,
+)
 from phaselog.runner.lease import leases_of, process_start_time
 from phaselog.stores.base import Store
 from phaselog.stores.sql.queue import claim as flow
@@ -77,12 +89,17 @@ def submit(
     not_before: str | None = None,
     dedup_key: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    params: Mapping[str, Any] | None = None,
+    param_pairs: Sequence[str] = (),
+    params_file: str | None = None,
 ) -> dict[str, Any]:
     """Queue a run and return its view with ``position`` and ``created`` (idempotent by run id and dedup key).
 
     ``pipeline``: a name the workers resolve (their ``--pipelines`` folder, ``PHASELOG_PIPELINES``,
     built-ins); ``pipeline_file``: a manifest whose content goes into the queue, so every worker
-    runs exactly what was submitted.
+    runs exactly what was submitted. ``params`` (or ``param_pairs``, ``key=value`` text typed by the
+    manifest's params schema, and ``params_file``): the run's parameters, kept with the queue row
+    and given to the worker's run; checked now when the manifest is known here (D262).
     """
 
     q = SqlQueue(store)
@@ -95,8 +112,9 @@ def submit(
     if dedup_key is not None and (not 0 < len(dedup_key) <= 200 or "\x00" in dedup_key):
         raise UsageError("dedup key must be 1-200 characters without NUL", field="dedup_key", rule="length")
     at, delay = parse_not_before(not_before)
+    known: Pipeline | None = None
     if pipeline_file is not None:
-        pl = load_manifest(pipeline_file)
+        known = pl = load_manifest(pipeline_file)
         check_schemas(pl)  # refused at submit, as `phaselog run` refuses it: before a worker runs anything
         name, manifest, digest = pl.name, manifest_dict(pl), pl.manifest_hash
     else:
@@ -104,6 +122,10 @@ def submit(
         if not is_pipeline_name(pipeline):
             raise UsageError(f"pipeline name must be 1-64 of [A-Za-z0-9._-] (got {pipeline!r})", field="pipeline")
         name, manifest, digest = pipeline, None, None
+        if param_pairs or params_file is not None or params is not None:
+            with contextlib.suppress(PipelineError):  # a name only the workers know: they check them
+                known = find_pipeline(pipeline)
+    given = submitted_params(known, params, param_pairs, params_file)
     rid = normalize_run_id(run_id) if run_id is not None else str(uuid.uuid4())
     entry, created = q.submit(
         ticket_id,
@@ -117,8 +139,33 @@ def submit(
         delay=delay,
         dedup_key=dedup_key,
         run_name=given_run_name(run_id),  # the name given is kept: the worker runs the run by it
+        params=given,
     )
     return {**entry_view(entry), "created": created, "position": q.position(entry)}
+
+
+def submitted_params(
+    known: Pipeline | None, params: Mapping[str, Any] | None, pairs: Sequence[str], file: str | None
+) -> dict[str, Any] | None:
+    """The parameters a submit gives (None: none), typed and checked by ``known``'s schema when the
+    pipeline is known here; else ``--param`` values are JSON when they parse, text otherwise."""
+    if known is not None:
+        given = from_cli(known.params, pairs, file)
+        if params is not None:
+            given = {**(given or {}), **params}
+        resolve_params(known.params, given)  # refused now, naming the parameter: nothing is queued
+        return given
+    loose = from_cli({"properties": {}}, (), file) or {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--param takes key=value (got {pair!r})", field="param", rule="key_value")
+        try:
+            loose[key.strip()] = json.loads(text)
+        except ValueError:
+            loose[key.strip()] = text
+    merged = {**loose, **(params or {})}
+    return merged if (pairs or file is not None or params is not None) else None
 
 
 def entry_view(entry: QueueEntry) -> dict[str, Any]:

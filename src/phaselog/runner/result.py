@@ -114,6 +114,7 @@ class RunResult:
             "phases": [p.to_json() for p in self.phases],
             "states": self.states,
             "took_over": self.took_over,
+            **({"params": dict(self.status.params)} if self.status is not None and self.status.params else {}),
         }
 
 

@@ -3,7 +3,8 @@
 The command gets ``PHASELOG_TICKET_ID``, ``PHASELOG_RUN_ID``, ``PHASELOG_PHASE``,
 ``PHASELOG_ATTEMPT``, ``PHASELOG_RESUME_AFTER`` (the last step done), ``PHASELOG_PAYLOAD`` (a file to write its
 JSON payload to; else the last JSON object line of its stdout is the payload), ``PHASELOG_INPUTS``
-(a file with the earlier phases' payloads), and what ``phaselog step N`` needs to record progress
+(a file with the earlier phases' payloads), the run's parameters (``PHASELOG_PARAM_<NAME>`` each, and
+``PHASELOG_PARAMS``, a file with them all as a JSON object), and what ``phaselog step N`` needs to record progress
 (``PHASELOG_STORE``, ``PHASELOG_PIPELINE_FILE``, ``PHASELOG_LEASE_TOKEN``). Its stdout and stderr
 go to a log beside the attempt; their tail goes into a failed attempt's record.
 
@@ -32,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from phaselog.model.errors import NotFound
 from phaselog.model.limits import TooDeep, json_loads_bounded
+from phaselog.model.params import env_name, env_value
 from phaselog.model.pipelines import Phase, manifest_dict
 from phaselog.model.records import format_timestamp
 from phaselog.runner.console import attempt_log
@@ -101,8 +103,10 @@ class ShellPhase:
                 inputs[earlier.name] = dict(ctx.payload(earlier.name))
         (scratch / "inputs.json").write_text(json.dumps(inputs, ensure_ascii=False, indent=1) + "\n")
         (scratch / "pipeline.json").write_text(json.dumps(manifest_dict(ctx.pipeline), ensure_ascii=False))
-        env = dict(os.environ)
+        (scratch / "params.json").write_text(json.dumps(ctx.params, ensure_ascii=False, sort_keys=True) + "\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PHASELOG_PARAM")}  # not an outer run's
         env.update(phase.execution.env)
+        env.update({env_name(k): env_value(v) for k, v in ctx.params.items()})
         env.update(
             {
                 "PHASELOG_STORE": self.store_url,
@@ -114,6 +118,7 @@ class ShellPhase:
                 "PHASELOG_RESUME_FROM_STEP": str(ctx.resume_after) if ctx.resume_after else "",  # the old name
                 "PHASELOG_PAYLOAD": str(scratch / "payload.json"),
                 "PHASELOG_INPUTS": str(scratch / "inputs.json"),
+                "PHASELOG_PARAMS": str(scratch / "params.json"),
                 "PHASELOG_PIPELINE_FILE": str(scratch / "pipeline.json"),
                 "PHASELOG_LEASE_TOKEN": str(ctx.lease.token),
                 # `phaselog step` stamps the attempt's start event with it (D98).

@@ -269,6 +269,7 @@ class Worker:
                 echo=lambda text: self.echo(f"{label}: {text}"),
                 before_phase=before_phase,
                 signals=DrainGuard(self),
+                params=e.params_doc,  # `submit --param`: checked again here, before anything runs
             )
         except _Stop as stop:
             if not stop.state:

@@ -237,6 +237,13 @@ class RunSnapshot:
                 return s.record.run_name
         return None
 
+    def params(self) -> dict[str, Any] | None:
+        """The run's parameters, as the runner recorded them with its checkpoints (None: none, D260)."""
+        for s in self.stored():
+            if s.record.params is not None:
+                return dict(s.record.params)
+        return None
+
     def started_attempts(self, ordinal: int, phase: str) -> list[int]:
         """Attempts of a phase that have progress events (from the names alone), sorted."""
         found = set()

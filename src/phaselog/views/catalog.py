@@ -14,7 +14,7 @@ once its runs are known. Nothing is written anywhere; a new Catalog starts empty
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,8 @@ class RunSummary:
     error: str | None = None
     #: The run id as the user gave it (``nightly-1``); None when it was given as a UUID.
     run_name: str | None = None
+    #: The run's parameters as recorded (None: none; D260).
+    params: Mapping[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -65,6 +67,7 @@ class RunSummary:
             "last_activity": format_timestamp(self.last_activity) if self.last_activity else None,
             "attempts": self.attempts,
             "error": self.error,
+            **({"params": dict(self.params)} if self.params is not None else {}),
         }
 
 
@@ -111,6 +114,7 @@ def summarize_run(ledger: Ledger, ticket_id: str, run_id: str) -> RunSummary:
         st.last_activity,
         sum(p.attempts for p in st.phases),
         run_name=st.run_name,
+        params=st.params,
     )
 
 

@@ -290,6 +290,7 @@ def pipeline(p: Pipeline, *, full: bool = True) -> dict[str, Any]:
             }
             for ph in p.phases
         ],
+        **({"params": dict(p.params)} if p.params is not None else {}),  # the run parameters' schema
     }
 
 

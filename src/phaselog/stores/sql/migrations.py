@@ -152,6 +152,8 @@ $$""",
         "-- dialect: postgresql\nCREATE TRIGGER phaselog_entries_feed AFTER INSERT ON phaselog_entries "
         "FOR EACH ROW EXECUTE FUNCTION phaselog_feed_notify()",
     ),
+    # The parameters a submitted run was given (`submit --param`), JSON, kept with its queue row (D262).
+    9: ("ALTER TABLE phaselog_queue ADD COLUMN params TEXT",),
 }
 
 #: Migration number → its statements, in order (read-only: a released migration never changes).

@@ -58,7 +58,7 @@ DEFAULT_QUEUE = "default"
 #: The columns of a queue row, in :class:`QueueEntry`'s order.
 COLUMNS = (
     "ticket_id, run_id, queue, pipeline, manifest, manifest_hash, priority, not_before, dedup_key, state, "
-    "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since, run_name"
+    "worker, claim_token, claims, recoveries, phase, reason, cancel_requested, submitted_at, since, run_name, params"
 )
 
 
@@ -95,11 +95,13 @@ class QueueEntry:
     since: float
     #: The run id as it was submitted when it is a name (``w49``); None when it was a UUID.
     run_name: str | None = None
+    #: The run's parameters as submitted (JSON text; None: none given, D262).
+    params: str | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> QueueEntry:
         """Build from a row of ``COLUMNS``."""
-        r = list(row[:20])
+        r = list(row[:21])
         for i in (6, 11, 12, 13):
             r[i] = int(r[i])
         r[16] = bool(r[16])
@@ -112,12 +114,18 @@ class QueueEntry:
         """The submitted manifest (None: the worker resolves the pipeline by name)."""
         return json.loads(self.manifest) if self.manifest is not None else None
 
+    @property
+    def params_doc(self) -> dict[str, Any] | None:
+        """The submitted parameters (None: none given; the worker's run uses the recorded ones or defaults)."""
+        return json.loads(self.params) if self.params is not None else None
+
     def to_json(self) -> dict[str, Any]:
         """The JSON view (``queue list`` / ``queue show``); times are ISO-8601 UTC."""
         return {
             "ticket_id": self.ticket_id,
             "run_id": self.run_id,
             "run_name": self.run_name,
+            **({"params": self.params_doc} if self.params is not None else {}),
             "state": self.state,
             "worker": self.worker,
             "phase": self.phase,
@@ -224,6 +232,7 @@ class SqlQueue:
         delay: float | None = None,
         dedup_key: str | None = None,
         run_name: str | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> tuple[QueueEntry, bool]:
         """Queue a run; idempotent by run and by dedup key. Returns (entry, created).
 
@@ -234,6 +243,7 @@ class SqlQueue:
         """
         key = check_key(ticket_id, run_id)
         body = json.dumps(dict(manifest), sort_keys=True) if manifest is not None else None
+        given = json.dumps(dict(params), sort_keys=True) if params is not None else None
 
         def put(conn: Transaction) -> tuple[QueueEntry, bool]:
             now = conn.dialect.now  # the database clock
@@ -255,14 +265,21 @@ class SqlQueue:
                         f"{existing.pipeline} ({existing.manifest_hash or 'by name'}); submit another run id",
                         rule="submitted_differently",
                     )
+                if given is not None and existing.params != given:
+                    raise Conflict(
+                        f"run {run_id} of ticket {ticket_id} is already in the queue with parameters "
+                        f"{existing.params or 'none'}; a run keeps its parameters: submit another run id",
+                        rule="submitted_differently",
+                        field="params",
+                    )
                 return existing, False
             at = None if not_before is None else float(not_before)
             due = (at, float(delay or 0.0))
             row = conn.execute(
                 f"INSERT INTO phaselog_queue ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, "
                 f"COALESCE(%s::double precision, {now} + %s), %s, 'queued', NULL, 0, 0, 0, NULL, NULL, 0, "
-                f"{now}, {now}, %s) RETURNING {COLUMNS}",
-                (*key, queue, pipeline, body, manifest_hash, int(priority), *due, dedup_key, run_name),
+                f"{now}, {now}, %s, %s) RETURNING {COLUMNS}",
+                (*key, queue, pipeline, body, manifest_hash, int(priority), *due, dedup_key, run_name, given),
             ).fetchone()
             self.notify(conn, queue)
             return QueueEntry.from_row(row), True
