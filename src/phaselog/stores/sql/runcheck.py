@@ -43,21 +43,17 @@ _BODIES = (
     "FROM phaselog_entries WHERE ticket_id = ? AND ((run_id = ? AND kind = 'approvals') "
     "OR (run_id = '' AND kind = 'markers'))"
 )
-#: The fingerprint's parts, in :attr:`RunCheck.fingerprint`'s order (each bound to ticket, run).
-_PARTS = (
-    f"(SELECT COUNT(*) {_ROWS})",
-    f"(SELECT COALESCE(SUM(phase_ordinal * {_WEIGHT} + attempt), 0) {_ROWS})",
-    f"(SELECT COALESCE(SUM(LENGTH(phase)), 0) {_ROWS})",
-    f"(SELECT COUNT(DISTINCT phase_ordinal || ':' || phase) {_ROWS})",
-    f"(SELECT COUNT(*) {_PROGRESS})",
-    f"(SELECT COALESCE(MAX(name), '') {_PROGRESS})",
-    f"(SELECT COALESCE(SUM(LENGTH(name)), 0) {_PROGRESS})",
-    f"(SELECT COUNT(*) {_BODIES})",
+#: The fingerprint, in :attr:`RunCheck.fingerprint`'s order: one pass over the run's rows and one
+#: over its progress events (derived tables, after the select list), the bodies counted in the list.
+_FINGERPRINT_HEAD = f"SELECT r.n, r.w, r.l, r.g, p.n, p.m, p.l, (SELECT COUNT(*) {_BODIES})"
+_FINGERPRINT_FROM = (
+    f" FROM (SELECT COUNT(*) AS n, COALESCE(SUM(phase_ordinal * {_WEIGHT} + attempt), 0) AS w, "
+    f"COALESCE(SUM(LENGTH(phase)), 0) AS l, COUNT(DISTINCT phase_ordinal || ':' || phase) AS g {_ROWS}) AS r, "
+    f"(SELECT COUNT(*) AS n, COALESCE(MAX(name), '') AS m, COALESCE(SUM(LENGTH(name)), 0) AS l {_PROGRESS}) AS p"
 )
 #: The most values one run check binds (SQLite's limit is 32,766; a run of 1,000 phases with two
 #: held records each binds ~14,000): above it the run carries no check.
 MAX_BOUND = 20_000
-_FINGERPRINT = "SELECT " + ", ".join(_PARTS)
 _HELD_ROW = "(phase_ordinal = ? AND attempt = ? AND phase = ? AND status = ? AND content_hash = ? AND body = ?)"
 _DONE_ABOVE = "(phase_ordinal = ? AND attempt > ?)"
 
@@ -79,8 +75,8 @@ class RunCheck:
 
     def holds(self, tx: Transaction, ticket_id: str, run_id: str) -> bool:
         """Inside the write transaction: is the run still exactly as this check saw it?"""
-        text = [_FINGERPRINT]
-        params: list[Any] = [v for _ in _PARTS for v in (ticket_id, run_id)]
+        text = [_FINGERPRINT_HEAD]
+        params: list[Any] = [ticket_id, run_id]  # the bodies' count; the derived tables' come last
         expected = [*self.fingerprint]
         for parts, template, kind in ((self.rows, _HELD_ROW, _ROWS), (self.bodies, _BODIES_ROW, _BODIES)):
             if parts:
@@ -92,6 +88,8 @@ class RunCheck:
             text.append(" OR ".join(_DONE_ABOVE for _ in self.done) + "))")
             params += [ticket_id, run_id, *(v for pair in self.done for v in pair)]
             expected.append(0)
+        text.append(_FINGERPRINT_FROM)
+        params += [ticket_id, run_id, ticket_id, run_id]
         got = tx.one("".join(text), params)
         return got is not None and tuple(v if isinstance(v, str) else int(v) for v in got) == tuple(expected)
 
