@@ -15,9 +15,10 @@ from phaselog.model.records import detached_copy
 from phaselog.stores.values import AttemptRef, Stored
 
 if TYPE_CHECKING:
+    from phaselog.model.records import Checkpoint
     from phaselog.stores.snapshot import RunSnapshot
 
-__all__ = ["detached", "with_appended"]
+__all__ = ["detached", "premise_holds", "with_appended"]
 
 
 def detached(snap: RunSnapshot) -> RunSnapshot:
@@ -58,3 +59,17 @@ def with_appended(snap: RunSnapshot, stored: Stored) -> RunSnapshot | None:
 
 def _ordinal(summary: Any) -> int:
     return int(summary.ordinal)
+
+
+def premise_holds(snap: RunSnapshot, record: Checkpoint, expected_latest: int) -> bool:
+    """Does the carried ``snap`` say what the append of ``record`` assumed: the phase's newest
+    attempt is ``expected_latest`` (0: none), and ``record`` links to that attempt's hash?"""
+    newest = snap.latest(record.phase_ordinal)
+    latest = 0 if newest is None else newest.attempt_number
+    if latest != expected_latest:
+        return False
+    if latest:
+        entry = snap.record(record.phase_ordinal, latest)
+        if not isinstance(entry, Stored) or entry.record.content_hash != record.prev_hash:
+            return False
+    return True

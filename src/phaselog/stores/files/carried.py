@@ -23,7 +23,7 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from phaselog.stores.carry import with_appended
+from phaselog.stores.carry import premise_holds, with_appended
 from phaselog.stores.names import checkpoint_name, failed_name, meta_name
 from phaselog.stores.values import Stored
 
@@ -113,14 +113,8 @@ class CarriedRuns:
         if got is None:
             return None
         snap, files, stamp = got
-        newest = snap.latest(record.phase_ordinal)
-        latest = 0 if newest is None else newest.attempt_number
-        if latest != expected_latest:
+        if not premise_holds(snap, record, expected_latest):
             return None
-        if latest:
-            entry = snap.record(record.phase_ordinal, latest)
-            if not isinstance(entry, Stored) or entry.record.content_hash != record.prev_hash:
-                return None
         now = run_stamp(run_fd, files)
         return (snap, now) if now == stamp else None
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.records import detached_copy
-from phaselog.stores.carry import with_appended
+from phaselog.stores.carry import premise_holds, with_appended
 from phaselog.stores.sql.runcheck import run_check
 from phaselog.stores.values import Stored
 
@@ -104,14 +104,8 @@ class CarriedRuns:
         if got is None:
             return None
         snap = got[0]
-        newest = snap.latest(record.phase_ordinal)
-        latest = 0 if newest is None else newest.attempt_number
-        if latest != expected_latest:
+        if not premise_holds(snap, record, expected_latest):
             return None
-        if latest:
-            entry = snap.record(record.phase_ordinal, latest)
-            if not isinstance(entry, Stored) or entry.record.content_hash != record.prev_hash:
-                return None
         return got[1]
 
     def appended(
