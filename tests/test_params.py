@@ -105,6 +105,8 @@ def test_param_values_are_typed_by_the_schema_seen_by_a_shell_phase_and_shown_by
     assert seen == {"date": "2026-11-30", "limit": 3, "dry_run": False}  # typed, defaults applied
     status = json.loads(cli(tmp_path, env, "status", "--ticket-id", "T-1", "--run-id", "r1").stdout)
     assert status["params"] == {"date": "2026-11-30", "limit": 3, "dry_run": False}
+    shown = cli(tmp_path, env, "status", "--ticket-id", "T-1", "--run-id", "r1", "--format", "table").stdout
+    assert 'params: date="2026-11-30", dry_run=false, limit=3' in shown  # the table says so too
     read = json.loads(cli(tmp_path, env, "read", "--ticket-id", "T-1", "--run-id", "r1", "--phase", "fetch").stdout)
     assert read["metadata"]["params"] == seen  # recorded with the checkpoint, under its hash
 

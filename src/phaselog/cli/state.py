@@ -40,6 +40,7 @@ def _status_table(d: dict[str, Any]) -> str:
         ]
         for p in d["phases"]
     ]
+    params = d.get("params")  # the run's parameters, when its pipeline declares them
     return lines(
         f"note: {d['message']}" if d.get("message") else "",
         table(
@@ -47,6 +48,7 @@ def _status_table(d: dict[str, Any]) -> str:
             ["#", "phase", "state", "attempt", "latest (UTC)", "note"],
             title=f"run {_named(d)} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
         ),
+        "params: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(params.items())) if params else "",
         *[f"warning: {w}" for w in d.get("warnings", [])],
     )
 
