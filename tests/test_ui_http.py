@@ -168,6 +168,21 @@ def test_approve_over_http_records_the_judgement(server: Server, built: tuple[Pa
     assert (last.by, last.comment, last.checkpoint_hash, last.decision) == ("ana", "ok", shown, "approve")
 
 
+def test_a_judgement_made_through_mcp_says_so_on_the_checkpoint_page(
+    server: Server, built: tuple[Path, dict[str, str]]
+) -> None:
+    root, _ = built
+    ledger = phaselog.open(str(root))
+    run = ledger.run("VIA-1", "r1", pipeline="video-pipeline")
+    run.write("research", {"summary": "s", "sources": ["https://example.com/a"]})
+    run.write("proposal", {"title": "T", "concept": "c"})
+    run.approve("proposal", by="agent-7", via="mcp")
+    _, _, page = Http(server.base).get("/tickets/VIA-1/runs/r1/phases/proposal/attempts/1")
+    judged = page.split('id="judgements"', 1)[1].split("</table>", 1)[0]
+    assert "agent-7" in judged
+    assert "via mcp" in judged  # beside the name given: the door it came through (D240)
+
+
 def test_a_post_without_the_csrf_token_is_refused(server: Server, built: tuple[Path, dict[str, str]]) -> None:
     root, runs = built
     before = len(phaselog.open(str(root)).approvals("VID-7", runs["vid"]))
