@@ -331,10 +331,10 @@ def test_read_only_lists_no_writing_tool(tmp_path: Path) -> None:
 
 
 # -- an agent's session, through MCP only, across a SIGKILL ---------------------------------------------------
-@pytest.mark.parametrize("kind", ["files", "sqlite"])
-def test_an_agent_resumes_after_the_server_is_killed(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["files", "sqlite", "postgres"])
+def test_an_agent_resumes_after_the_server_is_killed(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     root = tmp_path / "store"
-    url = _store_url(kind, tmp_path)
+    url = request.getfixturevalue("pg_schema_url") if kind == "postgres" else _store_url(kind, tmp_path)
     flags = ["--store", url] if url else []
     pidfile = tmp_path / "server.pid"
     order = list(PAYLOADS)
