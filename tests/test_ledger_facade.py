@@ -100,7 +100,7 @@ LEDGER_API = {
         "(ticket_id, run_id, phase, payload=None, *, repo_commit_map=None, artifact_paths=(), "
         "attempt=None, timestamp=None, pipeline=None, status='completed', error=None, "
         "decisions=(), artifacts_root=None, code_fingerprint=None, fence=None, "
-        "check_prerequisites=True, started_at=None)"
+        "check_prerequisites=True, started_at=None, params=None)"
     ),
 }
 RUN_API = {
