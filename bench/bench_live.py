@@ -16,13 +16,13 @@ import http.client
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import _data
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
+from bench.bench_ui import start_ui
 
 TICKET = "BENCH-LIVE"
 PHASES = ("implement", "local_review", "create_pr")
@@ -32,21 +32,7 @@ class _Server:
     """A `phaselog ui` process, and ``streams`` open ``/live`` connections to it."""
 
     def __init__(self, root: Path, paths: list[str]) -> None:
-        exe = Path(sys.executable).parent / "phaselog"
-        self.proc = subprocess.Popen(
-            [str(exe), "ui", "--store", str(root), "--port", "0", "--read-only", "--max-streams", str(len(paths) + 1)],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        self.port = 0
-        for line in self.proc.stderr:
-            if "open http" in line:
-                self.port = int(line.split("open http://127.0.0.1:", 1)[1].split("/", 1)[0])
-                break
-        if not self.port:
-            raise RuntimeError("phaselog ui did not start")
+        self.proc, self.port = start_ui(root, "--max-streams", str(len(paths) + 1))
         self.streams: list[tuple[http.client.HTTPConnection, http.client.HTTPResponse]] = []
         for path in paths:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)

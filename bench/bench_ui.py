@@ -30,23 +30,25 @@ LONG_TICKET = "BENCH-UI-LONG"
 LIMIT_NS = 150e6
 
 
+def start_ui(root: Path, *options: str) -> tuple[subprocess.Popen[str], int]:
+    """A read-only `phaselog ui` process on a free port (``options``: more of its flags), and the port."""
+    exe = Path(sys.executable).parent / "phaselog"
+    proc = subprocess.Popen(
+        [str(exe), "ui", "--store", str(root), "--port", "0", "--read-only", *options],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "open http" in line:
+            return proc, int(line.split("open http://127.0.0.1:", 1)[1].split("/", 1)[0])
+    raise RuntimeError("phaselog ui did not start")
+
+
 class _Server:
     def __init__(self, root: Path) -> None:
-        exe = Path(sys.executable).parent / "phaselog"
-        self.proc = subprocess.Popen(
-            [str(exe), "ui", "--store", str(root), "--port", "0", "--read-only"],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        self.port = 0
-        for line in self.proc.stderr:
-            if "open http" in line:
-                self.port = int(line.split("open http://127.0.0.1:", 1)[1].split("/", 1)[0])
-                break
-        if not self.port:
-            raise RuntimeError("phaselog ui did not start")
+        self.proc, self.port = start_ui(root)
 
     def get(self, path: str) -> tuple[float, float]:
         """(server time, round trip) of one GET, in ns."""
