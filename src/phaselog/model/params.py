@@ -25,6 +25,7 @@ from typing import Any
 
 from phaselog.model._lazyre import LazyPattern
 from phaselog.model.errors import PipelineError, UsageError
+from phaselog.model.schemas import checked_validator
 
 _NAME_RE = LazyPattern(r"[a-z][a-z0-9_]{0,62}")
 #: The canonical JSON of a run's parameters is at most this long (they ride in every record).
@@ -77,19 +78,7 @@ def check_metaschema(schema: Mapping[str, Any] | None, where: str) -> None:
 
 @cache
 def _validator(schema_json: str, where: str) -> Any:
-    from jsonschema import Draft202012Validator  # lazy: ~60 ms, only where parameters are checked
-    from jsonschema.exceptions import SchemaError  # lazy: as above
-
-    schema = json.loads(schema_json)
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise PipelineError(
-            f"{where}: params is not a valid JSON Schema (Draft 2020-12): {exc.message}",
-            field="params",
-            rule="json_schema",
-        ) from None
-    return Draft202012Validator(schema)
+    return checked_validator(schema_json, f"{where}: params", "params", formats=False)
 
 
 def _types(sub: Any) -> list[str]:

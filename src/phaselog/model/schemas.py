@@ -71,6 +71,13 @@ def _as_bool(fn: Any) -> Any:
 @cache
 def schema_validator(schema_json: str, ordinal: int) -> Any:
     """The Draft 2020-12 validator of a payload schema (cached); PipelineError when it is no JSON Schema."""
+    where = f"phases[{ordinal - 1}].payload_schema"
+    return checked_validator(schema_json, where, where, formats=True)
+
+
+def checked_validator(schema_json: str, what: str, field: str, *, formats: bool) -> Any:
+    """A Draft 2020-12 validator of ``schema_json`` (``formats``: with the format checker);
+    PipelineError naming ``field`` when it is no JSON Schema (``what`` leads the message)."""
     from jsonschema import Draft202012Validator  # lazy: as above
     from jsonschema.exceptions import SchemaError  # lazy: as above
 
@@ -79,11 +86,9 @@ def schema_validator(schema_json: str, ordinal: int) -> Any:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         raise PipelineError(
-            f"phases[{ordinal - 1}].payload_schema is not a valid JSON Schema (Draft 2020-12): {exc.message}",
-            field=f"phases[{ordinal - 1}].payload_schema",
-            rule="json_schema",
+            f"{what} is not a valid JSON Schema (Draft 2020-12): {exc.message}", field=field, rule="json_schema"
         ) from None
-    return Draft202012Validator(schema, format_checker=_format_checker())
+    return Draft202012Validator(schema, format_checker=_format_checker() if formats else None)
 
 
 # Keywords whose meaning is the same in Draft 7 (fastjsonschema) and Draft 2020-12 (jsonschema).
