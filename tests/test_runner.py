@@ -334,7 +334,7 @@ def test_the_runner_checks_prerequisites_when_it_plans_not_at_every_write(ledger
 
 
 def test_backoff_grows_as_configured() -> None:
-    from phaselog.model.pipelines import Execution
+    from phaselog.model.execution import Execution
     from phaselog.runner.engine import backoff_delay
 
     def around(ex: Execution, retry: int, expected: float) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from phaselog.model.errors import PipelineError
-from phaselog.model.pipelines import Execution, manifest_dict, pipeline_from_dict
+from phaselog.model.execution import Execution
+from phaselog.model.pipelines import manifest_dict, pipeline_from_dict
 
 
 def doc(**phase: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
@@ -19,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from phaselog.model._lazyre import LazyPattern
-from phaselog.model.durations import MAX_DAYS, check_seconds, parse_duration
-from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase, UsageError
+from phaselog.model.errors import Corrupt, PipelineError, TooLarge, UnknownPhase
+from phaselog.model.execution import EXECUTION_KEYS, Execution, execution_from_dict
+from phaselog.model.graph import Graph, default_needs, parse_needs
 from phaselog.model.hooks import check_hooks
 from phaselog.model.limits import MAX_MANIFEST_BYTES, MAX_PHASE_ORDINAL, is_digits, is_phase_ordinal, read_file_bounded
 from phaselog.model.params import check_metaschema, params_of
@@ -32,52 +32,11 @@ BUILTIN_DIR = Path(__file__).parent / "manifests"
 _NAME_RE = LazyPattern(r"[a-z][a-z0-9_]{0,62}")
 _PIPELINE_NAME_RE = LazyPattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MANIFEST_MAX_BYTES = MAX_MANIFEST_BYTES
-_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-_CALL_RE = LazyPattern(f"{_DOTTED}:{_DOTTED}")
 
 
 def is_pipeline_name(name: str) -> bool:
     """Whether ``name`` is a valid pipeline name: 1-64 of ``[A-Za-z0-9._-]``, starting with a letter or digit."""
     return _PIPELINE_NAME_RE.fullmatch(name) is not None
-
-
-BACKOFFS = ("none", "fixed", "linear", "exponential")
-FINGERPRINTS = ("code",)
-EXECUTION_KEYS = ("run", "call", "env", "timeout", "retries", "backoff", "retry_delay", "artifacts", "fingerprint")
-MAX_RETRIES = 100
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How the runner executes a phase: the manifest keys ``run``, ``env``, ``timeout``,
-    ``retries``, ``backoff``, ``retry_delay``, ``artifacts`` and ``fingerprint`` (docs/runner.md)."""
-
-    #: A command line run by ``sh -c`` in the runner's working directory (a shell phase).
-    run: str | None = None
-    #: ``package.module:function`` imported and called with ctx (a Python phase named in a manifest).
-    call: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: Seconds; None for no limit.
-    timeout: float | None = None
-    #: Attempts after the first.
-    retries: int = 0
-    backoff: str = "exponential"
-    #: Seconds before the first retry (the backoff grows from it).
-    retry_delay: float = 1.0
-    #: Globs relative to the working directory, hashed when the checkpoint is written.
-    artifacts: tuple[str, ...] = ()
-    #: ``code``: skip only while the phase's code is unchanged.
-    fingerprint: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The non-default keys, as a manifest would spell them."""
-        out: dict[str, Any] = {}
-        default = Execution()
-        for key in EXECUTION_KEYS:
-            value = getattr(self, key)
-            if value != getattr(default, key):
-                out[key] = list(value) if isinstance(value, tuple) else dict(value) if key == "env" else value
-        return out
 
 
 @dataclass(frozen=True)
@@ -94,6 +53,8 @@ class Phase:
     awaits_input: bool = False
     #: Its ``notify:`` hooks, as the manifest gives them (checked by phaselog.model.hooks).
     notify: tuple[Mapping[str, Any], ...] = ()
+    #: The phases it needs, by name (model/graph.py); None (no ``needs:``): the phase before it.
+    needs: tuple[str, ...] | None = None
 
     @property
     def file_stem(self) -> str:
@@ -190,9 +151,18 @@ class Pipeline:
                 return p
         return None
 
+    @cached_property
+    def graph(self) -> Graph:
+        """The phases' needs, and what follows from them (model/graph.py)."""
+        names = self.phase_names
+        return Graph.of(
+            names, [default_needs(names, i) if p.needs is None else p.needs for i, p in enumerate(self.phases)]
+        )
+
     def earlier(self, phase: Phase) -> tuple[Phase, ...]:
-        """Phases before ``phase``, in order."""
-        return tuple(p for p in self.phases if p.ordinal < phase.ordinal)
+        """The phases ``phase`` needs, directly or not, in order (in a chain: every phase before it)."""
+        names = set(self.graph.ancestors(phase.name))
+        return tuple(p for p in self.phases if p.name in names)
 
 
 def _phase_doc(p: Phase) -> dict[str, Any]:
@@ -206,6 +176,8 @@ def _phase_doc(p: Phase) -> dict[str, Any]:
         doc["awaits_input"] = True
     if p.notify:  # only when set: other manifests keep the hash they had
         doc["notify"] = [dict(h) for h in p.notify]
+    if p.needs is not None:  # only when given: manifests without needs keep the hash they had
+        doc["needs"] = list(p.needs)
     execution = p.execution.to_json()
     if execution:  # only when set: manifests without runner keys keep the hash they had
         doc["execution"] = execution
@@ -231,97 +203,11 @@ def manifest_dict(pipeline: Pipeline) -> dict[str, Any]:
 
 
 # -- building and loading -------------------------------------------------------------------------
-def execution_from_dict(raw: Mapping[str, Any], where: str, at: str) -> Execution:
-    """Check the runner keys of one phase (``at`` names it); PipelineError naming the key."""
-
-    def bad(key: str, rule: str, message: str) -> PipelineError:
-        return PipelineError(f"{where}: {at}.{key} {message}", field=f"{at}.{key}", rule=rule)
-
-    def seconds(key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r:.60})")
-        try:
-            if isinstance(value, int | float):
-                if value < 0:
-                    raise bad(key, "duration", f"must not be negative (got {value!r:.60})")
-                return check_seconds(value, field=f"{at}.{key}")  # the bound `…d` has: one for both forms
-            return parse_duration(value, field=f"{at}.{key}").total_seconds()
-        except UsageError as exc:
-            if exc.context.get("rule") == "duration_max":
-                too_long = f"is too long: at most {MAX_DAYS}d (100 years) (got {value!r:.60})"
-                raise bad(key, "duration_max", too_long) from None
-            raise bad(key, "duration", f"must be a duration such as 30s, 45m, 1h30m (got {value!r:.60})") from None
-
-    kw: dict[str, Any] = {}
-    if "run" in raw:
-        run = raw["run"]
-        if not isinstance(run, str) or not run.strip():
-            raise bad("run", "type", "must be a non-empty command line (a string run by sh -c)")
-        if "\x00" in run:
-            raise bad("run", "format", "must not contain NUL characters")
-        kw["run"] = run
-    if "call" in raw:
-        call = raw["call"]
-        if not isinstance(call, str) or not _CALL_RE.fullmatch(call):
-            raise bad("call", "format", f"must be package.module:function (got {call!r})")
-        if "run" in kw:
-            raise bad("call", "exclusive", "cannot be given with run: (a phase is a command or a function)")
-        kw["call"] = call
-    if "env" in raw:
-        env = raw["env"]
-        if not isinstance(env, Mapping):
-            raise bad("env", "type", "must map variable names to strings")
-        clean: dict[str, str] = {}
-        for k, v in env.items():
-            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-                raise bad("env", "env_name", f"has an invalid variable name {k!r}")
-            if isinstance(v, bool) or not isinstance(v, str | int | float):
-                raise bad("env", "type", f"value of {k} must be a string (got {v!r})")
-            if isinstance(v, str) and "\x00" in v:
-                raise bad("env", "format", f"value of {k} must not contain NUL characters (an environment cannot)")
-            try:
-                os.fsencode(str(v))
-            except UnicodeError:
-                raise bad("env", "format", f"value of {k} cannot be encoded for the environment") from None
-            clean[k] = str(v)
-        kw["env"] = clean
-    if "timeout" in raw and raw["timeout"] is not None:
-        kw["timeout"] = seconds("timeout", raw["timeout"])
-        if kw["timeout"] <= 0:
-            raise bad("timeout", "duration", "must be longer than zero")
-    if "retries" in raw:
-        retries = raw["retries"]
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
-            raise bad("retries", "type", f"must be an integer from 0 to {MAX_RETRIES} (attempts after the first)")
-        kw["retries"] = retries
-    if "backoff" in raw:
-        if raw["backoff"] not in BACKOFFS:
-            raise bad("backoff", "enum", f"must be one of {', '.join(BACKOFFS)} (got {raw['backoff']!r})")
-        kw["backoff"] = raw["backoff"]
-    if "retry_delay" in raw:
-        kw["retry_delay"] = seconds("retry_delay", raw["retry_delay"])
-    if "artifacts" in raw:
-        arts = raw["artifacts"]
-        if isinstance(arts, str):
-            arts = [arts]
-        if not isinstance(arts, Sequence) or not all(isinstance(a, str) and a for a in arts):
-            raise bad("artifacts", "type", "must be a list of globs relative to the working directory")
-        for a in arts:
-            if a.startswith("/") or ".." in Path(a).parts:
-                raise bad("artifacts", "relative-path", f"must stay inside the working directory (got {a!r})")
-        kw["artifacts"] = tuple(arts)
-    if "fingerprint" in raw and raw["fingerprint"] is not None:
-        if raw["fingerprint"] not in FINGERPRINTS:
-            raise bad("fingerprint", "enum", f"must be 'code' (got {raw['fingerprint']!r})")
-        kw["fingerprint"] = raw["fingerprint"]
-    return Execution(**kw)
-
-
 #: The keys a manifest may have (docs/pipelines.md describes each; a test checks it does).
 MANIFEST_KEYS = frozenset({"name", "version", "description", "order", "phases", "notify", "params"})
 #: The keys a phase of a manifest may have: its own, and the runner's.
 PHASE_KEYS = frozenset(
-    {"name", "description", "payload_schema", "requires_approval", "awaits_input", "notify", *EXECUTION_KEYS}
+    {"name", "description", "payload_schema", "requires_approval", "awaits_input", "notify", "needs", *EXECUTION_KEYS}
 )
 
 
@@ -389,6 +275,7 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
         execution = execution_from_dict(raw, where, at)
         hooks = check_hooks(raw["notify"], where, f"{at}.notify") if "notify" in raw else ()
         phases.append(Phase(pname, i, str(desc), dict(schema), approval, execution, awaits, hooks))
+    phases = [replace(p, needs=n) for p, n in zip(phases, parse_needs(raw_phases, where), strict=True)]
     unknown_top = set(doc) - MANIFEST_KEYS
     if unknown_top:
         raise PipelineError(f"{where}: unknown keys: {', '.join(sorted(unknown_top))}")

@@ -24,13 +24,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 from phaselog.ledger.pool import ledger_for
 from phaselog.model.errors import PipelineError, UsageError
+from phaselog.model.execution import EXECUTION_KEYS, execution_from_dict
 from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
 from phaselog.model.pipelines import (
-    EXECUTION_KEYS,
     Phase,
     Pipeline,
     check_schemas,
-    execution_from_dict,
     find_pipeline,
     load_manifest,
     pipeline_from_dict,

@@ -32,10 +32,11 @@ from phaselog.model.errors import (
     StoreError,
     UsageError,
 )
+from phaselog.model.execution import Execution
 from phaselog.model.ids import run_label, run_name_of
 from phaselog.model.params import differences
 from phaselog.model.params import resolve as resolve_params
-from phaselog.model.pipelines import Execution, Phase, Pipeline
+from phaselog.model.pipelines import Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
 from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, plan_run
