@@ -17,7 +17,18 @@ import uvicorn
 from mcp.server.transport_security import TransportSecuritySettings
 
 from phaselog.mcp.server import Options, build
-from phaselog.ui.security import ASGIApp, Guarding, Receive, Scope, Send, check_bind, normalize_origin
+from phaselog.ui.security import (
+    ASGIApp,
+    Guarding,
+    Receive,
+    Scope,
+    Send,
+    bearer,
+    check_bind,
+    normalize_origin,
+    plain,
+    request_headers,
+)
 
 PATH = "/mcp"
 
@@ -35,28 +46,19 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = request_headers(scope)
         host = headers.get("host", "").lower()
         if host not in self.hosts:
-            await _refuse(send, 400, f"Host {host[:200]!r} is not allowed (start phaselog mcp with --allow-host NAME)")
+            await plain(send, 400, f"Host {host[:200]!r} is not allowed (start phaselog mcp with --allow-host NAME)")
             return
-        auth = headers.get("authorization", "")
-        given = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        if not self.guarding.token_ok(given):
-            await _refuse(send, 401, "a token is required: send Authorization: Bearer TOKEN")
+        if not self.guarding.token_ok(bearer(headers)):
+            await plain(send, 401, "a token is required: send Authorization: Bearer TOKEN")
             return
         origin = headers.get("origin")
         if origin is not None and normalize_origin(origin) not in self.origins:
-            await _refuse(send, 403, f"cross-site request refused (Origin {origin[:200]!r} is not this server's)")
+            await plain(send, 403, f"cross-site request refused (Origin {origin[:200]!r} is not this server's)")
             return
         await self.app(scope, receive, send)
-
-
-async def _refuse(send: Send, status: int, text: str) -> None:
-    body = text.encode("utf-8")
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def serve_http(

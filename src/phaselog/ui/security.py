@@ -188,14 +188,21 @@ def same_origin_location(raw_path: bytes, raw_query: bytes, drop: str) -> str:
     return path + (f"?{query}" if query else "")
 
 
-def _headers(scope: Scope) -> dict[str, str]:
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers, names lower-cased (the dashboard's and ``phaselog mcp --http``'s checks)."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def bearer(headers: dict[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header, or None."""
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else None
 
 
 def cookies(scope: Scope) -> dict[str, str]:
     """The request's cookies."""
     jar: SimpleCookie = SimpleCookie()
-    raw = _headers(scope).get("cookie", "")
+    raw = request_headers(scope).get("cookie", "")
     try:
         jar.load(raw)
     except Exception:
@@ -217,19 +224,16 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        headers = _headers(scope)
+        headers = request_headers(scope)
         host = headers.get("host", "").lower()
         if host not in self.hosts:
-            await _plain(send, 400, f"Host {host!r} is not allowed (start phaselog ui with --allow-host NAME)")
+            await plain(send, 400, f"Host {host!r} is not allowed (start phaselog ui with --allow-host NAME)")
             return
         jar = cookies(scope)
         query = scope.get("query_string", b"").decode("latin-1")
         if self.g.token is not None:
-            given = None
-            auth = headers.get("authorization", "")
-            if auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
-            elif TOKEN_COOKIE in jar:
+            given = bearer(headers)
+            if given is None and TOKEN_COOKIE in jar:
                 given = jar[TOKEN_COOKIE]
             pairs = parse_qsl(query, keep_blank_values=True)
             from_query = next((v for k, v in pairs if k == "token"), None)
@@ -239,7 +243,7 @@ class SecurityMiddleware:
                 await _redirect(send, target, [_cookie(TOKEN_COOKIE, from_query)])
                 return
             if not self.g.token_ok(given):
-                await _plain(
+                await plain(
                     send,
                     401,
                     "a token is required: open the URL printed by `phaselog ui`, or send Authorization: Bearer TOKEN",
@@ -247,20 +251,20 @@ class SecurityMiddleware:
                 return
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
-            await _plain(send, 405, f"{method} is not allowed")
+            await plain(send, 405, f"{method} is not allowed")
             return
         if method == "POST":
             if self.g.read_only:
-                await _plain(send, 403, "this dashboard is read-only (phaselog ui --read-only): nothing can be changed")
+                await plain(send, 403, "this dashboard is read-only (phaselog ui --read-only): nothing can be changed")
                 return
             origin = headers.get("origin")
             if origin is not None and normalize_origin(origin) not in self.origins:
-                await _plain(send, 403, f"cross-site request refused (Origin {origin[:200]!r} is not this server's)")
+                await plain(send, 403, f"cross-site request refused (Origin {origin[:200]!r} is not this server's)")
                 return
             body = await _read_form(headers, receive)
             if isinstance(body, tuple):
                 status, text = body
-                await _plain(send, status, text, close=True)
+                await plain(send, status, text, close=True)
                 return
             receive = _replay(body, receive)
         new_cookie = None
@@ -329,7 +333,8 @@ def _cookie(name: str, value: str) -> tuple[bytes, bytes]:
     return (b"set-cookie", f"{name}={value}; Path=/; HttpOnly; SameSite=Strict".encode())
 
 
-async def _plain(send: Send, status: int, text: str, *, close: bool = False) -> None:
+async def plain(send: Send, status: int, text: str, *, close: bool = False) -> None:
+    """Answer with ``status`` and a plain-text ``text`` (a refusal)."""
     body = (text + "\n").encode()
     await send(
         {
