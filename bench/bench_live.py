@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import http.client
 import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import _data
 from bench._timing import BASELINE, SUBJECT, Contestant, Section, run_interleaved
-from bench.bench_ui import start_ui
+from bench.bench_ui import start_ui, stop_ui
 
 TICKET = "BENCH-LIVE"
 PHASES = ("implement", "local_review", "create_pr")
@@ -62,14 +60,7 @@ class _Server:
         for conn, resp in self.streams:
             resp.close()
             conn.close()
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        stop_ui(self.proc)
 
 
 def run(workdir: Path, *, rounds: int, runs: int, streams: int, progress: Any = None) -> Section:

@@ -46,6 +46,18 @@ def start_ui(root: Path, *options: str) -> tuple[subprocess.Popen[str], int]:
     raise RuntimeError("phaselog ui did not start")
 
 
+def stop_ui(proc: subprocess.Popen[str]) -> None:
+    """Stop a server ``start_ui`` started: SIGINT, then SIGKILL after 30 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
 class _Server:
     def __init__(self, root: Path) -> None:
         self.proc, self.port = start_ui(root)
@@ -65,14 +77,7 @@ class _Server:
         return float(timing.split("dur=", 1)[1]) * 1e6, float(rtt)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        stop_ui(self.proc)
 
 
 def run(
