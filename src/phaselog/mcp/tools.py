@@ -82,7 +82,7 @@ def run_status(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
 def explain(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
     pipeline = ledger.pipeline_for(a["ticket_id"], a["run_id"])  # as `phaselog explain`: its shape is this one's
     e = explain_for(ledger, a["ticket_id"], a["run_id"], pipeline=pipeline, workdir=a.get("workdir"))
-    return explanation_json(e, pipeline, e.status)
+    return explanation_json(views.explanation(e), pipeline, e.status)
 
 
 def read_checkpoint(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from phaselog.runner.explain import explain as explain_run
 from phaselog.ui import charts, urls
 from phaselog.ui.context import UI, attempt_param, number_param
 from phaselog.views import results as views
+from phaselog.views.graph import Node, graph_view
 from phaselog.views.guard import guard_board, guard_view
 from phaselog.views.run_page import attempts_page, events_page, overview, previous_attempt
 from phaselog.views.timeline import run_version as version
@@ -123,6 +124,8 @@ def run(ui: UI, request: Request) -> Response:
     page = attempts_page(ledger, ticket_id, run_id, **query, status=ov.status, pipeline=ov.pipeline)
     listing = views.span_page(page)
     phase_names = [p.name for p in ov.pipeline.phases]
+    shape = graph_view(ov.pipeline, ov.status)  # from the same snapshot as the phases table
+    drawn = None if shape.is_chain else charts.dag(shape, lambda n: _node_link(ticket_id, run_id, n))
     chart = charts.timeline(
         page.spans,
         phase_names,
@@ -143,6 +146,7 @@ def run(ui: UI, request: Request) -> Response:
         pipeline=top["pipeline"],
         skip=top["skip"],
         chart=chart,
+        graph=drawn,
         charted=len(page.spans),
         listing=listing,
         phase_filter=query["phase"],
@@ -153,6 +157,15 @@ def run(ui: UI, request: Request) -> Response:
         version=top["version"],
         title=f"{ticket_id} · run {run_label(run_id, top['status']['run_name'], short=True)}",
     )
+
+
+def _node_link(ticket_id: str, run_id: str, node: Node) -> str | None:
+    """Where a graph's box leads: the attempt in flight (its events) or the newest checkpoint."""
+    if node.attempt is None:
+        return None
+    if node.state == "in_progress":
+        return urls.events(ticket_id, run_id, node.phase, node.attempt)
+    return urls.checkpoint(ticket_id, run_id, node.phase, node.attempt)
 
 
 def run_json(ui: UI, request: Request) -> Response:

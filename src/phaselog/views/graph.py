@@ -19,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from phaselog.views.results import RunnerOutcome, run_status
-
 if TYPE_CHECKING:
     from phaselog.ledger.derive import PhaseState, RunStatus
     from phaselog.ledger.facade import Ledger
@@ -202,11 +200,12 @@ def read_status(
 
 
 def status_json(status: RunStatus, pipeline: Pipeline) -> dict[str, Any]:
-    """``phaselog status``'s JSON (``views.run_status``) and, for a pipeline that is not a chain, its graph."""
-    return {**run_status(status), **shape_fields(graph_view(pipeline, status))}
+    """``phaselog status``'s JSON (the status's own, ``views.run_status``) and, for a pipeline that is not
+    a chain, its graph."""
+    return {**status.to_json(), **shape_fields(graph_view(pipeline, status))}
 
 
-def explanation_json(explained: RunnerOutcome, pipeline: Pipeline, status: RunStatus | None) -> dict[str, Any]:
-    """``phaselog explain``'s JSON (``views.explanation``) and, for a pipeline that is not a chain, its
-    graph with each phase's state as the explanation saw it (``status``: the state it planned from)."""
-    return {**explained.to_json(), **shape_fields(graph_view(pipeline, status))}
+def explanation_json(explained: Mapping[str, Any], pipeline: Pipeline, status: RunStatus | None) -> dict[str, Any]:
+    """``phaselog explain``'s JSON (``views.explanation``, given) and, for a pipeline that is not a chain,
+    its graph with each phase's state as the explanation saw it (``status``: the state it planned from)."""
+    return {**explained, **shape_fields(graph_view(pipeline, status))}
