@@ -257,7 +257,8 @@ def _pipeline_table(p: dict[str, Any]) -> str:
 )
 @click.argument("name", required=False)
 def pipelines(call: Call, name: str | None) -> Result:
-    """List the pipelines found, or show one (phases, approval gates, payload schemas).
+    """List the pipelines found, or show one: its phases, what each needs, approval gates, payload
+    schemas, and its graph (the waves of phases that may run side by side).
 
     \b
     Examples:
