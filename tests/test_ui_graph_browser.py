@@ -101,5 +101,14 @@ def test_the_run_page_draws_the_graph_with_each_node_and_edge(
     page.screenshot(path=str(tmp_path / "dag-run.png"), full_page=True)
     page.locator("#graph g.node[data-phase='broll']").click()  # a box leads to its newest attempt
     page.wait_for_url("**/phases/broll/attempts/2")
+
+    page.go_back()
+    page.click("#explain-link")  # the plan shows what each phase needs, as `phaselog explain` does
+    page.wait_for_selector("table#plan")
+    needs = {p: page.locator(f"table#plan tr[data-phase='{p}'] td.needs").inner_text() for p in graph_data.PHASES}
+    assert needs == {"research": "—", "script": "research", "voice": "script", "broll": "script"} | {
+        "render": "voice, broll",
+        "publish": "render",
+    }
     context.close()
     assert not errors, errors

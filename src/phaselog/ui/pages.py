@@ -26,7 +26,7 @@ from phaselog.runner.explain import explain as explain_run
 from phaselog.ui import charts, urls
 from phaselog.ui.context import UI, attempt_param, number_param
 from phaselog.views import results as views
-from phaselog.views.graph import Node, graph_view
+from phaselog.views.graph import Node, explanation_json, graph_view, needs_cells
 from phaselog.views.guard import guard_board, guard_view
 from phaselog.views.run_page import attempts_page, events_page, overview, previous_attempt
 from phaselog.views.timeline import run_version as version
@@ -254,14 +254,17 @@ def explain(ui: UI, request: Request) -> Response:
     """What a runner would do with this run now, phase by phase, and why (``phaselog explain``)."""
 
     ticket_id, run_id = _params(request)
-    result = explain_run(ui.ledger, ticket_id, run_id, workdir=ui.settings.artifacts_root)
+    pipeline = ui.ledger.pipeline_for(ticket_id, run_id)  # as `phaselog explain`: the shape shown is this one's
+    result = explain_run(ui.ledger, ticket_id, run_id, pipeline=pipeline, workdir=ui.settings.artifacts_root)
+    data = explanation_json(views.explanation(result), pipeline, result.status)
     return ui.render(
         request,
         "explain.html",
         ticket_id=ticket_id,
         run_id=run_id,
         run_name=result.run_name,
-        data=result.to_json(),
+        data=data,
+        needs=needs_cells(data),  # a "needs" column only for a pipeline that is not a chain (D300)
         title=f"explain · {ticket_id} · run {run_label(run_id, result.run_name, short=True)}",
     )
 
