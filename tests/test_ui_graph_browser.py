@@ -103,6 +103,9 @@ def test_the_run_page_draws_the_graph_with_each_node_and_edge(
     page.wait_for_url("**/phases/broll/attempts/2")
 
     page.go_back()
+    overview = page.request.get(f"{server.base}/tickets/{graph_data.TICKET}/runs/{run_id}/overview.json").json()
+    shown = {n["phase"]: n["state"] for n in overview["status"]["graph"]["nodes"]}
+    assert shown == graph_data.STATES  # the page's JSON carries the graph it drew, as `phaselog status`
     page.click("#explain-link")  # the plan shows what each phase needs, as `phaselog explain` does
     page.wait_for_selector("table#plan")
     needs = {p: page.locator(f"table#plan tr[data-phase='{p}'] td.needs").inner_text() for p in graph_data.PHASES}
