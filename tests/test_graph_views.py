@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import phaselog
 from phaselog.model.pipelines import builtin, load_manifest, pipeline_from_dict
 from phaselog.ui import charts
 from phaselog.views.graph import graph_view, needs_cells, read_status, shape_fields, shape_lines, status_json
+from phaselog.views.live import watch_status
 from phaselog.views.timeline import run_timeline
 
 
@@ -166,4 +168,14 @@ def test_parallel_phases_overlap_on_the_timeline(dag_store: Path) -> None:
     assert broll_first[1] <= broll_second[0]  # one phase's attempts follow each other
     script = by_phase["script"][0]
     assert script[1] <= voice[0] + 0.1  # a phase starts after what it needs ended
+    ledger.close()
+
+
+def test_status_watch_sends_the_graph_with_each_status(dag_store: Path) -> None:
+    ledger = phaselog.Ledger(phaselog.open_store(str(dag_store)))
+    changes = watch_status(ledger, graph_data.TICKET, graph_data.RUN, interval=0.1, stop=threading.Event())
+    first = next(changes)
+    changes.close()
+    assert first == status_json(*read_status(ledger, graph_data.TICKET, graph_data.RUN))
+    assert {n["phase"]: n["state"] for n in first["graph"]["nodes"]} == graph_data.STATES
     ledger.close()
