@@ -93,20 +93,27 @@ def test_the_shape_breaks_only_after_arrows_and_fits_unless_a_wave_cannot(levels
             assert line.strip().count(" -> ") == 0
 
 
-def _branching(n_waves: int, width: int) -> dict[str, object]:
+def _branching(n_waves: int, width: int, skip: bool) -> dict[str, object]:
+    """Waves of 1..width phases, each needing the wave before (and, with ``skip``, the first phase
+    two waves back: an edge that skips a wave)."""
     phases: list[dict[str, object]] = []
-    previous: list[str] = []
+    waves: list[list[str]] = []
     for w in range(n_waves):
         wave = [f"p{w}_{i}" for i in range(1 + (w * 7) % width)]
         for name in wave:
-            phases.append({"name": name, **({"needs": previous} if previous else {"needs": []})})
-        previous = wave
+            needs = list(waves[-1]) if waves else []
+            if skip and len(waves) > 1:
+                needs.append(waves[-2][0])
+            phases.append({"name": name, "needs": needs})
+        waves.append(wave)
     return {"name": "wide", "version": "1", "phases": phases}
 
 
-@given(n_waves=st.integers(1, 7), width=st.integers(1, 4))
-def test_the_drawing_puts_each_wave_in_a_column_without_overlap_and_joins_every_edge(n_waves: int, width: int) -> None:
-    view = graph_view(pipeline_from_dict(_branching(n_waves, width)))
+@given(n_waves=st.integers(1, 7), width=st.integers(1, 4), skip=st.booleans())
+def test_the_drawing_puts_each_wave_in_a_column_without_overlap_and_joins_every_edge(
+    n_waves: int, width: int, skip: bool
+) -> None:
+    view = graph_view(pipeline_from_dict(_branching(n_waves, width, skip)))
     drawn = charts.dag(view, lambda n: None)
     boxes = {n["phase"]: n for n in drawn["nodes"]}
     assert set(boxes) == {n.phase for n in view.nodes}
@@ -131,6 +138,12 @@ def test_the_drawing_puts_each_wave_in_a_column_without_overlap_and_joins_every_
         assert float(start[2]) == pytest.approx(need["y"] + need["h"] / 2, abs=0.1)
         assert float(end[0]) == pytest.approx(phase["x"] - 4, abs=0.1)  # arrives at the phase's left side
         assert float(end[1]) == pytest.approx(phase["y"] + phase["h"] / 2, abs=0.1)
+        if " L " in e["d"]:  # an edge that skips a wave runs above every box, not through them
+            lane_y = float(e["d"].split(" L ")[1].split()[1])
+            assert lane_y < min(b["y"] for b in items)
+            assert view.node(e["to"]).level - view.node(e["from"]).level > 1
+        else:
+            assert view.node(e["to"]).level - view.node(e["from"]).level == 1
 
 
 def test_the_drawing_colours_each_box_by_its_state_and_links_its_attempt(dag_store: Path) -> None:

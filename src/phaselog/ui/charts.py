@@ -202,6 +202,7 @@ def passes(history: Sequence[Mapping[str, Any]], limit: int = 60, width: int = W
 NODE_W, NODE_H = 150, 42
 COL_GAP, ROW_GAP, PAD = 56, 18, 12
 LABEL_CHARS = 19
+LANE = 28  #: the strip above the boxes where an edge that skips a wave runs
 
 
 def _short(name: str, limit: int = LABEL_CHARS) -> str:
@@ -212,12 +213,16 @@ def dag(view: GraphView, link: Callable[[Node], str | None]) -> dict[str, Any]:
     """Boxes (one per phase, a column per wave, coloured by state) and curved edges from each need to
     the phase that needs it (docs/ui.md "The graph")."""
     tallest = max((len(level) for level in view.levels), default=1)
-    height = PAD * 2 + tallest * NODE_H + (tallest - 1) * ROW_GAP
+    level_of = {n.phase: n.level for n in view.nodes}
+    # An edge that skips a wave would cross the boxes between: it runs in a lane above them all.
+    skips = any(level_of[e.phase] - level_of[e.need] > 1 for e in view.edges)
+    lane = LANE if skips else 0
+    height = lane + PAD * 2 + tallest * NODE_H + (tallest - 1) * ROW_GAP
     width = PAD * 2 + len(view.levels) * NODE_W + max(len(view.levels) - 1, 0) * COL_GAP
     at: dict[str, tuple[float, float]] = {}
     for col, level in enumerate(view.levels):
         column_h = len(level) * NODE_H + (len(level) - 1) * ROW_GAP
-        top = (height - column_h) / 2  # each wave centred on the others
+        top = lane + (height - lane - column_h) / 2  # each wave centred on the others, below the lane
         for row, name in enumerate(level):
             at[name] = (PAD + col * (NODE_W + COL_GAP), top + row * (NODE_H + ROW_GAP))
     nodes = []
@@ -251,12 +256,14 @@ def dag(view: GraphView, link: Callable[[Node], str | None]) -> dict[str, Any]:
     for e in view.edges:
         (x1, y1), (x2, y2) = at[e.need], at[e.phase]
         x1, y1, y2 = x1 + NODE_W, y1 + NODE_H / 2, y2 + NODE_H / 2
-        bend = (x2 - x1) / 2
-        edges.append(
-            {
-                "from": e.need,
-                "to": e.phase,
-                "d": f"M {x1:.1f} {y1:.1f} C {x1 + bend:.1f} {y1:.1f}, {x2 - bend:.1f} {y2:.1f}, {x2 - 4:.1f} {y2:.1f}",
-            }
-        )
+        if level_of[e.phase] - level_of[e.need] > 1:
+            y, g = LANE / 2, COL_GAP / 2  # up into the lane in the gap after the need, down before the phase
+            d = (
+                f"M {x1:.1f} {y1:.1f} C {x1 + g:.1f} {y1:.1f}, {x1 + g / 2:.1f} {y:.1f}, {x1 + g:.1f} {y:.1f} "
+                f"L {x2 - g:.1f} {y:.1f} C {x2 - g / 2:.1f} {y:.1f}, {x2 - g:.1f} {y2:.1f}, {x2 - 4:.1f} {y2:.1f}"
+            )
+        else:
+            bend = (x2 - x1) / 2
+            d = f"M {x1:.1f} {y1:.1f} C {x1 + bend:.1f} {y1:.1f}, {x2 - bend:.1f} {y2:.1f}, {x2 - 4:.1f} {y2:.1f}"
+        edges.append({"from": e.need, "to": e.phase, "d": d})
     return {"width": width, "height": height, "nodes": nodes, "edges": edges, "shape": view.shape()}
