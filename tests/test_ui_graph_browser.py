@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,10 @@ def test_the_run_page_draws_the_graph_with_each_node_and_edge(
     assert bars["broll"]["x"] < bars["voice"]["x"] + bars["voice"]["width"]
 
     page.screenshot(path=str(tmp_path / "dag-run.png"), full_page=True)
+    extra = os.environ.get("PHASELOG_UI_SCREENSHOTS")  # how docs/images/ui-graph.png is refreshed
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        page.locator("#graph").screenshot(path=str(Path(extra) / "ui-graph.png"))
     page.locator("#graph g.node[data-phase='broll']").click()  # a box leads to its newest attempt
     page.wait_for_url("**/phases/broll/attempts/2")
 
