@@ -19,6 +19,7 @@ from phaselog.cli._scaffold import Call, Result, cli, command
 from phaselog.model.errors import Fenced, PhaseFailed, RunInterrupted, UsageError
 from phaselog.model.ids import run_title
 from phaselog.views import results as views
+from phaselog.views.graph import explanation_json, needs_cells
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run something
     from phaselog.runner import PipelineRunner
@@ -138,7 +139,18 @@ def run(
 
 
 def _explain_table(d: dict[str, Any]) -> str:
-    rows = [[p["ordinal"], p["phase"], p["action"], p["state"], p["reason"]] for p in d["phases"]]
+    needs = needs_cells(d)  # a "needs" column only for a pipeline that is not a chain (D300)
+    rows = [
+        [
+            p["ordinal"],
+            p["phase"],
+            *([needs.get(p["phase"], "")] if needs is not None else []),
+            p["action"],
+            p["state"],
+            p["reason"],
+        ]
+        for p in d["phases"]
+    ]
     lease = d.get("lease")
     held = ""
     if lease and lease.get("holder"):
@@ -147,7 +159,7 @@ def _explain_table(d: dict[str, Any]) -> str:
 
     title = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}) next: {nxt}"
     return lines(
-        table(rows, ["#", "phase", "action", "state", "why"], title=title),
+        table(rows, ["#", "phase", *(["needs"] if needs is not None else []), "action", "state", "why"], title=title),
         held,
     )
 
@@ -165,8 +177,10 @@ def explain(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Res
     """
     from phaselog.runner.definition import explain_for  # lazy: only `phaselog explain` needs the explainer
 
-    e = explain_for(call.ledger, ticket_id, run_id, pipeline=call.pipeline, workdir=workdir)
-    return Result(views.explanation(e), _explain_table)
+    # Resolved here, not only inside explain_for: the shape shown is the pipeline's that was explained (D301).
+    pl = call.ledger.pipeline_for(ticket_id, run_id, call.pipeline)
+    e = explain_for(call.ledger, ticket_id, run_id, pipeline=pl, workdir=workdir)
+    return Result(explanation_json(views.explanation(e), pl, e.status), _explain_table)
 
 
 @command(cli, writes=True, formats=None, correlation=False, section="Runner")

@@ -14,11 +14,12 @@ from typing import Any
 
 import click
 
-from phaselog.cli._render import lines, short_time, table, without_path, write
+from phaselog.cli._render import lines, short_time, table, terminal_width, without_path, write
 from phaselog.cli._scaffold import Call, Result, cli, command, envelope
 from phaselog.model.errors import UsageError
 from phaselog.model.ids import run_title
 from phaselog.views import results as views
+from phaselog.views.graph import graph_view, needs_cells, read_status, shape_lines, status_json
 
 
 # -- status / resume / verify -----------------------------------------------------------------------
@@ -29,10 +30,12 @@ def _named(d: dict[str, Any]) -> str:
 
 
 def _status_table(d: dict[str, Any]) -> str:
+    needs = needs_cells(d)  # a "needs" column only for a pipeline that is not a chain (D300)
     rows = [
         [
             p["ordinal"],
             p["phase"],
+            *([needs.get(p["phase"], "")] if needs is not None else []),
             p["state"],
             p["latest_attempt"],
             short_time(p["latest_timestamp"]),
@@ -45,9 +48,10 @@ def _status_table(d: dict[str, Any]) -> str:
         f"note: {d['message']}" if d.get("message") else "",
         table(
             rows,
-            ["#", "phase", "state", "attempt", "latest (UTC)", "note"],
+            ["#", "phase", *(["needs"] if needs is not None else []), "state", "attempt", "latest (UTC)", "note"],
             title=f"run {_named(d)} ({d['pipeline']}) next: {d['next_phase'] or '— done'}",
         ),
+        *(shape_lines(d["graph"], terminal_width() - 2) if needs is not None else []),
         "params: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(params.items())) if params else "",
         *[f"warning: {w}" for w in d.get("warnings", [])],
     )
@@ -87,8 +91,8 @@ def status(call: Call, ticket_id: str, run_id: str, workdir: str | None, watch: 
     if watch:
         _watch(call, ticket_id, run_id, root, interval)
         return None
-    st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline, artifacts_root=root)
-    return Result(views.run_status(st), _status_table)
+    st, pipeline = read_status(call.ledger, ticket_id, run_id, pipeline=call.pipeline, artifacts_root=root)
+    return Result(status_json(st, pipeline), _status_table)
 
 
 _REDRAW = "\x1b[H\x1b[2J"  # cursor home, clear the screen
@@ -218,18 +222,28 @@ def verify(call: Call, ticket_id: str | None, run_id: str | None, against: str |
 
 # -- pipelines -----------------------------------------------------------------------------------------
 def _pipelines_table(d: dict[str, Any]) -> str:
+    return lines(*[_pipeline_table(p) for p in ([d["pipeline"]] if "pipeline" in d else d["pipelines"])])
+
+
+def _pipeline_table(p: dict[str, Any]) -> str:
+    graph = p.get("graph")  # `pipelines NAME`: its shape, and what each phase needs when it is not a chain
+    needs = needs_cells(p) if graph and not graph["is_chain"] else None
     return lines(
-        *[
-            table(
+        table(
+            [
                 [
-                    [ph["ordinal"], ph["name"], "yes" if ph["requires_approval"] else "", ph["description"]]
-                    for ph in p["phases"]
-                ],
-                ["#", "phase", "approval", "description"],
-                title=f"{p['name']} {p['version']} ({p['source']})",
-            )
-            for p in ([d["pipeline"]] if "pipeline" in d else d["pipelines"])
-        ]
+                    ph["ordinal"],
+                    ph["name"],
+                    *([needs.get(ph["name"], "")] if needs is not None else []),
+                    "yes" if ph["requires_approval"] else "",
+                    ph["description"],
+                ]
+                for ph in p["phases"]
+            ],
+            ["#", "phase", *(["needs"] if needs is not None else []), "approval", "description"],
+            title=f"{p['name']} {p['version']} ({p['source']})",
+        ),
+        *(shape_lines(graph, terminal_width() - 2) if graph else []),
     )
 
 
@@ -243,7 +257,8 @@ def _pipelines_table(d: dict[str, Any]) -> str:
 )
 @click.argument("name", required=False)
 def pipelines(call: Call, name: str | None) -> Result:
-    """List the pipelines found, or show one (phases, approval gates, payload schemas).
+    """List the pipelines found, or show one: its phases, what each needs, approval gates, payload
+    schemas, and its graph (the waves of phases that may run side by side).
 
     \b
     Examples:
@@ -261,5 +276,6 @@ def pipelines(call: Call, name: str | None) -> Result:
     if name:
         found = find_pipeline(name, base)
         check_schemas(found)
-        return Result({"pipeline": views.pipeline(found, full=True)}, _pipelines_table)
+        shown = {**views.pipeline(found, full=True), "graph": graph_view(found).to_json()}
+        return Result({"pipeline": shown}, _pipelines_table)
     return Result({"pipelines": [views.pipeline(p, full=False) for p in available_pipelines(base)]}, _pipelines_table)

@@ -1,6 +1,7 @@
 """Geometry of the server-drawn SVG charts (no chart library, nothing to download).
 
-The data comes from the library (``phaselog.views.timeline`` spans, the guard's history); this module
+The data comes from the library (``phaselog.views.timeline`` spans, ``phaselog.views.graph``'s graph, the
+guard's history); this module
 only maps times and durations to coordinates. Templates draw the shapes and escape every label.
 """
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from phaselog.views.graph import GraphView, Node
 from phaselog.views.timeline import Span, bounds
 
 WIDTH = 1000
@@ -195,3 +197,73 @@ def passes(history: Sequence[Mapping[str, Any]], limit: int = 60, width: int = W
         "first": runs[0].get("pass"),
         "last": runs[-1].get("pass"),
     }
+
+
+NODE_W, NODE_H = 150, 42
+COL_GAP, ROW_GAP, PAD = 56, 18, 12
+LABEL_CHARS = 19
+LANE = 28  #: the strip above the boxes where an edge that skips a wave runs
+
+
+def _short(name: str, limit: int = LABEL_CHARS) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def dag(view: GraphView, link: Callable[[Node], str | None]) -> dict[str, Any]:
+    """Boxes (one per phase, a column per wave, coloured by state) and curved edges from each need to
+    the phase that needs it (docs/ui.md "The graph")."""
+    tallest = max((len(level) for level in view.levels), default=1)
+    level_of = {n.phase: n.level for n in view.nodes}
+    # An edge that skips a wave would cross the boxes between: it runs in a lane above them all.
+    skips = any(level_of[e.phase] - level_of[e.need] > 1 for e in view.edges)
+    lane = LANE if skips else 0
+    height = lane + PAD * 2 + tallest * NODE_H + (tallest - 1) * ROW_GAP
+    width = PAD * 2 + len(view.levels) * NODE_W + max(len(view.levels) - 1, 0) * COL_GAP
+    at: dict[str, tuple[float, float]] = {}
+    for col, level in enumerate(view.levels):
+        column_h = len(level) * NODE_H + (len(level) - 1) * ROW_GAP
+        top = lane + (height - lane - column_h) / 2  # each wave centred on the others, below the lane
+        for row, name in enumerate(level):
+            at[name] = (PAD + col * (NODE_W + COL_GAP), top + row * (NODE_H + ROW_GAP))
+    nodes = []
+    for n in view.nodes:
+        x, y = at[n.phase]
+        shown = n.shown_state
+        state = shown.replace("_", " ") if shown else ""
+        sub = state + (f" · a{n.attempt}" if n.attempt else "")
+        nodes.append(
+            {
+                "phase": n.phase,
+                "state": shown or "",
+                "x": round(x, 1),
+                "y": round(y, 1),
+                "w": NODE_W,
+                "h": NODE_H,
+                "tx": round(x + 10, 1),
+                "ty": round(y + 17, 1),
+                "sy": round(y + 33, 1),
+                "label": _short(n.phase),
+                "sub": sub,
+                "cls": f"st-{shown}" if shown else "st-none",
+                "gated": n.requires_approval,
+                "title": f"{n.phase}: {sub or 'no run'}"
+                + (f" — needs {', '.join(n.needs)}" if n.needs else " — needs nothing")
+                + (" — gated" if n.requires_approval else ""),
+                "href": link(n),
+            }
+        )
+    edges = []
+    for e in view.edges:
+        (x1, y1), (x2, y2) = at[e.need], at[e.phase]
+        x1, y1, y2 = x1 + NODE_W, y1 + NODE_H / 2, y2 + NODE_H / 2
+        if level_of[e.phase] - level_of[e.need] > 1:
+            y, g = LANE / 2, COL_GAP / 2  # up into the lane in the gap after the need, down before the phase
+            d = (
+                f"M {x1:.1f} {y1:.1f} C {x1 + g:.1f} {y1:.1f}, {x1 + g / 2:.1f} {y:.1f}, {x1 + g:.1f} {y:.1f} "
+                f"L {x2 - g:.1f} {y:.1f} C {x2 - g / 2:.1f} {y:.1f}, {x2 - g:.1f} {y2:.1f}, {x2 - 4:.1f} {y2:.1f}"
+            )
+        else:
+            bend = (x2 - x1) / 2
+            d = f"M {x1:.1f} {y1:.1f} C {x1 + bend:.1f} {y1:.1f}, {x2 - bend:.1f} {y2:.1f}, {x2 - 4:.1f} {y2:.1f}"
+        edges.append({"from": e.need, "to": e.phase, "d": d})
+    return {"width": width, "height": height, "nodes": nodes, "edges": edges, "shape": view.shape()}

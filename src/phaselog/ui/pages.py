@@ -26,6 +26,7 @@ from phaselog.runner.explain import explain as explain_run
 from phaselog.ui import charts, urls
 from phaselog.ui.context import UI, attempt_param, number_param
 from phaselog.views import results as views
+from phaselog.views.graph import Node, explanation_json, graph_view, needs_cells
 from phaselog.views.guard import guard_board, guard_view
 from phaselog.views.run_page import attempts_page, events_page, overview, previous_attempt
 from phaselog.views.timeline import run_version as version
@@ -123,6 +124,8 @@ def run(ui: UI, request: Request) -> Response:
     page = attempts_page(ledger, ticket_id, run_id, **query, status=ov.status, pipeline=ov.pipeline)
     listing = views.span_page(page)
     phase_names = [p.name for p in ov.pipeline.phases]
+    shape = graph_view(ov.pipeline, ov.status)  # from the same snapshot as the phases table
+    drawn = None if shape.is_chain else charts.dag(shape, lambda n: _node_link(ticket_id, run_id, n))
     chart = charts.timeline(
         page.spans,
         phase_names,
@@ -143,6 +146,7 @@ def run(ui: UI, request: Request) -> Response:
         pipeline=top["pipeline"],
         skip=top["skip"],
         chart=chart,
+        graph=drawn,
         charted=len(page.spans),
         listing=listing,
         phase_filter=query["phase"],
@@ -153,6 +157,15 @@ def run(ui: UI, request: Request) -> Response:
         version=top["version"],
         title=f"{ticket_id} · run {run_label(run_id, top['status']['run_name'], short=True)}",
     )
+
+
+def _node_link(ticket_id: str, run_id: str, node: Node) -> str | None:
+    """Where a graph's box leads: the attempt in flight (its events) or the newest checkpoint."""
+    if node.attempt is None:
+        return None
+    if node.state == "in_progress":
+        return urls.events(ticket_id, run_id, node.phase, node.attempt)
+    return urls.checkpoint(ticket_id, run_id, node.phase, node.attempt)
 
 
 def run_json(ui: UI, request: Request) -> Response:
@@ -241,14 +254,17 @@ def explain(ui: UI, request: Request) -> Response:
     """What a runner would do with this run now, phase by phase, and why (``phaselog explain``)."""
 
     ticket_id, run_id = _params(request)
-    result = explain_run(ui.ledger, ticket_id, run_id, workdir=ui.settings.artifacts_root)
+    pipeline = ui.ledger.pipeline_for(ticket_id, run_id)  # as `phaselog explain`: the shape shown is this one's
+    result = explain_run(ui.ledger, ticket_id, run_id, pipeline=pipeline, workdir=ui.settings.artifacts_root)
+    data = explanation_json(views.explanation(result), pipeline, result.status)
     return ui.render(
         request,
         "explain.html",
         ticket_id=ticket_id,
         run_id=run_id,
         run_name=result.run_name,
-        data=result.to_json(),
+        data=data,
+        needs=needs_cells(data),  # a "needs" column only for a pipeline that is not a chain (D300)
         title=f"explain · {ticket_id} · run {run_label(run_id, result.run_name, short=True)}",
     )
 

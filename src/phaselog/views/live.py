@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from phaselog.ledger.feed import advance
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.stores.stamps import run_stamps
-from phaselog.views.results import run_status
+from phaselog.views.graph import read_status, status_json
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -88,7 +88,8 @@ def watch_status(
     recheck_every: int = 10,
     **status: Any,
 ) -> Generator[dict[str, Any], None, None]:
-    """The run's status (``views.run_status``) now, then each time it changes, until ``stop`` is set.
+    """The run's status as ``phaselog status`` prints it (``views.graph.status_json``) now, then each
+    time it changes, until ``stop`` is set.
 
     Every ``interval`` seconds the run's change stamp is compared (one cheap call); the status is
     read again when it moved, when the store cannot tell (None), and every ``recheck_every``-th
@@ -103,7 +104,7 @@ def watch_status(
     while True:
         stamp = run_stamp(ledger, ticket_id, run_id)
         if last is None or stamp is None or stamp != seen or looks % recheck_every == 0:
-            current = run_status(ledger.status(ticket_id, run_id, **status))
+            current = status_json(*read_status(ledger, ticket_id, run_id, **status))  # `status`'s JSON, with its shape
             seen = stamp
             if current != last:
                 last = current

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from phaselog.model.ids import run_name_of
 from phaselog.stores.base import Damaged
+from phaselog.views.graph import status_json
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
@@ -139,7 +140,7 @@ def run_overview(ov: RunOverview) -> dict[str, Any]:
     """The top of a run page (``runpages.overview``): the run's status as ``phaselog status``
     shows it (one row per phase, with its newest attempt), the pipeline, the next phase's blockers."""
     return {
-        "status": run_status(ov.status),
+        "status": status_json(ov.status, ov.pipeline),  # `phaselog status`'s, with a graph unless a chain
         "pipeline": pipeline(ov.pipeline, full=False),
         "skip": skip_decision(ov.skip) if ov.skip is not None else None,
         "version": ov.version,
