@@ -29,6 +29,7 @@ from phaselog.model.events import (
 
 if TYPE_CHECKING:
     from phaselog.model.entries import Approval
+    from phaselog.model.pipelines import Pipeline
     from phaselog.model.records import Checkpoint
     from phaselog.stores.base import Store
 
@@ -88,6 +89,24 @@ def builds_on_every_phase(cp: Checkpoint, earlier: Sequence[str]) -> bool:
     return cp.completed and all(name in basis for name in earlier)
 
 
+def run_finishers(pipeline: Pipeline) -> dict[int, tuple[str, ...]]:
+    """Per ordinal of a phase whose checkpoint may complete the run — a *sink*, a phase nothing needs —
+    the other phases such a checkpoint must build on: every one (D280). In a chain: the last phase,
+    built on every earlier one (D206)."""
+    sinks = set(pipeline.graph.sinks)
+    names = pipeline.phase_names
+    return {p.ordinal: tuple(n for n in names if n != p.name) for p in pipeline.phases if p.name in sinks}
+
+
+def completes_run(cp: Checkpoint, finishers: Mapping[int, Sequence[str]]) -> bool:
+    """Does the completed checkpoint ``cp`` (or, for a gated phase, its approval) complete the run?
+    THE rule, for the writer, the gates and the feed alike: ``cp`` is of a sink and built on a
+    completed attempt of every other phase (``finishers``: :func:`run_finishers`). So it is the
+    checkpoint that completes the last outstanding sink, decided from the record alone (D206, D280)."""
+    others = finishers.get(cp.phase_ordinal)
+    return others is not None and builds_on_every_phase(cp, others)
+
+
 def raise_events(events: list[Event], store: Store) -> list[str]:
     """Emit ``events`` (their records are durable in ``store``); return the subscribers' warnings."""
     return emit(events, store)
@@ -96,8 +115,10 @@ def raise_events(events: list[Event], store: Store) -> list[str]:
 __all__ = [
     "builds_on_every_phase",
     "checkpoint_events",
+    "completes_run",
     "failed_for_good",
     "judgement_events",
     "raise_events",
+    "run_finishers",
     "subscribe",
 ]

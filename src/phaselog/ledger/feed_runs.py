@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, judgement_events
+from phaselog.ledger.events import checkpoint_events, completes_run, failed_for_good, judgement_events
 from phaselog.model.events import Event
 from phaselog.model.records import format_timestamp
 
@@ -79,14 +79,14 @@ class FeedEvent:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What the feed needs of one run's pipeline: gated phases, retries, the last phase (None: not known)."""
+    """What the feed needs of one run's pipeline: gated phases, retries, the sinks (None: not known)."""
 
     pipeline: str | None
     gated: frozenset[int]
     retries: Mapping[int, int]
     ordinals: tuple[int, ...]
-    #: The names of every phase before the last (what a run-completing record must build on).
-    earlier: tuple[str, ...] = ()
+    #: Per sink's ordinal, the phases a run-completing record of it must build on (events.run_finishers).
+    finishers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -184,8 +184,6 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
         item = _Item(f"a{ap.phase_ordinal}", ap.seq, ap.timestamp, ap.phase_ordinal, [], ap.phase, ap.attempt_number)
         raw.append(item)
         aps[(item.stream, item.place)] = ap
-    earlier = facts.earlier
-    last = facts.ordinals[-1] if facts.ordinals else None
     by_hash = {cp.content_hash: cp for cp in checkpoints}
     for item in raw:
         o = item.ordinal
@@ -194,13 +192,13 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
             item.events = checkpoint_events(
                 rec,
                 gated=gated,
-                completes_run=o == last and not gated and builds_on_every_phase(rec, earlier),
+                completes_run=not gated and completes_run(rec, facts.finishers),
                 for_good=failed_for_good(rec, facts.retries.get(o, 0)),
             )
         else:
             ap = aps[(item.stream, item.place)]
             judged = by_hash.get(ap.checkpoint_hash)
-            done = o == last and judged is not None and builds_on_every_phase(judged, earlier)
+            done = judged is not None and completes_run(judged, facts.finishers)
             item.events = judgement_events(ap, completes_run=done)
     return raw
 
