@@ -194,7 +194,8 @@ def test_a_gated_branch_blocks_only_its_dependents(led: Ledger) -> None:
         led.write(T, "r", "render", {}, pipeline=pl)
     assert [(b["phase"], b["state"]) for b in caught.value.context["blockers"]] == [("voice", "awaiting_approval")]
     st = led.status(T, "r", pipeline=pl)
-    assert st.ready_phases == ["voice"] and st.next_phase == "voice"  # not completed: a person must act
+    assert st.ready_phases == ["voice"]  # not completed: a person must act
+    assert st.next_phase == "voice"
     led.approve(T, "r", "voice", by="ana", pipeline=pl)
     assert led.status(T, "r", pipeline=pl).ready_phases == ["render"]
 
