@@ -7,9 +7,12 @@ needs both). Nothing here is positional: a completed voice needs no broll, and t
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from phaselog.ledger.facade import Ledger
 from phaselog.model import events
@@ -17,6 +20,7 @@ from phaselog.model.errors import Prerequisite
 from phaselog.model.events import Event
 from phaselog.model.pipelines import Pipeline, pipeline_from_dict
 from phaselog.stores import Store
+from test_graph import dag_needs, manifest
 
 pytestmark = pytest.mark.all_stores
 
@@ -133,6 +137,11 @@ def test_a_new_voice_makes_render_stale_but_not_broll(led: Ledger, clock: Any) -
     assert led.can_skip_to(T, "r", "render", pipeline=pl).allowed
 
 
+def collect(into: list[Event]) -> Any:
+    """A subscriber that appends every event to ``into``."""
+    return lambda event, origin: into.append(event)
+
+
 def _completed_events(led: Ledger, run: str) -> list[tuple[str, str | None]]:
     return [(e.type, e.phase) for e in led.feed(ticket_id=T, run_id=run).events if e.type == "run.completed"]
 
@@ -212,3 +221,78 @@ def test_a_fork_through_a_branch_copies_the_manifest_prefix(led: Ledger, store: 
     assert [w.record.phase for w in written] == ["research", "script", "voice"]
     st = led.status(T, new, pipeline=pl)
     assert st.ready_phases == ["broll"]
+
+
+def test_a_sink_written_beside_a_stale_sink_does_not_complete_the_run(led: Ledger, clock: Any) -> None:
+    pl = video(sinks=True)
+    _upto_script(led, pl)
+    for phase in ("voice", "broll"):
+        clock.tick()
+        led.write(T, "r", phase, {}, pipeline=pl)
+    assert _completed_events(led, "r") == [("run.completed", "broll")]
+    seen: list[Event] = []
+    stop = events.subscribe(lambda event, origin: seen.append(event))
+    try:
+        clock.tick()
+        led.write(T, "r", "script", {"draft": 2}, pipeline=pl)  # voice and broll are stale now
+        clock.tick()
+        led.write(T, "r", "voice", {"take": 2}, pipeline=pl)  # its basis names broll 1, still stale
+        assert not led.status(T, "r", pipeline=pl).done
+        assert [e.type for e in seen if e.type == "run.completed"] == []
+        clock.tick()
+        led.write(T, "r", "broll", {"take": 2}, pipeline=pl)  # the last outstanding sink
+    finally:
+        stop()
+    assert led.status(T, "r", pipeline=pl).done
+    assert [(e.type, getattr(e, "phase", None)) for e in seen if e.type == "run.completed"] == [
+        ("run.completed", "broll")
+    ]
+    assert _completed_events(led, "r") == [("run.completed", "broll")] * 2  # the first run, then this one
+    fresh = Ledger(led.store)  # another reader derives the very same events
+    assert [e.to_json() for e in fresh.feed(ticket_id=T).events] == [e.to_json() for e in led.feed(ticket_id=T).events]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dag_needs(), st.lists(st.tuples(st.integers(0, 8), st.booleans()), max_size=14))
+def test_over_random_graphs_a_strict_write_needs_exactly_its_ancestors(
+    store: Store, needs: list[list[str] | None], steps: list[tuple[int, bool]]
+) -> None:
+    pl = pipeline_from_dict({**manifest(needs), "order": "strict"})
+    g, names = pl.graph, pl.phase_names
+    led, run = Ledger(store), f"h-{uuid.uuid4().hex[:12]}"
+    wrote, announced = 0, set[str]()
+    for index, ok in steps:
+        phase = names[index % len(names)]
+        before = led.status(T, run, pipeline=pl)
+        blocking = [a for a in g.ancestors(phase) if before.phase(a).state != "completed"]
+        seen: list[Event] = []
+        stop = events.subscribe(collect(seen))
+        try:
+            if ok and blocking:
+                with pytest.raises(Prerequisite) as caught:
+                    led.write(T, run, phase, {}, pipeline=pl)
+                assert [b["phase"] for b in caught.value.context["blockers"]] == blocking
+            elif ok:
+                led.write(T, run, phase, {}, pipeline=pl)
+                wrote += 1
+            else:
+                led.write(T, run, phase, None, pipeline=pl, status="failed", error="boom")
+                wrote += 1
+        finally:
+            stop()
+        st_ = led.status(T, run, pipeline=pl)
+        states = {p.phase: p.state for p in st_.phases}
+        ready = [n for n in names if states[n] != "completed" and all(states[d] == "completed" for d in g.needs[n])]
+        assert st_.ready_phases == ready
+        assert st_.next_phase == (ready[0] if ready else None)
+        for p in st_.phases:  # stale only because of an ancestor
+            if p.state == "stale":
+                assert any(f"{a} " in (p.reason or "") for a in g.ancestors(p.phase)), p.reason
+        completed = [e for e in seen if e.type == "run.completed"]
+        announced |= {e.id for e in completed}
+        assert all(getattr(e, "phase", None) == phase and phase in g.sinks for e in completed)
+        if st_.done and not before.done:  # the write that completed the run says so, once
+            assert len(completed) == 1
+    if wrote:  # (a PostgreSQL schema nothing was ever written to has no queue table for the feed to read)
+        feed = [e for e in led.feed(ticket_id=T, run_id=run).events if e.type == "run.completed"]
+        assert {e.event_id for e in feed} == announced  # the feed derives what the writer raised

@@ -26,13 +26,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from phaselog.ledger.events import checkpoint_events, completes_run, failed_for_good, judgement_events
+from phaselog.ledger.events import Finisher, checkpoint_events, completes_run, failed_for_good, judgement_events
 from phaselog.model.events import Event
 from phaselog.model.records import format_timestamp
 
 if TYPE_CHECKING:
     from phaselog.model.entries import Approval
-    from phaselog.model.records import Checkpoint
+    from phaselog.model.records import BasisEntry, Checkpoint
 
 #: (ticket, run or guard key, stream, place in the stream, index among one record's events).
 Position = tuple[str, str, str, int, int]
@@ -85,8 +85,8 @@ class RunFacts:
     gated: frozenset[int]
     retries: Mapping[int, int]
     ordinals: tuple[int, ...]
-    #: Per sink's ordinal, the phases a run-completing record of it must build on (events.run_finishers).
-    finishers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    #: Per sink's ordinal, what a run-completing record of it must build on (events.run_finishers).
+    finishers: Mapping[int, Finisher] = field(default_factory=dict)
 
 
 @dataclass
@@ -185,6 +185,11 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
         raw.append(item)
         aps[(item.stream, item.place)] = ap
     by_hash = {cp.content_hash: cp for cp in checkpoints}
+
+    def lookup(name: str, entry: BasisEntry) -> Checkpoint | None:
+        found = by_hash.get(entry.hash)  # what a basis names, by hash: immutable, whenever it is read
+        return found if found is not None and (found.phase, found.attempt_number) == (name, entry.attempt) else None
+
     for item in raw:
         o = item.ordinal
         if (rec := cps.get((item.stream, item.place))) is not None:
@@ -192,13 +197,13 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
             item.events = checkpoint_events(
                 rec,
                 gated=gated,
-                completes_run=not gated and completes_run(rec, facts.finishers),
+                completes_run=not gated and completes_run(rec, facts.finishers, lookup),
                 for_good=failed_for_good(rec, facts.retries.get(o, 0)),
             )
         else:
             ap = aps[(item.stream, item.place)]
             judged = by_hash.get(ap.checkpoint_hash)
-            done = judged is not None and completes_run(judged, facts.finishers)
+            done = judged is not None and completes_run(judged, facts.finishers, lookup)
             item.events = judgement_events(ap, completes_run=done)
     return raw
 

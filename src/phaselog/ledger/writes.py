@@ -17,7 +17,14 @@ from typing import Any
 
 from phaselog.ledger import recorded_pipelines as pipeline_shelf
 from phaselog.ledger.derive import PhaseState
-from phaselog.ledger.events import checkpoint_events, completes_run, failed_for_good, raise_events, run_finishers
+from phaselog.ledger.events import (
+    checkpoint_events,
+    completes_run,
+    failed_for_good,
+    raise_events,
+    run_finishers,
+    snapshot_lookup,
+)
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
 from phaselog.ledger.status import RunStates, blockers_among
 from phaselog.model.artifacts import hash_artifacts
@@ -341,7 +348,7 @@ class Writes:
     def _completes(self, snap: RunSnapshot, pl: Pipeline, cp: Checkpoint) -> bool:
         """Does ``cp`` complete the run? A sink's (not gated), built on every other phase (D206, D280)."""
         ph = pl.phase(cp.phase)
-        return not ph.requires_approval and completes_run(cp, run_finishers(pl))
+        return not ph.requires_approval and completes_run(cp, run_finishers(pl), snapshot_lookup(snap, pl, self.store))
 
     def _check_prerequisites(self, snap: RunSnapshot, pl: Pipeline, ph: Phase) -> None:
         """A strict pipeline's rule: every phase ``ph`` needs, directly or not, is completed (D281)."""
