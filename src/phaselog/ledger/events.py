@@ -113,10 +113,10 @@ def run_finishers(pipeline: Pipeline) -> dict[int, Finisher]:
     """Per ordinal of a sink, what its checkpoint must build on to complete the run (D280). In a
     chain: the last phase, built on every earlier one (D206)."""
     graph = pipeline.graph
-    names = pipeline.phase_names
+    names, sinks = pipeline.phase_names, set(graph.sinks)
     out: dict[int, Finisher] = {}
     for p in pipeline.phases:
-        if p.name not in graph.sinks:
+        if p.name not in sinks:
             continue
         ancestors = set(graph.ancestors(p.name))
         beside = tuple((n, graph.ancestors(n)) for n in names if n != p.name and n not in ancestors)
