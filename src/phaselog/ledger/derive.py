@@ -4,9 +4,10 @@ For each phase in pipeline order the latest attempt decides:
 
 * ``pending``   no attempt;
 * ``failed``    the latest attempt failed;
-* ``stale``     the latest attempt completed, but an earlier phase has since completed a newer
-  attempt than the one this phase was built on (its ``basis``; for seed-tool checkpoints,
-  which have no basis, an earlier phase completed after this one), or its artifacts no longer
+* ``stale``     the latest attempt completed, but a phase it needs (directly or not: its ancestors,
+  ``Pipeline.earlier``; in a chain every earlier phase) has since completed a newer attempt than
+  the one this phase was built on (its ``basis``; for seed-tool checkpoints, which have no basis,
+  such a phase completed after this one), or its artifacts no longer
   match the SHA-256 it recorded (``artifacts``: judged by the caller under a folder, D89);
 * ``in_progress`` an attempt newer than any checkpoint has progress events (``abandoned``
   flags one whose process is gone or whose last event is too old);
@@ -19,7 +20,8 @@ For each phase in pipeline order the latest attempt decides:
 
 Approvals are judged by content hash: an approval of a superseded attempt does not count.
 
-``next_phase`` is the first phase that is not ``completed``; ``None`` when all are.
+``next_phase`` is the first phase that is not ``completed``; ``None`` when all are. It is also the
+first of ``ready_phases``: every phase not completed whose needs all are (``Graph.ready``, D283).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from phaselog.model.graph import Graph, default_needs
 from phaselog.model.pipelines import Phase, Pipeline
 from phaselog.model.records import Checkpoint, format_timestamp, parse_timestamp
 
@@ -138,6 +141,8 @@ class RunStatus:
     run_name: str | None = None
     #: The run's parameters as its checkpoints record them (None: none; D260).
     params: Mapping[str, Any] | None = None
+    #: The pipeline's needs (model/graph.py); None: each phase needs the one before it (a chain).
+    graph: Graph | None = field(default=None, compare=False, repr=False)
 
     @property
     def message(self) -> str | None:
@@ -154,6 +159,17 @@ class RunStatus:
             if p.state != COMPLETED:
                 return p.phase
         return None
+
+    @property
+    def ready_phases(self) -> list[str]:
+        """Every phase not completed whose needs all are, in manifest order (``Graph.ready``: the one rule
+        of readiness, D283). Its first is ``next_phase``: all before that one are completed, and a phase
+        needs only phases listed before it."""
+        graph = self.graph
+        if graph is None:
+            names = [p.phase for p in self.phases]
+            graph = Graph.of(names, [default_needs(names, i) for i in range(len(names))])
+        return list(graph.ready(set(self.completed_phases)))
 
     @property
     def summary(self) -> str:
@@ -200,6 +216,7 @@ class RunStatus:
             "run_name": self.run_name,
             "pipeline": self.pipeline,
             "next_phase": self.next_phase,
+            "ready_phases": self.ready_phases,
             "completed_phases": self.completed_phases,
             "done": self.done,
             "summary": self.summary,
@@ -281,7 +298,16 @@ def derive_status(
         )
         for p in pipeline.phases
     ]
-    return RunStatus(ticket_id, run_id, pipeline.name, tuple(states), tuple(warnings), run_name=run_name, params=params)
+    return RunStatus(
+        ticket_id,
+        run_id,
+        pipeline.name,
+        tuple(states),
+        tuple(warnings),
+        run_name=run_name,
+        params=params,
+        graph=pipeline.graph,
+    )
 
 
 #: The fields a PhaseState takes from a default (every one but phase, ordinal and state).
@@ -409,7 +435,7 @@ def _input_reason(attempt: int, request: Mapping[str, Any]) -> str:
 
 
 def stale_reason(cp: Checkpoint, earlier: Sequence[Phase], latest_completed: dict[str, Checkpoint]) -> str | None:
-    """Why ``cp`` is stale with respect to earlier phases, or None if it is current."""
+    """Why ``cp`` is stale with respect to ``earlier`` (its phase's ancestors), or None if it is current."""
     for e in earlier:
         now = latest_completed.get(e.name)
         if now is None:

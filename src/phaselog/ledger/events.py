@@ -13,9 +13,11 @@ write. A subscriber's failure becomes a warning on the write's result; the recor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from phaselog.model.errors import PhaselogError
 from phaselog.model.events import (
     AwaitingApproval,
     CheckpointWritten,
@@ -26,11 +28,14 @@ from phaselog.model.events import (
     emit,
     subscribe,
 )
+from phaselog.stores.values import Stored
 
 if TYPE_CHECKING:
     from phaselog.model.entries import Approval
-    from phaselog.model.records import Checkpoint
+    from phaselog.model.pipelines import Pipeline
+    from phaselog.model.records import BasisEntry, Checkpoint
     from phaselog.stores.base import Store
+    from phaselog.stores.snapshot import RunSnapshot
 
 
 def failed_for_good(cp: Checkpoint, retries: int) -> bool:
@@ -88,16 +93,94 @@ def builds_on_every_phase(cp: Checkpoint, earlier: Sequence[str]) -> bool:
     return cp.completed and all(name in basis for name in earlier)
 
 
+@dataclass(frozen=True)
+class Finisher:
+    """What a checkpoint of a sink (a phase nothing needs) must build on to complete the run (D280)."""
+
+    #: Every other phase: its basis must name a completed attempt of each.
+    others: tuple[str, ...]
+    #: Each other phase that is no ancestor of the sink (a sink or a branch beside it), with that
+    #: phase's ancestors: the attempt the basis names must have been current, built on the very
+    #: attempts of them the sink's basis names. Empty in a chain.
+    beside: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+#: The record a basis entry names, by phase name and entry (None: not at hand, or another hash).
+BasisLookup = Callable[[str, "BasisEntry"], "Checkpoint | None"]
+
+
+def run_finishers(pipeline: Pipeline) -> dict[int, Finisher]:
+    """Per ordinal of a sink, what its checkpoint must build on to complete the run (D280). In a
+    chain: the last phase, built on every earlier one (D206)."""
+    graph = pipeline.graph
+    names, sinks = pipeline.phase_names, set(graph.sinks)
+    out: dict[int, Finisher] = {}
+    for p in pipeline.phases:
+        if p.name not in sinks:
+            continue
+        ancestors = set(graph.ancestors(p.name))
+        beside = tuple((n, graph.ancestors(n)) for n in names if n != p.name and n not in ancestors)
+        out[p.ordinal] = Finisher(tuple(n for n in names if n != p.name), beside)
+    return out
+
+
+def completes_run(cp: Checkpoint, finishers: Mapping[int, Finisher], lookup: BasisLookup) -> bool:
+    """Does the completed checkpoint ``cp`` (or, for a gated phase, its approval) complete the run?
+    THE rule, for the writer, the gates and the feed alike: ``cp`` is of a sink, built on a
+    completed attempt of every other phase, and each of those beside it (no ancestor of it) was
+    current then — built on the attempts of its own ancestors that ``cp`` names too. So it is the
+    checkpoint that completes the last outstanding sink, decided from the record and the records its
+    basis names by hash (immutable), never from the order records are read in (D206, D280)."""
+    finisher = finishers.get(cp.phase_ordinal)
+    if finisher is None or not builds_on_every_phase(cp, finisher.others):
+        return False
+    basis = cp.basis or {}
+    for name, ancestors in finisher.beside:
+        other = lookup(name, basis[name])
+        if other is None:
+            return False  # not at hand (pruned): no claim that the run completed
+        if other.basis is not None and any(other.basis.get(a) != basis.get(a) for a in ancestors):
+            return False  # it was stale when ``cp`` was written: that phase is still outstanding
+    return True
+
+
+def snapshot_lookup(snap: RunSnapshot, pipeline: Pipeline, store: Store) -> BasisLookup:
+    """A :data:`BasisLookup` over a run's snapshot (the newest completed attempts a write's basis
+    names), reading ``store`` for an attempt the snapshot does not hold (an older one judged)."""
+    ordinals = {p.name: p.ordinal for p in pipeline.phases}
+
+    def lookup(name: str, entry: BasisEntry) -> Checkpoint | None:
+        ordinal = ordinals.get(name)
+        if ordinal is None:
+            return None
+        found = snap.record(ordinal, entry.attempt)
+        if found is None:
+            try:
+                found = store.get(snap.ticket_id, snap.run_id, ordinal, name, entry.attempt)
+            except PhaselogError:
+                return None
+        if not isinstance(found, Stored) or found.record.content_hash != entry.hash:
+            return None
+        return found.record
+
+    return lookup
+
+
 def raise_events(events: list[Event], store: Store) -> list[str]:
     """Emit ``events`` (their records are durable in ``store``); return the subscribers' warnings."""
     return emit(events, store)
 
 
 __all__ = [
+    "BasisLookup",
+    "Finisher",
     "builds_on_every_phase",
     "checkpoint_events",
+    "completes_run",
     "failed_for_good",
     "judgement_events",
     "raise_events",
+    "run_finishers",
+    "snapshot_lookup",
     "subscribe",
 ]

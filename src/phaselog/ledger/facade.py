@@ -181,7 +181,7 @@ class Ledger(Services):
         pipeline: PipelineArg = None,
         artifacts_root: str | os.PathLike[str] | None = None,
     ) -> SkipDecision:
-        """May the run skip to ``phase``? Only if every earlier phase is completed, current and valid."""
+        """May the run skip to ``phase``? Only if its ancestors (D282) are completed, current and valid."""
         return self.states.can_skip_to(ticket_id, run_id, phase, pipeline=pipeline, artifacts_root=artifacts_root)
 
     # -- progress events (progress.py) ------------------------------------------------------------------

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
+from phaselog.ledger.events import run_finishers
 from phaselog.ledger.feed_runs import FeedEvent, RunFacts, run_events
 from phaselog.ledger.gates import read_approvals
 from phaselog.model.errors import PhaselogError, UsageError
@@ -222,7 +223,7 @@ class Feed:
             frozenset(p.ordinal for p in pl.phases if p.requires_approval),
             {p.ordinal: p.execution.retries for p in pl.phases},
             tuple(p.ordinal for p in pl.phases),
-            tuple(p.name for p in pl.phases[:-1]),
+            run_finishers(pl),
         )
 
     def follow(self, **query: Unpack[FollowQuery]) -> Iterator[FeedEvent]:

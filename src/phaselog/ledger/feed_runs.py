@@ -26,13 +26,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, judgement_events
+from phaselog.ledger.events import Finisher, checkpoint_events, completes_run, failed_for_good, judgement_events
 from phaselog.model.events import Event
 from phaselog.model.records import format_timestamp
 
 if TYPE_CHECKING:
     from phaselog.model.entries import Approval
-    from phaselog.model.records import Checkpoint
+    from phaselog.model.records import BasisEntry, Checkpoint
 
 #: (ticket, run or guard key, stream, place in the stream, index among one record's events).
 Position = tuple[str, str, str, int, int]
@@ -79,14 +79,14 @@ class FeedEvent:
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What the feed needs of one run's pipeline: gated phases, retries, the last phase (None: not known)."""
+    """What the feed needs of one run's pipeline: gated phases, retries, the sinks (None: not known)."""
 
     pipeline: str | None
     gated: frozenset[int]
     retries: Mapping[int, int]
     ordinals: tuple[int, ...]
-    #: The names of every phase before the last (what a run-completing record must build on).
-    earlier: tuple[str, ...] = ()
+    #: Per sink's ordinal, what a run-completing record of it must build on (events.run_finishers).
+    finishers: Mapping[int, Finisher] = field(default_factory=dict)
 
 
 @dataclass
@@ -184,9 +184,12 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
         item = _Item(f"a{ap.phase_ordinal}", ap.seq, ap.timestamp, ap.phase_ordinal, [], ap.phase, ap.attempt_number)
         raw.append(item)
         aps[(item.stream, item.place)] = ap
-    earlier = facts.earlier
-    last = facts.ordinals[-1] if facts.ordinals else None
     by_hash = {cp.content_hash: cp for cp in checkpoints}
+
+    def lookup(name: str, entry: BasisEntry) -> Checkpoint | None:
+        found = by_hash.get(entry.hash)  # what a basis names, by hash: immutable, whenever it is read
+        return found if found is not None and (found.phase, found.attempt_number) == (name, entry.attempt) else None
+
     for item in raw:
         o = item.ordinal
         if (rec := cps.get((item.stream, item.place))) is not None:
@@ -194,13 +197,13 @@ def _items(checkpoints: Sequence[Checkpoint], approvals: Sequence[Approval], fac
             item.events = checkpoint_events(
                 rec,
                 gated=gated,
-                completes_run=o == last and not gated and builds_on_every_phase(rec, earlier),
+                completes_run=not gated and completes_run(rec, facts.finishers, lookup),
                 for_good=failed_for_good(rec, facts.retries.get(o, 0)),
             )
         else:
             ap = aps[(item.stream, item.place)]
             judged = by_hash.get(ap.checkpoint_hash)
-            done = o == last and judged is not None and builds_on_every_phase(judged, earlier)
+            done = judged is not None and completes_run(judged, facts.finishers, lookup)
             item.events = judgement_events(ap, completes_run=done)
     return raw
 

@@ -43,9 +43,9 @@ class Forks:
         pl = self.pipelines.for_run(ticket_id, run_id)
         last = pl.phase(through)
         following = pl.phase_by_ordinal(last.ordinal + 1)
-        decision = self.states.can_skip_to(ticket_id, run_id, following.name) if following else None
-        if decision is not None:
-            blockers: list[tuple[str, str, str | None]] = [(b.phase, b.state, b.reason) for b in decision.blockers]
+        if following is not None:  # every phase up to ``last`` completed, current and valid (D282)
+            found = self.states.blockers_through(ticket_id, run_id, last.name, pl)
+            blockers: list[tuple[str, str, str | None]] = [(b.phase, b.state, b.reason) for b in found]
         else:  # forking through the last phase: every phase must be complete
             st = self.states.status(ticket_id, run_id)
             blockers = [(p.phase, p.state, p.reason) for p in st.phases if p.state != "completed"]

@@ -17,7 +17,7 @@ from phaselog.ledger.derive import AWAITING_APPROVAL, AWAITING_INPUT
 # Re-exported: the verdict of the approvals lives in derive (status needs it and must not import the gates);
 # callers that import it from here keep working.
 from phaselog.ledger.derive import judge as judge  # noqa: PLC0414
-from phaselog.ledger.events import builds_on_every_phase, judgement_events, raise_events
+from phaselog.ledger.events import completes_run, judgement_events, raise_events, run_finishers, snapshot_lookup
 from phaselog.model.entries import DECISIONS, Approval, entry_bytes, read_entries
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, NotFound, PhaselogError, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
@@ -249,16 +249,14 @@ class Gates:
             except AlreadyExists:
                 continue  # a concurrent approval took the number: re-read, retry
             # Durable now: tell the subscribers (the queue re-queues a run waiting at this gate).
-            completes = decision == "approve" and self._completes(target, pl)
+            completes = decision == "approve" and self._completes(snap, target, pl)
             warnings += raise_events(judgement_events(approval, completes_run=completes), self.store)
             return approval, warnings
         raise Conflict("could not record the approval")
 
-    def _completes(self, target: Checkpoint, pl: Pipeline) -> bool:
-        """Does approving ``target`` complete the run? Its phase is the last, built on every earlier one (D206)."""
-        if pl.phases[-1].ordinal != target.phase_ordinal:
-            return False
-        return builds_on_every_phase(target, [p.name for p in pl.phases[:-1]])
+    def _completes(self, snap: RunSnapshot, target: Checkpoint, pl: Pipeline) -> bool:
+        """Does approving ``target`` complete the run? Its phase is a sink, built on every other one (D206, D280)."""
+        return completes_run(target, run_finishers(pl), snapshot_lookup(snap, pl, self.store))
 
     def reject(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,28 +45,38 @@ class Blocker:
         return {"phase": self.phase, "state": self.state, "reason": self.reason}
 
 
+def blockers_among(
+    st: RunStatus,
+    names: Collection[str],
+    reason: Callable[[PhaseState], str | None],
+    check_completed: Callable[[PhaseState], Blocker | None] | None = None,
+) -> list[Blocker]:
+    """What blocks a phase built on ``names`` (its ancestors): those of them, in order, not completed.
+
+    Each becomes a Blocker with its state and ``reason(ps)`` (None: the phase's own reason, else
+    its state). ``check_completed``, when given, may also block on a completed one (a damaged newer
+    attempt, a checkpoint that no longer validates). ``can_skip_to``, a strict pipeline's write and
+    a fork share this walk; they word their reasons for their own readers.
+    """
+    blockers: list[Blocker] = []
+    for ps in st.phases:
+        if ps.phase not in names:
+            continue
+        if ps.state != COMPLETED:
+            blockers.append(Blocker(ps.phase, ps.state, reason(ps) or ps.reason or ps.state))
+        elif check_completed is not None and (found := check_completed(ps)) is not None:
+            blockers.append(found)
+    return blockers
+
+
 def blockers_before(
     st: RunStatus,
     ordinal: int,
     reason: Callable[[PhaseState], str | None],
     check_completed: Callable[[PhaseState], Blocker | None] | None = None,
 ) -> list[Blocker]:
-    """What blocks the phase at ``ordinal``: the earlier phases, in order, that are not completed.
-
-    Each becomes a Blocker with its state and ``reason(ps)`` (None: the phase's own reason, else
-    its state). ``check_completed``, when given, may also block on a completed earlier phase (a
-    damaged newer attempt, a checkpoint that no longer validates). ``can_skip_to`` and a strict
-    pipeline's write share this walk; they word their reasons for their own readers.
-    """
-    blockers: list[Blocker] = []
-    for ps in st.phases:
-        if ps.ordinal >= ordinal:
-            break
-        if ps.state != COMPLETED:
-            blockers.append(Blocker(ps.phase, ps.state, reason(ps) or ps.reason or ps.state))
-        elif check_completed is not None and (found := check_completed(ps)) is not None:
-            blockers.append(found)
-    return blockers
+    """:func:`blockers_among` the phases listed before ``ordinal`` (in a chain: the phase's ancestors)."""
+    return blockers_among(st, {ps.phase for ps in st.phases if ps.ordinal < ordinal}, reason, check_completed)
 
 
 def resume_advice(flight: dict[str, Any]) -> str:
@@ -305,13 +315,23 @@ class RunStates:
         pipeline: PipelineArg = None,
         artifacts_root: str | os.PathLike[str] | None = None,
     ) -> SkipDecision:
-        """May the run skip to ``phase``? Only if every earlier phase is completed, current,
-        and its checkpoint validates; otherwise every blocking phase is named with its reason."""
+        """May the run skip to ``phase``? Only if every phase it needs, directly or not (its ancestors; in a
+        chain every earlier phase), is completed, current, and its checkpoint validates; otherwise every
+        blocking phase is named with its reason (D282)."""
         ticket_id = validate_ticket_id(ticket_id)
         run_id = normalize_run_id(run_id)
         snap = self.store.snapshot(ticket_id, run_id)  # the run read once: its pipeline, state and links
         pl = self.pipelines.for_run(ticket_id, run_id, pipeline, snapshot=snap)
         return self.skip_from(snap, self._status(snap, None, pl), pl, phase, artifacts_root=artifacts_root)
+
+    def blockers_through(self, ticket_id: str, run_id: str, phase: str | int, pl: Pipeline) -> list[Blocker]:
+        """What keeps the run's phases up to ``phase``, in manifest order, from being reused (a fork):
+        as :meth:`can_skip_to` the phase after it judges them in a chain (a prefix of the manifest holds
+        every phase its phases need, so a fork's copies are complete in a graph too)."""
+        snap = self.store.snapshot(ticket_id, run_id)
+        last = pl.phase(phase)
+        names = [p.name for p in pl.phases if p.ordinal <= last.ordinal]
+        return self.blockers_of(snap, self._status(snap, None, pl), pl, names)
 
     def skip_from(
         self,
@@ -323,8 +343,23 @@ class RunStates:
         artifacts_root: str | os.PathLike[str] | None = None,
     ) -> SkipDecision:
         """:meth:`can_skip_to` judged on a snapshot and the status derived from it (no second read)."""
-        ticket_id, run_id = snap.ticket_id, snap.run_id
         target = pl.phase(phase)
+        ancestors = pl.graph.ancestors(target.name)
+        blockers = self.blockers_of(snap, st, pl, ancestors, artifacts_root=artifacts_root)
+        return SkipDecision(target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight)
+
+    def blockers_of(
+        self,
+        snap: RunSnapshot,
+        st: RunStatus,
+        pl: Pipeline,
+        names: Collection[str],
+        *,
+        artifacts_root: str | os.PathLike[str] | None = None,
+    ) -> list[Blocker]:
+        """What keeps the phases ``names`` from being built on: those not completed, and the completed
+        ones with a damaged newer attempt or a checkpoint that no longer validates (skip, fork)."""
+        ticket_id, run_id = snap.ticket_id, snap.run_id
 
         def completed_blocker(ps: PhaseState) -> Blocker | None:
             newer_damage = [a for a in ps.damaged_attempts if a > (ps.completed_attempt or 0)]
@@ -338,5 +373,4 @@ class RunStates:
                 return Blocker(ps.phase, "invalid", "; ".join(i.text() for i in report.errors))
             return None
 
-        blockers = blockers_before(st, target.ordinal, _skip_reason, completed_blocker)
-        return SkipDecision(target.name, not blockers, tuple(blockers), st, st.phase(target.name).in_flight)
+        return blockers_among(st, names, _skip_reason, completed_blocker)

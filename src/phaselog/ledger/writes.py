@@ -17,9 +17,16 @@ from typing import Any
 
 from phaselog.ledger import recorded_pipelines as pipeline_shelf
 from phaselog.ledger.derive import PhaseState
-from phaselog.ledger.events import builds_on_every_phase, checkpoint_events, failed_for_good, raise_events
+from phaselog.ledger.events import (
+    checkpoint_events,
+    completes_run,
+    failed_for_good,
+    raise_events,
+    run_finishers,
+    snapshot_lookup,
+)
 from phaselog.ledger.resolve import PipelineArg, PipelineResolver
-from phaselog.ledger.status import RunStates, blockers_before
+from phaselog.ledger.status import RunStates, blockers_among
 from phaselog.model.artifacts import hash_artifacts
 from phaselog.model.durations import aware_utc
 from phaselog.model.errors import (
@@ -148,8 +155,8 @@ class Writes:
         ``attempt=None`` takes the attempt in flight (one with progress events) or else the next
         attempt number, atomically. Raises InvalidRecord (nothing written) when a rule at error
         level is broken, AlreadyExists when ``attempt`` is taken, NotMonotonic when it is below
-        the latest attempt, Prerequisite when an earlier phase blocks a completed checkpoint in a
-        pipeline with ``order: strict``.
+        the latest attempt, Prerequisite when a phase it needs (directly or not) blocks a completed
+        checkpoint in a pipeline with ``order: strict``.
 
         ``artifacts_root``: hash every artifact (SHA-256, relative to that folder) now and record
         the hashes, so a later skip can tell that an artifact changed. ``code_fingerprint``: the
@@ -339,18 +346,17 @@ class Writes:
         return WriteResult(stored, done.warnings + tuple(said))
 
     def _completes(self, snap: RunSnapshot, pl: Pipeline, cp: Checkpoint) -> bool:
-        """Does ``cp`` complete the run? Only the last phase's, built on every earlier phase (D206)."""
-        ph = pl.phases[-1]
-        if not cp.completed or ph.requires_approval or ph.ordinal != cp.phase_ordinal:
-            return False
-        return builds_on_every_phase(cp, [p.name for p in pl.phases[:-1]])
+        """Does ``cp`` complete the run? A sink's (not gated), built on every other phase (D206, D280)."""
+        ph = pl.phase(cp.phase)
+        return not ph.requires_approval and completes_run(cp, run_finishers(pl), snapshot_lookup(snap, pl, self.store))
 
     def _check_prerequisites(self, snap: RunSnapshot, pl: Pipeline, ph: Phase) -> None:
-        earlier = pl.earlier(ph)
-        if not earlier:
+        """A strict pipeline's rule: every phase ``ph`` needs, directly or not, is completed (D281)."""
+        ancestors = pl.graph.ancestors(ph.name)
+        if not ancestors:
             return
         st = self.states.status_from(snap, pl)
-        blockers = blockers_before(st, ph.ordinal, strict_reason)
+        blockers = blockers_among(st, ancestors, strict_reason)
         if blockers:
             raise Prerequisite(
                 f"cannot complete {ph.name}: "
@@ -362,7 +368,7 @@ class Writes:
 
 
 def strict_reason(ps: PhaseState) -> str | None:
-    """Why an unfinished earlier phase blocks a completed checkpoint of a strict pipeline (None: its own reason)."""
+    """Why an unfinished ancestor blocks a completed checkpoint of a strict pipeline (None: its own reason)."""
     if ps.state == "pending":
         return "missing: no checkpoint yet"
     if ps.state == "awaiting_approval":
@@ -396,11 +402,19 @@ def _hash_of(snap: RunSnapshot, ph: Phase, attempt: int) -> str:
 
 
 def _basis(snap: RunSnapshot, pl: Pipeline, ph: Phase) -> dict[str, BasisEntry]:
-    """The newest completed attempt of each earlier phase, with its hash: what ``ph`` builds on."""
+    """The newest completed attempt of each phase that is neither ``ph`` nor after it in the graph (not
+    one of its descendants), with its hash: what ``ph`` builds on. In a chain: every earlier phase.
+
+    In a graph it names completed phases beside ``ph`` too (a b-roll beside the voice-over): staleness
+    looks only at a phase's ancestors, and a sink's basis naming every other phase is what makes its
+    checkpoint the one that completes the run, decided from the record alone (D280)."""
     basis: dict[str, BasisEntry] = {}
+    chain = pl.graph.is_chain  # then "after it" is "at or after its ordinal", as it always was
+    after = set() if chain else {ph.name, *pl.graph.descendants(ph.name)}
     for summary in snap.summaries:  # sorted by ordinal
         ordinal, ref = summary.ordinal, summary.newest_completed
-        if ordinal >= ph.ordinal or pl.phase_by_ordinal(ordinal) is None or ref is None:
+        at = pl.phase_by_ordinal(ordinal)
+        if at is None or ref is None or (ordinal >= ph.ordinal if chain else at.name in after):
             continue
         cp = _record_or_corrupt(snap, ref.phase, ordinal, ref.attempt_number)
         basis[ref.phase] = BasisEntry(ref.attempt_number, cp.content_hash)
