@@ -13,7 +13,7 @@ import graph_data
 import phaselog
 from phaselog.model.pipelines import builtin, load_manifest, pipeline_from_dict
 from phaselog.ui import charts
-from phaselog.views.graph import graph_view, needs_cells, read_status, shape_fields, shape_lines, status_json
+from phaselog.views.graph import graph_view, needs_cells, run_graph, shape_fields, shape_lines, status_json
 from phaselog.views.live import watch_status
 from phaselog.views.timeline import run_timeline
 
@@ -42,16 +42,17 @@ def test_a_pipeline_alone_has_nodes_edges_and_waves_but_no_states(tmp_path: Path
 
 def test_a_run_gives_each_node_its_state_and_attempt_from_the_status_read(dag_store: Path) -> None:
     ledger = phaselog.Ledger(phaselog.open_store(str(dag_store)))
-    st, pipeline = read_status(ledger, graph_data.TICKET, graph_data.RUN)
-    assert pipeline.name == "video-dag"
-    view = graph_view(pipeline, st)
+    st = ledger.status(graph_data.TICKET, graph_data.RUN)
+    assert st.pipeline == "video-dag"
+    view = run_graph(st)
+    assert view == graph_view(ledger.pipeline_for(graph_data.TICKET, graph_data.RUN), st)  # the status carries it all
     assert {n.phase: n.state for n in view.nodes} == graph_data.STATES
     assert view.node("broll").attempt == 2  # the newest recorded
     assert view.node("render").attempt == 1  # the one in flight
     assert view.node("publish").attempt is None
     # the same states as status's own rows: the graph decides nothing about state
     assert {p.phase: p.state for p in st.phases} == {n.phase: n.state for n in view.nodes}
-    data = status_json(st, pipeline)
+    data = status_json(st)
     assert {k: v for k, v in data.items() if k != "graph"} == st.to_json()
     assert data["graph"]["edges"] == [e.to_json() for e in view.edges]
     assert {(e["from"], e["to"]) for e in data["graph"]["edges"]} == graph_data.EDGES
@@ -148,7 +149,7 @@ def test_the_drawing_puts_each_wave_in_a_column_without_overlap_and_joins_every_
 
 def test_the_drawing_colours_each_box_by_its_state_and_links_its_attempt(dag_store: Path) -> None:
     ledger = phaselog.Ledger(phaselog.open_store(str(dag_store)))
-    view = graph_view(*reversed(read_status(ledger, graph_data.TICKET, graph_data.RUN)))
+    view = run_graph(ledger.status(graph_data.TICKET, graph_data.RUN))
     drawn = charts.dag(view, lambda n: f"/{n.phase}/{n.attempt}" if n.attempt else None)
     boxes = {n["phase"]: n for n in drawn["nodes"]}
     assert {p: b["cls"] for p, b in boxes.items()} == {p: f"st-{s}" for p, s in graph_data.STATES.items()}
@@ -189,6 +190,6 @@ def test_status_watch_sends_the_graph_with_each_status(dag_store: Path) -> None:
     changes = watch_status(ledger, graph_data.TICKET, graph_data.RUN, interval=0.1, stop=threading.Event())
     first = next(changes)
     changes.close()
-    assert first == status_json(*read_status(ledger, graph_data.TICKET, graph_data.RUN))
+    assert first == status_json(ledger.status(graph_data.TICKET, graph_data.RUN))
     assert {n["phase"]: n["state"] for n in first["graph"]["nodes"]} == graph_data.STATES
     ledger.close()

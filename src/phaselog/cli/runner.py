@@ -177,10 +177,8 @@ def explain(call: Call, ticket_id: str, run_id: str, workdir: str | None) -> Res
     """
     from phaselog.runner.definition import explain_for  # lazy: only `phaselog explain` needs the explainer
 
-    # Resolved here, not only inside explain_for: the shape shown is the pipeline's that was explained (D301).
-    pl = call.ledger.pipeline_for(ticket_id, run_id, call.pipeline)
-    e = explain_for(call.ledger, ticket_id, run_id, pipeline=pl, workdir=workdir)
-    return Result(explanation_json(views.explanation(e), pl, e.status), _explain_table)
+    e = explain_for(call.ledger, ticket_id, run_id, pipeline=call.pipeline, workdir=workdir)
+    return Result(explanation_json(views.explanation(e), e.status), _explain_table)  # its shape: e.status's
 
 
 @command(cli, writes=True, formats=None, correlation=False, section="Runner")

@@ -19,7 +19,7 @@ from phaselog.cli._scaffold import Call, Result, cli, command, envelope
 from phaselog.model.errors import UsageError
 from phaselog.model.ids import run_title
 from phaselog.views import results as views
-from phaselog.views.graph import graph_view, needs_cells, read_status, shape_lines, status_json
+from phaselog.views.graph import graph_view, needs_cells, shape_lines, status_json
 
 
 # -- status / resume / verify -----------------------------------------------------------------------
@@ -91,8 +91,8 @@ def status(call: Call, ticket_id: str, run_id: str, workdir: str | None, watch: 
     if watch:
         _watch(call, ticket_id, run_id, root, interval)
         return None
-    st, pipeline = read_status(call.ledger, ticket_id, run_id, pipeline=call.pipeline, artifacts_root=root)
-    return Result(status_json(st, pipeline), _status_table)
+    st = call.ledger.status(ticket_id, run_id, pipeline=call.pipeline, artifacts_root=root)
+    return Result(status_json(st), _status_table)
 
 
 _REDRAW = "\x1b[H\x1b[2J"  # cursor home, clear the screen

@@ -23,7 +23,7 @@ from phaselog.model.records import parse_timestamp
 from phaselog.runner.definition import explain_for
 from phaselog.views import results as views
 from phaselog.views.catalog import Catalog, check_run_state
-from phaselog.views.graph import explanation_json, read_status, status_json
+from phaselog.views.graph import explanation_json, status_json
 from phaselog.views.history import sorted_history
 
 Body = Callable[[Ledger, dict[str, Any]], dict[str, Any]]
@@ -75,14 +75,13 @@ def list_runs(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_status(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
-    st, pipeline = read_status(ledger, a["ticket_id"], a["run_id"], artifacts_root=a.get("workdir") or ".")
-    return status_json(st, pipeline)  # `phaselog status`'s JSON, with the graph of a pipeline that is no chain
+    st = ledger.status(a["ticket_id"], a["run_id"], artifacts_root=a.get("workdir") or ".")
+    return status_json(st)  # `phaselog status`'s JSON, with the graph of a pipeline that is no chain
 
 
 def explain(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
-    pipeline = ledger.pipeline_for(a["ticket_id"], a["run_id"])  # as `phaselog explain`: its shape is this one's
-    e = explain_for(ledger, a["ticket_id"], a["run_id"], pipeline=pipeline, workdir=a.get("workdir"))
-    return explanation_json(views.explanation(e), pipeline, e.status)
+    e = explain_for(ledger, a["ticket_id"], a["run_id"], workdir=a.get("workdir"))
+    return explanation_json(views.explanation(e), e.status)
 
 
 def read_checkpoint(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:

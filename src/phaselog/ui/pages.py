@@ -254,9 +254,8 @@ def explain(ui: UI, request: Request) -> Response:
     """What a runner would do with this run now, phase by phase, and why (``phaselog explain``)."""
 
     ticket_id, run_id = _params(request)
-    pipeline = ui.ledger.pipeline_for(ticket_id, run_id)  # as `phaselog explain`: the shape shown is this one's
-    result = explain_run(ui.ledger, ticket_id, run_id, pipeline=pipeline, workdir=ui.settings.artifacts_root)
-    data = explanation_json(views.explanation(result), pipeline, result.status)
+    result = explain_run(ui.ledger, ticket_id, run_id, workdir=ui.settings.artifacts_root)
+    data = explanation_json(views.explanation(result), result.status)  # its shape: the status explain read
     return ui.render(
         request,
         "explain.html",

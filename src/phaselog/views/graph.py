@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from phaselog.model.graph import Graph, default_needs
+
 if TYPE_CHECKING:
     from phaselog.ledger.derive import PhaseState, RunStatus
-    from phaselog.ledger.facade import Ledger
-    from phaselog.ledger.resolve import PipelineArg
     from phaselog.model.pipelines import Pipeline
 
 
@@ -141,27 +141,47 @@ def _run_facts(p: PhaseState) -> tuple[str, int | None, bool]:
 
 def graph_view(pipeline: Pipeline, status: RunStatus | None = None) -> GraphView:
     """The graph of ``pipeline``; with ``status`` (of a run of it, already read) each node's state."""
-    graph = pipeline.graph
+    gated = {ph.name: ph.requires_approval for ph in pipeline.phases}
+    return _view(pipeline.name, pipeline.graph, [(ph.name, ph.ordinal) for ph in pipeline.phases], gated, status)
+
+
+def run_graph(status: RunStatus) -> GraphView:
+    """The graph of the run ``status`` describes, from the status alone: it carries its pipeline's
+    :class:`~phaselog.model.graph.Graph` (a status built without one is a chain), so a command that read
+    the status has read everything its shape needs (the run is read once)."""
+    names = [p.phase for p in status.phases]
+    graph = status.graph or Graph.of(names, [default_needs(names, i) for i in range(len(names))])
+    gated = {p.phase: p.requires_approval for p in status.phases}
+    return _view(status.pipeline, graph, [(p.phase, p.ordinal) for p in status.phases], gated, status)
+
+
+def _view(
+    name: str,
+    graph: Graph,
+    phases: Sequence[tuple[str, int]],
+    gated: Mapping[str, bool],
+    status: RunStatus | None,
+) -> GraphView:
     levels = graph.levels()
-    wave = {name: i for i, level in enumerate(levels) for name in level}
+    wave = {phase: i for i, level in enumerate(levels) for phase in level}
     states: Mapping[str, PhaseState] = {p.phase: p for p in status.phases} if status is not None else {}
     nodes = []
-    for ph in pipeline.phases:
-        known = states.get(ph.name)
+    for phase, ordinal in phases:
+        known = states.get(phase)
         state, attempt, abandoned = _run_facts(known) if known is not None else (None, None, False)
         nodes.append(
             Node(
-                phase=ph.name,
-                ordinal=ph.ordinal,
-                needs=graph.needs[ph.name],
-                level=wave[ph.name],
-                requires_approval=ph.requires_approval,
+                phase=phase,
+                ordinal=ordinal,
+                needs=graph.needs[phase],
+                level=wave[phase],
+                requires_approval=gated.get(phase, False),
                 state=state,
                 attempt=attempt,
                 abandoned=abandoned,
             )
         )
-    return GraphView(pipeline.name, tuple(nodes), levels, graph.is_chain)
+    return GraphView(name, tuple(nodes), levels, graph.is_chain)
 
 
 def shape_fields(view: GraphView) -> dict[str, Any]:
@@ -179,33 +199,13 @@ def needs_cells(d: Mapping[str, Any]) -> dict[str, str] | None:
     return {n["phase"]: ", ".join(n["needs"]) or "—" for n in graph["nodes"]}
 
 
-def read_status(
-    ledger: Ledger,
-    ticket_id: str,
-    run_id: str,
-    *,
-    pipeline: PipelineArg = None,
-    artifacts_root: str | None = None,
-) -> tuple[RunStatus, Pipeline]:
-    """A run's status (``Ledger.status``: one snapshot) and the pipeline it follows, for its shape.
-
-    The pipeline is the one ``status`` resolved; looked up again here because ``Ledger.status`` returns
-    the state alone (a manifest given as a file costs nothing more; a named or recorded one, the
-    run's pipeline reference: D301).
-    """
-    st = ledger.status(ticket_id, run_id, pipeline=pipeline, artifacts_root=artifacts_root)
-    if pipeline is not None and not isinstance(pipeline, str):
-        return st, pipeline
-    return st, ledger.pipeline_for(ticket_id, run_id, pipeline)
-
-
-def status_json(status: RunStatus, pipeline: Pipeline) -> dict[str, Any]:
+def status_json(status: RunStatus) -> dict[str, Any]:
     """``phaselog status``'s JSON (the status's own, ``views.run_status``) and, for a pipeline that is not
     a chain, its graph."""
-    return {**status.to_json(), **shape_fields(graph_view(pipeline, status))}
+    return {**status.to_json(), **shape_fields(run_graph(status))}
 
 
-def explanation_json(explained: Mapping[str, Any], pipeline: Pipeline, status: RunStatus | None) -> dict[str, Any]:
+def explanation_json(explained: Mapping[str, Any], status: RunStatus | None) -> dict[str, Any]:
     """``phaselog explain``'s JSON (``views.explanation``, given) and, for a pipeline that is not a chain,
     its graph with each phase's state as the explanation saw it (``status``: the state it planned from)."""
-    return {**explained, **shape_fields(graph_view(pipeline, status))}
+    return {**explained, **(shape_fields(run_graph(status)) if status is not None else {})}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from phaselog.ledger.feed import advance
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.stores.stamps import run_stamps
-from phaselog.views.graph import read_status, status_json
+from phaselog.views.graph import status_json
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
@@ -104,7 +104,7 @@ def watch_status(
     while True:
         stamp = run_stamp(ledger, ticket_id, run_id)
         if last is None or stamp is None or stamp != seen or looks % recheck_every == 0:
-            current = status_json(*read_status(ledger, ticket_id, run_id, **status))  # `status`'s JSON, with its shape
+            current = status_json(ledger.status(ticket_id, run_id, **status))  # `status`'s JSON, with its shape
             seen = stamp
             if current != last:
                 last = current

@@ -140,7 +140,7 @@ def run_overview(ov: RunOverview) -> dict[str, Any]:
     """The top of a run page (``runpages.overview``): the run's status as ``phaselog status``
     shows it (one row per phase, with its newest attempt), the pipeline, the next phase's blockers."""
     return {
-        "status": status_json(ov.status, ov.pipeline),  # `phaselog status`'s, with a graph unless a chain
+        "status": status_json(ov.status),  # `phaselog status`'s, with a graph unless a chain
         "pipeline": pipeline(ov.pipeline, full=False),
         "skip": skip_decision(ov.skip) if ov.skip is not None else None,
         "version": ov.version,
