@@ -27,7 +27,7 @@ from phaselog.model import events
 from phaselog.model.errors import PhaselogError, UsageError
 from phaselog.model.events import Event
 from phaselog.model.pipelines import Pipeline, pipeline_from_dict
-from phaselog.stores import Store
+from phaselog.stores import Store, open_store
 
 T = "FEED-1"
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "event.schema.json").read_text())
@@ -402,3 +402,19 @@ def test_guard_storage_without_passes_is_read_once_and_gives_no_events(tmp_path:
     finally:
         type(storage).history = real  # type: ignore[method-assign]
     assert calls == []  # its state did not move: its history was not read again
+
+
+def test_the_feed_of_a_postgresql_store_nothing_was_written_to_is_empty(pg_schema_url: str) -> None:
+    # The queue's tables come with the first write: reading the feed (and the queue) before must not fail.
+    led = Ledger(open_store(pg_schema_url))
+    try:
+        assert led.feed(ticket_id="X-1").events == []
+        assert led.feed().events == []
+        from phaselog.stores.sql.queue.rows import SqlQueue
+
+        q = SqlQueue(led.store)
+        assert q.entries() == []
+        assert set(q.counts().values()) == {0}
+        assert q.workers() == []
+    finally:
+        led.close()

@@ -309,7 +309,7 @@ class SqlQueue:
     def get(self, ticket_id: str, run_id: str) -> QueueEntry:
         """One row; NotFound if the run was never submitted."""
         key = check_key(ticket_id, run_id)
-        rows = self.session.query_raw(f"SELECT {COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s", key)
+        rows = self.session.query(f"SELECT {COLUMNS} FROM phaselog_queue WHERE ticket_id = %s AND run_id = %s", key)
         if not rows:
             raise not_queued(ticket_id, run_id)
         return QueueEntry.from_row(rows[0])
@@ -329,7 +329,7 @@ class SqlQueue:
         if ticket_id is not None:
             where.append("ticket_id = %s")
             params.append(ticket_id)
-        rows = self.session.query_raw(
+        rows = self.session.query(
             f"SELECT {COLUMNS} FROM phaselog_queue WHERE {' AND '.join(where)} ORDER BY submitted_at, run_id LIMIT %s",
             (*params, int(limit)),
         )
@@ -337,7 +337,7 @@ class SqlQueue:
 
     def counts(self, queue: str | None = None) -> dict[str, int]:
         """How many runs are in each state."""
-        rows = self.session.query_raw(
+        rows = self.session.query(
             "SELECT state, COUNT(*) FROM phaselog_queue" + (" WHERE queue = %s" if queue else "") + " GROUP BY state",
             (queue,) if queue else (),
         )
@@ -383,14 +383,14 @@ class SqlQueue:
 
     def workers_on(self, host: str) -> list[tuple[str, int, float | None]]:
         """(worker_id, pid, process start) of every worker registered from ``host``."""
-        rows = self.session.query_raw(
+        rows = self.session.query(
             "SELECT worker_id, pid, process_start FROM phaselog_queue_workers WHERE host = %s", (host,)
         )
         return [(str(w), int(p), None if s is None else float(s)) for w, p, s in rows]
 
     def workers(self) -> list[dict[str, Any]]:
         """Every registered worker, with whether its heartbeat is current."""
-        rows = self.session.query_raw(
+        rows = self.session.query(
             "SELECT worker_id, queue, host, pid, process_start, started_at, heartbeat_at, expires_at < "
             f"{self.session.dialect.now} FROM phaselog_queue_workers ORDER BY started_at, worker_id"
         )
