@@ -152,8 +152,8 @@ def _skip_table(d: dict[str, Any]) -> str:
 @click.option("--skip-to", required=True, metavar="PHASE", help="Phase name or ordinal to skip to.")
 @click.option("--artifacts-root", type=click.Path(file_okay=False), help="Also require every artifact to exist here.")
 def resume(call: Call, ticket_id: str, run_id: str, skip_to: str, artifacts_root: str | None) -> Result:
-    """May the run skip to PHASE? Exit 0 if every earlier phase is done, current and valid; else 1
-    with every blocking phase and its reason.
+    """May the run skip to PHASE? Exit 0 if every phase it needs (every earlier one in a chain) is done,
+    current and valid; else 1 with every blocking phase and its reason.
 
     \b
     Example:

@@ -358,8 +358,9 @@ TOOLS: tuple[Tool, ...] = (
     ),
     Tool(
         "can_skip_to",
-        "May the run skip straight to a phase? allowed is true only if every earlier phase is complete, "
-        "current and valid; otherwise blockers says which phase blocks and why (redo that one first). "
+        "May the run skip straight to a phase? allowed is true only if every phase it needs (directly or not; "
+        "in a linear pipeline every earlier one) is complete, current and valid; "
+        "otherwise blockers says which phase blocks and why (redo that one first). "
         "Call it before resuming at a later phase. Reads only." + _ERRORS,
         _ids(("ticket_id", "run_id", "phase"), phase=s.PHASE, artifacts_root=s.WORKDIR),
         s.SKIP,
