@@ -18,7 +18,7 @@ an ``import`` of old records can only reorder the unsealed tail, which no head c
 **Sealed leaves that are gone.** A sealed leaf whose entry is no longer in the history stays in
 the tree (its hash is in the seal) when a prune accounts for it — a prune note of its run lists
 the checkpoint's or judgement's content hash or the progress event's name, or the ticket records
-its run as pruned whole (:func:`record_run_pruned`, written by ``prune`` before it removes a run
+its run as pruned whole (:func:`phaselog.ledger.seals.record_run_pruned`, written by ``prune`` before it removes a run
 of an anchored ticket). Otherwise it was removed outside ``prune``: it leaves the tree, so every
 head that covered it fails its consistency proof, and :attr:`Tree.missing` names it.
 
@@ -28,15 +28,14 @@ the order: a head's root decides, and a seal edited under an anchored head chang
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.history import history_items
 from phaselog.ledger.prune_notes import read_notes
+from phaselog.ledger.seals import SEAL_KIND, SEAL_VERSION, micros, put_numbered, run_pruned_hash
 from phaselog.model.errors import AlreadyExists, Corrupt
 from phaselog.model.ids import validate_ticket_id
 from phaselog.model.limits import json_loads
@@ -47,13 +46,8 @@ if TYPE_CHECKING:
     from phaselog.ledger.services import Services
     from phaselog.stores.base import Store
 
-__all__ = ["SEAL_KIND", "Leaf", "Tree", "record_run_pruned", "seal", "ticket_tree"]
+__all__ = ["SEAL_KIND", "Leaf", "Tree", "seal", "ticket_tree"]
 
-#: The ticket-level entry kind of seals and pruned-run records.
-SEAL_KIND = "tree"
-_VERSION = 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
 #: After the history's own kinds (marker 0, progress 1, checkpoint 2, approval 3).
 _NOTE_KIND, _RUN_PRUNED_KIND = 8, 9
 
@@ -124,10 +118,6 @@ class _Pruned:
     events: set[tuple[str, str, int, int]] = field(default_factory=set)  # (run, phase, attempt, seq)
 
 
-def _micros(at: datetime) -> int:
-    return (at - _EPOCH) // _MICRO
-
-
 def _history(ledger: Services, ticket_id: str, pruned: _Pruned) -> Iterator[tuple[tuple[Any, ...], Leaf]]:
     items = history_items(
         ledger.store,
@@ -145,9 +135,9 @@ def _history(ledger: Services, ticket_id: str, pruned: _Pruned) -> Iterator[tupl
     for rid in ledger.store.runs(ticket_id):
         for note in read_notes(ledger.store, ticket_id, rid).notes:
             if note.note is None:  # a note of the format before timestamps: kept first in its run
-                at, text = _micros(datetime.min.replace(tzinfo=UTC)), ""
+                at, text = micros(datetime.min.replace(tzinfo=UTC)), ""
             else:
-                at, text = _micros(note.note.timestamp), format_timestamp(note.note.timestamp)
+                at, text = micros(note.note.timestamp), format_timestamp(note.note.timestamp)
                 pruned.hashes.update((rid, h) for _, _, h in note.note.judgements)
             pruned.hashes.update((rid, r.content_hash) for r in note.removed)
             for kind, name in note.entries:
@@ -169,11 +159,6 @@ def _vouched(leaf: Leaf, pruned: _Pruned) -> bool:
     return False  # markers, prune notes, pruned-run records: prune never removes them
 
 
-def _run_pruned_hash(doc: dict[str, Any]) -> str:
-    blob = json.dumps({k: v for k, v in doc.items() if k != "content_hash"}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def _read_log(store: Store, ticket_id: str, tree: Tree, pruned: _Pruned) -> tuple[list[Leaf], list[Any]]:
     """The seals' leaves in order, and the pruned-run records (as (key, leaf) pairs)."""
     sealed: list[Leaf] = []
@@ -184,11 +169,11 @@ def _read_log(store: Store, ticket_id: str, tree: Tree, pruned: _Pruned) -> tupl
             if isinstance(data, Corrupt):
                 raise data
             doc = json_loads(data)
-            if not isinstance(doc, dict) or doc.get("schema_version") != _VERSION:
+            if not isinstance(doc, dict) or doc.get("schema_version") != SEAL_VERSION:
                 raise ValueError("not a seal of this format")
             if doc.get("type") == "run_pruned":
                 run, at = str(doc["run_id"]), str(doc["at"])
-                if doc.get("content_hash") != _run_pruned_hash(doc):
+                if doc.get("content_hash") != run_pruned_hash(doc):
                     raise ValueError("content changed after it was written")
                 pruned.runs.add(run)
                 leaf = Leaf("run_pruned", run, None, None, int(name), at, str(doc["content_hash"]))
@@ -240,7 +225,7 @@ def seal(ledger: Services, ticket_id: str, attempts: int = 20) -> Tree:
         if not tree.unsealed:
             return tree
         doc = {
-            "schema_version": _VERSION,
+            "schema_version": SEAL_VERSION,
             "kind": "phaselog.tree",
             "type": "seal",
             "ticket_id": ticket_id,
@@ -248,46 +233,6 @@ def seal(ledger: Services, ticket_id: str, attempts: int = 20) -> Tree:
             "at": format_timestamp(ledger.clock()),
             "leaves": [leaf.sealed() for leaf in tree.unsealed],
         }
-        try:
-            ledger.store.put_entry(SEAL_KIND, ticket_id, None, f"{tree.next_seq:06d}", _body(doc))
-        except AlreadyExists:
-            continue
-        return tree
+        if put_numbered(ledger.store, ticket_id, tree.next_seq, doc):
+            return tree
     raise AlreadyExists(f"ticket {ticket_id}: another anchoring kept sealing first; anchor again")
-
-
-def _body(doc: dict[str, Any]) -> bytes:
-    return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
-
-
-def is_anchored(store: Store, ticket_id: str) -> bool:
-    """Has any anchoring sealed leaves of this ticket (so a pruned run must be recorded)?"""
-    return bool(store.entry_names(SEAL_KIND, ticket_id, None))
-
-
-def record_run_pruned(store: Store, ticket_id: str, run_ids: Iterable[str], at: datetime) -> None:
-    """Record, before ``prune`` removes them whole, that these runs of an anchored ticket go (D321).
-
-    The record is a leaf itself, so removing it later is caught like removing any entry.
-    """
-    if not is_anchored(store, ticket_id):
-        return  # no head covers any leaf of the ticket: nothing to account for
-    for run_id in run_ids:
-        for _ in range(20):
-            names = [n for n in store.entry_names(SEAL_KIND, ticket_id, None) if n.isdigit()]
-            seq = max([0, *map(int, names)]) + 1
-            doc: dict[str, Any] = {
-                "schema_version": _VERSION,
-                "kind": "phaselog.tree",
-                "type": "run_pruned",
-                "ticket_id": ticket_id,
-                "run_id": run_id,
-                "at": format_timestamp(at),
-                "at_us": _micros(at),
-            }
-            doc["content_hash"] = _run_pruned_hash(doc)
-            try:
-                store.put_entry(SEAL_KIND, ticket_id, None, f"{seq:06d}", _body(doc))
-            except AlreadyExists:
-                continue
-            break

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from phaselog.ledger.leaves import record_run_pruned
 from phaselog.ledger.prune_notes import PrunedRecord, PruneNote, read_notes
+from phaselog.ledger.seals import record_run_pruned
 from phaselog.model.errors import NotFound, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.records import Checkpoint
