@@ -251,3 +251,31 @@ def test_the_seal_is_per_anchoring_and_leaves_keep_their_order(
     clock.tick(-86400)
     led.write(T, R, "implement", impl(2))
     assert ticket_leaves(led, T)[: len(before)] == before
+
+
+def test_a_signed_head_that_does_not_extend_the_previous_one_is_reported(
+    led: Ledger, store: Store, tmp_path: Path, keys: Any
+) -> None:
+    """Signed by the right key, but of another history of the same ticket (a forger holding the key
+    and another store): the witness's heads must all be prefixes of today's tree."""
+    from phaselog.model.heads import sign_head
+    from phaselog.stores.files.store import FilesStore
+
+    witness = DirectoryWitness(tmp_path / "w")
+    led.write(T, R, "implement", impl(1))
+    anchor(led, [T], witness, keys[0])
+    elsewhere = FilesStore(tmp_path / "elsewhere")
+    try:
+        other = Ledger(elsewhere)
+        other.write(T, R, "implement", impl(7))
+        other.write(T, R, "implement", impl(8))
+        anchor(other, [T], witness, keys[0])  # the same key, the same ticket, a history that is not ours
+    finally:
+        elsewhere.close()
+    led.write(T, R, "implement", impl(2))
+    (forged,) = [sign_head(keys[0], T, 1, bytes(32), "2026-01-01T00:00:00Z")]
+    with witness.heads_file.open("a") as fh:
+        fh.write(json.dumps(forged.to_json()) + "\n")
+    report = verify_against(led, witness, keys[1])
+    assert _rules(report) == ["not_extended", "not_extended"]
+    assert [p["line"] for p in report["problems"]] == [2, 3]
