@@ -279,3 +279,22 @@ def test_a_signed_head_that_does_not_extend_the_previous_one_is_reported(
     report = verify_against(led, witness, keys[1])
     assert _rules(report) == ["not_extended", "not_extended"]
     assert [p["line"] for p in report["problems"]] == [2, 3]
+
+
+def test_a_large_seal_is_split_into_entries_that_follow_each_other(
+    led: Ledger, tmp_path: Path, keys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phaselog.ledger import leaves
+
+    monkeypatch.setattr(leaves, "SEAL_CHUNK", 2)
+    witness = DirectoryWitness(tmp_path / "w")
+    for i in range(1, 6):
+        led.write(T, R, "implement", impl(i))
+    (head,) = anchor(led, [T], witness, keys[0])
+    assert head.size == 5
+    assert led.store.entry_names(SEAL_KIND, T, None) == ["000001", "000002", "000003"]
+    led.write(T, R, "implement", impl(6))
+    anchor(led, [T], witness, keys[0])
+    tree = ticket_tree(led, T)
+    assert (tree.sealed, tree.broken, tree.unsealed) == (6, [], [])
+    assert verify_against(led, witness, keys[1])["ok"]

@@ -46,7 +46,10 @@ if TYPE_CHECKING:
     from phaselog.ledger.services import Services
     from phaselog.stores.base import Store
 
-__all__ = ["SEAL_KIND", "Leaf", "Tree", "seal", "ticket_tree"]
+__all__ = ["SEAL_CHUNK", "SEAL_KIND", "Leaf", "Tree", "seal", "ticket_tree"]
+
+#: The most leaves one seal lists (about 150 bytes each: 1.5 MB).
+SEAL_CHUNK = 10_000
 
 #: After the history's own kinds (marker 0, progress 1, checkpoint 2, approval 3).
 _NOTE_KIND, _RUN_PRUNED_KIND = 8, 9
@@ -216,23 +219,29 @@ def ticket_tree(ledger: Services, ticket_id: str) -> Tree:
 
 
 def seal(ledger: Services, ticket_id: str, attempts: int = 20) -> Tree:
-    """Seal the ticket's unsealed leaves (one ``tree`` entry) and return the tree the head covers.
+    """Seal the ticket's unsealed leaves and return the tree the head covers.
 
-    Two anchorings racing for the same seal number: the loser reads again and seals what is left.
+    One ``tree`` entry per :data:`SEAL_CHUNK` leaves (an entry stays far below the entry cap). Two
+    anchorings racing for the same seal number: the loser reads again and seals what is left.
     """
     for _ in range(attempts):
         tree = ticket_tree(ledger, ticket_id)
-        if not tree.unsealed:
-            return tree
-        doc = {
-            "schema_version": SEAL_VERSION,
-            "kind": "phaselog.tree",
-            "type": "seal",
-            "ticket_id": ticket_id,
-            "start": tree.sealed,
-            "at": format_timestamp(ledger.clock()),
-            "leaves": [leaf.sealed() for leaf in tree.unsealed],
-        }
-        if put_numbered(ledger.store, ticket_id, tree.next_seq, doc):
+        at, seq, start, raced = format_timestamp(ledger.clock()), tree.next_seq, tree.sealed, False
+        for i in range(0, len(tree.unsealed), SEAL_CHUNK):
+            chunk = tree.unsealed[i : i + SEAL_CHUNK]
+            doc = {
+                "schema_version": SEAL_VERSION,
+                "kind": "phaselog.tree",
+                "type": "seal",
+                "ticket_id": ticket_id,
+                "start": start,
+                "at": at,
+                "leaves": [leaf.sealed() for leaf in chunk],
+            }
+            if not put_numbered(ledger.store, ticket_id, seq, doc):
+                raced = True
+                break
+            seq, start = seq + 1, start + len(chunk)
+        if not raced:
             return tree
     raise AlreadyExists(f"ticket {ticket_id}: another anchoring kept sealing first; anchor again")

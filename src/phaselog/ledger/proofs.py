@@ -136,11 +136,14 @@ def _signed(
 
 def _gone(tree: Tree) -> str:
     """What the seals name that the history lost, for a message."""
-    if not tree.missing:
-        return ""
-    names = "; ".join(leaf.describe() for leaf in tree.missing[:3])
-    more = f" and {len(tree.missing) - 3} more" if len(tree.missing) > 3 else ""
-    return f". Gone with no prune accounting for it: {names}{more}"
+    said = ""
+    if tree.missing:
+        names = "; ".join(leaf.describe() for leaf in tree.missing[:3])
+        more = f" and {len(tree.missing) - 3} more" if len(tree.missing) > 3 else ""
+        said = f". Gone with no prune accounting for it: {names}{more}"
+    if tree.broken:
+        said += f". Seals ignored (edited or out of order): {'; '.join(tree.broken[:3])}"
+    return said
 
 
 def verify_against(ledger: Services, witness: Witness, public: Ed25519PublicKey | None) -> dict[str, Any]:
