@@ -298,3 +298,59 @@ def test_a_large_seal_is_split_into_entries_that_follow_each_other(
     tree = ticket_tree(led, T)
     assert (tree.sealed, tree.broken, tree.unsealed) == (6, [], [])
     assert verify_against(led, witness, keys[1])["ok"]
+
+
+def test_any_interleaving_of_skewed_writes_anchorings_and_prunes_passes(tmp_path: Path) -> None:
+    """The invariant (D320, D321): whatever the writers' clocks say and whenever anchoring and a
+    legitimate prune happen, an untampered history passes every head anchored so far (files store:
+    the order is decided above the stores, the other stores run the examples above)."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from phaselog.stores.files.store import FilesStore
+
+    private, public, _ = make_key_pair(tmp_path / "anchor.key")
+    key, pub = load_private_key(private), load_public_key(public.read_bytes(), source="pub")
+    step = st.one_of(
+        st.tuples(st.just("write"), st.integers(-7200, 7200)),
+        st.tuples(st.just("event"), st.integers(-7200, 7200)),
+        st.tuples(st.just("anchor"), st.just(0)),
+        st.tuples(st.just("prune"), st.integers(1, 2)),
+    )
+    counter = iter(range(10**6))
+
+    @given(st.lists(step, min_size=1, max_size=12))
+    def check(steps: list[tuple[str, int]]) -> None:
+        n = next(counter)
+        store = FilesStore(tmp_path / f"s{n}")
+        try:
+            clock = Clock()
+            led = Ledger(store, clock=clock)
+            witness = DirectoryWitness(tmp_path / f"w{n}")
+            anchored = flying = False
+            attempts = 0
+            for what, arg in steps:
+                clock.tick(1)
+                if what == "write":
+                    clock.tick(arg)  # a writer whose clock is ahead or behind by up to two hours
+                    attempts += 1
+                    led.write(T, R, "implement", impl(attempts))
+                    clock.tick(-arg)
+                    flying = False
+                elif what == "event":
+                    clock.tick(arg)
+                    led.progress(T, R, "implement", "step" if flying else "start", step=1)
+                    clock.tick(-arg)
+                    flying = True
+                elif what == "anchor" and attempts:
+                    anchor(led, [T], witness, key)
+                    anchored = True
+                elif what == "prune" and attempts:
+                    led.prune(T, keep_last=arg)
+            if anchored:
+                report = verify_against(led, witness, pub)
+                assert report["ok"], report
+        finally:
+            store.close()
+
+    check()
