@@ -354,3 +354,42 @@ def test_any_interleaving_of_skewed_writes_anchorings_and_prunes_passes(tmp_path
             store.close()
 
     check()
+
+
+def test_a_copy_keeps_the_seals_so_heads_of_the_source_pass_on_it(
+    led: Ledger, clock: Clock, store: Store, tmp_path: Path, keys: Any
+) -> None:
+    """D324: export carries the seals; on the copy the order and the pruned leaves are the source's."""
+    from phaselog.stores.sql.sqlite import SqliteStore
+    from phaselog.transfer.jsonl import export_records, import_records
+
+    witness = DirectoryWitness(tmp_path / "w")
+    _attempts_with_events(led, clock)
+    anchor(led, [T], witness, keys[0])
+    clock.tick(-7200)  # a lagging writer: history order and seal order now differ
+    led.write(T, R, "implement", impl(5))
+    led.prune(T, keep_last=2)
+    anchor(led, [T], witness, keys[0])
+    assert verify_against(led, witness, keys[1])["ok"]
+    target = SqliteStore(tmp_path / "copy.db")
+    try:
+        copy = Ledger(target)
+        rep = import_records(target, export_records(store), pipelines_root=getattr(store, "root", None))
+        assert rep.conflicts == []
+        assert target.entry_names(SEAL_KIND, T, None) == store.entry_names(SEAL_KIND, T, None)
+        report = verify_against(copy, witness, keys[1])
+        assert report["ok"], report
+        again = import_records(target, export_records(store), pipelines_root=getattr(store, "root", None))
+        assert (again.added, again.conflicts) == (0, [])
+        # A target anchored on its own keeps its seals; the source's are refused, named.
+        other = SqliteStore(tmp_path / "other.db")
+        try:
+            mine = Ledger(other)
+            mine.write(T, R, "implement", impl(1))
+            anchor(mine, [T], DirectoryWitness(tmp_path / "w2"), keys[0])
+            refused = import_records(other, export_records(store), pipelines_root=getattr(store, "root", None))
+            assert any("seal" in c["message"] for c in refused.conflicts)
+        finally:
+            other.close()
+    finally:
+        target.close()
