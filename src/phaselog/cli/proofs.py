@@ -74,12 +74,12 @@ def keys_init(call: Call, out: str) -> Result:
     "--to",
     "to",
     required=True,
-    type=click.Path(file_okay=False),
-    help="The witness directory (a git repository: a commit per anchoring).",
+    help="The witness: a directory (a git repository: a commit per anchoring), or another store's URL "
+    "(sqlite:///…, postgresql://…, file:///…).",
 )
 @click.option("--key", required=True, type=click.Path(dir_okay=False, exists=True), help="The private key (keys init).")
 def anchor(call: Call, ticket_id: str | None, all_tickets: bool, to: str, key: str) -> Result:
-    """Sign each ticket's current head (size, Merkle root) and append it to a witness directory.
+    """Sign each ticket's current head (size, Merkle root) and append it to a witness.
 
     Later, `verify --against DIR` checks that today's history still extends every head.
 
@@ -87,17 +87,22 @@ def anchor(call: Call, ticket_id: str | None, all_tickets: bool, to: str, key: s
     Example:
       phaselog anchor --ticket-id PROJ-1234 --to /mnt/witness --key anchor.key
       phaselog anchor --all --to /mnt/witness --key anchor.key
+      phaselog anchor --all --to sqlite:///mnt/witness/heads.db --key anchor.key
     """
     if (ticket_id is None) == (not all_tickets):
         raise UsageError("give --ticket-id T or --all (one of them)", field="--ticket-id", rule="one_of")
     need_crypto()
     from phaselog.ledger import proofs  # lazy: the proofs machinery only for these commands
-    from phaselog.ledger.witness import DirectoryWitness  # lazy: as above
+    from phaselog.ledger.witness import open_witness  # lazy: as above
     from phaselog.model.heads import load_private_key  # lazy: cryptography only for the commands that sign
 
     ledger = call.ledger
     tickets = ledger.store.tickets() if all_tickets else [ticket_id or ""]
-    heads = proofs.anchor(ledger, tickets, DirectoryWitness(to), load_private_key(key))
+    witness = open_witness(to, field="--to")
+    try:
+        heads = proofs.anchor(ledger, tickets, witness, load_private_key(key))
+    finally:
+        witness.close()
     data: dict[str, Any] = {"witness": to, "heads": [h.to_json() for h in heads]}
     return Result(
         data,
@@ -145,10 +150,10 @@ def prove(call: Call, ticket_id: str, ref: str, size: int | None, key: str | Non
 
 
 def verify_against(call: Call, against: str, key: str | None) -> Result:
-    """`verify --against DIR [--key PUBKEY]`: every anchored head against today's history."""
+    """`verify --against WITNESS [--key PUBKEY]`: every anchored head against today's history."""
     need_crypto()
     from phaselog.ledger import proofs  # lazy: the proofs machinery only for these commands
-    from phaselog.ledger.witness import DirectoryWitness  # lazy: as above
+    from phaselog.ledger.witness import open_witness  # lazy: as above
     from phaselog.model.heads import load_public_key  # lazy: cryptography only for the commands that check
 
     public = None
@@ -157,7 +162,11 @@ def verify_against(call: Call, against: str, key: str | None) -> Result:
             public = load_public_key(Path(key).read_bytes(), source=f"--key {key}")
         except OSError as exc:
             raise UsageError(f"--key {key}: cannot be read ({exc.strerror})", field="--key", rule="key") from None
-    report = proofs.verify_against(call.ledger, DirectoryWitness(against), public)
+    witness = open_witness(against, field="--against")
+    try:
+        report = proofs.verify_against(call.ledger, witness, public)
+    finally:
+        witness.close()
     return Result(
         report,
         lambda d: table(

@@ -187,15 +187,16 @@ def _verify_table(d: dict[str, Any]) -> str:
 @click.option("--run-id", help="Only this run.")
 @click.option(
     "--against",
-    type=click.Path(file_okay=False),
-    help="A witness directory: check every head anchored there against today's history (docs/anchoring.md).",
+    help="A witness (a directory, or a store URL): check every head anchored there against today's history "
+    "(docs/anchoring.md).",
 )
 @click.option("--key", type=click.Path(dir_okay=False), help="--against: the public key every head must be signed by.")
 def verify(call: Call, ticket_id: str | None, run_id: str | None, against: str | None, key: str | None) -> Result:
     """Recompute content hashes and links (prev_hash, basis); report tampering. Exit 1 if any.
 
-    With --against DIR: check that today's history extends every signed head in the witness DIR
-    (a removed or rewritten entry, the newest included, is reported with the head it broke).
+    With --against WITNESS: check that today's history extends every signed head in the witness (a
+    directory or another store's URL; a removed or rewritten entry, the newest included, is reported
+    with the head it broke).
 
     \b
     Example:

@@ -167,8 +167,13 @@ def snapshot_lookup(snap: RunSnapshot, pipeline: Pipeline, store: Store) -> Basi
 
 
 def raise_events(events: list[Event], store: Store) -> list[str]:
-    """Emit ``events`` (their records are durable in ``store``); return the subscribers' warnings."""
-    return emit(events, store)
+    """Emit ``events`` (their records are durable in ``store``); return the subscribers' warnings.
+
+    First, automatic anchoring follows the environment (``PHASELOG_ANCHOR_TO``/``_KEY``, D323).
+    """
+    from phaselog.ledger.autoanchor import from_environment  # lazy: only a write that raises events loads it
+
+    return [*from_environment(), *emit(events, store)]
 
 
 __all__ = [

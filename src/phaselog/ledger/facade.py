@@ -12,8 +12,7 @@
 The Ledger is composed of services (:mod:`phaselog.ledger.services` builds each on first use; none
 knows the Ledger); each public method calls its service. ``Run`` is the facade of one run. Writes and
 judgements raise typed events after the durable write (:mod:`phaselog.ledger.events`); ``feed``
-derives them from the store (:mod:`phaselog.ledger.feed`). Import/export, ``doctor`` and the
-dashboard's queue are functions over a Ledger.
+derives them (:mod:`phaselog.ledger.feed`). Import/export, ``doctor``, the queue: functions over a Ledger.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
+import phaselog.ledger.anchorer  # noqa: F401  (registers automatic anchoring's anchorer: D323)
 from phaselog.ledger.reads import Page
 from phaselog.ledger.resolve import PipelineArg
 from phaselog.ledger.services import Services

@@ -1,30 +1,25 @@
-"""Provable history: a ticket's entries as Merkle leaves, signed heads, anchoring, proofs (issue 26).
+"""Provable history: signed heads over a ticket's Merkle tree, anchoring, proofs (issue 26).
 
-The leaves of a ticket's tree are the content hashes (32 bytes each) of every entry of its
-history: ticket-marker revisions, checkpoints (completed and failed), progress events,
-approvals and rejections, and prune notes. Damaged entries have no trustworthy hash and are
-left out (``verify`` reports them). The order is the history's (D271): time, then kind, run,
-phase ordinal, attempt, sequence — with the content hash last, so the order is total and the
-same on every store and every read. The tree is built with
-:class:`phaselog.model.merkle.MerkleBuilder` as the entries are read.
+A ticket's leaves and their order are :mod:`phaselog.ledger.leaves` (D271, D320): the sealed
+leaves first, seal by seal, then the rest in the history's order; a pruned entry's leaf stays
+as its hash when a prune accounts for it (D321). The tree is built with
+:class:`phaselog.model.merkle.MerkleBuilder`.
 
-``anchor`` signs the current head of each ticket and appends it to a witness; ``verify_against``
-checks every head of a witness against today's history (signature, then an RFC 9162
-consistency proof from the head's size to today's); ``prove`` gives an inclusion proof of one
-entry. docs/anchoring.md has the formats and the threat model.
+``anchor`` seals each ticket's unsealed leaves, signs its head and appends it to a witness (a
+directory, a git repository or another store: :mod:`phaselog.ledger.witness`); ``verify_against``
+checks every head of a witness against today's tree (signature, then an RFC 9162 consistency
+proof from the head's size to today's); ``prove`` gives an inclusion proof of one entry.
+docs/anchoring.md has the formats and the threat model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phaselog.ledger.diff import parse_ref
-from phaselog.ledger.history import history_items
-from phaselog.ledger.prune_notes import read_notes
-from phaselog.ledger.witness import DirectoryWitness
+from phaselog.ledger.leaves import Leaf, Tree, seal, ticket_tree
+from phaselog.ledger.witness import HeadLine
 from phaselog.model import merkle
 from phaselog.model.errors import NotFound, UsageError
 from phaselog.model.heads import (
@@ -39,70 +34,43 @@ from phaselog.model.ids import validate_ticket_id
 from phaselog.model.records import format_timestamp
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
     from phaselog.ledger.services import Services
 
-__all__ = ["Leaf", "anchor", "prove", "ticket_leaves", "tree_of", "verify_against"]
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICRO = timedelta(microseconds=1)
-#: After the history's own kinds (marker 0, progress 1, checkpoint 2, approval 3).
-_NOTE_KIND = 8
+__all__ = ["Leaf", "Witness", "anchor", "prove", "ticket_leaves", "tree_of", "verify_against"]
 
 
-@dataclass(frozen=True)
-class Leaf:
-    """One entry of a ticket's history as a leaf: what it is, and its content hash (hex)."""
+class Witness(Protocol):
+    """Where heads are kept: a directory (or git) witness, or another store (witness.py)."""
 
-    kind: str
-    run_id: str | None
-    phase: str | None
-    attempt_number: int | None
-    seq: int | None
-    at: str
-    hash: str
+    @property
+    def describe(self) -> str:
+        """The witness as a report names it."""
+        ...
 
-    def to_json(self) -> dict[str, Any]:
-        """The entry as a proof names it."""
-        return {
-            "kind": self.kind,
-            "run_id": self.run_id,
-            "phase": self.phase,
-            "attempt_number": self.attempt_number,
-            "seq": self.seq,
-            "at": self.at,
-            "hash": self.hash,
-        }
+    def append(self, heads: Iterable[Head]) -> int:
+        """Append heads durably; how many."""
+        ...
+
+    def keep_key_safely(self, key_id: str, pem: bytes) -> None:
+        """Keep a public key (once)."""
+        ...
+
+    def key_pem(self, key_id: str) -> bytes | None:
+        """A kept public key, or None."""
+        ...
+
+    def lines(self) -> Iterator[HeadLine]:
+        """Every head, in the order appended."""
+        ...
 
 
 def ticket_leaves(ledger: Services, ticket_id: str) -> list[Leaf]:
-    """Every entry of ``ticket_id`` with a content hash, in the tree's order (D271)."""
-    ticket_id = validate_ticket_id(ticket_id)
-    keyed: list[tuple[tuple[Any, ...], Leaf]] = []
-    items = history_items(
-        ledger.store,
-        ticket_id,
-        markers=ledger.tickets.markers,
-        pipeline_for=ledger.pipelines.for_run,
-        event_index=ledger.events.event_index,
-        approvals=ledger.gates.approvals,
-    )
-    for key, e in items:
-        if e["kind"] == "damaged" or not e["hash"]:
-            continue  # no hash to trust: verify reports it, and the tree no longer holds it
-        leaf = Leaf(e["kind"], e["run_id"], e["phase"], e["attempt_number"], e["seq"], e["at"], e["hash"])
-        keyed.append(((*key, leaf.hash), leaf))
-    for rid in ledger.store.runs(ticket_id):
-        for note in read_notes(ledger.store, ticket_id, rid).notes:
-            if note.note is None:  # a note of the format before timestamps: kept first in its run
-                at, text = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MICRO, ""
-            else:
-                at, text = (note.note.timestamp - _EPOCH) // _MICRO, format_timestamp(note.note.timestamp)
-            leaf = Leaf("pruned", rid, None, None, note.seq, text, note.content_hash)
-            keyed.append(((at, _NOTE_KIND, rid, 0, 0, note.seq, leaf.hash), leaf))
-    keyed.sort(key=lambda kv: kv[0])
-    return [leaf for _, leaf in keyed]
+    """Every leaf of ``ticket_id``, in tree order (D320)."""
+    return ticket_tree(ledger, ticket_id).leaves
 
 
 def _bytes(leaves: Sequence[Leaf]) -> list[bytes]:
@@ -117,15 +85,13 @@ def tree_of(leaves: Sequence[Leaf]) -> tuple[int, bytes]:
     return builder.size, builder.root()
 
 
-def anchor(
-    ledger: Services, ticket_ids: Iterable[str], witness: DirectoryWitness, key: Ed25519PrivateKey
-) -> list[Head]:
-    """Sign the current head of each ticket and append them to ``witness``; return the heads."""
+def anchor(ledger: Services, ticket_ids: Iterable[str], witness: Witness, key: Ed25519PrivateKey) -> list[Head]:
+    """Seal each ticket's new leaves, sign its head and append the heads to ``witness``; return them."""
     at = format_timestamp(ledger.clock())
     heads = []
-    for ticket in ticket_ids:
-        size, root = tree_of(ticket_leaves(ledger, ticket))
-        heads.append(sign_head(key, validate_ticket_id(ticket), size, root, at))
+    for ticket in map(validate_ticket_id, ticket_ids):
+        size, root = tree_of(seal(ledger, ticket).leaves)
+        heads.append(sign_head(key, ticket, size, root, at))
     witness.keep_key_safely(key_id_of(key.public_key()), public_key_pem(key.public_key()))
     witness.append(heads)
     return heads
@@ -141,27 +107,53 @@ def _problem(line: int, head: Head | None, rule: str, message: str) -> dict[str,
     }
 
 
-def _key_for(
-    witness: DirectoryWitness, head: Head, cache: dict[str, Ed25519PublicKey | None]
-) -> Ed25519PublicKey | None:
+def _key_for(witness: Witness, head: Head, cache: dict[str, Ed25519PublicKey | None]) -> Ed25519PublicKey | None:
     if head.key_id not in cache:
-        path = witness.key_file(head.key_id)
+        pem = witness.key_pem(head.key_id)
         try:
-            key = load_public_key(path.read_bytes(), source=str(path))
-        except (OSError, UsageError):
-            key = None
-        cache[head.key_id] = key
+            cache[head.key_id] = None if pem is None else load_public_key(pem, source=f"key {head.key_id[:16]}")
+        except UsageError:
+            cache[head.key_id] = None
     return cache[head.key_id]
 
 
-def verify_against(ledger: Services, witness: DirectoryWitness, public: Ed25519PublicKey | None) -> dict[str, Any]:
-    """Check every head of ``witness`` against today's history; the report's ``problems`` say what broke.
+def _signed(
+    hl: HeadLine, public: Ed25519PublicKey | None, witness: Witness, keys: dict[str, Ed25519PublicKey | None]
+) -> dict[str, Any] | None:
+    """The problem with a head's signature, or None when it checks."""
+    head = hl.head
+    assert head is not None
+    where = f"the head of {head.at} (line {hl.line}, size {head.size})"
+    if public is not None and head.key_id != key_id_of(public):
+        return _problem(hl.line, head, "wrong_key", f"{where} is signed by key {head.key_id[:16]}…, not by --key")
+    key = public if public is not None else _key_for(witness, head, keys)
+    if key is None:
+        return _problem(hl.line, head, "unknown_key", f"{where}: the witness keeps no key {head.key_id[:16]}…")
+    if not signature_ok(head, key):
+        return _problem(hl.line, head, "signature", f"{where}: the signature does not check: a forged head")
+    return None
+
+
+def _gone(tree: Tree) -> str:
+    """What the seals name that the history lost, for a message."""
+    said = ""
+    if tree.missing:
+        names = "; ".join(leaf.describe() for leaf in tree.missing[:3])
+        more = f" and {len(tree.missing) - 3} more" if len(tree.missing) > 3 else ""
+        said = f". Gone with no prune accounting for it: {names}{more}"
+    if tree.broken:
+        said += f". Seals ignored (edited or out of order): {'; '.join(tree.broken[:3])}"
+    return said
+
+
+def verify_against(ledger: Services, witness: Witness, public: Ed25519PublicKey | None) -> dict[str, Any]:
+    """Check every head of ``witness`` against today's tree; the report's ``problems`` say what broke.
 
     With ``public`` every head must be signed by that key; without it, by the key the witness
     keeps under the head's ``key_id`` (trust in the witness's own keys: docs/anchoring.md).
     """
     problems: list[dict[str, Any]] = []
-    trees: dict[str, tuple[list[bytes], bytes]] = {}
+    trees: dict[str, tuple[Tree, list[bytes], bytes]] = {}
     keys: dict[str, Ed25519PublicKey | None] = {}
     checked = 0
     for hl in witness.lines():
@@ -170,31 +162,19 @@ def verify_against(ledger: Services, witness: DirectoryWitness, public: Ed25519P
             problems.append(_problem(hl.line, None, "head_format", f"line {hl.line}: {hl.error}"))
             continue
         checked += 1
+        if (bad := _signed(hl, public, witness, keys)) is not None:
+            problems.append(bad)
+            continue
         where = f"the head of {head.at} (line {hl.line}, size {head.size})"
-        if public is not None and head.key_id != key_id_of(public):
-            problems.append(
-                _problem(hl.line, head, "wrong_key", f"{where} is signed by key {head.key_id[:16]}…, not by --key")
-            )
-            continue
-        key = public if public is not None else _key_for(witness, head, keys)
-        if key is None:
-            problems.append(
-                _problem(hl.line, head, "unknown_key", f"{where}: the witness keeps no key {head.key_id[:16]}…")
-            )
-            continue
-        if not signature_ok(head, key):
-            problems.append(
-                _problem(hl.line, head, "signature", f"{where}: the signature does not check: a forged head")
-            )
-            continue
         if head.ticket_id not in trees:
             try:
-                leaves = _bytes(ticket_leaves(ledger, head.ticket_id))
+                tree = ticket_tree(ledger, head.ticket_id)
             except UsageError as exc:  # a signed head naming no possible ticket: report it, go on
                 problems.append(_problem(hl.line, head, "head_format", f"{where}: {exc.message}"))
                 continue
-            trees[head.ticket_id] = (leaves, merkle.tree_hash(leaves))
-        leaves, root = trees[head.ticket_id]
+            leaves = _bytes(tree.leaves)
+            trees[head.ticket_id] = (tree, leaves, merkle.tree_hash(leaves))
+        tree, leaves, root = trees[head.ticket_id]
         n = len(leaves)
         if n < head.size:
             problems.append(
@@ -203,7 +183,7 @@ def verify_against(ledger: Services, witness: DirectoryWitness, public: Ed25519P
                     head,
                     "entries_removed",
                     f"ticket {head.ticket_id}: today's history has {n} entries, fewer than the {head.size} of "
-                    f"{where}: entries were removed (the newest ones included)",
+                    f"{where}: entries were removed (the newest ones included){_gone(tree)}",
                 )
             )
             continue
@@ -215,12 +195,12 @@ def verify_against(ledger: Services, witness: DirectoryWitness, public: Ed25519P
                     head,
                     "not_extended",
                     f"ticket {head.ticket_id}: today's history ({n} entries) does not extend {where}: an entry "
-                    f"among its first {head.size} was removed, rewritten or put in its place",
+                    f"among its first {head.size} was removed, rewritten or put in its place{_gone(tree)}",
                 )
             )
     return {
         "ok": not problems,
-        "witness": str(witness.path),
+        "witness": witness.describe,
         "heads_checked": checked,
         "tickets": sorted(trees),
         "problems": problems,
@@ -232,8 +212,10 @@ def _find(ledger: Services, ticket_id: str, leaves: Sequence[Leaf], ref: str) ->
     phase = ledger.pipelines.for_run(ticket_id, r.run_id).phase(r.phase).name
     kind = "checkpoint" if r.seq is None else "progress"
     for i, leaf in enumerate(leaves):
-        if (leaf.kind, leaf.run_id, leaf.phase, leaf.attempt_number) == (kind, r.run_id, phase, r.attempt) and (
-            r.seq is None or leaf.seq == r.seq
+        if (
+            not leaf.pruned
+            and (leaf.kind, leaf.run_id, leaf.phase, leaf.attempt_number) == (kind, r.run_id, phase, r.attempt)
+            and (r.seq is None or leaf.seq == r.seq)
         ):
             return i
     raise NotFound(f"REF: {ref} is not an entry of ticket {ticket_id}'s history", field="REF", rule="not_found")

@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from phaselog.ledger.prune_notes import PrunedRecord, PruneNote, read_notes
+from phaselog.ledger.seals import record_run_pruned
 from phaselog.model.errors import NotFound, UsageError
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.records import Checkpoint
@@ -130,6 +131,10 @@ class Pruner:
                     str(s.record.forked_from.get("content_hash")) for s in items if s.record.forked_from
                 )
             for rid in runs:
+                # An anchored ticket records a run's going whole (D321): before, when --run-id says it goes;
+                # after the lock (SQLite's is a transaction) when its age decides, a crash between is a false alarm.
+                if run_id is not None and not dry_run and rid in self.store.runs(tid):
+                    record_run_pruned(self.store, tid, [rid], now)
                 with store.locked_run(tid, rid) as handle:
                     if handle is None:
                         if run_id is not None:
@@ -137,6 +142,8 @@ class Pruner:
                         continue  # removed whole by another prune meanwhile
                     plan = self._decide(tid, rid, now, older_than, keep_last, run_id is not None, fork_sources)
                     self._apply(store, handle, tid, rid, plan, rep)
+                if plan.whole and run_id is None and not dry_run:
+                    record_run_pruned(self.store, tid, [rid], now)
         return rep
 
     def _decide(

@@ -19,11 +19,12 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from phaselog.model.errors import InvalidRecord, StoreError, UsageError
+from phaselog.model.errors import InvalidRecord, PhaselogError, StoreError, UsageError
 from phaselog.model.heads import Head
 
-__all__ = ["GIT_MESSAGE", "HEADS_FILE", "DirectoryWitness", "HeadLine"]
+__all__ = ["GIT_MESSAGE", "HEADS_FILE", "WITNESS_GUARD", "DirectoryWitness", "HeadLine", "StoreWitness", "open_witness"]
 
 #: The message of the commit made in a witness that is a git repository.
 GIT_MESSAGE = "phaselog anchor: {n} head(s)"
@@ -54,6 +55,21 @@ class DirectoryWitness:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+
+    @property
+    def describe(self) -> str:
+        """The witness as a report names it."""
+        return str(self.path)
+
+    def key_pem(self, key_id: str) -> bytes | None:
+        """The public key ``key_id`` the witness keeps, or None."""
+        try:
+            return self.key_file(key_id).read_bytes()
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     @property
     def heads_file(self) -> Path:
@@ -169,3 +185,117 @@ class DirectoryWitness:
                 except (ValueError, RecursionError) as exc:
                     reason = exc.message if isinstance(exc, InvalidRecord) else f"not valid JSON ({exc})"
                     yield HeadLine(number, None, reason)
+
+
+#: The guard whose history holds a store witness's heads and keys.
+WITNESS_GUARD = "phaselog-witness"
+_HEADS, _KEY = "phaselog.heads", "phaselog.key"
+
+
+class StoreWitness:
+    """Another phaselog store as the witness (D322): heads appended to the history of its guard
+    ``phaselog-witness`` (the guard storage every backend has: a file beside a files store, rows of
+    ``phaselog_guard_history`` on SQL), one history entry per anchoring, and each key once.
+    """
+
+    def __init__(self, url: str, *, field: str) -> None:
+        self.url = url
+        self.field = field
+        self._store: Any = None
+
+    @property
+    def describe(self) -> str:
+        """The witness as a report names it."""
+        return self.url
+
+    def _storage(self, *, create: bool) -> Any:
+        from phaselog.stores import open_store  # lazy: only a store witness opens a second store
+        from phaselog.stores.base import guard_keeper  # lazy: as above
+
+        if self._store is None:
+            try:
+                self._store = open_store(self.url, create=create)
+            except PhaselogError as exc:
+                raise UsageError(
+                    f"{self.field} {self.url}: cannot open the witness store ({exc.message})",
+                    field=self.field,
+                    rule="witness",
+                ) from None
+        keeper = guard_keeper(self._store)
+        if keeper is None:
+            raise UsageError(
+                f"{self.field} {self.url}: this store keeps no guard storage", field=self.field, rule="witness"
+            )
+        return keeper.guard_storage(WITNESS_GUARD)
+
+    def _entries(self) -> list[dict[str, Any]]:
+        try:
+            return list(self._storage(create=False).history())
+        except UsageError:
+            raise
+        except PhaselogError as exc:
+            raise UsageError(
+                f"{self.field} {self.url}: cannot read the witness store ({exc.message})",
+                field=self.field,
+                rule="witness",
+            ) from None
+
+    def append(self, heads: Iterable[Head]) -> int:
+        """Append ``heads`` as one history entry of the witness guard; return how many."""
+        data = [h.to_json() for h in heads]
+        self._storage(create=True).append_history({"kind": _HEADS, "heads": data})
+        return len(data)
+
+    def keep_key_safely(self, key_id: str, pem: bytes) -> None:
+        """Keep the public key ``key_id`` (once)."""
+        if self.key_pem(key_id, create=True) is None:
+            self._storage(create=True).append_history({"kind": _KEY, "key_id": key_id, "pem": pem.decode()})
+
+    def key_pem(self, key_id: str, *, create: bool = False) -> bytes | None:
+        """The public key ``key_id`` the witness keeps, or None."""
+        for e in self._storage(create=create).history():
+            if e.get("kind") == _KEY and e.get("key_id") == key_id and isinstance(e.get("pem"), str):
+                return str(e["pem"]).encode()
+        return None
+
+    def lines(self) -> Iterator[HeadLine]:
+        """Every head, numbered from 1 in the order appended; an unreadable entry as an error."""
+        number = 0
+        entries = self._entries()
+        if not any(e.get("kind") == _HEADS for e in entries):
+            raise UsageError(
+                f"{self.field} {self.url}: this store holds no anchored heads "
+                "(anchor to it first: phaselog anchor --to …)",
+                field=self.field,
+                rule="witness",
+            )
+        for e in entries:
+            if e.get("kind") == _KEY:
+                continue
+            heads = e.get("heads") if e.get("kind") == _HEADS else None
+            if not isinstance(heads, list):
+                number += 1
+                yield HeadLine(
+                    number, None, f"witness entry {e.get('seq')}: not a list of heads ({e.get('error', e.get('kind'))})"
+                )
+                continue
+            for data in heads:
+                number += 1
+                try:
+                    yield HeadLine(number, Head.from_json(data))
+                except InvalidRecord as exc:
+                    yield HeadLine(number, None, exc.message)
+
+    def close(self) -> None:
+        """Close the witness store."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def open_witness(spec: str, *, field: str) -> DirectoryWitness | StoreWitness:
+    """A directory path is a directory (or git) witness; a store URL (``sqlite://``, ``postgresql://``,
+    ``file://``) is a store witness."""
+    if "://" in spec:
+        return StoreWitness(spec, field=field)
+    return DirectoryWitness(spec)

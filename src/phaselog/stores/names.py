@@ -14,6 +14,7 @@ progress event              ``<NNN>_<phase>_a<kkkkkk>_s<sssssssss>``       ``.pr
 approval                    ``<ssssss>_<NNN>_<phase>_a<kkkkkk>``           ``.approvals``
 ticket marker revision      ``rev_<rrrrrr>``                               ``.markers``
 prune note                  ``<ssssss>``                                   ``.pruned``
+seal, pruned-run record     ``<ssssss>``                                   ``<ticket>/.tree``
 ==========================  =============================================  ===================
 """
 
@@ -27,7 +28,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 #: Audit entry kinds, each in its own folder (files) or ``kind`` column (SQL).
-ENTRY_KINDS = ("progress", "approvals", "markers", "pruned")
+ENTRY_KINDS = ("progress", "approvals", "markers", "pruned", "tree")
 #: What any entry name may look like (safe as a file name, bounded).
 ENTRY_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 _PHASE = r"([a-z][a-z0-9_]*)"

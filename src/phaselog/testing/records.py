@@ -131,6 +131,16 @@ class RecordTests(Fixtures):
             store.put_entry("markers", "ONLY-1", None, "rev_000001", b"{}\n")
         assert store.entry_names("markers", "ONLY-1", None) == ["rev_000001"]
 
+    def test_seals_are_ticket_level_entries_kept_beside_the_runs(self, led: Ledger, store: Store) -> None:
+        # Anchoring's seals (docs/anchoring.md, D320): kind "tree", no run; a prune of a run keeps them.
+        led.write(T, R1, "implement", impl(1))
+        store.put_entry("tree", T, None, "000001", b'{"x":1}\n')
+        with pytest.raises(AlreadyExists):
+            store.put_entry("tree", T, None, "000001", b"{}\n")
+        assert store.entry_names("tree", T, None) == ["000001"]
+        assert [(n, b) for n, _, b in store.entries("tree", T, None)] == [("000001", b'{"x":1}\n')]
+        assert store.runs(T) == [RUN1]  # not a run
+
     def test_values_with_sql_metacharacters_are_stored_exactly(self, led: Ledger, store: Store) -> None:
         # Every value is a bound parameter: text that looks like SQL (or like a placeholder) is data.
         nasty = [

@@ -2,7 +2,8 @@
 
 Each line is one record with its content hash, in a stable order: tickets sorted; per ticket its
 marker revisions, then per run (sorted) its checkpoints by (phase ordinal, attempt), its progress
-events, approvals and prune notes by name. Import recomputes every hash before writing anything
+events, approvals and prune notes by name; a ticket's anchoring seals (kind ``tree``,
+:mod:`phaselog.transfer.seals`) follow its markers. Import recomputes every hash before writing anything
 of that record and is idempotent: a record already present with the same hash is skipped; one
 present with another hash is reported as a conflict and left as it is.
 
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.facade import Ledger
 from phaselog.ledger.prune_notes import document_hash
+from phaselog.ledger.seals import SEAL_KIND
 from phaselog.model.entries import Approval, Marker, ProgressEvent, entry_bytes
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.model.limits import MAX_RECORD_BYTES, json_loads
@@ -30,6 +32,7 @@ from phaselog.stores.kernel import record_document
 from phaselog.transfer.importing import Plan, parse_line, plan_markers, plan_run
 from phaselog.transfer.importing import check_entry_phases as check_phases
 from phaselog.transfer.manifests import ExportManifests, is_manifest_line, parse_manifest_line, record_imported
+from phaselog.transfer.seals import is_seal_line, parse_seal_line, plan_seals, seal_body, seal_hash
 from phaselog.views.streams import spool
 
 if TYPE_CHECKING:
@@ -43,6 +46,8 @@ def entry_hash(kind: str, document: Any) -> str:
     """The content hash of an audit entry's document (as its record class computes it)."""
     if kind == "pruned":
         return document_hash(document)
+    if kind == SEAL_KIND:
+        return seal_hash(document)
     return str(_ENTRY_TYPES[kind].from_json(document).content_hash)
 
 
@@ -60,6 +65,7 @@ def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[
     tickets = [ticket_id] if ticket_id is not None else store.tickets()
     for tid in tickets:
         yield from _entry_lines(store, "markers", tid, None)
+        yield from _entry_lines(store, SEAL_KIND, tid, None)
         for rid in store.runs(tid):
             for item in store.iter_records(tid, rid):
                 if isinstance(item, Damaged):
@@ -161,7 +167,7 @@ def import_records(
                 pipeline = parse_manifest_line(n, line)
                 manifests[(pipeline.name, pipeline.manifest_hash)] = pipeline
                 continue
-            item = parse_line(n, line, ledger, manifests)
+            item = _parse(n, line, ledger, manifests)
             total += 1
             here = (item.ticket_id, item.run_id or "")
             if grouped and key is not None and here < key:
@@ -181,7 +187,7 @@ def import_records(
             on_total(total)
         saved.seek(0)
         parsed = ((n, json_loads(text)) for n, text in enumerate(saved, start=1))
-        items = (parse_line(n, line, ledger, manifests) for n, line in parsed if not is_manifest_line(line))
+        items = (_parse(n, line, ledger, manifests) for n, line in parsed if not is_manifest_line(line))
         # The manifests first: a record stored here never lacks its pipeline's manifest.
         recorded = record_imported(store, manifests, [PipelineRef(n, "", h) for n, h in manifests])
         if grouped:
@@ -202,11 +208,19 @@ def _phase_error(check: Callable[[list[Any], Ledger], None], group: list[Any], l
     return None
 
 
+def _parse(n: int, line: Any, ledger: Ledger, manifests: dict[tuple[str, str], Any]) -> Any:
+    return parse_seal_line(n, line) if is_seal_line(line) else parse_line(n, line, ledger, manifests)
+
+
+def _group_key(item: Any) -> tuple[str, str | None, bool]:
+    return item.ticket_id, item.run_id, item.type == SEAL_KIND
+
+
 def _consecutive(items: Iterable[Any]) -> Iterator[list[Any]]:
-    """Runs of items with the same (ticket, run), in input order."""
+    """Runs of items with the same (ticket, run) — a ticket's seals apart — in input order."""
     group: list[Any] = []
     for item in items:
-        if group and (item.ticket_id, item.run_id) != (group[0].ticket_id, group[0].run_id):
+        if group and _group_key(item) != _group_key(group[0]):
             yield group
             group = []
         group.append(item)
@@ -216,11 +230,11 @@ def _consecutive(items: Iterable[Any]) -> Iterator[list[Any]]:
 
 def _by_run(items: list[Any]) -> list[list[Any]]:
     """Items grouped by (ticket, run) wherever they are: every ticket's markers first, then runs."""
-    markers: dict[str, list[Any]] = {}
+    markers: dict[tuple[str, str | None, bool], list[Any]] = {}
     runs: dict[tuple[str, str], list[Any]] = {}
     for item in items:
         if item.run_id is None:
-            markers.setdefault(item.ticket_id, []).append(item)
+            markers.setdefault(_group_key(item), []).append(item)
         else:
             runs.setdefault((item.ticket_id, item.run_id), []).append(item)
     return [*markers.values(), *runs.values()]
@@ -236,7 +250,9 @@ def _import_groups(
     for group in groups:
         first = group[0]
         plan = Plan()
-        if first.run_id is None:
+        if first.type == SEAL_KIND:
+            plan_seals(store, first.ticket_id, group, plan)
+        elif first.run_id is None:
             plan_markers(ledger, first.ticket_id, group, plan)
         else:
             plan_run(ledger, first.ticket_id, first.run_id, group, plan)
@@ -276,6 +292,9 @@ def _store(store: Store, item: Any, latest: dict[tuple[str, str], dict[int, int]
                 continue  # another writer appended to the run meanwhile: list it again, once
             newest[cp.phase_ordinal] = max(newest.get(cp.phase_ordinal, 0), cp.attempt_number)
             return
+        return
+    if item.type == SEAL_KIND:
+        store.put_entry(SEAL_KIND, item.ticket_id, None, item.name, seal_body(item))
         return
     if item.type == "pruned":
         note = item.record.note
