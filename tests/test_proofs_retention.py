@@ -193,8 +193,6 @@ def witness_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
 def test_another_store_is_a_witness(
     led: Ledger, clock: Clock, store: Store, witness_url: str, keys: Any, backend: str
 ) -> None:
-    if backend != "sqlite" and not witness_url.startswith("sqlite"):
-        pytest.skip("every witness kind once (sqlite store), every store once (sqlite witness)")
     witness = open_witness(witness_url, field="--to")
     assert isinstance(witness, StoreWitness)
     try:
