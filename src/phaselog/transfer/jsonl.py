@@ -2,9 +2,10 @@
 
 Each line is one record with its content hash, in a stable order: tickets sorted; per ticket its
 marker revisions, then per run (sorted) its checkpoints by (phase ordinal, attempt), its progress
-events, approvals and prune notes by name. Import recomputes every hash before writing anything
-of that record and is idempotent: a record already present with the same hash is skipped; one
-present with another hash is reported as a conflict and left as it is.
+events, approvals, prune notes and log entries (kind ``logs``: chunks and kept logs) by name.
+Import recomputes every hash before writing anything of that record and is idempotent: a record
+already present with the same hash is skipped; one present with another hash is reported as a
+conflict and left as it is.
 
     {"type": "checkpoint", "ticket_id": …, "run_id": …, "content_hash": …, "document": {…}}
     {"type": "entry", "kind": "progress", "ticket_id": …, "run_id": …, "name": …, "content_hash": …,
@@ -21,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from phaselog.ledger.facade import Ledger
 from phaselog.ledger.prune_notes import document_hash
-from phaselog.model.entries import Approval, Marker, ProgressEvent, entry_bytes
+from phaselog.model.entries import entry_bytes
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.model.limits import MAX_RECORD_BYTES, json_loads
 from phaselog.model.records import Checkpoint, PipelineRef
 from phaselog.stores.base import Damaged, Store
 from phaselog.stores.kernel import record_document
-from phaselog.transfer.importing import Plan, parse_line, plan_markers, plan_run
+from phaselog.transfer.importing import Plan, entry_type, parse_line, plan_markers, plan_run
 from phaselog.transfer.importing import check_entry_phases as check_phases
 from phaselog.transfer.manifests import ExportManifests, is_manifest_line, parse_manifest_line, record_imported
 from phaselog.views.streams import spool
@@ -36,14 +37,13 @@ if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
 
 EXPORT_VERSION = 1
-_ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
 
 
 def entry_hash(kind: str, document: Any) -> str:
     """The content hash of an audit entry's document (as its record class computes it)."""
     if kind == "pruned":
         return document_hash(document)
-    return str(_ENTRY_TYPES[kind].from_json(document).content_hash)
+    return str(entry_type(kind, document).from_json(document).content_hash)
 
 
 def _checkpoint_document(store: Store, record: Checkpoint) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[
                     "content_hash": rec.content_hash,
                     "document": _checkpoint_document(store, rec),
                 }
-            for kind in ("progress", "approvals", "pruned"):
+            for kind in ("progress", "approvals", "pruned", "logs"):
                 yield from _entry_lines(store, kind, tid, rid)
 
 
