@@ -14,15 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from phaselog.model.entries import parse_entry
-from phaselog.model.errors import Corrupt, NotFound
+from phaselog.model.errors import Corrupt, NotFound, UnknownPhase
 from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.logs import LOGS, KeptLog, LogChunk
-from phaselog.stores.names import event_prefix, log_prefix, parse_event_name, parse_log_name
+from phaselog.stores.names import log_prefix, parse_event_name, parse_log_name
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
     from phaselog.ledger.resolve import PipelineArg
-    from phaselog.model.pipelines import Phase
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,16 @@ class PhaseLog:
 
 
 @dataclass(frozen=True)
+class _Phase:
+    name: str
+    ordinal: int
+
+
+@dataclass(frozen=True)
 class _Target:
     ticket_id: str
     run_id: str
-    phase: Phase
+    phase: _Phase
     #: The attempts of the phase known now: recorded, in flight (progress events) or logged.
     attempts: tuple[int, ...]
     recorded: frozenset[int]
@@ -77,16 +82,24 @@ def _target(ledger: Ledger, ticket_id: str, run_id: str, phase: str | int, pipel
     store = ledger.store
     if rid not in store.runs(tid):
         raise NotFound(f"run {run_id} of ticket {tid} not found", ticket_id=tid, run_id=rid)
-    ph = ledger.pipeline_for(tid, rid, pipeline).phase(phase)
+    names = [(n, parse_event_name(n)) for n in store.entry_names("progress", tid, rid)]
+    logged = [(n, parse_log_name(n)) for n in store.entry_names(LOGS, tid, rid)]
+    try:
+        found = ledger.pipeline_for(tid, rid, pipeline).phase(phase)
+        ph = _Phase(found.name, found.ordinal)
+    except UnknownPhase:
+        # A run whose first phase still runs has no checkpoint naming its pipeline: its entries name the phase.
+        named = [
+            (p.ordinal, p.phase)
+            for _n, p in (*names, *logged)
+            if p is not None and str(phase) in (p.phase, str(p.ordinal))
+        ]
+        if not named:
+            raise
+        ph = _Phase(named[0][1], named[0][0])
     recorded = {r.attempt_number for r in store.attempts(tid, rid) if r.phase_ordinal == ph.ordinal}
     seen = set(recorded)
-    prefix = event_prefix(ph.ordinal, ph.name)
-    for name in store.entry_names("progress", tid, rid):
-        ev = parse_event_name(name)
-        if name.startswith(prefix) and ev is not None and ev.phase == ph.name:
-            seen.add(ev.attempt)
-    for name in store.entry_names(LOGS, tid, rid):
-        got = parse_log_name(name)
+    for _n, got in (*names, *logged):
         if got is not None and (got.ordinal, got.phase) == (ph.ordinal, ph.name):
             seen.add(got.attempt)
     return _Target(tid, rid, ph, tuple(sorted(seen)), frozenset(recorded))
