@@ -42,15 +42,15 @@ def logs(
       phaselog logs --ticket-id CHURN-7 --run-id nightly-2026-11-30 --phase render
       phaselog logs --ticket-id CHURN-7 --run-id nightly-2026-11-30 --phase render --follow
     """
-    from phaselog.ledger.logs import follow_log  # lazy: only `phaselog logs` reads logs
-
     if attempt is not None and attempt < 1:
         raise UsageError(f"--attempt: must be 1 or more, not {attempt}", field="--attempt", rule="min")
     ledger = call.ledger
     if follow:
         wait = parse_duration(poll, field="poll").total_seconds()
         try:
-            for piece in follow_log(ledger, ticket_id, run_id, phase, attempt, pipeline=call.pipeline, poll=wait):
+            for piece in ledger.logs_reader.follow(
+                ticket_id, run_id, phase, attempt, pipeline=call.pipeline, poll=wait
+            ):
                 _out(json.dumps({"text": piece}, ensure_ascii=False) + "\n" if as_json else piece)
         except KeyboardInterrupt:
             return

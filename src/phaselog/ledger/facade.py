@@ -24,7 +24,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
-from phaselog.ledger.logs import PhaseLog, read_log
 from phaselog.ledger.reads import Page
 from phaselog.ledger.resolve import PipelineArg
 from phaselog.ledger.services import Services
@@ -35,6 +34,7 @@ from phaselog.stores import Damaged, Stored
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
     from phaselog.ledger.feed import FeedEvent, FeedPage, FeedQuery, FollowQuery
+    from phaselog.ledger.logs import PhaseLog
     from phaselog.ledger.progress import Flight
     from phaselog.ledger.retention import PruneReport
     from phaselog.ledger.status import SkipDecision
@@ -250,7 +250,7 @@ class Ledger(Services):
         self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: PipelineArg = None
     ) -> PhaseLog:
         """An attempt's log as the store keeps it (default: the phase's newest attempt; ledger/logs.py)."""
-        return read_log(self, ticket_id, run_id, phase, attempt, pipeline=pipeline)
+        return self.logs_reader.read(ticket_id, run_id, phase, attempt, pipeline=pipeline)
 
     # -- approvals (gates.py) ---------------------------------------------------------------------------
     def approve(

@@ -20,8 +20,8 @@ from phaselog.model.logs import LOGS, KeptLog, LogChunk
 from phaselog.stores.names import log_prefix, parse_event_name, parse_log_name
 
 if TYPE_CHECKING:
-    from phaselog.ledger.facade import Ledger
-    from phaselog.ledger.resolve import PipelineArg
+    from phaselog.ledger.resolve import PipelineArg, PipelineResolver
+    from phaselog.stores.base import Store
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,16 @@ class _Target:
     recorded: frozenset[int]
 
 
-def _target(ledger: Ledger, ticket_id: str, run_id: str, phase: str | int, pipeline: PipelineArg) -> _Target:
+def _target(
+    store: Store, pipelines: PipelineResolver, ticket_id: str, run_id: str, phase: str | int, pipeline: PipelineArg
+) -> _Target:
     tid, rid = validate_ticket_id(ticket_id), normalize_run_id(run_id)
-    store = ledger.store
     if rid not in store.runs(tid):
         raise NotFound(f"run {run_id} of ticket {tid} not found", ticket_id=tid, run_id=rid)
     names = [(n, parse_event_name(n)) for n in store.entry_names("progress", tid, rid)]
     logged = [(n, parse_log_name(n)) for n in store.entry_names(LOGS, tid, rid)]
     try:
-        found = ledger.pipeline_for(tid, rid, pipeline).phase(phase)
+        found = pipelines.for_run(tid, rid, pipeline).phase(phase)
         ph = _Phase(found.name, found.ordinal)
     except UnknownPhase:
         # A run whose first phase still runs has no checkpoint naming its pipeline: its entries name the phase.
@@ -122,12 +123,12 @@ def _attempt(t: _Target, attempt: int | None) -> int:
     return attempt
 
 
-def _entries(ledger: Ledger, t: _Target, attempt: int) -> tuple[list[LogChunk], KeptLog | None, list[str]]:
+def _entries(store: Store, t: _Target, attempt: int) -> tuple[list[LogChunk], KeptLog | None, list[str]]:
     chunks: list[LogChunk] = []
     kept: KeptLog | None = None
     damaged: list[str] = []
     prefix = log_prefix(t.phase.ordinal, t.phase.name, attempt)
-    for name, location, data in ledger.store.entries(LOGS, t.ticket_id, t.run_id, prefix):
+    for name, location, data in store.entries(LOGS, t.ticket_id, t.run_id, prefix):
         got = parse_log_name(name)
         if got is None or got.attempt != attempt or got.phase != t.phase.name:
             continue
@@ -144,7 +145,8 @@ def _entries(ledger: Ledger, t: _Target, attempt: int) -> tuple[list[LogChunk], 
 
 
 def read_log(
-    ledger: Ledger,
+    store: Store,
+    pipelines: PipelineResolver,
     ticket_id: str,
     run_id: str,
     phase: str | int,
@@ -154,9 +156,9 @@ def read_log(
 ) -> PhaseLog:
     """The log of one attempt of ``phase`` (default: its newest); NotFound for an unknown run or attempt,
     UnknownPhase for an unknown phase. An attempt that printed nothing has an empty, complete log."""
-    t = _target(ledger, ticket_id, run_id, phase, pipeline)
+    t = _target(store, pipelines, ticket_id, run_id, phase, pipeline)
     n = _attempt(t, attempt)
-    chunks, kept, damaged = _entries(ledger, t, n)
+    chunks, kept, damaged = _entries(store, t, n)
     ph = t.phase
     if kept is not None:
         return PhaseLog(t.ticket_id, t.run_id, ph.name, ph.ordinal, n, kept.text, kept.total_bytes,
@@ -169,7 +171,8 @@ def read_log(
 
 
 def follow_log(
-    ledger: Ledger,
+    store: Store,
+    pipelines: PipelineResolver,
     ticket_id: str,
     run_id: str,
     phase: str | int,
@@ -185,16 +188,16 @@ def follow_log(
     a line saying how much was skipped when the live output stopped at the cap). Ends when the kept
     log is there, or the attempt's record is, or a newer attempt of the phase started.
     """
-    t = _target(ledger, ticket_id, run_id, phase, pipeline)
+    t = _target(store, pipelines, ticket_id, run_id, phase, pipeline)
     n = _attempt(t, attempt) if attempt is not None or t.attempts else None
     sent = 0  # bytes of the output yielded so far
     seen = 0  # chunks yielded so far
     while True:
         if n is None:
-            t = _target(ledger, ticket_id, run_id, phase, pipeline)
+            t = _target(store, pipelines, ticket_id, run_id, phase, pipeline)
             n = t.attempts[-1] if t.attempts else None
         if n is not None:
-            chunks, kept, _damaged = _entries(ledger, t, n)
+            chunks, kept, _damaged = _entries(store, t, n)
             for c in chunks[seen:]:
                 if c.offset >= sent:
                     yield c.text
@@ -205,7 +208,7 @@ def follow_log(
             if kept is not None:
                 yield from _rest(kept, sent)
                 return
-            t = _target(ledger, ticket_id, run_id, phase, pipeline)
+            t = _target(store, pipelines, ticket_id, run_id, phase, pipeline)
             if n in t.recorded or (t.attempts and t.attempts[-1] > n):
                 return
         time.sleep(poll)
@@ -222,3 +225,30 @@ def _rest(kept: KeptLog, sent: int) -> Iterator[str]:
         yield kept.text
         return
     yield data[sent - start :].decode("utf-8", "replace")
+
+
+class Logs:
+    """Attempts' logs of one store (the Ledger's ``logs_reader``; ``Ledger.logs`` calls :meth:`read`)."""
+
+    def __init__(self, store: Store, pipelines: PipelineResolver) -> None:
+        self.store = store
+        self.pipelines = pipelines
+
+    def read(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: PipelineArg = None
+    ) -> PhaseLog:
+        """See :func:`read_log`."""
+        return read_log(self.store, self.pipelines, ticket_id, run_id, phase, attempt, pipeline=pipeline)
+
+    def follow(
+        self,
+        ticket_id: str,
+        run_id: str,
+        phase: str | int,
+        attempt: int | None = None,
+        *,
+        pipeline: PipelineArg = None,
+        poll: float = 0.5,
+    ) -> Iterator[str]:
+        """See :func:`follow_log`."""
+        return follow_log(self.store, self.pipelines, ticket_id, run_id, phase, attempt, pipeline=pipeline, poll=poll)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+from phaselog.model._lazyre import LazyPattern
 from phaselog.model.entries import EntryRecord
 from phaselog.model.errors import UsageError
 from phaselog.model.records import SCHEMA_VERSION
@@ -80,7 +81,7 @@ class KeptLog(EntryRecord):
     schema_version: str = SCHEMA_VERSION
 
 
-_SIZE_RE = re.compile(r"(\d+)\s*(B|KB|KiB|MB|MiB|K|M)?", re.IGNORECASE)
+_SIZE_RE = LazyPattern(r"(\d+)\s*(B|KB|KiB|MB|MiB|K|M)?", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024 * 1024, "mb": 1000 * 1000, "mib": 1024 * 1024}
 
 
