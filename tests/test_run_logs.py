@@ -238,6 +238,32 @@ def test_follow_prints_a_running_phases_output_and_ends_with_the_attempt(tmp_pat
                 proc.wait()
 
 
+def test_the_checkpoint_page_shows_the_kept_log_escaped_and_a_large_one_as_its_tail(tmp_path: Path) -> None:
+    from ui_data import Http, Server
+
+    url = str(tmp_path / "store")
+    big = "import sys\nsys.stdout.write('<script>alert(1)</script>\\n' + 'y' * 400000 + '\\nlast line\\n')\n"
+    (tmp_path / "big.py").write_text(big)
+    job = manifest(tmp_path, [{"name": "loud", "run": "python3 big.py"}, {"name": "calm", "run": "echo '<b>hi</b>'"}])
+    base = ("--store", url, "--ticket-id", "T-1", "--run-id", RUN)
+    done = cli("run", *base, "--pipeline-file", str(job), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    srv = Server(url)
+    try:
+        http = Http(srv.base)
+        _, _, calm = http.get(f"/tickets/T-1/runs/{RUN}/phases/calm/attempts/1")
+        shown = calm.split('id="log-text">', 1)[1].split("</pre>", 1)[0]
+        assert shown == "&lt;b&gt;hi&lt;/b&gt;\n"  # escaped, never markup
+        _, _, loud = http.get(f"/tickets/T-1/runs/{RUN}/phases/loud/attempts/1")
+        text = loud.split('id="log-text">', 1)[1].split("</pre>", 1)[0]
+        assert text.endswith("y\nlast line\n")
+        assert "<script>alert" not in loud
+        assert len(text) == 256 * 1024  # the page shows the kept log's last 256 KiB
+        assert "phaselog logs</code> prints all" in loud
+    finally:
+        srv.stop()
+
+
 # -- the sink: bounded, and exact ----------------------------------------------------------------------
 def _sink(store: Store, cap: int) -> LogSink:
     return LogSink(store, ticket_id="T-1", run_id=RUN, phase="p", ordinal=1, attempt=1, cap=cap)
