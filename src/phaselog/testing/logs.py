@@ -8,9 +8,9 @@ from phaselog.ledger.facade import Ledger
 from phaselog.model.errors import AlreadyExists, NotFound
 from phaselog.model.logs import LOGS
 from phaselog.runner.logsink import LogSink
-from phaselog.stores.base import Store
-from phaselog.stores.names import log_end_name
-from phaselog.testing._harness import Fixtures
+from phaselog.stores.base import Capability, Store
+from phaselog.stores.names import log_end_name, parse_log_name
+from phaselog.testing._harness import Fixtures, StoreFactory, require
 from phaselog.testing.data import R1, RUN1, T, impl
 from phaselog.transfer.jsonl import export_records, import_records
 
@@ -67,3 +67,22 @@ class LogTests(Fixtures):
         again = import_records(other_store, lines)
         assert again.added == 0
         assert again.conflicts == []
+
+    def test_prune_removes_a_pruned_attempts_log_with_it_and_says_so(
+        self, factory: StoreFactory, led: Ledger, store: Store
+    ) -> None:
+        require(factory, store, Capability.RETENTION)
+        for attempt in (1, 2, 3):
+            _log_attempt(store, attempt, b"attempt %d\n" % attempt)
+            if attempt < 3:
+                led.write(T, R1, "implement", None, status="failed", error=f"try {attempt}")
+        led.write(T, R1, "implement", impl(3))
+        before = store.entry_names(LOGS, T, RUN1)
+        rep = led.prune(T, keep_last=1)
+        gone = sorted(f"{T}/{RUN1}/.logs/{n}.json" for n in before if "_a000003_" not in n)
+        assert len(gone) == 4  # a chunk and a kept log of attempts 1 and 2
+        assert sorted(r["path"] for r in rep.removed if r.get("kind") == LOGS) == gone
+        left = {got.attempt for got in map(parse_log_name, store.entry_names(LOGS, T, RUN1)) if got is not None}
+        assert left == {3}
+        assert led.logs(T, R1, "implement").text == "attempt 3\n"
+        assert led.verify(T).ok
