@@ -307,6 +307,24 @@ def _chunks(store: Store) -> list[Any]:
             and isinstance(b, bytes)]  # fmt: skip
 
 
+def test_follow_says_where_the_live_output_stopped_and_then_prints_the_kept_tail(tmp_path: Path) -> None:
+    store = FilesStore(tmp_path / "s")
+    output = b"".join(b"row %04d\n" % i for i in range(500))  # 4500 bytes; the cap is 1000
+    sink = LogSink(store, ticket_id="T-1", run_id=RUN, phase="implement", ordinal=1, attempt=1, cap=1000)
+    sink.write(output)
+    sink.close()
+    ledger = Ledger(store)
+    try:
+        pieces = list(ledger.logs_reader.follow("T-1", RUN, "implement", pipeline="ticket-pipeline", poll=0))
+    finally:
+        ledger.close()
+    assert pieces[0].encode() == output[:1000]  # the live part: the output's start, up to the cap
+    assert "live output stops here, at the cap of 1000 bytes" in pieces[1]
+    assert pieces[2] == "[phaselog: 2500 bytes not kept; the last 1000 follow]\n"
+    assert pieces[3].encode() == output[-1000:]
+    assert len(pieces) == 4
+
+
 def test_10_mb_through_the_sink_stays_within_the_cap(tmp_path: Path) -> None:
     store = FilesStore(tmp_path / "s")
     sink = _sink(store, 64 * 1024)

@@ -195,7 +195,7 @@ class PipelineRunner:
                 log_name,
                 logging_to,
             )
-            from phaselog.runner.logsink import LogSink  # lazy: `phaselog step` runs no phase
+            from phaselog.runner.logsink import LogSink, abandon, finish  # lazy: `phaselog step` runs no phase
             from phaselog.runner.python_phase import run_python  # lazy: `phaselog step` runs no phase
 
             fn = bound.fn if bound is not None else resolve_call(ph)
@@ -223,8 +223,10 @@ class PipelineRunner:
                         outcome = run_python(
                             fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir, is_async=is_async
                         )
-                finally:
-                    sink.close()  # before the engine records the attempt
+                except BaseException:
+                    abandon(sink)
+                    raise
+                outcome = finish(sink, outcome)  # before the engine records the attempt
                 if isinstance(outcome, Failure) and os.path.exists(log):
                     outcome.detail.setdefault("log", log)  # what ctx.logger wrote, as for a shell phase
                 return outcome

@@ -15,6 +15,8 @@ refuses a log entry never fails the phase: the console says so once and the sink
 from __future__ import annotations
 
 import codecs
+import contextlib
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +26,8 @@ from typing import TYPE_CHECKING
 from phaselog.model.entries import entry_bytes
 from phaselog.model.errors import PhaselogError
 from phaselog.model.logs import CHUNK_BYTES, LOGS, KeptLog, LogChunk
+from phaselog.runner.outcome import Failure, Success
+from phaselog.runner.signals import Interrupt
 from phaselog.stores.names import log_chunk_name, log_end_name
 
 if TYPE_CHECKING:
@@ -217,3 +221,20 @@ class LogSink:
                 self.say(f"log {self.key[2]} attempt {self.key[4]}: not kept in the store ({message})")
             return False
         return True
+
+
+def finish(sink: LogSink, outcome: Success | Failure) -> Success | Failure:
+    """Close ``sink`` once the attempt's work is done; a signal meanwhile makes the attempt interrupted
+    (recorded as such by the engine, which then stops the run), as a signal during the work does."""
+    try:
+        sink.close()
+    except Interrupt as exc:
+        name = signal.Signals(exc.signum).name
+        return Failure("interrupted", f"interrupted by {name}", {"signal": name}, cause=exc, signum=exc.signum)
+    return outcome
+
+
+def abandon(sink: LogSink) -> None:
+    """Keep what the sink holds while the runner fails (best effort: the runner's error goes on)."""
+    with contextlib.suppress(Exception):
+        sink.close()

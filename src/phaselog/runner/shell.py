@@ -40,7 +40,7 @@ from phaselog.model.pipelines import Phase, manifest_dict
 from phaselog.model.records import format_timestamp
 from phaselog.runner.console import attempt_log, to_stderr
 from phaselog.runner.lease import group_alive
-from phaselog.runner.logsink import LogSink
+from phaselog.runner.logsink import LogSink, abandon, finish
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
 
@@ -108,10 +108,13 @@ class ShellPhase:
         )
         try:
             env = self._env(phase, ctx, scratch)
-            return self._run(phase, ctx, env, log_path, scratch / "payload.json", sink)
+            outcome = self._run(phase, ctx, env, log_path, scratch / "payload.json", sink)
+        except BaseException:
+            abandon(sink)
+            raise
         finally:
-            sink.close()  # before the engine records the attempt: a follower stops at the kept log
             shutil.rmtree(scratch, ignore_errors=True)
+        return finish(sink, outcome)  # before the engine records the attempt: a follower stops at the kept log
 
     def _env(self, phase: Phase, ctx: PhaseContext, scratch: Path) -> dict[str, str]:
         inputs: dict[str, Any] = {}
