@@ -264,6 +264,37 @@ def test_the_checkpoint_page_shows_the_kept_log_escaped_and_a_large_one_as_its_t
         srv.stop()
 
 
+def test_an_interrupted_attempt_keeps_its_log_with_its_record(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    job = manifest(tmp_path, [{"name": "long", "run": "echo started; sleep 60"}])
+    base = ("--store", url, "--ticket-id", "T-1", "--run-id", RUN)
+    runner = subprocess.Popen([str(BIN), "run", *base, "--pipeline-file", str(job), "--quiet"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=base_env())  # fmt: skip
+    try:
+
+        def started() -> bool:
+            ledger = Ledger(open_store(url))
+            try:
+                return "started" in ledger.logs("T-1", RUN, "long").text
+            except phaselog.PhaselogError:
+                return False
+            finally:
+                ledger.close()
+
+        wait_for(started, 60, "the phase's first line in the store")
+        runner.terminate()
+        assert runner.wait(timeout=60) == 143
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    doc = cli_json("logs", *base, "--phase", "long", "--json")
+    assert (doc["text"], doc["complete"], doc["attempt"]) == ("started\n", True, 1)
+    read = cli("read", *base, "--phase", "long", "--attempt", "1")
+    assert json.loads(read.stdout)["metadata"]["status"] == "failed"
+    assert cli_json("verify", "--store", url, "--ticket-id", "T-1")["ok"] is True
+
+
 # -- the sink: bounded, and exact ----------------------------------------------------------------------
 def _sink(store: Store, cap: int) -> LogSink:
     return LogSink(store, ticket_id="T-1", run_id=RUN, phase="p", ordinal=1, attempt=1, cap=cap)
