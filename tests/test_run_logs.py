@@ -175,7 +175,7 @@ def test_logs_survive_export_import_and_copy(backend: str, tmp_path: Path, reque
     exported = cli("export", "--store", url, "--ticket-id", "T-1")
     assert exported.returncode == 0, exported.stderr
     kinds = [json.loads(line).get("kind") for line in exported.stdout.splitlines()]
-    assert kinds.count("logs") == 4  # a chunk and a kept log per phase
+    assert kinds.count("logs") == 2  # a kept log per phase (each ended within a second: no live chunk)
     imported_into = tmp_path / "imported"
     done = subprocess.run([str(BIN), "import", "--store", str(imported_into)], input=exported.stdout,
                           capture_output=True, text=True, env=base_env(), check=False)  # fmt: skip

@@ -4,11 +4,12 @@ The sink is handed the output as it comes (a shell phase's stdout and stderr byt
 phase's formatted ``ctx.logger`` lines). It keeps two bounded buffers: the tail (the last ``cap``
 bytes, the oldest dropped and counted) and the live part not yet appended. Live chunks go to the
 store at most :data:`~phaselog.model.logs.CHUNK_BYTES` at a time, when that much is waiting or a
-second after the last one, until ``cap`` bytes went live; :meth:`close` appends what is waiting and
-then the kept log (the tail). An attempt that printed nothing writes nothing.
+second after the last one, until ``cap`` bytes went live; :meth:`close` appends the kept log (the
+tail), which also holds what had not gone live yet. An attempt that printed nothing writes nothing;
+one that ended within a second of its first output writes only its kept log.
 
 Writes go through the store of the thread that made the sink (the executor's): output from another
-thread is buffered and written by the next call on that thread, or by ``close``. A store that
+thread is buffered and written by the next call on that thread (or kept by ``close``). A store that
 refuses a log entry never fails the phase: the console says so once and the sink stops writing.
 """
 
@@ -178,7 +179,7 @@ class LogSink:
         self._put(log_chunk_name(ordinal, phase, attempt, seq), entry_bytes(chunk))
 
     def close(self) -> KeptLog | None:
-        """Append what is waiting, then the kept log; None when nothing was kept (or it failed)."""
+        """Append the kept log; None when nothing was kept (or it failed)."""
         if self.closed or self.cap == 0:
             return None
         self.closed = True
@@ -190,8 +191,9 @@ class LogSink:
                 self._live(data)
         if self.total == 0 or self.broken:
             return None
-        if self.pending or self.stopped_note is not None:
-            self._flush()
+        # What is still waiting to go live is not appended: the kept log holds it (its tail at least),
+        # and a follower takes what it lacks from there. A quick phase costs one write, not two.
+        self.pending.clear()
         t, r, phase, ordinal, attempt = self.key
         kept = KeptLog(
             ticket_id=t,
