@@ -356,6 +356,23 @@ def test_follow_says_where_the_live_output_stopped_and_then_prints_the_kept_tail
     assert len(pieces) == 4
 
 
+def test_a_damaged_log_entry_is_reported_and_never_used(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    job = manifest(tmp_path, [{"name": "one", "run": "echo the real output"}])
+    base = ("--store", url, "--ticket-id", "T-1", "--run-id", RUN)
+    assert cli("run", *base, "--pipeline-file", str(job), "--quiet", cwd=tmp_path).returncode == 0
+    (kept,) = (tmp_path / "store").rglob(".logs/001_one_a000001_end.json")
+    doc = json.loads(kept.read_text())
+    doc["text"] = "forged output\n"  # edited after it was written: its hash no longer fits
+    kept.write_text(json.dumps(doc))
+    shown = cli("logs", *base, "--phase", "one")
+    assert shown.returncode == 0
+    assert "forged" not in shown.stdout
+    assert "damaged log entry" in shown.stderr
+    assert "content changed after it was written" in shown.stderr
+    assert json.loads(cli("logs", *base, "--phase", "one", "--json").stdout)["complete"] is False
+
+
 def test_10_mb_through_the_sink_stays_within_the_cap(tmp_path: Path) -> None:
     store = FilesStore(tmp_path / "s")
     sink = _sink(store, 64 * 1024)

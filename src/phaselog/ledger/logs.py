@@ -165,7 +165,7 @@ def read_log(
                         kept.dropped_bytes, kept.cap_bytes, True, kept.chunks, tuple(damaged))  # fmt: skip
     text = "".join(c.text for c in chunks)
     size = chunks[-1].end if chunks else 0
-    done = n in t.recorded  # recorded without a kept log: it printed nothing (or kept none)
+    done = n in t.recorded and not damaged  # recorded without a kept log: it printed nothing (or kept none)
     return PhaseLog(t.ticket_id, t.run_id, ph.name, ph.ordinal, n, text, size, 0, None, done, len(chunks),
                     tuple(damaged))  # fmt: skip
 
