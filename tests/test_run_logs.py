@@ -161,6 +161,45 @@ def test_a_workers_logs_are_read_from_a_second_store_handle_on_the_same_postgres
         other.close()
 
 
+def test_a_python_phases_lines_go_live_at_each_step_done(tmp_path: Path) -> None:
+    import threading
+
+    go = threading.Event()
+    pipe = phaselog.pipeline("pylive", phases=["work"])
+
+    @pipe.phase("work")
+    def work(ctx: Any) -> dict[str, Any]:
+        ctx.logger.info("downloaded part 1")
+        ctx.step_done(1)
+        assert go.wait(60)
+        return {}
+
+    url = str(tmp_path / "store")
+    runner = threading.Thread(target=lambda: pipe.run("T-1", RUN, store=url, quiet=True, handle_signals=False))
+    runner.start()
+    try:
+
+        def live() -> bool:
+            ledger = Ledger(open_store(url))  # a handle of its own, as another machine's
+            try:
+                log = ledger.logs("T-1", RUN, "work", pipeline=pipe.pipeline)
+                return "downloaded part 1" in log.text and not log.complete
+            except phaselog.PhaselogError:
+                return False
+            finally:
+                ledger.close()
+
+        wait_for(live, 60, "the line logged before step 1 was done, in the store while the phase runs")
+    finally:
+        go.set()
+        runner.join(60)
+    final = Ledger(open_store(url))
+    try:
+        assert final.logs("T-1", RUN, "work").complete
+    finally:
+        final.close()
+
+
 def _run_chatty(url: str, tmp_path: Path) -> None:
     job = manifest(tmp_path, [{"name": "talk", "run": "for i in 1 2 3; do echo line $i; done; echo warn >&2"},
                               {"name": "after", "run": "echo done"}])  # fmt: skip

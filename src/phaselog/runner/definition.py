@@ -218,6 +218,7 @@ class PipelineRunner:
                     cap=log_cap,
                     say=out.say,
                 )
+                ctx.log_tick = lambda: sink.tick(force=True)  # a step done: what ctx.logger wrote goes live
                 try:
                     with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}", sink):
                         outcome = run_python(
