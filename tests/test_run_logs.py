@@ -203,7 +203,8 @@ def test_a_python_phases_lines_go_live_at_each_step_done(tmp_path: Path) -> None
 def _run_chatty(url: str, tmp_path: Path) -> None:
     job = manifest(tmp_path, [{"name": "talk", "run": "for i in 1 2 3; do echo line $i; done; echo warn >&2"},
                               {"name": "after", "run": "echo done"}])  # fmt: skip
-    done = cli("run", "--store", url, "--ticket-id", "T-1", "--run-id", RUN, "--pipeline-file", str(job), "--quiet")
+    run = ("run", "--store", url, "--ticket-id", "T-1", "--run-id", RUN, "--pipeline-file", str(job), "--quiet")
+    done = cli(*run, cwd=tmp_path)  # the local log files go to <workdir>/.phaselog on SQL stores
     assert done.returncode == 0, done.stderr
 
 
@@ -438,7 +439,18 @@ def test_cap_zero_keeps_nothing(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
     job = manifest(tmp_path, [{"name": "one", "run": "echo one"}])
     done = cli(
-        "run", "--store", url, "--ticket-id", "T-1", "--run-id", RUN, "--pipeline-file", str(job), "--log-cap", "0"
+        "run",
+        "--store",
+        url,
+        "--ticket-id",
+        "T-1",
+        "--run-id",
+        RUN,
+        "--pipeline-file",
+        str(job),
+        "--log-cap",
+        "0",
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout
     store = open_store(url)
