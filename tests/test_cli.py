@@ -878,8 +878,10 @@ def test_every_command_is_covered() -> None:
     # `step` runs inside a shell phase and keeps stdout free for the phase's payload; `ui` is a server;
     # `worker` is a long-running process (progress on stderr, a JSON summary when it stops); `events` is
     # JSON Lines (a cursor line after each batch); `mcp` is a server on stdio; `skill` prints SKILL.md;
-    # `notify` is a long-running deliverer (a JSON summary when it stops).
+    # `notify` is a long-running deliverer (a JSON summary when it stops); `logs` prints an attempt's
+    # output as it was (or one JSON object with --json; tests/test_run_logs.py).
     no_table = {
+        "logs",
         "guard",
         "guard run",
         "store",

@@ -7,6 +7,7 @@ test_workers, test_guard_cli, test_ui_http) show that behaviour did not change, 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,9 @@ def test_a_pool_child_gets_back_exactly_the_options_of_the_pool(tmp_path: Path) 
     assert {"--burst", "--quiet"} <= set(args)
     assert args[args.index("--max-runs") + 1] == "7"
     assert args[args.index("--workdir") + 1] == str(tmp_path.absolute())
+    assert "--log-cap" not in args  # the default: the child's own default, the same
+    capped = child_args("postgresql://db/x", dataclasses.replace(options, log_cap=4096), quiet=True)
+    assert capped[capped.index("--log-cap") + 1] == "4096"
 
 
 def test_guard_views_read_a_guard_through_its_api(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ LEDGER_API = {
     ),
     "can_skip_to": "(ticket_id, run_id, phase, *, pipeline=None, artifacts_root=None)",
     "close": "()",
+    "logs": "(ticket_id, run_id, phase, attempt=None, *, pipeline=None)",
     "damaged_approvals": "(ticket_id, run_id)",
     "damaged_events": "(ticket_id, run_id)",
     "damaged_markers": "(ticket_id)",
@@ -110,6 +111,7 @@ RUN_API = {
     "fail": "(phase, error, **kw)",
     "history": "(phase=None)",
     "in_flight": "(*, stale_after=None)",
+    "logs": "(phase, attempt=None)",
     "progress": "(phase, event, **kw)",
     "progress_events": "(phase, attempt=None)",
     "read": "(phase, attempt=None)",
@@ -146,6 +148,7 @@ CALLS = {
     "feed": ("feed_reader", "page"),
     "follow": ("feed_reader", "follow"),
     "fork": ("forks", "fork"),
+    "logs": ("logs_reader", "read"),
     "verify": ("verifier", "verify"),
     "prune": ("retention", "prune"),
 }

@@ -31,6 +31,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "catalog": ("tickets", "runs", "approvals"),
     "audit": ("progress", "approve", "reject", "init", "decisions", "history", "diff", "fork", "doctor"),
     "runner": ("run", "explain", "step"),
+    "logs": ("logs",),
     "queue": ("submit", "queue", "worker"),
     "guard": ("guard",),
     "feed": ("events",),

@@ -19,6 +19,7 @@ from phaselog.cli._scaffold import CONTEXT, Call, Result, cli, command, in_secti
 from phaselog.model.durations import parse_duration
 from phaselog.model.errors import UsageError
 from phaselog.model.ids import run_label
+from phaselog.model.logs import parse_log_cap
 
 STORE_HELP = "The PostgreSQL store holding the queue (postgresql://…). Env: PHASELOG_STORE."
 SECTION = "Workers"
@@ -193,6 +194,9 @@ def retry(call: Call, ticket_id: str, run_id: str) -> Result:
 @click.option("--workdir", type=click.Path(file_okay=False), help="Where phases run (default: the current folder).")
 @click.option("--log-dir", type=click.Path(file_okay=False), help="Where shell phases' logs go.")
 @click.option(
+    "--log-cap", metavar="SIZE", help="What the store keeps of each attempt's output, its tail (default 1MiB; 0: none)."
+)
+@click.option(
     "--grace", default="30s", show_default=True, metavar="DURATION", help="SIGTERM: time to finish the phase."
 )
 @click.option(
@@ -215,6 +219,7 @@ def worker(
     pipelines: str | None,
     workdir: str | None,
     log_dir: str | None,
+    log_cap: str | None,
     grace: str,
     max_recoveries: int,
     lease_ttl: str,
@@ -255,6 +260,7 @@ def worker(
         pipelines=Path(pipelines).absolute() if pipelines else None,
         workdir=default_workdir(workdir),
         log_dir=Path(log_dir).absolute() if log_dir else None,
+        log_cap=parse_log_cap(log_cap, field="log_cap") if log_cap is not None else None,
         ttl=secs["lease_ttl"],
         grace=secs["grace"],
         max_recoveries=max_recoveries,

@@ -82,6 +82,9 @@ def _run_table(d: dict[str, Any]) -> str:
     type=click.Path(dir_okay=False),
     help="Run parameters from a JSON object file (--param values override its keys).",
 )
+@click.option(
+    "--log-cap", metavar="SIZE", help="What the store keeps of each attempt's output, its tail (default 1MiB; 0: none)."
+)
 def run(
     call: Call,
     ticket_id: str,
@@ -92,6 +95,7 @@ def run(
     quiet: bool,
     params: tuple[str, ...],
     params_file: str | None,
+    log_cap: str | None,
 ) -> Result:
     """Run a pipeline's phases durably: skip what is done and still true, record every attempt.
 
@@ -119,6 +123,7 @@ def run(
             log_dir=log_dir,
             quiet=quiet,
             params=given,
+            log_cap=log_cap,
         )
     except (PhaseFailed, RunInterrupted) as exc:
         result = exc.result  # recorded; the result says what happened

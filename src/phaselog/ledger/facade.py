@@ -34,6 +34,7 @@ from phaselog.stores import Damaged, Stored
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
     from phaselog.ledger.feed import FeedEvent, FeedPage, FeedQuery, FollowQuery
+    from phaselog.ledger.logs import PhaseLog
     from phaselog.ledger.progress import Flight
     from phaselog.ledger.retention import PruneReport
     from phaselog.ledger.status import SkipDecision
@@ -204,22 +205,9 @@ class Ledger(Services):
         started_at: datetime | None = None,
     ) -> ProgressEvent:
         """Append a progress event to the attempt in flight (``start`` opens a new attempt)."""
-        return self.events.progress(
-            ticket_id,
-            run_id,
-            phase,
-            event,
-            attempt=attempt,
-            step=step,
-            output=output,
-            tokens=tokens,
-            provider=provider,
-            status=status,
-            pid=pid,
-            pipeline=pipeline,
-            max_output_bytes=max_output_bytes,
-            started_at=started_at,
-        )
+        return self.events.progress(ticket_id, run_id, phase, event, attempt=attempt, step=step, output=output,
+                                    tokens=tokens, provider=provider, status=status, pid=pid, pipeline=pipeline,
+                                    max_output_bytes=max_output_bytes, started_at=started_at)  # fmt: skip
 
     def progress_events(
         self,
@@ -257,6 +245,12 @@ class Ledger(Services):
     def in_flight(self, ticket_id: str, run_id: str, *, stale_after: timedelta | None = None) -> dict[str, Flight]:
         """Per phase, the newest attempt that has events but no checkpoint (if any)."""
         return self.events.in_flight(ticket_id, run_id, stale_after=stale_after)
+
+    def logs(
+        self, ticket_id: str, run_id: str, phase: str | int, attempt: int | None = None, *, pipeline: PipelineArg = None
+    ) -> PhaseLog:
+        """An attempt's log as the store keeps it (default: the phase's newest attempt; ledger/logs.py)."""
+        return self.logs_reader.read(ticket_id, run_id, phase, attempt, pipeline=pipeline)
 
     # -- approvals (gates.py) ---------------------------------------------------------------------------
     def approve(
@@ -474,6 +468,10 @@ class Run:
     def progress_events(self, phase: str | int, attempt: int | None = None) -> list[ProgressEvent]:
         """Every event of an attempt of ``phase`` (default: the attempt in flight), oldest first."""
         return self.ledger.progress_events(self.ticket_id, self.run_id, phase, attempt, pipeline=self._pipeline)
+
+    def logs(self, phase: str | int, attempt: int | None = None) -> PhaseLog:
+        """The log of an attempt of ``phase`` (default: its newest), as :meth:`Ledger.logs`."""
+        return self.ledger.logs(self.ticket_id, self.run_id, phase, attempt, pipeline=self._pipeline)
 
     # -- approvals --------------------------------------------------------------------------------
     def approve(self, phase: str | int, *, by: str, **kw: Any) -> tuple[Approval, list[str]]:

@@ -33,6 +33,7 @@ from phaselog.model.records import STATUSES, format_timestamp, parse_timestamp, 
 from phaselog.stores.names import (
     parse_approval_name,
     parse_event_name,
+    parse_log_name,
     parse_note_name,
 )
 
@@ -43,8 +44,13 @@ KIND = "phaselog.pruned"
 ENTRY_KIND = "pruned"
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 _PHASE_RE = re.compile(r"[a-z][a-z0-9_]{0,62}")
-#: Audit entries that go with a pruned record (its progress events, the rejections of it).
-REMOVABLE_ENTRY_KINDS = ("progress", "approvals")
+#: Audit entries that go with a pruned record (its progress events, the rejections of it, its log).
+REMOVABLE_ENTRY_KINDS = ("progress", "approvals", "logs")
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "progress": parse_event_name,
+    "approvals": parse_approval_name,
+    "logs": parse_log_name,
+}
 
 
 def _hash(value: Any, name: str, *, optional: bool = False) -> str | None:
@@ -144,7 +150,7 @@ def _entry(data: Any, at: str) -> tuple[str, str]:
     if not isinstance(data, Mapping) or data.get("kind") not in REMOVABLE_ENTRY_KINDS:
         raise Corrupt(f"{at}.kind: must be one of {', '.join(REMOVABLE_ENTRY_KINDS)}", field=f"{at}.kind", rule="enum")
     name = data.get("name")
-    parse = parse_event_name if data["kind"] == "progress" else parse_approval_name
+    parse = _PARSERS[data["kind"]]
     if not isinstance(name, str) or parse(name) is None:
         raise Corrupt(f"{at}.name: not a {data['kind']} entry name", field=f"{at}.name", rule="entry_name")
     return str(data["kind"]), name

@@ -35,7 +35,7 @@ from phaselog.model.ids import normalize_run_id, validate_ticket_id
 from phaselog.model.records import Checkpoint
 from phaselog.stores.base import Capability, PruneTarget, Retention
 from phaselog.stores.kernel import entry_location
-from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_note_name
+from phaselog.stores.names import approval_name, note_name, parse_event_name, parse_log_name, parse_note_name
 
 if TYPE_CHECKING:
     from phaselog.ledger.gates import Gates
@@ -229,6 +229,10 @@ class Pruner:
             parsed = parse_event_name(name)
             if parsed is not None and (parsed.ordinal, parsed.attempt) in doomed_keys:
                 plan.entries.append(("progress", name))
+        for name in store.entry_names("logs", tid, rid):  # a pruned attempt's log goes with it
+            logged = parse_log_name(name)
+            if logged is not None and (logged.ordinal, logged.attempt) in doomed_keys:
+                plan.entries.append(("logs", name))
         doomed_hashes = {c.content_hash for c in plan.doomed}
         for a in approvals:
             if a.checkpoint_hash in doomed_hashes:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from phaselog.ledger.feed import Feed
     from phaselog.ledger.fork import Forks
     from phaselog.ledger.gates import Gates
+    from phaselog.ledger.logs import Logs
     from phaselog.ledger.markers import Markers
     from phaselog.ledger.progress import Progress
     from phaselog.ledger.retention import Pruner
@@ -113,6 +114,13 @@ class Services:
         from phaselog.ledger.feed_sources import OtherEvents  # lazy: as above
 
         return Feed(self.store, self.pipelines, sources=OtherEvents())
+
+    @cached_property
+    def logs_reader(self) -> Logs:
+        """Attempts' logs: read, follow (logs.py)."""
+        from phaselog.ledger.logs import Logs  # lazy: only `logs` and the checkpoint page read logs (start-up)
+
+        return Logs(self.store, self.pipelines)
 
     @cached_property
     def forks(self) -> Forks:

@@ -315,7 +315,7 @@ class Marker(EntryRecord):
         return {"meta": dict(meta)}
 
 
-def entry_bytes(record: ProgressEvent | Approval | Marker) -> bytes:
+def entry_bytes(record: EntryRecord) -> bytes:
     """The stored form of an audit entry: its JSON plus its content hash (checked on read)."""
     doc = {**record.to_json(), "content_hash": record.content_hash}
     return (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")

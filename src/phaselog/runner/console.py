@@ -7,7 +7,8 @@ worker prefixes them with its run). A shell phase's output goes to the same stde
 
 ``ctx.logger`` of a Python phase writes to the attempt's log — the file a shell phase's output
 goes to, ``<files root>/logs/<ticket>/<run>/<N>_<phase>_a<k>.log`` (``<workdir>/.phaselog/logs/…``
-on SQL stores, ``log_dir`` when given) — created on the first record, and to the console.
+on SQL stores, ``log_dir`` when given) — created on the first record, to the console, and (given a
+:class:`~phaselog.runner.logsink.LogSink`) into the store with the attempt.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from phaselog.stores.base import local_root
 
 if TYPE_CHECKING:
+    from phaselog.runner.logsink import LogSink
     from phaselog.stores.base import Store
 
 PREFIX = "phaselog run: "
@@ -112,6 +114,20 @@ class _AttemptLog(logging.FileHandler):
         return super()._open()
 
 
+class _ToSink(logging.Handler):
+    """Hands each formatted record, with its newline, to the attempt's log in the store."""
+
+    def __init__(self, sink: LogSink) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.write_text(self.format(record) + "\n")
+        except Exception:  # a handler never breaks the phase
+            self.handleError(record)
+
+
 class _ToConsole(logging.Handler):
     def __init__(self, say: Callable[[str], None], where: str) -> None:
         super().__init__()
@@ -143,8 +159,10 @@ class LogsTo(Protocol):
 
 
 @contextlib.contextmanager
-def logging_to(ctx: LogsTo, path: str | os.PathLike[str], out: Console, where: str) -> Iterator[None]:
-    """While the attempt runs, ``ctx.logger`` writes to its log at ``path`` and to the console.
+def logging_to(
+    ctx: LogsTo, path: str | os.PathLike[str], out: Console, where: str, sink: LogSink | None = None
+) -> Iterator[None]:
+    """While the attempt runs, ``ctx.logger`` writes to its log at ``path``, to the console and to ``sink``.
 
     The handlers are made when the phase first uses ``ctx.logger`` (a phase that never logs pays
     for none of it); they are removed and closed when the attempt ends.
@@ -157,6 +175,10 @@ def logging_to(ctx: LogsTo, path: str | os.PathLike[str], out: Console, where: s
         stamp.converter = time.gmtime
         log.setFormatter(stamp)
         handlers: list[logging.Handler] = [log]
+        if sink is not None:
+            kept = _ToSink(sink)
+            kept.setFormatter(stamp)
+            handlers.append(kept)
         if out.line is not None:
             handlers.append(_ToConsole(out.say, where))
         for h in handlers:

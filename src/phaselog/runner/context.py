@@ -81,6 +81,8 @@ class PhaseContext:
         self._attach: Callable[[logging.Logger], None] | None = None
         self._logger_lock = threading.Lock()
         self._payloads = payloads
+        #: Called after each ``step_done``: the runner appends the attempt's waiting log lines (runner/logsink.py).
+        self.log_tick: Callable[[], None] | None = None
         self._heartbeat = heartbeat
         #: The runner's lease on the run (one runner per run; its fencing token goes with every
         #: write). A shell phase names its command's process group in it and hands its token to
@@ -186,3 +188,5 @@ class PhaseContext:
             tokens=tokens,
             pipeline=self.pipeline,
         )
+        if self.log_tick is not None:
+            self.log_tick()

@@ -26,6 +26,7 @@ from phaselog.ledger.pool import ledger_for
 from phaselog.model.errors import PipelineError, UsageError
 from phaselog.model.execution import EXECUTION_KEYS, execution_from_dict
 from phaselog.model.ids import given_run_name, normalize_run_id, validate_ticket_id
+from phaselog.model.logs import DEFAULT_LOG_CAP, parse_log_cap
 from phaselog.model.pipelines import (
     Phase,
     Pipeline,
@@ -179,6 +180,7 @@ class PipelineRunner:
         store_url: str,
         out: Console,
         folders: dict[tuple[str, str], Path] | None = None,
+        log_cap: int = DEFAULT_LOG_CAP,
     ) -> Executor:
         """The executor of ``ph``; ``folders``: the run's log folder, found once per run and shared by
         its phases' executors."""
@@ -193,6 +195,7 @@ class PipelineRunner:
                 log_name,
                 logging_to,
             )
+            from phaselog.runner.logsink import LogSink, abandon, finish  # lazy: `phaselog step` runs no phase
             from phaselog.runner.python_phase import run_python  # lazy: `phaselog step` runs no phase
 
             fn = bound.fn if bound is not None else resolve_call(ph)
@@ -205,10 +208,26 @@ class PipelineRunner:
                     folders.clear()
                     folder = folders[key] = log_folder(ctx.store, ctx.workdir, *key, log_dir)
                 log = os.path.join(folder, log_name(phase.ordinal, ctx.phase, ctx.attempt))  # a Path only if used
-                with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}"):
-                    outcome = run_python(
-                        fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir, is_async=is_async
-                    )
+                sink = LogSink(
+                    ctx.store,
+                    ticket_id=ctx.ticket_id,
+                    run_id=ctx.run_id,
+                    phase=phase.name,
+                    ordinal=phase.ordinal,
+                    attempt=ctx.attempt,
+                    cap=log_cap,
+                    say=out.say,
+                )
+                ctx.log_tick = lambda: sink.tick(force=True)  # a step done: what ctx.logger wrote goes live
+                try:
+                    with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}", sink):
+                        outcome = run_python(
+                            fn, ctx, timeout=phase.execution.timeout, workdir=ctx.workdir, is_async=is_async
+                        )
+                except BaseException:
+                    abandon(sink)
+                    raise
+                outcome = finish(sink, outcome)  # before the engine records the attempt
                 if isinstance(outcome, Failure) and os.path.exists(log):
                     outcome.detail.setdefault("log", log)  # what ctx.logger wrote, as for a shell phase
                 return outcome
@@ -217,7 +236,7 @@ class PipelineRunner:
         if ph.execution.run is not None:
             from phaselog.runner.shell import ShellPhase  # lazy: `phaselog step` runs no phase
 
-            return ShellPhase(log_dir=log_dir, store_url=store_url, tee=out.shell)
+            return ShellPhase(log_dir=log_dir, store_url=store_url, tee=out.shell, log_cap=log_cap)
         raise UsageError(
             f"phase {ph.name} of pipeline {self.base.name} has nothing to run: decorate a function with "
             f"@pipe.phase({ph.name!r}), or give the phase a run: command or a call: function in the manifest",
@@ -243,6 +262,7 @@ class PipelineRunner:
         before_phase: Callable[[str], None] | None = None,
         signals: SignalGuard | None = None,
         params: Mapping[str, Any] | None = None,
+        log_cap: int | str | None = None,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
@@ -260,6 +280,8 @@ class PipelineRunner:
         ``params``: the run's parameters, checked against the manifest's ``params`` schema (defaults
         applied) before anything runs; phases see them as ``ctx.params``. None: a rerun reuses the
         recorded ones; a rerun with other ones is refused (UsageError naming the differences).
+        ``log_cap``: how much of each attempt's output the store keeps, its tail (bytes, or ``"512KiB"``;
+        default 1 MiB; 0: none) — read it with ``phaselog logs`` or :meth:`phaselog.Run.logs`.
 
         Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
         retries; chained to its last exception; ``exc.result`` holds the RunResult),
@@ -283,8 +305,9 @@ class PipelineRunner:
             url = ledger.store.url
             out = console(echo=echo, quiet=quiet, shell_output=shell_output)
             folders: dict[tuple[str, str], Path] = {}
+            cap = parse_log_cap(log_cap)
             executors = {
-                ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out, folders=folders)
+                ph.name: self._executor_for(ph, log_dir=logs, store_url=url, out=out, folders=folders, log_cap=cap)
                 for ph in pl.phases
             }
             engine = Engine(

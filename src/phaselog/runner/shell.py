@@ -6,7 +6,8 @@ JSON payload to; else the last JSON object line of its stdout is the payload), `
 (a file with the earlier phases' payloads), the run's parameters (``PHASELOG_PARAM_<NAME>`` each, and
 ``PHASELOG_PARAMS``, a file with them all as a JSON object), and what ``phaselog step N`` needs to record progress
 (``PHASELOG_STORE``, ``PHASELOG_PIPELINE_FILE``, ``PHASELOG_LEASE_TOKEN``). Its stdout and stderr
-go to a log beside the attempt; their tail goes into a failed attempt's record.
+go to a log beside the attempt and, bounded, into the store with the attempt (runner/logsink.py);
+their tail goes into a failed attempt's record.
 
 The command runs in a process group of its own (a timeout or a signal stops all of it) and dies
 with the runner (``PR_SET_PDEATHSIG``): a SIGKILLed runner leaves nothing running that the next
@@ -33,11 +34,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 from phaselog.model.errors import NotFound
 from phaselog.model.limits import TooDeep, json_loads_bounded
+from phaselog.model.logs import DEFAULT_LOG_CAP
 from phaselog.model.params import env_name, env_value
 from phaselog.model.pipelines import Phase, manifest_dict
 from phaselog.model.records import format_timestamp
-from phaselog.runner.console import attempt_log
+from phaselog.runner.console import attempt_log, to_stderr
 from phaselog.runner.lease import group_alive
+from phaselog.runner.logsink import LogSink, abandon, finish
 from phaselog.runner.outcome import Failure, Success, tail
 from phaselog.runner.signals import Interrupt
 
@@ -79,10 +82,13 @@ def _die_with(parent: int) -> Any:
 class ShellPhase:
     """Runs one attempt of a shell phase (callable as an executor)."""
 
-    def __init__(self, *, log_dir: Path | None, store_url: str, tee: IO[bytes] | None = None) -> None:
+    def __init__(
+        self, *, log_dir: Path | None, store_url: str, tee: IO[bytes] | None = None, log_cap: int = DEFAULT_LOG_CAP
+    ) -> None:
         self.log_dir = log_dir
         self.store_url = store_url
         self.tee = tee
+        self.log_cap = log_cap
 
     def __call__(self, phase: Phase, ctx: PhaseContext) -> Success | Failure:
         ex = phase.execution
@@ -90,11 +96,25 @@ class ShellPhase:
         log_path = attempt_log(ctx, phase.ordinal, self.log_dir)
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         scratch = Path(tempfile.mkdtemp(prefix="phaselog-phase-"))
+        sink = LogSink(
+            ctx.store,
+            ticket_id=ctx.ticket_id,
+            run_id=ctx.run_id,
+            phase=phase.name,
+            ordinal=phase.ordinal,
+            attempt=ctx.attempt,
+            cap=self.log_cap,
+            say=to_stderr,
+        )
         try:
             env = self._env(phase, ctx, scratch)
-            return self._run(phase, ctx, env, log_path, scratch / "payload.json")
+            outcome = self._run(phase, ctx, env, log_path, scratch / "payload.json", sink)
+        except BaseException:
+            abandon(sink)
+            raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        return finish(sink, outcome)  # before the engine records the attempt: a follower stops at the kept log
 
     def _env(self, phase: Phase, ctx: PhaseContext, scratch: Path) -> dict[str, str]:
         inputs: dict[str, Any] = {}
@@ -128,7 +148,13 @@ class ShellPhase:
         return env
 
     def _run(
-        self, phase: Phase, ctx: PhaseContext, env: dict[str, str], log_path: Path, payload_file: Path
+        self,
+        phase: Phase,
+        ctx: PhaseContext,
+        env: dict[str, str],
+        log_path: Path,
+        payload_file: Path,
+        sink: LogSink | None = None,
     ) -> Success | Failure:
         ex = phase.execution
         kwargs: dict[str, Any] = {}
@@ -149,7 +175,7 @@ class ShellPhase:
                 )
             except OSError as exc:
                 return Failure("exit_code", f"cannot start /bin/sh: {exc.strerror}", {"log": str(log_path)})
-            reader = _Reader(proc, log, self.tee)
+            reader = _Reader(proc, log, self.tee, sink)
             deadline = time.monotonic() + ex.timeout if ex.timeout else None
             stopped: Failure | None = None
             try:
@@ -212,7 +238,10 @@ class _Reader:
     """Copies the command's stdout and stderr to the log (and a tee), keeping a tail and the
     last JSON object line of stdout."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log: IO[bytes], tee: IO[bytes] | None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], log: IO[bytes], tee: IO[bytes] | None, sink: LogSink | None = None
+    ) -> None:
+        self.sink = sink
         self.sel = selectors.DefaultSelector()
         assert proc.stdout is not None
         assert proc.stderr is not None
@@ -232,6 +261,11 @@ class _Reader:
         return self.open == 0
 
     def pump(self, timeout: float) -> None:
+        self._pump(timeout)
+        if self.sink is not None:
+            self.sink.tick()
+
+    def _pump(self, timeout: float) -> None:
         for key, _ in self.sel.select(timeout):
             chunk = os.read(key.fd, 65536)
             if not chunk:
@@ -243,6 +277,8 @@ class _Reader:
                 continue
             self.log.write(chunk)
             self.log.flush()
+            if self.sink is not None:
+                self.sink.write(chunk, key.data)
             if self.tee is not None:
                 with contextlib.suppress(OSError, ValueError):
                     self.tee.write(chunk)

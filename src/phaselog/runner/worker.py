@@ -108,6 +108,8 @@ class WorkerOptions:
     pipelines: Path | None = None
     workdir: Path | None = None
     log_dir: Path | None = None
+    #: What the store keeps of each attempt's output (its tail, bytes; None: the default, 1 MiB).
+    log_cap: int | None = None
     ttl: float = 30.0
     grace: float = DEFAULT_GRACE
     max_recoveries: int = DEFAULT_MAX_RECOVERIES
@@ -266,6 +268,7 @@ class Worker:
                 wait=self.options.ttl + 5.0 if claim.recovered_from else False,
                 ttl=self.options.ttl,
                 log_dir=self.options.log_dir,
+                log_cap=self.options.log_cap,
                 echo=lambda text: self.echo(f"{label}: {text}"),
                 before_phase=before_phase,
                 signals=DrainGuard(self),

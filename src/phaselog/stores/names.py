@@ -15,6 +15,8 @@ approval                    ``<ssssss>_<NNN>_<phase>_a<kkkkkk>``           ``.ap
 ticket marker revision      ``rev_<rrrrrr>``                               ``.markers``
 prune note                  ``<ssssss>``                                   ``.pruned``
 seal, pruned-run record     ``<ssssss>``                                   ``<ticket>/.tree``
+log chunk (live output)     ``<NNN>_<phase>_a<kkkkkk>_c<ccccccccc>``       ``.logs``
+an attempt's kept log       ``<NNN>_<phase>_a<kkkkkk>_end``                ``.logs``
 ==========================  =============================================  ===================
 """
 
@@ -28,7 +30,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 #: Audit entry kinds, each in its own folder (files) or ``kind`` column (SQL).
-ENTRY_KINDS = ("progress", "approvals", "markers", "pruned", "tree")
+ENTRY_KINDS = ("progress", "approvals", "markers", "pruned", "tree", "logs")
 #: What any entry name may look like (safe as a file name, bounded).
 ENTRY_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 _PHASE = r"([a-z][a-z0-9_]*)"
@@ -45,6 +47,7 @@ EVENT_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_s(\d{{9,}})")
 APPROVAL_RE = re.compile(rf"(\d{{6,}})_(\d{{3,}})_{_PHASE}_a(\d{{6,}})")
 MARKER_RE = re.compile(r"rev_(\d{6,})")
 NOTE_RE = re.compile(r"(\d{6,})")
+LOG_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_(?:c(\d{{9,}})|end)")
 
 
 class AttemptName(NamedTuple):
@@ -244,6 +247,39 @@ def parse_event_name(name: str) -> EventName | None:
     if m is None:
         return None
     return EventName(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4)))
+
+
+class LogName(NamedTuple):
+    """What a log entry's name says: its attempt, and the chunk's number (None: the kept log, its end)."""
+
+    ordinal: int
+    phase: str
+    attempt: int
+    chunk: int | None
+
+
+def log_prefix(ordinal: int, phase: str, attempt: int) -> str:
+    """The common prefix of one attempt's log entries (its chunks, then its end)."""
+    return f"{ordinal:03d}_{phase}_a{attempt:06d}_"
+
+
+def log_chunk_name(ordinal: int, phase: str, attempt: int, chunk: int) -> str:
+    """The entry name of chunk ``chunk`` (1, 2, …) of an attempt's live output."""
+    return f"{log_prefix(ordinal, phase, attempt)}c{chunk:09d}"
+
+
+def log_end_name(ordinal: int, phase: str, attempt: int) -> str:
+    """The entry name of an attempt's kept log (written once, when the attempt ends; sorts after its chunks)."""
+    return f"{log_prefix(ordinal, phase, attempt)}end"
+
+
+def parse_log_name(name: str) -> LogName | None:
+    """Parse a log entry's name; None for any other name."""
+    m = LOG_RE.fullmatch(name)
+    if m is None:
+        return None
+    chunk = m.group(4)
+    return LogName(int(m.group(1)), m.group(2), int(m.group(3)), int(chunk) if chunk is not None else None)
 
 
 def approval_name(seq: int, ordinal: int, phase: str, attempt: int) -> str:

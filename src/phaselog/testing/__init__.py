@@ -33,6 +33,7 @@ from phaselog.testing._harness import Damage, EntryRef, RecordRef, StoreFactory
 from phaselog.testing.audit import AuditTests
 from phaselog.testing.damage import DamageTests
 from phaselog.testing.guard import GuardTests
+from phaselog.testing.logs import LogTests
 from phaselog.testing.records import RecordTests
 from phaselog.testing.retention import RetentionTests
 from phaselog.testing.state import StateTests
@@ -44,6 +45,7 @@ __all__ = [
     "DamageTests",
     "EntryRef",
     "GuardTests",
+    "LogTests",
     "RecordRef",
     "RecordTests",
     "RetentionTests",
@@ -54,5 +56,7 @@ __all__ = [
 ]
 
 
-class StoreConformance(RecordTests, StateTests, AuditTests, DamageTests, TransferTests, RetentionTests, GuardTests):
+class StoreConformance(
+    RecordTests, StateTests, AuditTests, DamageTests, TransferTests, RetentionTests, GuardTests, LogTests
+):
     """Every contract test; subclass it as ``Test…`` and provide the ``store_factory`` fixture."""

@@ -37,10 +37,19 @@ from phaselog.model.entries import Approval, Marker, ProgressEvent
 from phaselog.model.errors import Corrupt, PhaselogError, UnsupportedVersion
 from phaselog.model.ids import is_canonical_uuid, validate_ticket_id
 from phaselog.model.limits import json_loads
+from phaselog.model.logs import LOGS, KeptLog, LogChunk
 from phaselog.model.records import Checkpoint
 from phaselog.model.validation import check_record
 from phaselog.stores.kernel import entry_location
-from phaselog.stores.names import approval_name, event_name, marker_name, note_name, parse_note_name
+from phaselog.stores.names import (
+    approval_name,
+    event_name,
+    log_chunk_name,
+    log_end_name,
+    marker_name,
+    note_name,
+    parse_note_name,
+)
 from phaselog.transfer.lines import bad_line
 from phaselog.transfer.manifests import resolve
 
@@ -48,7 +57,14 @@ if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
     from phaselog.stores.base import Store
 
-ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
+ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker, LOGS: LogChunk}
+
+
+def entry_type(kind: str, doc: Any) -> Any:
+    """The record class of an entry of ``kind`` (a log entry: a chunk, or the kept log its ``kind`` names)."""
+    if kind == LOGS and isinstance(doc, Mapping) and doc.get("kind") == KeptLog.KIND:
+        return KeptLog
+    return ENTRY_TYPES[kind]
 
 
 @dataclass
@@ -142,14 +158,14 @@ def _pipeline(n: int, ledger: Ledger, ref: Any, manifests: Mapping[Any, Any]) ->
 def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any, ledger: Ledger) -> Item:
     kind = line.get("kind")
     if kind not in (*ENTRY_TYPES, "pruned"):
-        raise bad_line(n, f"kind {kind!r} is not one of progress, approvals, markers, pruned", "kind", "enum")
+        raise bad_line(n, f"kind {kind!r} is not one of progress, approvals, markers, pruned, logs", "kind", "enum")
     body = {k: v for k, v in doc.items() if k != "content_hash"}
     try:
         if kind == "pruned":
             record: Any = _parse_note(n, line, doc)
             actual = record.content_hash
         else:
-            record = ENTRY_TYPES[kind].from_json(body)
+            record = entry_type(str(kind), body).from_json(body)
             actual = record.content_hash
     except (Corrupt, UnsupportedVersion) as exc:
         raise bad_line(
@@ -184,6 +200,9 @@ def _parse_entry(n: int, line: dict[str, Any], doc: dict[str, Any], claimed: Any
             _same(n, line, "run_id", record.run_id)
             if kind == "progress":
                 name = event_name(record.phase_ordinal, record.phase, record.attempt_number, record.seq)
+            elif kind == LOGS:
+                at = (record.phase_ordinal, record.phase, record.attempt_number)
+                name = log_chunk_name(*at, record.seq) if isinstance(record, LogChunk) else log_end_name(*at)
             else:
                 name = approval_name(record.seq, record.phase_ordinal, record.phase, record.attempt_number)
     if line.get("name") != name:
@@ -214,7 +233,7 @@ def check_entry_phases(items: list[Item], ledger: Ledger, manifests: Mapping[Any
             named.setdefault((i.ticket_id, i.run_id), i.record.pipeline)
     cache: dict[tuple[str, str | None], Any] = {}
     for i in items:
-        if i.type not in ("progress", "approvals") or i.run_id is None:
+        if i.type not in ("progress", "approvals", LOGS) or i.run_id is None:
             continue  # (an event or approval always names its run: _parse_entry refuses one that does not)
         key = (i.ticket_id, i.run_id)
         if key not in cache:
@@ -409,6 +428,7 @@ def _plan_entries(
             plan.refuse(item, path, "the approval judges a checkpoint that is not stored here (or was refused)")
             continue
         plan.store.append(item)
+    plan.store.extend(item for item, _path in _new_entries(store, LOGS, ticket_id, run_id, items, plan))
 
 
 def _new_entries(
@@ -448,7 +468,7 @@ def _same_entry(store: Store, item: Item, path: str, plan: Plan) -> None:
             if item.type == "pruned":
                 same = False
             else:
-                same = ENTRY_TYPES[item.type].from_json(doc).content_hash == item.content_hash
+                same = entry_type(item.type, doc).from_json(doc).content_hash == item.content_hash
         except (ValueError, PhaselogError, AttributeError):
             same = False
         if same:

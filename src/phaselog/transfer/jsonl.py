@@ -2,10 +2,11 @@
 
 Each line is one record with its content hash, in a stable order: tickets sorted; per ticket its
 marker revisions, then per run (sorted) its checkpoints by (phase ordinal, attempt), its progress
-events, approvals and prune notes by name; a ticket's anchoring seals (kind ``tree``,
-:mod:`phaselog.transfer.seals`) follow its markers. Import recomputes every hash before writing anything
-of that record and is idempotent: a record already present with the same hash is skipped; one
-present with another hash is reported as a conflict and left as it is.
+events, approvals, prune notes and log entries (kind ``logs``: chunks and kept logs) by name; a
+ticket's anchoring seals (kind ``tree``, :mod:`phaselog.transfer.seals`) follow its markers. Import
+recomputes every hash before writing anything of that record and is idempotent: a record already
+present with the same hash is skipped; one present with another hash is reported as a conflict and
+left as it is.
 
     {"type": "checkpoint", "ticket_id": …, "run_id": …, "content_hash": …, "document": {…}}
     {"type": "entry", "kind": "progress", "ticket_id": …, "run_id": …, "name": …, "content_hash": …,
@@ -23,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from phaselog.ledger.facade import Ledger
 from phaselog.ledger.prune_notes import document_hash
 from phaselog.ledger.seals import SEAL_KIND
-from phaselog.model.entries import Approval, Marker, ProgressEvent, entry_bytes
+from phaselog.model.entries import entry_bytes
 from phaselog.model.errors import AlreadyExists, Conflict, Corrupt, InvalidRecord, PhaselogError
 from phaselog.model.limits import MAX_RECORD_BYTES, json_loads
 from phaselog.model.records import Checkpoint, PipelineRef
 from phaselog.stores.base import Damaged, Store
 from phaselog.stores.kernel import record_document
-from phaselog.transfer.importing import Plan, parse_line, plan_markers, plan_run
+from phaselog.transfer.importing import Plan, entry_type, parse_line, plan_markers, plan_run
 from phaselog.transfer.importing import check_entry_phases as check_phases
 from phaselog.transfer.manifests import ExportManifests, is_manifest_line, parse_manifest_line, record_imported
 from phaselog.transfer.seals import is_seal_line, parse_seal_line, plan_seals, seal_body, seal_hash
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger
 
 EXPORT_VERSION = 1
-_ENTRY_TYPES: dict[str, Any] = {"progress": ProgressEvent, "approvals": Approval, "markers": Marker}
 
 
 def entry_hash(kind: str, document: Any) -> str:
@@ -48,7 +48,7 @@ def entry_hash(kind: str, document: Any) -> str:
         return document_hash(document)
     if kind == SEAL_KIND:
         return seal_hash(document)
-    return str(_ENTRY_TYPES[kind].from_json(document).content_hash)
+    return str(entry_type(kind, document).from_json(document).content_hash)
 
 
 def _checkpoint_document(store: Store, record: Checkpoint) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def export_records(store: Store, ticket_id: str | None = None) -> Iterator[dict[
                     "content_hash": rec.content_hash,
                     "document": _checkpoint_document(store, rec),
                 }
-            for kind in ("progress", "approvals", "pruned"):
+            for kind in ("progress", "approvals", "pruned", "logs"):
                 yield from _entry_lines(store, kind, tid, rid)
 
 

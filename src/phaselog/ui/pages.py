@@ -324,9 +324,11 @@ def checkpoint(ui: UI, request: Request) -> Response:
     basis = [{"phase": name, "attempt": entry.attempt, "hash": entry.hash} for name, entry in (cp.basis or {}).items()]
 
     previous = previous_attempt(ledger, ticket_id, run_id, ph.ordinal, attempt)
+    log = views.log_view(ledger.logs(ticket_id, run_id, ph.name, attempt, pipeline=pipeline))
     return ui.render(
         request,
         "checkpoint.html",
+        log=log,
         damaged=None,
         ticket_id=ticket_id,
         run_id=run_id,

@@ -20,6 +20,7 @@ from phaselog.views.graph import status_json
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
     from phaselog.ledger.gates import Awaiting
+    from phaselog.ledger.logs import PhaseLog
     from phaselog.ledger.reads import Page
     from phaselog.ledger.status import SkipDecision
     from phaselog.ledger.verify import VerifyReport
@@ -312,3 +313,23 @@ def explanation(e: RunnerOutcome) -> dict[str, Any]:
 def run_result(r: RunnerOutcome) -> dict[str, Any]:
     """What ``phaselog run`` did: per phase, and the exit code."""
     return r.to_json()
+
+
+#: The most of a kept log a page shows (its tail); ``phaselog logs`` prints all the store kept.
+PAGE_LOG_BYTES = 256 * 1024
+
+
+def log_view(log: PhaseLog | None, limit: int = PAGE_LOG_BYTES) -> dict[str, Any] | None:
+    """An attempt's log for a page: its JSON view with ``text`` cut to its last ``limit`` bytes
+    (``shown_bytes`` says how many); None when the attempt kept no log."""
+    if log is None or (not log.text and log.complete):
+        return None
+    view = log.to_json()
+    data = log.text.encode("utf-8")
+    if len(data) > limit:
+        cut = len(data) - limit
+        while cut < len(data) and (data[cut] & 0xC0) == 0x80:  # start at a whole character
+            cut += 1
+        view["text"] = data[cut:].decode("utf-8")
+    view["shown_bytes"] = len(view["text"].encode("utf-8"))
+    return view

@@ -181,7 +181,7 @@ class FilesAdminMixin:
             for kind, name in entries:
                 by_kind.setdefault(kind, []).append(name)
             for kind, names in by_kind.items():
-                if kind not in ("progress", "approvals"):
+                if kind not in ("progress", "approvals", "logs"):
                     raise StoreError(f"prune does not delete {kind} entries")
                 try:
                     fd = self.folders.open_child(

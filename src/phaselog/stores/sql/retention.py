@@ -131,7 +131,7 @@ class SqlRetention:
                 freed += int(row[0])
                 count += 1
         for kind, name in entries:
-            if kind not in ("progress", "approvals"):
+            if kind not in ("progress", "approvals", "logs"):
                 raise StoreError(f"prune does not delete {kind} entries")
             e = (kind, tid, rid, name)
             ewhere = "kind = ? AND ticket_id = ? AND run_id = ? AND name = ?"
