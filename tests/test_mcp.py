@@ -31,6 +31,7 @@ READ_TOOLS = {
     "run_status",
     "explain",
     "read_checkpoint",
+    "read_logs",
     "validate_checkpoint",
     "list_checkpoints",
     "history",
@@ -415,3 +416,35 @@ def test_an_approval_without_via_is_stored_and_hashed_as_before() -> None:
     assert new.to_json()["via"] == "mcp"
     assert Approval.from_json(new.to_json()) == new
     assert new.content_hash != old.content_hash  # the origin is part of what verify checks
+
+
+def test_read_logs_answers_as_phaselog_logs_does(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: talk\nversion: '1'\nphases:\n"
+        "  - name: say\n    run: 'echo to stdout; echo to stderr >&2'\n"
+        "  - name: fail\n    run: 'echo why it failed; exit 3'\n"
+    )
+    ran = run_cli(root, "run", "--ticket-id", T, "--run-id", R, "--pipeline-file", str(job), "--quiet", env=_env(root))
+    assert ran.rc != 0  # the second phase fails: its output is what an agent reads to learn why
+
+    async def main() -> None:
+        async with session(root) as s:
+            for phase in ("say", "fail"):
+                is_error, got = await call(s, "read_logs", {"ticket_id": T, "run_id": R, "phase": phase})
+                assert not is_error, got
+                assert got == cli_json(root, "logs", "--ticket-id", T, "--run-id", R, "--phase", phase, "--json")
+            said = (await call(s, "read_logs", {"ticket_id": T, "run_id": R, "phase": "say"}))[1]
+            assert said["complete"]
+            assert said["text"].splitlines() == ["to stdout", "to stderr"]
+            failed = (await call(s, "read_logs", {"ticket_id": T, "run_id": R, "phase": "fail"}))[1]
+            assert "why it failed" in failed["text"]
+            is_error, err = await call(s, "read_logs", {"ticket_id": T, "run_id": R, "phase": "say", "attempt": 9})
+            assert is_error
+            assert err["error_code"] == "not_found"
+            is_error, err = await call(s, "read_logs", {"ticket_id": T, "run_id": R, "phase": "nope"})
+            assert is_error
+            assert err["field"] == "phase"
+
+    anyio.run(main)

@@ -97,6 +97,17 @@ VERIFY = view(ok=BOOL, checked=INT, problems=ARRAY)
 SKIP = view(skip_to=STR, allowed=BOOL, blockers=ARRAY, next_phase=OPT_STR, completed_phases=ARRAY)
 JUDGED = view(approval=OBJECT, phase_state=OPT_STR, warnings=ARRAY)
 PIPELINE = view(pipeline=OBJECT)
+LOGS = view(
+    ticket_id=STR,
+    run_id=STR,
+    phase=STR,
+    attempt=INT,
+    complete=BOOL,
+    total_bytes=INT,
+    dropped_bytes=INT,
+    damaged=ARRAY,
+    text=STR,
+)
 
 _QUOTED = re.compile(r"'([^']+)'")
 

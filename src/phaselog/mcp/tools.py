@@ -88,6 +88,10 @@ def read_checkpoint(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
     return views.read(ledger.read(a["ticket_id"], a["run_id"], a["phase"], a.get("attempt")))
 
 
+def read_logs(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
+    return ledger.logs(a["ticket_id"], a["run_id"], a["phase"], a.get("attempt")).to_json()  # `logs --json`'s
+
+
 def validate_checkpoint(ledger: Ledger, a: dict[str, Any]) -> dict[str, Any]:
     stored, report = ledger.validate(a["ticket_id"], a["run_id"], a["phase"], a.get("attempt"))
     return views.validation(stored, report)
@@ -232,6 +236,16 @@ TOOLS: tuple[Tool, ...] = (
         _ids(("ticket_id", "run_id", "phase"), phase=s.PHASE, attempt=s.ATTEMPT),
         s.READ,
         read_checkpoint,
+    ),
+    Tool(
+        "read_logs",
+        "Read what a phase attempt printed (a shell phase's stdout and stderr, a Python phase's ctx.logger "
+        "lines), as the store keeps it: the last cap_bytes of it (dropped_bytes says how much was not kept; "
+        "complete is false while the attempt runs). Call it to learn why an attempt failed. error_code "
+        "not_found: no such run, phase or attempt, or nothing was printed. Reads only." + _ERRORS,
+        _ids(("ticket_id", "run_id", "phase"), phase=s.PHASE, attempt=s.ATTEMPT),
+        s.LOGS,
+        read_logs,
     ),
     Tool(
         "validate_checkpoint",
