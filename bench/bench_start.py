@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import phaselog
 from bench import _data
 from bench._timing import BASELINE, INFO, SUBJECT, Contestant, Ratio, Section, run_rounds
 
@@ -25,6 +26,9 @@ def setup(workdir: Path) -> tuple[dict[str, str], list[str]]:
         _data.write_phase(ledger, TICKET, run_uuid, "implement")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PHASELOG_", "PYTHON"))}
     env["PHASELOG_HOME"] = str(root)
+    # The processes run the phaselog this bench imported (a worktree's src/, not the one the
+    # venv's editable install points at); every command gets the same path, the baseline too.
+    env["PYTHONPATH"] = str(Path(phaselog.__file__).resolve().parent.parent)
     args = ["read", "--ticket-id", TICKET, "--run-id", run_uuid, "--phase", "implement"]
     return env, args
 

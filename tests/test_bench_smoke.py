@@ -3,6 +3,7 @@ speed: the figures themselves are for people (``make bench``)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -80,3 +81,15 @@ def test_bench_quick_prints_every_row_of_the_issue_table(tmp_path: Path) -> None
     assert re.search(r"SQLite read, fresh Run each / get_tuple .* \d+\.\d+x\s+<= 1\.50x\s+(met|MISSED)", table), table
     assert re.search(r"not run \(--only runner\)", table), table
     assert list(tmp_path.iterdir()) == [], "the temporary stores are removed afterwards"
+
+
+def test_the_cold_start_processes_run_the_phaselog_the_bench_imported(tmp_path: Path) -> None:
+    """A worktree's figure is its own code's, not the one the venv's editable install points at (D332)."""
+    code = (
+        "import json, sys; from pathlib import Path; from bench import bench_start; import phaselog\n"
+        f"env, _ = bench_start.setup(Path({str(tmp_path)!r}))\n"
+        "print(json.dumps([env['PYTHONPATH'], str(Path(phaselog.__file__).resolve().parent.parent)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    given, imported = json.loads(out)
+    assert given == imported

@@ -112,6 +112,9 @@ def test_read_does_not_import_what_only_other_commands_use(tmp_path: Path) -> No
         "stores.snapshot",
     }
     assert not modules & {f"phaselog.{name}" for name in resolving}
+    # Leases and retention: their value types (dataclasses, ~3.5 M instructions each) and the files
+    # store's lease module are built by the runner and prune, never by a read (D334).
+    assert not modules & {"phaselog.stores.admin_values", "phaselog.stores.files.lease"}
 
 
 def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:
@@ -159,3 +162,13 @@ def test_a_read_from_sqlite_loads_no_snapshot(tmp_path: Path) -> None:
     modules = set(json.loads(res.stderr.strip().splitlines()[-1])["modules"])
     assert "phaselog.stores.sql.store" in modules  # the probe did read from SQLite
     assert not modules & {"phaselog.stores.snapshot", "phaselog.stores.sql.snapshot", "phaselog.ledger.status"}
+
+
+def test_the_lease_and_retention_types_are_still_the_contracts_names() -> None:
+    """``phaselog.stores.base`` re-exports them on first use (PEP 562), so a backend or a caller that
+    imports them from the contract keeps working (D334)."""
+    from phaselog.stores import admin_values, base
+
+    for name in ("RunFence", "LeaseState", "Verdict", "Judge", "PruneTarget"):
+        assert getattr(base, name) is getattr(admin_values, name)
+        assert name in base.__all__

@@ -69,8 +69,8 @@ class Ledger(Services):
 
     def run(self, ticket_id: str, run_id: str, *, pipeline: PipelineArg = None) -> Run:
         """A handle on one run (ticket and run id validated now)."""
-        run = Run(self, validate_ticket_id(ticket_id), normalize_run_id(run_id), pipeline)
-        run.run_name = given_run_name(run_id)
+        run = Run(self, validate_ticket_id(ticket_id), rid := normalize_run_id(run_id), pipeline)
+        run.run_name = None if rid == run_id else given_run_name(run_id)  # equal: a canonical UUID
         return run
 
     # -- pipelines (resolve.py) -------------------------------------------------------------------------

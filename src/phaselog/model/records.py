@@ -76,6 +76,8 @@ def parse_timestamp(value: Any, *, field: str = "timestamp_utc") -> datetime:
 
 def check_schema_version(version: Any, *, field: str = "schema_version") -> list[str]:
     """Return warnings for ``version``; raise UnsupportedVersion for a newer major version."""
+    if version == SCHEMA_VERSION and type(version) is str:  # every record phaselog writes: nothing to parse
+        return []
     if not isinstance(version, str):
         raise Corrupt(f"{field}: must be a string like '1.0.0'", field=field, rule="type")
     try:

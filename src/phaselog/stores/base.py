@@ -23,16 +23,12 @@ from phaselog.stores.values import (
     AttemptRef,
     Capability,
     Damaged,
-    Judge,
-    LeaseState,
-    PruneTarget,
-    RunFence,
     Stored,
-    Verdict,
 )
 
 if TYPE_CHECKING:
     from phaselog.model.guard import Holder, LoopState
+    from phaselog.stores.admin_values import Judge, LeaseState, PruneTarget, RunFence, Verdict
     from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
@@ -419,6 +415,18 @@ def change_waiter(store: Store) -> ChangeWaiter | None:
     if Capability.CHANGE_WAIT in store.capabilities:
         return cast(WaitsForChanges, store).change_waiter()  # the capability declares the member
     return None
+
+
+#: Re-exported on first use (PEP 562): only leases and retention need them (D334).
+_ADMIN_VALUES = frozenset({"Judge", "LeaseState", "PruneTarget", "RunFence", "Verdict"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ADMIN_VALUES:
+        from phaselog.stores import admin_values  # lazy: a read never builds these dataclasses (D334)
+
+        return getattr(admin_values, name)
+    raise AttributeError(f"module 'phaselog.stores.base' has no attribute {name!r}")
 
 
 __all__ = [

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from phaselog.model._json import dumps_compact, is_plain
 from phaselog.model.decoding import checkpoint_from_seed
@@ -65,7 +65,10 @@ from phaselog.stores.names import (
     parse_failed_name,
     record_name,
 )
-from phaselog.stores.values import Damaged, RunFence, Stored
+from phaselog.stores.values import Damaged, Stored
+
+if TYPE_CHECKING:
+    from phaselog.stores.admin_values import RunFence
 
 #: A store's cap on one record unless it is opened with another.
 DEFAULT_MAX_RECORD_BYTES = MAX_RECORD_BYTES

@@ -16,17 +16,20 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phaselog import _faults
 from phaselog.model.errors import AlreadyExists, NotFound, StoreError
 from phaselog.model.ids import validate_ticket_id
 from phaselog.stores import names as _names
-from phaselog.stores.base import Capability, GuardStorage, PruneTarget
+from phaselog.stores.base import Capability, GuardStorage
 from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import DIR_FLAGS, READ_FLAGS, TEMP_MAX_AGE_S, exists, os_errors, write_temp
 from phaselog.stores.kernel import check_run_key, entry_location
 from phaselog.stores.oslock import open_locked
+
+if TYPE_CHECKING:
+    from phaselog.stores.admin_values import PruneTarget
 
 #: What the files store has beyond the contract (no MIGRATE: a folder tree has no schema).
 FILES_CAPABILITIES = frozenset(

@@ -12,17 +12,16 @@ Layout under the root (``--root``, ``PHASELOG_HOME`` or ``~/.phaselog``)::
         .tmp-<pid>-<hex>                  temp files; a crash may leave them, a later writer
                                           removes them once older than a minute
 
-Publishing never renames onto a final name: temp file → write → fsync → ``link`` to the final
-name (fails if it exists) → fsync the directory. Every path below the root is opened segment by
-segment with ``O_NOFOLLOW`` relative to its parent's descriptor, so no symlink is ever followed
-below the root. See docs/record-format.md and docs/decisions.md.
+Publishing never renames onto a final name: temp file → write → fsync → ``link`` to the final name (fails if
+it exists) → fsync the directory. Every path below the root is opened segment by segment with ``O_NOFOLLOW``
+relative to its parent's descriptor, so no symlink is ever followed below the root. See docs/record-format.md.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,27 +31,33 @@ from phaselog.model.limits import SIDECAR_SLACK_BYTES
 from phaselog.model.records import Checkpoint
 from phaselog.stores import kernel
 from phaselog.stores import names as _names
-from phaselog.stores.base import AttemptRef, Damaged, RunFence, Stored
+from phaselog.stores.base import AttemptRef, Damaged, Stored
 from phaselog.stores.files import hints
 from phaselog.stores.files.admin import FILES_CAPABILITIES, FilesAdminMixin
 from phaselog.stores.files.carried import CarriedRuns, run_stamp
 from phaselog.stores.files.entries import FileEntries
 from phaselog.stores.files.folders import Folders
 from phaselog.stores.files.io import clean_temps, exists, os_errors, read_capped
-from phaselog.stores.files.lease import FileRunLeases, check_fence
 from phaselog.stores.files.publish import publish_completed, publish_failed
 from phaselog.stores.files.seed import RunView
 from phaselog.stores.names import checkpoint_name as cp_name
 from phaselog.stores.names import failed_name, meta_name
 
 if TYPE_CHECKING:
+    from phaselog.stores.admin_values import RunFence
+    from phaselog.stores.files.lease import FileRunLeases
     from phaselog.stores.files.manifests import FilesManifests
     from phaselog.stores.manifests import ManifestDoc
     from phaselog.stores.snapshot import RunSnapshot
 
-# Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``,
-# ``<run>/.pruned/`` (notes of what prune removed), ``<ticket>/.markers/``. Every name format
-# lives in phaselog.stores.names.
+# Audit entry kinds and their folders: ``<run>/.progress/``, ``<run>/.approvals/``, ``<run>/.pruned/`` (notes of
+# what prune removed), ``<ticket>/.markers/``. Every name format lives in phaselog.stores.names.
+
+
+def _fence_check(run_fd: int, fence: RunFence) -> Callable[[], None]:
+    from phaselog.stores.files.lease import check_fence  # lazy: only a runner's fenced write checks one (D334)
+
+    return lambda: check_fence(run_fd, fence)
 
 
 def default_root() -> Path:
@@ -158,7 +163,7 @@ class FilesStore(FilesAdminMixin):
                         and (ordinal, attempt) in _names.parse_record_names(names),
                         latest=latest,
                         expected_latest=expected_latest,
-                        check_fence=None if fence is None else lambda: check_fence(run_fd, fence),
+                        check_fence=None if fence is None else _fence_check(run_fd, fence),
                     )
                     # The snapshot this write was decided on, if this handle carries it and it still holds (D186).
                     base = self._carried.begin(record, expected_latest, run_fd)
@@ -370,6 +375,8 @@ class FilesStore(FilesAdminMixin):
     def run_leases(self) -> FileRunLeases:
         """The run-lease service (one per store object: it keeps held leases' locks open)."""
         if self._leases is None:
+            from phaselog.stores.files.lease import FileRunLeases  # lazy: only the runner leases runs (D334)
+
             self._leases = FileRunLeases(self.folders)
         return self._leases
 
