@@ -115,6 +115,9 @@ def test_read_does_not_import_what_only_other_commands_use(tmp_path: Path) -> No
     # Leases and retention: their value types (dataclasses, ~3.5 M instructions each) and the files
     # store's lease module are built by the runner and prune, never by a read (D334).
     assert not modules & {"phaselog.stores.admin_values", "phaselog.stores.files.lease"}
+    # Events (and the logging module they warn through) and a run's shape come with a write, a
+    # judgement or a status; a read of a record raises nothing and draws nothing.
+    assert not modules & {"phaselog.model.events", "phaselog.views.graph", "logging"}
 
 
 def test_read_compiles_no_pattern_it_does_not_use(tmp_path: Path) -> None:

@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phaselog.model.events import Event, Judged, RunCompleted, subscribe
-
 if TYPE_CHECKING:
+    from phaselog.model.events import Event
     from phaselog.model.heads import Head
 
 __all__ = ["ENV_KEY", "ENV_TO", "Anchorer", "AutoAnchor", "enable", "from_environment", "use"]
@@ -58,6 +57,7 @@ class AutoAnchor:
 
     def __call__(self, event: Event, origin: object) -> Iterable[str] | None:
         """Anchor after a judgement or a completed run; other events pass."""
+        from phaselog.model.events import Judged, RunCompleted  # lazy: the Ledger imports this; a read raises none
         from phaselog.stores.base import Store  # lazy: a Protocol check, only for the events it takes
 
         if not isinstance(event, Judged | RunCompleted) or not isinstance(origin, Store):
@@ -75,6 +75,8 @@ class AutoAnchor:
 
 def enable(to: str, key: str | os.PathLike[str]) -> Callable[[], None]:
     """Anchor after every judgement and completed run in this process; return the unsubscribe."""
+    from phaselog.model.events import subscribe  # lazy: the Ledger imports this; a read raises none
+
     return subscribe(AutoAnchor(to, key))
 
 

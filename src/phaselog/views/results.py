@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from phaselog.model.ids import run_name_of
 from phaselog.stores.base import Damaged
-from phaselog.views.graph import status_json
 
 if TYPE_CHECKING:
     from phaselog.ledger.derive import RunStatus
@@ -140,6 +139,8 @@ def run_status(status: RunStatus) -> dict[str, Any]:
 def run_overview(ov: RunOverview) -> dict[str, Any]:
     """The top of a run page (``runpages.overview``): the run's status as ``phaselog status``
     shows it (one row per phase, with its newest attempt), the pipeline, the next phase's blockers."""
+    from phaselog.views.graph import status_json  # lazy: `phaselog read` loads these views, not a run's shape
+
     return {
         "status": status_json(ov.status),  # `phaselog status`'s, with a graph unless a chain
         "pipeline": pipeline(ov.pipeline, full=False),
