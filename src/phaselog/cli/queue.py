@@ -247,7 +247,7 @@ def worker(
     from phaselog.stores.sql.queue.rows import require_postgres  # lazy: only `phaselog worker`
 
     require_postgres(store)
-    from phaselog.runner.engine import default_workdir  # lazy: only `phaselog worker` runs phases (the engine)
+    from phaselog.runner.prelude import default_workdir  # lazy: only `phaselog worker` runs phases (the engine)
     from phaselog.runner.worker import Worker, WorkerOptions  # lazy: only `phaselog worker` runs phases (the worker)
 
     options = WorkerOptions(

@@ -81,6 +81,15 @@ def _run_table(d: dict[str, Any]) -> str:
     type=click.Path(dir_okay=False),
     help="Run parameters from a JSON object file (--param values override its keys).",
 )
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run up to N phases whose needs are met side by side (a manifest with needs:).",
+)
+@click.option("--fail-fast", is_flag=True, help="A failed phase interrupts the phases still running.")
 def run(
     call: Call,
     ticket_id: str,
@@ -91,6 +100,8 @@ def run(
     quiet: bool,
     params: tuple[str, ...],
     params_file: str | None,
+    max_parallel: int,
+    fail_fast: bool,
 ) -> Result:
     """Run a pipeline's phases durably: skip what is done and still true, record every attempt.
 
@@ -103,6 +114,7 @@ def run(
     Example:
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --param date=2026-11-30 --param limit=3
+      phaselog run --pipeline-file video.yaml --ticket-id VID-1 --max-parallel 2
     """
     from phaselog.model.params import from_cli  # lazy: only `phaselog run` reads parameters
 
@@ -118,6 +130,8 @@ def run(
             log_dir=log_dir,
             quiet=quiet,
             params=given,
+            max_parallel=max_parallel,
+            fail_fast=fail_fast,
         )
     except (PhaseFailed, RunInterrupted) as exc:
         result = exc.result  # recorded; the result says what happened

@@ -243,6 +243,8 @@ class PipelineRunner:
         before_phase: Callable[[str], None] | None = None,
         signals: SignalGuard | None = None,
         params: Mapping[str, Any] | None = None,
+        max_parallel: int = 1,
+        fail_fast: bool = False,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
@@ -260,6 +262,9 @@ class PipelineRunner:
         ``params``: the run's parameters, checked against the manifest's ``params`` schema (defaults
         applied) before anything runs; phases see them as ``ctx.params``. None: a rerun reuses the
         recorded ones; a rerun with other ones is refused (UsageError naming the differences).
+        ``max_parallel``: how many phases whose needs are met run side by side (on threads; default 1,
+        one at a time as a chain runs); ``fail_fast``: a failure interrupts the phases still running
+        (else they finish, and nothing new starts). See docs/runner.md.
 
         Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
         retries; chained to its last exception; ``exc.result`` holds the RunResult),
@@ -268,11 +273,9 @@ class PipelineRunner:
         """
 
         from phaselog.runner.console import console  # lazy: `phaselog step` runs no phase
-        from phaselog.runner.engine import (  # lazy: `phaselog step` runs no phase
-            Engine,
-            default_workdir,
-        )
+        from phaselog.runner.engine import Engine  # lazy: `phaselog step` runs no phase
         from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER  # lazy: `phaselog step` runs no phase
+        from phaselog.runner.prelude import default_workdir  # lazy: `phaselog step` runs no phase
 
         ledger, owned = ledger_for(store)
         try:
@@ -304,6 +307,8 @@ class PipelineRunner:
                 before_phase=before_phase,
                 signals=signals,
                 params=params,
+                max_parallel=max_parallel,
+                fail_fast=fail_fast,
             )
             return engine.run()
         finally:
