@@ -1,13 +1,11 @@
 """The run loop: take the lease, plan with ``explain``, run what must run, record every attempt.
 
-Phases run when their needs are met (``pipeline.graph.ready``): one at a time on the main thread
-(``max_parallel=1``, the default: a manifest without ``needs`` runs exactly as it always did), or up
-to ``max_parallel`` side by side on threads (:mod:`phaselog.runner.parallel`, D290-D293). For each
-phase the plan says to run: attempt after attempt (1 + ``retries``, with backoff), call
-the phase (Python or shell), record the attempt — a completed checkpoint (artifacts hashed, code
-fingerprint, fenced by the lease) or a failed one (the failure in detail) — and stop at a gate
-(``awaiting_approval``), at a failure that outlived its retries (PhaseFailed, after recording),
-or at a signal (the attempt recorded as interrupted; RunInterrupted).
+A phase runs once its needs are done: one at a time on the main thread (``max_parallel=1``: a chain
+runs as it always did), or side by side on threads (:mod:`phaselog.runner.parallel`, D290-D293).
+Each runs attempt after attempt (1 + ``retries``, with backoff), recording each — a completed
+checkpoint (artifacts hashed, code fingerprint, fenced by the lease) or a failed one — and stops
+at a gate (only what needs it), a failure that outlived its retries (PhaseFailed, after recording),
+or a signal (the attempt recorded as interrupted; RunInterrupted).
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from phaselog.ledger.pool import sibling
 from phaselog.model.errors import (
@@ -230,22 +228,13 @@ class Engine:
     # -- what a phase thread has of its own (the main thread: the run's) --------------------------
     @property
     def led(self) -> Ledger:
-        """The ledger of this thread: a phase thread has a connection of its own (D292)."""
-        own: Ledger | None = getattr(self.local, "ledger", None)
-        return own if own is not None else self.ledger
+        """This thread's ledger: a phase thread has a connection of its own (D292)."""
+        return cast("Ledger", getattr(self.local, "ledger", None) or self.ledger)
 
     @property
     def beat(self) -> Heartbeat:
         """The heartbeat of this thread's attempts (a phase thread's own; else the run's)."""
-        own: Heartbeat | None = getattr(self.local, "heartbeat", None)
-        if own is not None:
-            return own
-        assert self.heartbeat is not None
-        return self.heartbeat
-
-    def _fenced(self) -> Fenced | None:
-        assert self.heartbeat is not None
-        return self.heartbeat.fenced or self.beat.fenced
+        return cast(Heartbeat, getattr(self.local, "heartbeat", None) or self.heartbeat)
 
     def _critical(self) -> contextlib.AbstractContextManager[None]:
         """Signals wait while a record is written: on the main thread; a phase thread is never
@@ -270,11 +259,8 @@ class Engine:
             if retry:
                 delay = backoff_delay(ex, retry)
                 self.echo(f"retry {ph.name} in {delay:.1f} s (attempt {attempt})")
-                if slot is None:
-                    time.sleep(delay)
-                else:
-                    slot.pause(delay)  # an Interrupt when the run is being stopped
-            fenced = self._fenced()
+                (time.sleep if slot is None else slot.pause)(delay)  # pause: Interrupt if the run stops
+            fenced = self.heartbeat.fenced or heartbeat.fenced
             if fenced is not None:
                 raise fenced
             started = datetime.now(UTC)  # the attempt's work starts now: its start event and checkpoint say so

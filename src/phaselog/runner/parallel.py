@@ -24,8 +24,8 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from phaselog.ledger.pool import sibling
 from phaselog.model.errors import PhaseFailed
@@ -38,7 +38,32 @@ from phaselog.runner.shell import KILL_GRACE_S
 from phaselog.runner.signals import Interrupt
 
 if TYPE_CHECKING:
-    from phaselog.runner.engine import Engine
+    from phaselog.ledger.facade import Ledger
+    from phaselog.model.pipelines import Pipeline
+    from phaselog.runner.lease import Lease
+    from phaselog.runner.result import RunResult
+    from phaselog.runner.signals import SignalGuard
+
+
+class Engine(Protocol):
+    """What the scheduler uses of the run's :class:`phaselog.runner.engine.Engine`."""
+
+    pipeline: Pipeline
+    ledger: Ledger
+    lease: Lease | None
+    max_parallel: int
+    fail_fast: bool
+    start_event_after: float
+    before_phase: Callable[[str], None] | None
+    echo: Callable[[str], None]
+    outcomes: list[PhaseOutcome]
+    local: threading.local
+    signals: SignalGuard
+
+    def _rest(self, plans: Sequence[PhasePlan], reason: str | None = None) -> None: ...
+    def _run_phase(self, plan: PhasePlan) -> PhaseOutcome: ...
+    def _result(self, waiting: str | None, interrupted: int | None) -> RunResult: ...
+
 
 #: How often the waiting main thread looks again while it stops the run (new process groups).
 TICK_S = 0.1
