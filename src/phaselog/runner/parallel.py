@@ -81,7 +81,8 @@ def _interrupt_type(signum: int) -> type[Interrupt]:
 def _raise_in(thread: threading.Thread, kind: type[BaseException] | None) -> None:
     """Raise ``kind`` in ``thread`` at its next Python instruction (None: drop one not raised yet)."""
     if thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), kind)  # None is NULL
+        exc = ctypes.py_object(kind) if kind is not None else None  # None: NULL, which clears
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), exc)
 
 
 class Slot:

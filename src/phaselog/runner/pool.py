@@ -46,6 +46,7 @@ def child_args(store_url: str, options: WorkerOptions, *, quiet: bool) -> list[s
     args = ["worker", "--store", store_url, "--queue", options.queue]
     args += ["--grace", repr(options.grace), "--lease-ttl", repr(options.ttl), "--poll", repr(options.poll)]
     args += ["--max-recoveries", str(options.max_recoveries)]
+    args += ["--max-parallel", str(options.max_parallel)] if options.max_parallel != 1 else []
     for flag, value in (
         ("--pipelines", options.pipelines),
         ("--workdir", options.workdir),

@@ -1,0 +1,324 @@
+"""A DAG run by `phaselog run`: phases whose needs are met run side by side (issue 25).
+
+The pipeline: ``a``; ``b`` and ``c`` need ``a``; ``d`` and ``e`` need ``b`` and ``c`` (two pairs in
+parallel). Every shell phase appends ``start``/``end`` lines with a timestamp to effects.log; the
+pairs also wait for each other to have started (a barrier with a generous deadline), so they
+can only finish when they really ran at the same time, and the log's intervals overlap. The
+tests compare the intervals in the log; they never time anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import phaselog
+from helpers import Result, cli_env, wait_for
+from phaselog.model.errors import PhaseFailed, UsageError
+
+NEEDS: dict[str, list[str]] = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["b", "c"]}
+PAIRS = {"b": "c", "c": "b", "d": "e", "e": "d"}
+#: The barrier: mark that this phase started, then wait (at most ~60 s) for its partner to start.
+BARRIER = (
+    'touch "started.$PHASELOG_PHASE"; n=0; while [ ! -e "started.{other}" ]; do sleep 0.01; n=$((n+1)); '
+    '[ "$n" -gt 6000 ] && exit 9; done; '
+)
+
+
+def command(name: str, body: str = "", *, barrier: bool = True) -> str:
+    stamp = 'echo "{what} $PHASELOG_PHASE $(date +%s.%N) $$-$PHASELOG_ATTEMPT" >> effects.log'
+    wait = BARRIER.format(other=PAIRS[name]) if barrier and name in PAIRS else ""
+    return f"{stamp.format(what='start')}; {wait}{body}{stamp.format(what='end')}"
+
+
+def manifest(
+    path: Path,
+    bodies: Mapping[str, str] | None = None,
+    *,
+    barrier: bool = True,
+    gated: tuple[str, ...] = (),
+    needs: Mapping[str, list[str]] = NEEDS,
+) -> Path:
+    phases: list[dict[str, Any]] = []
+    for name, wants in needs.items():
+        ph: dict[str, Any] = {"name": name, "run": command(name, (bodies or {}).get(name, ""), barrier=barrier)}
+        if wants or name != "a":
+            ph["needs"] = wants
+        if name in gated:
+            ph["requires_approval"] = True
+        phases.append(ph)
+    path.write_text(json.dumps({"name": "dag5", "version": "1", "phases": phases}))
+    return path
+
+
+def effects(workdir: Path) -> list[tuple[str, str, float, str]]:
+    """(event, phase, time, execution) per line of the effects log."""
+    log = workdir / "effects.log"
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        event, phase, at, exec_id = line.split()
+        out.append((event, phase, float(at), exec_id))
+    return out
+
+
+def intervals(workdir: Path) -> dict[str, list[tuple[float, float | None]]]:
+    """Per phase, each execution's (start, end) from the log (end None: it never ended)."""
+    starts: dict[str, float] = {}
+    out: dict[str, list[tuple[float, float | None]]] = {}
+    ends: dict[str, float] = {}
+    for event, _phase, at, exec_id in effects(workdir):
+        if event == "start":
+            starts[exec_id] = at
+        else:
+            ends[exec_id] = at
+    for event, phase, _at, exec_id in effects(workdir):
+        if event == "start":
+            out.setdefault(phase, []).append((starts[exec_id], ends.get(exec_id)))
+    return out
+
+
+def overlap(x: tuple[float, float | None], y: tuple[float, float | None]) -> bool:
+    return x[0] < (y[1] or float("inf")) and y[0] < (x[1] or float("inf"))
+
+
+def cli(cwd: Path, store: str, *args: str) -> Result:
+    """``phaselog ARGS`` in a subprocess, in ``cwd`` (the runner's working folder), on ``store``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "phaselog", *args],
+        cwd=cwd,
+        env=cli_env(PHASELOG_STORE=store),
+        capture_output=True,
+        timeout=120,  # a guard against a hang, not a measurement
+        check=False,
+    )
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert "Traceback" not in out + err, out + err
+    return Result(proc.returncode, out, err)
+
+
+def run(tmp_path: Path, store: str, *args: str) -> Result:
+    return cli(tmp_path, store, "run", "--ticket-id", "VID-1", *args)
+
+
+@pytest.fixture(params=["files", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return str(tmp_path / "store") if request.param == "files" else f"sqlite:///{tmp_path}/ledger.db"
+
+
+def records(store: str, run_id: str) -> dict[str, list[Any]]:
+    with phaselog.open(store) as led:
+        out: dict[str, list[Any]] = {}
+        for s in led.list("VID-1", run_id).items:
+            out.setdefault(s.record.phase, []).append(s.record)
+        return out
+
+
+def test_the_pairs_run_side_by_side_each_phase_once(tmp_path: Path, store: str) -> None:
+    m = manifest(tmp_path / "dag.json")
+    r = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4")
+    assert r.rc == 0, r.err
+    spans = intervals(tmp_path)
+    assert {p: len(s) for p, s in spans.items()} == dict.fromkeys(NEEDS, 1)  # each phase executed once
+    (a,), (b,), (c,), (d,), (e,) = (spans[p] for p in "abcde")
+    assert overlap(b, c)
+    assert overlap(d, e)
+    for later, earlier in ((b, a), (c, a), (d, b), (d, c), (e, b), (e, c)):
+        assert earlier[1] is not None
+        assert later[0] > earlier[1]
+    assert all(len(rs) == 1 and rs[0].completed for rs in records(store, "r1").values())
+    assert cli(tmp_path, store, "verify", "--ticket-id", "VID-1", "--run-id", "r1").rc == 0
+    again = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4")
+    assert again.rc == 0
+    assert len(effects(tmp_path)) == 10
+    assert [p["outcome"] for p in again.json["phases"]] == ["skipped"] * 5
+
+
+def test_max_parallel_1_is_the_default_one_phase_at_a_time(tmp_path: Path) -> None:
+    m = manifest(tmp_path / "dag.json", barrier=False)
+    r = run(tmp_path, str(tmp_path / "store"), "--pipeline-file", str(m), "--run-id", "r1")
+    assert r.rc == 0, r.err
+    spans = [s for p in "abcde" for s in intervals(tmp_path)[p]]
+    assert [e for e, *_ in effects(tmp_path)] == ["start", "end"] * 5  # in manifest order, one at a time
+    assert not any(overlap(x, y) for i, x in enumerate(spans) for y in spans[i + 1 :])
+
+
+def test_a_failure_starts_nothing_new_and_lets_the_running_phase_finish(tmp_path: Path, store: str) -> None:
+    bodies = {
+        "c": "touch c.failing; exit 3; ",
+        "b": "while [ ! -e c.failing ]; do sleep 0.01; done; sleep 0.2; ",
+    }
+    m = manifest(tmp_path / "dag.json", bodies)
+    r = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4")
+    assert r.rc == 1, r.err
+    spans = intervals(tmp_path)
+    assert set(spans) == {"a", "b", "c"}  # d and e never started
+    assert spans["b"][0][1] is not None  # b, running when c failed, finished
+    recs = records(store, "r1")
+    assert recs["b"][-1].completed
+    assert recs["c"][-1].status == "failed"
+    outcomes = {p["phase"]: p["outcome"] for p in r.json["phases"]}
+    assert outcomes == {"a": "completed", "b": "completed", "c": "failed", "d": "not_reached", "e": "not_reached"}
+
+
+def test_fail_fast_interrupts_the_running_phase(tmp_path: Path, store: str) -> None:
+    bodies = {"c": "touch c.failing; exit 3; ", "b": "sleep 60; "}
+    m = manifest(tmp_path / "dag.json", bodies)
+    args = ("--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4", "--fail-fast")
+    r = run(tmp_path, store, *args)
+    assert r.rc == 1, r.err
+    spans = intervals(tmp_path)
+    assert spans["b"] == [(spans["b"][0][0], None)]  # b was stopped: it never ended
+    b = records(store, "r1")["b"][-1]
+    assert b.status == "failed"
+    assert "interrupted" in (b.error or "")
+    assert {p["phase"]: p["outcome"] for p in r.json["phases"]}["b"] == "interrupted"
+
+
+def test_sigterm_interrupts_every_running_phase_then_the_rerun_finishes(tmp_path: Path, store: str) -> None:
+    # The first attempts of b and c hang (once both started); their second attempts do not.
+    hang = '[ "$PHASELOG_ATTEMPT" = 1 ] && sleep 60; '
+    m = manifest(tmp_path / "dag.json", {"b": hang, "c": hang})
+    argv = [sys.executable, "-m", "phaselog", "run", "--ticket-id", "VID-1", "--pipeline-file", str(m)]
+    argv += ["--run-id", "r1", "--max-parallel", "4"]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=cli_env(PHASELOG_STORE=store), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    wait_for(lambda: (tmp_path / "started.b").exists() and (tmp_path / "started.c").exists(), "b and c to start")
+    wait_for(lambda: len([e for e in effects(tmp_path) if e[1] in "bc"]) == 2, "both in their bodies")
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    recs = records(store, "r1")
+    for phase in "bc":
+        assert recs[phase][-1].status == "failed"
+        assert "interrupted by SIGTERM" in (recs[phase][-1].error or "")
+    assert "d" not in recs
+    assert "e" not in recs
+    for f in ("started.b", "started.c"):
+        (tmp_path / f).unlink()
+    r = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4")
+    assert r.rc == 0, r.err
+    spans = intervals(tmp_path)
+    assert len(spans["a"]) == 1
+    assert len(spans["d"]) == 1
+    assert len(spans["e"]) == 1
+    assert [s[1] is None for s in spans["b"]] == [True, False]  # interrupted once, then done
+    assert cli(tmp_path, store, "verify", "--ticket-id", "VID-1", "--run-id", "r1").rc == 0
+
+
+@pytest.mark.parametrize("max_parallel", ["1", "3"])
+def test_a_gate_holds_only_what_needs_it(tmp_path: Path, max_parallel: str) -> None:
+    store = str(tmp_path / "store")
+    needs = {"a": [], "b": ["a"], "c": ["a"], "d": ["b"], "e": ["c"]}
+    m = manifest(tmp_path / "dag.json", barrier=False, gated=("b",), needs=needs)
+    r = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", max_parallel)
+    assert r.rc == 3, r.err  # waiting for approval
+    outcomes = {p["phase"]: p["outcome"] for p in r.json["phases"]}
+    assert outcomes == {"a": "completed", "b": "waiting", "c": "completed", "d": "not_reached", "e": "completed"}
+    plan = cli(tmp_path, store, "explain", "--ticket-id", "VID-1", "--run-id", "r1", "--pipeline-file", str(m))
+    actions = {p["phase"]: (p["action"], p["needs"]) for p in plan.json["phases"]}
+    assert actions == {
+        "a": ("skip", []),
+        "b": ("wait", ["a"]),
+        "c": ("skip", ["a"]),
+        "d": ("not_reached", ["b"]),
+        "e": ("skip", ["c"]),
+    }
+    approve = ("approve", "--ticket-id", "VID-1", "--run-id", "r1", "--phase", "b", "--by", "ana")
+    assert cli(tmp_path, store, *approve, "--pipeline-file", str(m)).rc == 0
+    r = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", max_parallel)
+    assert r.rc == 0, r.err
+    assert {p: len(s) for p, s in intervals(tmp_path).items()} == dict.fromkeys("abcde", 1)  # d ran; nothing again
+
+
+def test_explain_says_what_each_phase_waits_for(tmp_path: Path) -> None:
+    m = manifest(tmp_path / "dag.json", barrier=False)
+    with phaselog.open(tmp_path / "store") as led:
+        plan = phaselog.pipeline(m).explain("VID-1", "r1", store=led)
+    rows = {p.phase: (p.action, p.waits_for) for p in plan.phases}
+    assert rows == {"a": ("run", ()), "b": ("run", ("a",)), "c": ("run", ("a",)), "d": ("run", ("b", "c")),
+                    "e": ("run", ("b", "c"))}  # fmt: skip
+
+
+# -- Python phases run on threads ------------------------------------------------------------------
+def python_dag(
+    tmp_path: Path, fail_c: bool = False, timeout_b: float | None = None
+) -> tuple[phaselog.PipelineRunner, list[str]]:
+    doc = {"name": "pydag", "version": "1", "phases": [{"name": n, "needs": w} for n, w in NEEDS.items()]}
+    (tmp_path / "pydag.json").write_text(json.dumps(doc))
+    pipe = phaselog.pipeline(tmp_path / "pydag.json")
+    meet = threading.Barrier(2, timeout=30)
+    seen: list[str] = []
+
+    def make(name: str) -> Any:
+        def phase(ctx: Any) -> dict[str, Any]:
+            seen.append(f"start {name} {threading.current_thread().name}")
+            if name in "bc":
+                meet.wait()  # both on threads at once, or this times out
+                if name == "c" and fail_c:
+                    raise RuntimeError("c breaks")
+                if name == "b" and fail_c:
+                    for _ in range(6000):  # interrupted by fail-fast at its next instruction
+                        threading.Event().wait(0.01)
+            seen.append(f"end {name}")
+            return {"by": threading.current_thread().name}
+
+        return phase
+
+    for n in NEEDS:
+        pipe.phase(n, timeout=timeout_b if n == "b" else None)(make(n))
+    return pipe, seen
+
+
+def test_python_phases_run_on_threads_side_by_side(tmp_path: Path) -> None:
+    pipe, seen = python_dag(tmp_path)
+    with phaselog.open(tmp_path / "store") as led:
+        result = pipe.run("VID-1", "r1", store=led, workdir=tmp_path, quiet=True, max_parallel=2)
+        assert result.done
+        assert led.verify("VID-1", "r1").ok
+    starts = [s for s in seen if s.startswith("start")]
+    assert len(starts) == 5
+    assert all("phaselog-phase-" in s for s in starts)
+
+
+def test_fail_fast_interrupts_a_python_phase_on_its_thread(tmp_path: Path) -> None:
+    pipe, seen = python_dag(tmp_path, fail_c=True)
+    with phaselog.open(tmp_path / "store") as led:
+        with pytest.raises(PhaseFailed) as info:
+            pipe.run("VID-1", "r1", store=led, workdir=tmp_path, quiet=True, max_parallel=2, fail_fast=True)
+        b = led.read("VID-1", "r1", "b", 1).record
+    assert info.value.context["phase"] == "c"
+    assert b.status == "failed"
+    assert "interrupted" in (b.error or "")
+    assert "end b" not in seen
+    assert {o.phase: o.outcome for o in info.value.result.phases}["b"] == "interrupted"
+
+
+def test_a_python_phase_timeout_needs_one_phase_at_a_time(tmp_path: Path) -> None:
+    pipe, _ = python_dag(tmp_path, timeout_b=5)
+    with phaselog.open(tmp_path / "store") as led:
+        with pytest.raises(UsageError, match="phase b: a Python phase's timeout needs the main thread") as info:
+            pipe.run("VID-1", "r1", store=led, workdir=tmp_path, quiet=True, max_parallel=2)
+        assert info.value.context["field"] == "max_parallel"
+        assert led.list("VID-1", "r1").items == []  # nothing ran, nothing recorded
+        with pytest.raises(UsageError, match="max_parallel must be a whole number"):
+            pipe.run("VID-1", "r1", store=led, workdir=tmp_path, quiet=True, max_parallel=0)
+
+
+def test_the_cli_refuses_a_bad_max_parallel(tmp_path: Path) -> None:
+    m = manifest(tmp_path / "dag.json")
+    r = run(tmp_path, str(tmp_path / "store"), "--pipeline-file", str(m), "--max-parallel", "0")
+    assert r.rc == 2
+    assert "max-parallel" in r.out
+    assert not os.path.exists(tmp_path / "effects.log")
