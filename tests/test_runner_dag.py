@@ -322,3 +322,125 @@ def test_the_cli_refuses_a_bad_max_parallel(tmp_path: Path) -> None:
     assert r.rc == 2
     assert "max-parallel" in r.out
     assert not os.path.exists(tmp_path / "effects.log")
+
+
+# -- SIGKILL at random moments ----------------------------------------------------------------------
+DAG_WORKER = Path(__file__).parent / "dag_worker.py"
+KILLS = int(os.environ.get("PHASELOG_DAG_CRASH_KILLS", "50"))  # per store: 100 in all
+KILLS_PER_TRIAL = 4
+
+
+class Zygote:
+    """Forks real runner processes (dag_worker.py) from one interpreter that imported phaselog."""
+
+    def __init__(self, store: str, ticket: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DAG_WORKER), "--zygote", store, ticket],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._ask(None) == "ready"
+
+    def _ask(self, line: str | None) -> str:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        if line is not None:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def start(self, run: str, workdir: Path) -> int:
+        word, pid = self._ask(f"run {run} {workdir}").split()
+        assert word == "pid"
+        return int(pid)
+
+    def wait(self, pid: int) -> int:
+        word, got, code = self._ask(f"wait {pid}").split()
+        assert (word, int(got)) == ("exit", pid)
+        return int(code)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+
+
+def crash_effects(workdir: Path) -> list[tuple[str, str, str]]:
+    log = workdir / "effects.log"
+    return [tuple(line.split()) for line in log.read_text().splitlines()] if log.exists() else []  # type: ignore[misc]
+
+
+def check_trial(led: Any, ticket: str, run_id: str, workdir: Path) -> None:
+    from dag_worker import NEEDS as CRASH_NEEDS
+    from dag_worker import pipeline_of
+
+    assert led.status(ticket, run_id, pipeline=pipeline_of(workdir).pipeline).done
+    assert led.verify(ticket, run_id).ok
+    lines = crash_effects(workdir)
+    recs = [s.record for s in led.list(ticket, run_id).items]
+    assert all(r.completed for r in recs), [(r.phase, r.attempt_number, r.error) for r in recs]
+    counted_done: dict[str, int] = {}
+    for phase in CRASH_NEEDS:
+        mine = [r for r in recs if r.phase == phase]
+        assert len(mine) == 1, f"{phase} completed {len(mine)} times"
+        counted = mine[0].phase_payload["exec"]
+        done = [i for i, (p, e, x) in enumerate(lines) if p == phase and e == "done" and x == counted]
+        assert len(done) == 1, f"{phase}: the counted execution {counted} completed {len(done)} times"
+        counted_done[phase] = done[0]
+        again = [x for (p, e, x) in lines[done[0] + 1 :] if p == phase and e == "start"]
+        assert not again, f"{phase} started again after its counted execution completed: {again}"
+    for i, (phase, event, exec_id) in enumerate(lines):
+        if event == "start":
+            early = [n for n in CRASH_NEEDS[phase] if counted_done[n] > i]
+            assert not early, f"{phase} {exec_id} started before {early} completed"
+    running: dict[str, str] = {}  # one execution of a phase at a time
+    for phase, event, exec_id in lines:
+        if event == "start":
+            assert phase not in running, f"{phase} {exec_id} started while {running[phase]} ran"
+            running[phase] = exec_id
+        elif running.get(phase) == exec_id:
+            del running[phase]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store_kind", ["files", "sqlite"])
+def test_sigkill_at_random_moments_then_rerun_until_complete(store_kind: str, tmp_path: Path) -> None:
+    import random
+    import time
+    import uuid
+
+    store = str(tmp_path / "store") if store_kind == "files" else f"sqlite:///{tmp_path}/ledger.db"
+    rng = random.Random(int(os.environ.get("PHASELOG_CRASH_SEED", "25")))
+    zygote = Zygote(store, "DAG")
+    cal = tmp_path / "calibrate"
+    cal.mkdir()
+    began = time.monotonic()
+    assert zygote.wait(zygote.start(str(uuid.uuid4()), cal)) == 0
+    window = time.monotonic() - began  # the kill window: a whole run (not a measurement of anything)
+    kills, trial = 0, 0
+    try:
+        with phaselog.open(store) as led:
+            while kills < KILLS:
+                trial += 1
+                workdir = tmp_path / f"t{trial}"
+                workdir.mkdir()
+                run_id = str(uuid.uuid4())
+                for _ in range(KILLS_PER_TRIAL):
+                    pid = zygote.start(run_id, workdir)
+                    time.sleep(rng.uniform(0, window))
+                    os.kill(pid, signal.SIGKILL)
+                    kills += zygote.wait(pid) == -signal.SIGKILL
+                for _ in range(100):  # rerun until complete (75: a killed runner's command is still ending)
+                    code = zygote.wait(zygote.start(run_id, workdir))
+                    if code == 0:
+                        break
+                    assert code == 75, f"a rerun exited {code}"
+                    time.sleep(0.02)
+                check_trial(led, "DAG", run_id, workdir)
+    finally:
+        zygote.close()
+    print(f"\n{store_kind}: {kills} SIGKILLs in {trial} trials")
+    assert kills >= KILLS
