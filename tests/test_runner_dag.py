@@ -251,6 +251,25 @@ def test_explain_says_what_each_phase_waits_for(tmp_path: Path) -> None:
                     "e": ("run", ("b", "c"))}  # fmt: skip
 
 
+def test_a_worker_runs_a_dag_run_side_by_side(pg_schema_url: str, tmp_path: Path) -> None:
+    from queue_support import cli_json, start_worker
+
+    cli_json("store", "migrate", "--store", pg_schema_url)
+    m = manifest(tmp_path / "dag5.json")
+    work = tmp_path / "work"
+    work.mkdir()
+    run_id = cli_json("submit", "--store", pg_schema_url, "--pipeline-file", str(m), "--ticket-id", "VID-1")["run_id"]
+    proc = start_worker(pg_schema_url, tmp_path, work, "--burst", "--max-parallel", "4")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert json.loads(out)["outcomes"] == {"done": 1}
+    spans = intervals(work)
+    assert {p: len(s) for p, s in spans.items()} == dict.fromkeys(NEEDS, 1)
+    assert overlap(spans["b"][0], spans["c"][0])
+    assert overlap(spans["d"][0], spans["e"][0])
+    assert all(len(rs) == 1 and rs[0].completed for rs in records(pg_schema_url, run_id).values())
+
+
 # -- Python phases run on threads ------------------------------------------------------------------
 def python_dag(
     tmp_path: Path, fail_c: bool = False, timeout_b: float | None = None
