@@ -114,7 +114,7 @@ def run(
     Example:
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --param date=2026-11-30 --param limit=3
-      phaselog run --pipeline-file video.yaml --ticket-id VID-1 --max-parallel 2
+      phaselog run --pipeline-file examples/video-dag.yaml --ticket-id VID-2 --max-parallel 2
     """
     from phaselog.model.params import from_cli  # lazy: only `phaselog run` reads parameters
 

@@ -157,6 +157,7 @@ class Parallel:
         self.signalled: set[int] = set()  # process groups sent the stop signal
         self.failure: PhaseFailed | None = None
         self.error: BaseException | None = None
+        self.between: Exception | None = None  # what ``before_phase`` raised (a worker stopping)
 
     # -- the main thread ------------------------------------------------------------------------
     def run(self) -> str | None:
@@ -214,7 +215,7 @@ class Parallel:
                 try:
                     eng.before_phase(name)  # a worker: notes the phase; may stop the run here
                 except Exception as exc:
-                    self.error = self.error or exc
+                    self.between = exc
                     self.stopping = "the run was stopped between phases"
                     return
             self._start(p)
@@ -240,7 +241,7 @@ class Parallel:
                 self.done.add(name)
         elif isinstance(result, Interrupt):  # recorded as interrupted by the thread (a signal, or fail-fast)
             if not any(o.phase == name for o in self.engine.outcomes):
-                why = f"stopped before it started: {self.stopping}"
+                why = f"stopped: {self.stopping}"
                 self.engine.outcomes.append(PhaseOutcome(name, "not_reached", why, attempt=slot.plan.attempt))
         elif isinstance(result, PhaseFailed):
             self.failure = self.failure or result
@@ -294,9 +295,10 @@ class Parallel:
             eng.outcomes.append(PhaseOutcome(name, "not_reached", why, attempt=self.plans[name].attempt))
         position = {n: i for i, n in enumerate(self.order)}
         eng.outcomes.sort(key=lambda o: position.get(o.phase, len(position)))
-        if self.error is not None or self.failure is not None or self.signum is not None:
+        broken = self.failure is not None and self.failure.context.get("rule") == "runner_error"
+        if self.error is not None or self.stopped_at is not None or broken:
             assert eng.lease is not None
-            leasing.end_marked(eng.lease)  # what a stopped Python phase started (marked, D100)
+            leasing.end_marked(eng.lease)  # what a stopped (or broken) Python phase started: marked, D100
         if self.signum is not None:
             raise Interrupt(self.signum)
         if self.error is not None:
@@ -304,6 +306,8 @@ class Parallel:
         if self.failure is not None:
             self.failure.result = eng._result(None, None)
             raise self.failure
+        if self.between is not None:
+            raise self.between
         return self.waiting
 
     # -- a phase thread -------------------------------------------------------------------------
