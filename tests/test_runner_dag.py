@@ -324,6 +324,55 @@ def test_fail_fast_interrupts_a_python_phase_on_its_thread(tmp_path: Path) -> No
     assert {o.phase: o.outcome for o in info.value.result.phases}["b"] == "interrupted"
 
 
+PY_RUNNER = """
+import json, sys, time
+from pathlib import Path
+import phaselog
+
+needs = json.loads(sys.argv[3])
+doc = {"name": "pydag", "version": "1", "phases": [{"name": n, "needs": w} for n, w in needs.items()]}
+Path("pydag.json").write_text(json.dumps(doc))
+pipe = phaselog.pipeline("pydag.json")
+
+def make(name):
+    def phase(ctx):
+        if name in "bc" and ctx.attempt == 1:
+            Path(f"started.{name}").touch()
+            while True:  # until the runner interrupts it
+                time.sleep(0.01)
+        return {"attempt": ctx.attempt}
+    return phase
+
+for n in needs:
+    pipe.phase(n)(make(n))
+try:
+    pipe.run("VID-1", "r1", store=sys.argv[1], workdir=".", quiet=True, max_parallel=int(sys.argv[2]))
+except phaselog.RunInterrupted as exc:
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_sigterm_interrupts_python_phases_on_their_threads(tmp_path: Path) -> None:
+    script = tmp_path / "pyrun.py"
+    script.write_text(PY_RUNNER)
+    store = str(tmp_path / "store")
+    argv = [sys.executable, str(script), store, "4", json.dumps(NEEDS)]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: (tmp_path / "started.b").exists() and (tmp_path / "started.c").exists(), "b and c to start")
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    recs = records(store, "r1")
+    for phase in "bc":
+        assert recs[phase][-1].status == "failed"
+        assert "interrupted by SIGTERM" in (recs[phase][-1].error or "")
+    assert "d" not in recs
+    again = subprocess.run(argv, cwd=tmp_path, env=cli_env(), capture_output=True, timeout=60, check=False)
+    assert again.returncode == 0, again.stderr
+    with phaselog.open(store) as led:
+        assert led.verify("VID-1", "r1").ok
+
+
 def test_a_python_phase_timeout_needs_one_phase_at_a_time(tmp_path: Path) -> None:
     pipe, _ = python_dag(tmp_path, timeout_b=5)
     with phaselog.open(tmp_path / "store") as led:

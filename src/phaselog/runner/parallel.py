@@ -155,6 +155,7 @@ class Parallel:
         self.signum: int | None = None  # the signal that stops the run
         self.stopped_at: float | None = None  # when the running phases were told to stop
         self.signalled: set[int] = set()  # process groups sent the stop signal
+        self.ended_marked = False
         self.failure: PhaseFailed | None = None
         self.error: BaseException | None = None
         self.between: Exception | None = None  # what ``before_phase`` raised (a worker stopping)
@@ -282,6 +283,11 @@ class Parallel:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signum)
             self.signalled.add(pgid)
+        if late and not self.ended_marked and any(s.python for s in self.running.values()):
+            # A Python phase still waiting for a process it started (a call into C holds the
+            # interrupt back): end what carries the run's marks, so that call returns (D100).
+            self.ended_marked = True
+            leasing.end_marked(self.engine.lease)
 
     def _held_upstream(self, name: str) -> str | None:
         return next((self.held[a] for a in self.graph.ancestors(name) if a in self.held), None)
