@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import phaselog
 from helpers import Result, cli_env, wait_for
@@ -371,6 +373,61 @@ def test_sigterm_interrupts_python_phases_on_their_threads(tmp_path: Path) -> No
     assert again.returncode == 0, again.stderr
     with phaselog.open(store) as led:
         assert led.verify("VID-1", "r1").ok
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> dict[str, list[str]]:
+    """A DAG of 2-7 phases, each needing some of the phases listed before it (maybe none)."""
+    names = [f"p{i}" for i in range(draw(st.integers(2, 7)))]
+    return {n: draw(st.lists(st.sampled_from(names[:i]), unique=True)) if i else [] for i, n in enumerate(names)}
+
+
+@settings(max_examples=25)
+@given(needs=dags(), width=st.integers(1, 4), gated=st.booleans())
+def test_every_phase_runs_once_after_what_it_needs(
+    tmp_path_factory: pytest.TempPathFactory, needs: dict[str, list[str]], width: int, gated: bool
+) -> None:
+    """Whatever the graph and the width: each phase runs once, after every phase it needs ended; at
+    most ``width`` at a time; a gate holds exactly its descendants."""
+    tmp = tmp_path_factory.mktemp("dag")
+    gate = next(iter(needs)) if gated else None
+    doc = {"name": "prop", "version": "1", "phases": [{"name": n, "needs": w} for n, w in needs.items()]}
+    if gate is not None:
+        doc["phases"][0]["requires_approval"] = True
+    (tmp / "prop.json").write_text(json.dumps(doc))
+    pipe = phaselog.pipeline(tmp / "prop.json")
+    events: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    now = [0, 0]  # running, most at once
+
+    def make(name: str) -> Any:
+        def phase(ctx: Any) -> dict[str, Any]:
+            with lock:
+                events.append(("start", name))
+                now[0] += 1
+                now[1] = max(now)
+            threading.Event().wait(0.002)
+            with lock:
+                events.append(("end", name))
+                now[0] -= 1
+            return {}
+
+        return phase
+
+    for n in needs:
+        pipe.phase(n)(make(n))
+    with phaselog.open(tmp / "store") as led:
+        result = pipe.run("P", "r1", store=led, workdir=tmp, quiet=True, max_parallel=width)
+    held = set(pipe.pipeline.graph.descendants(gate)) if gate is not None else set()
+    assert [n for e, n in events if e == "start"] == list(dict.fromkeys(n for e, n in events if e == "start"))
+    assert {n for e, n in events if e == "start"} == set(needs) - held
+    for i, (event, name) in enumerate(events):
+        if event == "start":
+            ended = {n for e, n in events[:i] if e == "end"}
+            assert set(needs[name]) <= ended, f"{name} started before {set(needs[name]) - ended} ended"
+    assert now[1] <= width
+    assert {o.phase for o in result.phases if o.outcome == "not_reached"} == held
+    assert result.waiting == gate
 
 
 def test_a_python_phase_timeout_needs_one_phase_at_a_time(tmp_path: Path) -> None:
