@@ -155,7 +155,8 @@ def test_max_parallel_1_is_the_default_one_phase_at_a_time(tmp_path: Path) -> No
     assert not any(overlap(x, y) for i, x in enumerate(spans) for y in spans[i + 1 :])
 
 
-def test_a_failure_starts_nothing_new_and_lets_the_running_phase_finish(tmp_path: Path, store: str) -> None:
+def test_a_failure_starts_nothing_new_and_lets_the_running_phase_finish(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/ledger.db"
     bodies = {
         "c": "touch c.failing; exit 3; ",
         "b": "while [ ! -e c.failing ]; do sleep 0.01; done; sleep 0.2; ",
@@ -173,7 +174,8 @@ def test_a_failure_starts_nothing_new_and_lets_the_running_phase_finish(tmp_path
     assert outcomes == {"a": "completed", "b": "completed", "c": "failed", "d": "not_reached", "e": "not_reached"}
 
 
-def test_fail_fast_interrupts_the_running_phase(tmp_path: Path, store: str) -> None:
+def test_fail_fast_interrupts_the_running_phase(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
     bodies = {"c": "touch c.failing; exit 3; ", "b": "sleep 60; "}
     m = manifest(tmp_path / "dag.json", bodies)
     args = ("--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4", "--fail-fast")
