@@ -187,6 +187,9 @@ class Parallel:
                     break
             except Interrupt as exc:
                 self._stop_all(exc.signum, f"the run was interrupted by {signal.Signals(exc.signum).name}")
+            except BaseException as exc:  # the runner's own failure: no phase may outlive the lease
+                self.error = self.error or exc
+                self._stop_all(signal.SIGTERM, f"the runner failed: {exc!r}", signal_run=False)
         return self._finish()
 
     def _step(self) -> bool:
@@ -263,7 +266,8 @@ class Parallel:
         self.stopping = self.stopping or why
         if self.stopped_at is None:
             self.stopped_at = time.monotonic()
-            self.engine.echo(f"stopping {', '.join(self.running)}: {why}")
+            if self.running:
+                self.engine.echo(f"stopping {', '.join(self.running)}: {why}")
         for slot in self.running.values():
             slot.interrupt(signum)
         self._forward()
