@@ -142,6 +142,7 @@ def test_pipelines_guide_describes_every_manifest_key() -> None:
             "artifacts": ["out/*"],
             "fingerprint": "code",
             "awaits_input": True,
+            "needs": [],
             "params": {"type": "object", "properties": {"date": {"type": "string"}}},
             "notify": [{"events": ["run.completed"], "command": "true"}],
         }.get(key, "text")
