@@ -571,3 +571,71 @@ def test_sigkill_at_random_moments_then_rerun_until_complete(store_kind: str, tm
         zygote.close()
     print(f"\n{store_kind}: {kills} SIGKILLs in {trial} trials")
     assert kills >= KILLS
+
+
+# -- the lease names every running command -----------------------------------------------------------
+def test_a_dead_runner_s_groups_side_by_side_are_all_ended_before_a_takeover() -> None:
+    import socket
+
+    from phaselog.model.ids import normalize_run_id
+    from phaselog.runner import lease as leasing
+    from phaselog.stores.base import LeaseState
+
+    run_id = normalize_run_id("r")
+    mine = {"PHASELOG_RUN_ID": run_id, "PHASELOG_LEASE_TOKEN": "7"}
+    groups = [subprocess.Popen(["sleep", "30"], env={**os.environ, **mine}, start_new_session=True) for _ in "ab"]
+    other = subprocess.Popen(
+        ["sleep", "30"], env={**os.environ, **mine, "PHASELOG_LEASE_TOKEN": "8"}, start_new_session=True
+    )
+    try:
+        dead = {"host": socket.gethostname(), "pid": 2**22 + 4321, "process_start": 1.0}
+        pgids = [p.pid for p in groups]
+
+        def state(holder: dict[str, Any]) -> LeaseState:
+            return LeaseState("T", run_id, 7, holder, 100.0, 130.0, 110.0, lock_free=True)
+
+        held = leasing.judge(state({**dead, "child_pgid": pgids[0], "child_pgids": [*pgids, other.pid]}))
+        assert not held.take
+        assert not isinstance(held, leasing.Orphaned)  # one group is not provably the dead runner's
+        assert "not provably its own" in held.reason
+        verdict = leasing.judge(state({**dead, "child_pgid": pgids[0], "child_pgids": pgids}))
+        assert isinstance(verdict, leasing.Orphaned)
+        assert sorted(verdict.pids) == sorted(pgids)
+        assert leasing.end_orphans(verdict)
+        assert [p.wait(timeout=10) for p in groups] == [-signal.SIGKILL] * 2
+        assert other.poll() is None
+    finally:
+        for p in (*groups, other):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_the_lease_lists_the_groups_of_phases_side_by_side_and_reads_as_before_alone(tmp_path: Path) -> None:
+    from phaselog.runner import lease as leasing
+
+    with phaselog.open(tmp_path / "store") as led:
+        from phaselog.model.ids import normalize_run_id
+
+        lease = leasing.acquire(led.store, "T", normalize_run_id("r1"))
+        try:
+            lease.renew(child_pgid=11, phase="b", attempt=1)  # alone: today's holder
+            assert (lease.holder["child_pgid"], lease.holder["phase"]) == (11, "b")
+            assert "child_pgids" not in lease.holder
+            seen: list[dict[str, Any]] = []
+
+            def other() -> None:
+                lease.renew(child_pgid=12, phase="c", attempt=1)
+                seen.append(dict(lease.holder))
+                lease.renew(child_pgid=None, phase=None, attempt=None)
+
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+            assert seen[0]["child_pgids"] == [11, 12]
+            assert "phase" not in seen[0]
+            assert lease.holder["child_pgids"] == [11]
+            lease.renew(child_pgid=None, phase=None, attempt=None)
+            assert not {"child_pgid", "child_pgids", "phase"} & set(lease.holder)
+        finally:
+            lease.release()
