@@ -126,15 +126,9 @@ class Engine:
                 "phase timeouts need the main thread (they use SIGALRM); call run() from it", field="timeout"
             )
         if self.threaded:
-            timed = next((p.name for p in pl.phases if p.execution.run is None and p.execution.timeout), None)
-            if timed is not None:
-                raise UsageError(
-                    f"phase {timed}: a Python phase's timeout needs the main thread (SIGALRM), and with "
-                    f"--max-parallel {self.max_parallel} Python phases run on threads (D291); run it with "
-                    "--max-parallel 1, or time it out inside the phase",
-                    field="max_parallel",
-                    rule="timeout_needs_main_thread",
-                )
+            from phaselog.runner.parallel import check_threads  # lazy: only a DAG run side by side needs it
+
+            check_threads(pl, self.max_parallel)
         # PipelineMismatch before anything else, decided on one snapshot (the store's two reads of the
         # run, not the four of a lookup without one); the plan reads the run again under the lease.
         seen = self.ledger.store.snapshot(self.ticket_id, self.run_id)
@@ -193,17 +187,19 @@ class Engine:
                 return Parallel(self, plan).run()
         graph = self.pipeline.graph
         held: dict[str, str] = {}  # a phase that stops here -> why the phases that need it are not reached
+        done: set[str] = set()
         waiting: str | None = None
-        for p in plan.phases:
+        for p in plan.phases:  # manifest order: each phase after what it needs
             self.signals.check()
-            stop = next((held[a] for a in graph.ancestors(p.phase) if a in held), None)
-            if stop is not None:  # only a gate (or a stop) upstream holds it: other branches go on
+            if p.phase not in graph.ready(done):  # held upstream (a gate, a stop): other branches go on
+                stop = next((held[a] for a in graph.ancestors(p.phase) if a in held), p.reason)
                 self._rest([p], reason=stop)
                 held[p.phase] = stop
                 continue
             if p.action == SKIP:
                 self.echo(f"skip {p.phase}: {p.reason}")
                 self.outcomes.append(PhaseOutcome(p.phase, "skipped", p.reason, attempt=p.attempt))
+                done.add(p.phase)
                 continue
             if p.action in (WAIT, BLOCKED, NOT_REACHED):
                 self.echo(f"{p.action} {p.phase}: {p.reason}")
@@ -218,6 +214,8 @@ class Engine:
             if outcome.outcome == "waiting":
                 held[p.phase] = f"the run waits at {p.phase} for approval"
                 waiting = waiting or p.phase
+            else:
+                done.add(p.phase)
         return waiting
 
     def _rest(self, plans: Sequence[PhasePlan], reason: str | None = None) -> None:

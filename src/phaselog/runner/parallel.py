@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from phaselog.ledger.pool import sibling
-from phaselog.model.errors import PhaseFailed
+from phaselog.model.errors import PhaseFailed, UsageError
 from phaselog.runner import lease as leasing
 from phaselog.runner.explain import BLOCKED, NOT_REACHED, RUN, SKIP, WAIT, Explanation, PhasePlan, held_reason
 from phaselog.runner.heartbeat import Heartbeat
@@ -63,6 +63,20 @@ class Engine(Protocol):
     def _rest(self, plans: Sequence[PhasePlan], reason: str | None = None) -> None: ...
     def _run_phase(self, plan: PhasePlan) -> PhaseOutcome: ...
     def _result(self, waiting: str | None, interrupted: int | None) -> RunResult: ...
+
+
+def check_threads(pipeline: Pipeline, max_parallel: int) -> None:
+    """UsageError for a pipeline that cannot run its phases on threads: a sync Python phase's
+    timeout is a SIGALRM, which only the main thread gets (D291)."""
+    timed = next((p.name for p in pipeline.phases if p.execution.run is None and p.execution.timeout), None)
+    if timed is not None:
+        raise UsageError(
+            f"phase {timed}: a Python phase's timeout needs the main thread (SIGALRM), and with "
+            f"--max-parallel {max_parallel} Python phases run on threads (D291); run it with "
+            "--max-parallel 1, or time it out inside the phase",
+            field="max_parallel",
+            rule="timeout_needs_main_thread",
+        )
 
 
 #: How often the waiting main thread looks again while it stops the run (new process groups).
