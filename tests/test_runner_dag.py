@@ -130,6 +130,7 @@ def test_the_pairs_run_side_by_side_each_phase_once(tmp_path: Path, store: str) 
     m = manifest(tmp_path / "dag.json")
     r = run(tmp_path, store, "--pipeline-file", str(m), "--run-id", "r1", "--max-parallel", "4")
     assert r.rc == 0, r.err
+    assert r.json["states"] == dict.fromkeys(NEEDS, "completed")  # the state after the run, from its writes
     spans = intervals(tmp_path)
     assert {p: len(s) for p, s in spans.items()} == dict.fromkeys(NEEDS, 1)  # each phase executed once
     (a,), (b,), (c,), (d,), (e,) = (spans[p] for p in "abcde")
