@@ -164,7 +164,7 @@ class Parallel:
         self.started: set[str] = set()
         self.done: set[str] = set()
         self.held: dict[str, str] = {}  # a phase that stops here -> why the phases that need it wait
-        self.waiting: str | None = None
+        self.gates: set[str] = set()  # the phases the run waits at (for approval)
         self.stopping: str | None = None  # why nothing new starts
         self.signum: int | None = None  # the signal that stops the run
         self.stopped_at: float | None = None  # when the running phases were told to stop
@@ -192,7 +192,7 @@ class Parallel:
                 eng._rest([p], reason=upstream)
                 self.held[name] = upstream or held_reason(p)
                 if p.action == WAIT and upstream is None:
-                    self.waiting = self.waiting or name
+                    self.gates.add(name)
         while True:
             try:
                 with self.engine.signals.critical():  # a signal is handled between steps, never inside one
@@ -254,7 +254,7 @@ class Parallel:
             self.engine.outcomes.append(result)
             if result.outcome == "waiting":
                 self.held[name] = f"the run waits at {name} for approval"
-                self.waiting = self.waiting or name
+                self.gates.add(name)
             else:
                 self.done.add(name)
         elif isinstance(result, Interrupt):  # recorded as interrupted by the thread (a signal, or fail-fast)
@@ -332,7 +332,7 @@ class Parallel:
             raise self.failure
         if self.between is not None:
             raise self.between
-        return self.waiting
+        return next((n for n in self.order if n in self.gates), None)  # the first, in manifest order
 
     # -- a phase thread -------------------------------------------------------------------------
     def _body(self, slot: Slot) -> None:
