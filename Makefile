@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml $(LOCK)
 
 venv: $(STAMP)
 
-demo: $(STAMP)  ## run the ticket pipeline, kill it in phase 3, resume it, show the history
+demo: $(STAMP)  ## run the ticket pipeline, kill it in phase 3, resume it, show the history; then a video DAG
 	$(BIN)/python examples/demo.py
 
 test: $(STAMP)  ## every test (real files, real fsync, real processes)

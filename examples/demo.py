@@ -1,5 +1,6 @@
 """`make demo`: phaselog's runner runs a ticket pipeline, is killed (SIGKILL) inside phase 3, and a
-rerun finishes without redoing phases 1-2; then a shell data job, and a gated video pipeline.
+rerun finishes without redoing phases 1-2; then a shell data job, a gated video pipeline, and a video
+as a DAG whose voice-over and b-roll run side by side.
 
 Everything runs on the default files store, rooted at .demo/ in this checkout.
 """
@@ -64,7 +65,7 @@ def video(*extra: str) -> int:
 
 def main() -> int:
     shutil.rmtree(ROOT, ignore_errors=True)
-    for sub in ("work", "data", "video"):
+    for sub in ("work", "data", "video", "video-dag"):
         (ROOT / sub).mkdir(parents=True)
     started = time.monotonic()
 
@@ -126,12 +127,31 @@ def main() -> int:
     phaselog("history", "--ticket-id", "VID-1", "--format", "table")
     files = sorted(p.name for p in (ROOT / "store" / "checkpoints" / TICKET).rglob("phase_*.yaml"))
     print(f"\nseed-format files on disk ({ROOT / 'store'}): {', '.join(files)}")
+
+    banner("7. a video as a DAG: the voice-over and the b-roll need only the script, so they run side by side")
+    dag = ("--ticket-id", "VID-2", "--run-id", "launch", "--pipeline-file", str(HERE / "video-dag.yaml"))
+    if phaselog("run", *dag, "--workdir", str(ROOT / "video-dag"), "--max-parallel", "2", "--format", "table") != 0:
+        print("the video DAG did not finish", file=sys.stderr)
+        return 1
+    print(side_by_side(ROOT / "video-dag" / "timeline.txt", "voice_over", "b_roll"), flush=True)
     print(f"demo finished in {time.monotonic() - started:.1f} s")
-    banner("7. look at these runs in a browser (the dashboard; Ctrl-C stops it)")
+    banner("8. look at these runs in a browser (the dashboard; Ctrl-C stops it)")
     ui = command(("ui", "--store", str(ROOT / "store"), "--open"))
     print(f"  {shlex.join(ui)}", flush=True)
     print_next_steps()
     return 0
+
+
+def side_by_side(timeline: Path, first: str, second: str) -> str:
+    """What the DAG's timeline (``phase start end`` lines the phases wrote) says of two phases."""
+    spans = {name: (float(a), float(b)) for name, a, b in (line.split() for line in timeline.read_text().splitlines())}
+    zero = min(a for a, _ in spans.values())
+    (a1, b1), (a2, b2) = spans[first], spans[second]
+    both = "side by side" if a1 < b2 and a2 < b1 else "one after the other"
+    return (
+        f"  {first} ran {a1 - zero:.2f}-{b1 - zero:.2f} s and {second} {a2 - zero:.2f}-{b2 - zero:.2f} s "
+        f"after the run began: {both}"
+    )
 
 
 def print_next_steps() -> None:

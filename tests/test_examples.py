@@ -52,6 +52,10 @@ def test_demo_kills_the_ticket_agent_in_phase_3_and_the_rerun_skips_phases_1_and
     assert "redone after a rejection: 'too long: one idea only'" in video
     assert video.count("waiting for approval") == 3
     assert '"publish": "completed"' in video
+    dag = out.split("== 7.", 1)[1].split("== 8.", 1)[0]  # the video DAG: voice-over and b-roll side by side
+    assert re.search(
+        r"voice_over ran [\d.]+-[\d.]+ s and b_roll [\d.]+-[\d.]+ s after the run began: side by side", dag
+    )
     # After the demo, a newcomer is told how to put `phaselog` on the PATH, and the commands shown work as
     # printed (the virtualenv is not active in the shell that ran `make demo`).
     told = out.split("try it yourself", 1)[1]

@@ -210,6 +210,14 @@ def retry(call: Call, ticket_id: str, run_id: str) -> Result:
 @click.option("--poll", default="2s", show_default=True, metavar="DURATION", help="Idle polling (NOTIFY wakes sooner).")
 @click.option("--burst", is_flag=True, help="Exit when nothing is left to claim (batch jobs, CI).")
 @click.option("--max-runs", type=click.IntRange(min=1), help="Exit after this many runs.")
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Phases of one run side by side, as `phaselog run --max-parallel` (a manifest with needs:).",
+)
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option("--summary-file", type=click.Path(dir_okay=False), hidden=True)  # a pool's child: its summary goes here
 def worker(
@@ -226,6 +234,7 @@ def worker(
     poll: str,
     burst: bool,
     max_runs: int | None,
+    max_parallel: int,
     quiet: bool,
     summary_file: str | None,
 ) -> Result | None:
@@ -252,7 +261,7 @@ def worker(
     from phaselog.stores.sql.queue.rows import require_postgres  # lazy: only `phaselog worker`
 
     require_postgres(store)
-    from phaselog.runner.engine import default_workdir  # lazy: only `phaselog worker` runs phases (the engine)
+    from phaselog.runner.prelude import default_workdir  # lazy: only `phaselog worker` runs phases (the engine)
     from phaselog.runner.worker import Worker, WorkerOptions  # lazy: only `phaselog worker` runs phases (the worker)
 
     options = WorkerOptions(
@@ -267,6 +276,7 @@ def worker(
         poll=max(0.05, secs["poll"]),
         burst=burst,
         max_runs=max_runs,
+        max_parallel=max_parallel,
     )
     if concurrency > 1:
         from phaselog.runner.pool import run_pool  # lazy: only `phaselog worker --concurrency` runs a pool of workers

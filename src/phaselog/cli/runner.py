@@ -85,6 +85,15 @@ def _run_table(d: dict[str, Any]) -> str:
 @click.option(
     "--log-cap", metavar="SIZE", help="What the store keeps of each attempt's output, its tail (default 1MiB; 0: none)."
 )
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run up to N phases whose needs are met side by side (a manifest with needs:).",
+)
+@click.option("--fail-fast", is_flag=True, help="A failed phase interrupts the phases still running.")
 def run(
     call: Call,
     ticket_id: str,
@@ -96,6 +105,8 @@ def run(
     params: tuple[str, ...],
     params_file: str | None,
     log_cap: str | None,
+    max_parallel: int,
+    fail_fast: bool,
 ) -> Result:
     """Run a pipeline's phases durably: skip what is done and still true, record every attempt.
 
@@ -108,6 +119,7 @@ def run(
     Example:
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --run-id nightly-2026-11-30
       phaselog run --pipeline-file job.yaml --ticket-id CHURN-7 --param date=2026-11-30 --param limit=3
+      phaselog run --pipeline-file examples/video-dag.yaml --ticket-id VID-2 --max-parallel 2
     """
     from phaselog.model.params import from_cli  # lazy: only `phaselog run` reads parameters
 
@@ -124,6 +136,8 @@ def run(
             quiet=quiet,
             params=given,
             log_cap=log_cap,
+            max_parallel=max_parallel,
+            fail_fast=fail_fast,
         )
     except (PhaseFailed, RunInterrupted) as exc:
         result = exc.result  # recorded; the result says what happened

@@ -263,6 +263,8 @@ class PipelineRunner:
         signals: SignalGuard | None = None,
         params: Mapping[str, Any] | None = None,
         log_cap: int | str | None = None,
+        max_parallel: int = 1,
+        fail_fast: bool = False,
     ) -> RunResult:
         """Run (or resume) the pipeline for ``ticket_id``; return what each phase did.
 
@@ -282,6 +284,9 @@ class PipelineRunner:
         recorded ones; a rerun with other ones is refused (UsageError naming the differences).
         ``log_cap``: how much of each attempt's output the store keeps, its tail (bytes, or ``"512KiB"``;
         default 1 MiB; 0: none) — read it with ``phaselog logs`` or :meth:`phaselog.Run.logs`.
+        ``max_parallel``: how many phases whose needs are met run side by side (on threads; default 1,
+        one at a time as a chain runs); ``fail_fast``: a failure interrupts the phases still running
+        (else they finish, and nothing new starts). See docs/runner.md.
 
         Raises RunHeld (another runner holds the run), PhaseFailed (a phase failed after its
         retries; chained to its last exception; ``exc.result`` holds the RunResult),
@@ -290,11 +295,9 @@ class PipelineRunner:
         """
 
         from phaselog.runner.console import console  # lazy: `phaselog step` runs no phase
-        from phaselog.runner.engine import (  # lazy: `phaselog step` runs no phase
-            Engine,
-            default_workdir,
-        )
+        from phaselog.runner.engine import Engine  # lazy: `phaselog step` runs no phase
         from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER  # lazy: `phaselog step` runs no phase
+        from phaselog.runner.prelude import default_workdir  # lazy: `phaselog step` runs no phase
 
         ledger, owned = ledger_for(store)
         try:
@@ -327,6 +330,8 @@ class PipelineRunner:
                 before_phase=before_phase,
                 signals=signals,
                 params=params,
+                max_parallel=max_parallel,
+                fail_fast=fail_fast,
             )
             return engine.run()
         finally:

@@ -1,22 +1,23 @@
 """The run loop: take the lease, plan with ``explain``, run what must run, record every attempt.
 
-For each phase the plan says to run: attempt after attempt (1 + ``retries``, with backoff), call
-the phase (Python or shell), record the attempt — a completed checkpoint (artifacts hashed, code
-fingerprint, fenced by the lease) or a failed one (the failure in detail) — and stop at a gate
-(``awaiting_approval``), at a failure that outlived its retries (PhaseFailed, after recording),
-or at a signal (the attempt recorded as interrupted; RunInterrupted).
+A phase runs once its needs are done: one at a time on the main thread (``max_parallel=1``: a chain
+runs as it always did), or side by side on threads (:mod:`phaselog.runner.parallel`, D290-D293).
+Each runs attempt after attempt (1 + ``retries``, with backoff), recording each — a completed
+checkpoint (artifacts hashed, code fingerprint, fenced by the lease) or a failed one — and stops
+at a gate (only what needs it), a failure that outlived its retries (PhaseFailed, after recording),
+or a signal (the attempt recorded as interrupted; RunInterrupted).
 """
 
 from __future__ import annotations
 
-import os
-import random
+import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from phaselog.ledger.pool import sibling
 from phaselog.model.errors import (
@@ -32,16 +33,14 @@ from phaselog.model.errors import (
     StoreError,
     UsageError,
 )
-from phaselog.model.execution import Execution
 from phaselog.model.ids import run_label, run_name_of
-from phaselog.model.params import differences
-from phaselog.model.params import resolve as resolve_params
 from phaselog.model.pipelines import Phase, Pipeline
 from phaselog.runner import lease as leasing
 from phaselog.runner.context import PhaseContext
-from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, plan_run
+from phaselog.runner.explain import BLOCKED, NOT_REACHED, SKIP, WAIT, PhasePlan, held_reason, plan_run
 from phaselog.runner.heartbeat import DEFAULT_START_EVENT_AFTER, Heartbeat
 from phaselog.runner.outcome import Failure, Success, runner_failure
+from phaselog.runner.prelude import backoff_delay, run_params
 from phaselog.runner.result import PhaseOutcome, RunResult, after_writes
 from phaselog.runner.signals import Interrupt, SignalGuard, in_main_thread
 from phaselog.stores.base import Stored
@@ -52,24 +51,9 @@ if TYPE_CHECKING:
 
 #: Delays between tries of a checkpoint write that hit a store error (the phase itself succeeded).
 RECORD_RETRY_DELAYS = (0.1, 0.3, 1.0, 2.0, 4.0, 8.0)
-MAX_BACKOFF_S = 300.0
 
 #: Runs one attempt of a phase: (phase, ctx) -> Success | Failure.
 Executor = Callable[[Phase, PhaseContext], Success | Failure]
-
-
-def backoff_delay(execution: Execution, retry: int) -> float:
-    """Seconds to wait before retry number ``retry`` (1-based), with ±10 % jitter."""
-    base = execution.retry_delay
-    if execution.backoff == "none" or base <= 0:
-        return 0.0
-    if execution.backoff == "fixed":
-        delay = base
-    elif execution.backoff == "linear":
-        delay = base * retry
-    else:
-        delay = base * 2 ** (retry - 1)
-    return min(delay, MAX_BACKOFF_S) * random.uniform(0.9, 1.1)  # noqa: S311 - jitter, not secrecy
 
 
 class Engine:
@@ -94,7 +78,11 @@ class Engine:
         before_phase: Callable[[str], None] | None = None,
         signals: SignalGuard | None = None,
         params: Mapping[str, Any] | None = None,
+        max_parallel: int = 1,
+        fail_fast: bool = False,
     ) -> None:
+        if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1:
+            raise UsageError(f"max_parallel must be a whole number >= 1 (got {max_parallel!r})", field="max_parallel")
         self.ledger = ledger
         self.pipeline = pipeline
         self.ticket_id = ticket_id
@@ -121,6 +109,13 @@ class Engine:
         #: The parameters given (None: none given; a rerun reuses the recorded ones), then the run's.
         self.given_params = params
         self.params: dict[str, Any] | None = None
+        self.max_parallel = max_parallel
+        self.fail_fast = fail_fast
+        #: Phases side by side on threads (D290): only a DAG with max_parallel > 1; a chain never.
+        self.threaded = max_parallel > 1 and not pipeline.graph.is_chain
+        #: A phase thread's own ledger, heartbeat and slot (:mod:`phaselog.runner.parallel`).
+        self.local = threading.local()
+        self.book = threading.Lock()  # outcomes, written: appended from phase threads
 
     # -- the run --------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -130,6 +125,10 @@ class Engine:
             raise UsageError(
                 "phase timeouts need the main thread (they use SIGALRM); call run() from it", field="timeout"
             )
+        if self.threaded:
+            from phaselog.runner.parallel import check_threads  # lazy: only a DAG run side by side needs it
+
+            check_threads(pl, self.max_parallel)
         # PipelineMismatch before anything else, decided on one snapshot (the store's two reads of the
         # run, not the four of a lookup without one); the plan reads the run again under the lease.
         seen = self.ledger.store.snapshot(self.ticket_id, self.run_id)
@@ -180,34 +179,72 @@ class Engine:
         )
         # Again under the lease: a runner that waited for another may find the run recorded meanwhile.
         self.params = run_params(self.pipeline, self.snapshot, self.given_params, run_label(self.run_id, self.run_name))
-        for i, p in enumerate(plan.phases):
+        if self.threaded:
+            from phaselog.runner.parallel import Parallel  # lazy: only a DAG run side by side needs it
+
+            assert self.lease is not None
+            with leasing.marking(self.lease):  # for every Python phase's processes, from the main thread
+                return Parallel(self, plan).run()
+        graph = self.pipeline.graph
+        held: dict[str, str] = {}  # a phase that stops here -> why the phases that need it are not reached
+        done: set[str] = set()
+        waiting: str | None = None
+        for p in plan.phases:  # manifest order: each phase after what it needs
             self.signals.check()
+            if p.phase not in graph.ready(done):  # held upstream (a gate, a stop): other branches go on
+                stop = next((held[a] for a in graph.ancestors(p.phase) if a in held), p.reason)
+                self._rest([p], reason=stop)
+                held[p.phase] = stop
+                continue
             if p.action == SKIP:
                 self.echo(f"skip {p.phase}: {p.reason}")
                 self.outcomes.append(PhaseOutcome(p.phase, "skipped", p.reason, attempt=p.attempt))
+                done.add(p.phase)
                 continue
             if p.action in (WAIT, BLOCKED, NOT_REACHED):
                 self.echo(f"{p.action} {p.phase}: {p.reason}")
-                self._rest(plan.phases[i:])
-                return p.phase if p.action == WAIT else None
+                self._rest([p])
+                held[p.phase] = held_reason(p)
+                waiting = waiting or (p.phase if p.action == WAIT else None)
+                continue
             if self.before_phase is not None:
                 self.before_phase(p.phase)  # a worker: notes the phase; may stop the run here
             outcome = self._run_phase(p)
             self.outcomes.append(outcome)
             if outcome.outcome == "waiting":
-                self._rest(plan.phases[i + 1 :], reason=f"the run waits at {p.phase} for approval")
-                return p.phase
-        return None
+                held[p.phase] = f"the run waits at {p.phase} for approval"
+                waiting = waiting or p.phase
+            else:
+                done.add(p.phase)
+        return waiting
 
     def _rest(self, plans: Sequence[PhasePlan], reason: str | None = None) -> None:
         for p in plans:
             outcome = {WAIT: "waiting", BLOCKED: "blocked"}.get(p.action, "not_reached")
             self.outcomes.append(PhaseOutcome(p.phase, outcome, reason or p.reason, attempt=p.attempt))
 
+    # -- what a phase thread has of its own (the main thread: the run's) --------------------------
+    @property
+    def led(self) -> Ledger:
+        """This thread's ledger: a phase thread has a connection of its own (D292)."""
+        return cast("Ledger", getattr(self.local, "ledger", None) or self.ledger)
+
+    @property
+    def beat(self) -> Heartbeat:
+        """The heartbeat of this thread's attempts (a phase thread's own; else the run's)."""
+        return cast(Heartbeat, getattr(self.local, "heartbeat", None) or self.heartbeat)
+
+    def _critical(self) -> contextlib.AbstractContextManager[None]:
+        """Signals wait while a record is written: on the main thread; a phase thread is never
+        interrupted while it writes (:mod:`phaselog.runner.parallel` interrupts only the phase's own work)."""
+        return self.signals.critical() if in_main_thread() else contextlib.nullcontext()
+
     # -- one phase ------------------------------------------------------------------------------
     def _run_phase(self, plan: PhasePlan) -> PhaseOutcome:
         assert self.lease is not None
         assert self.heartbeat is not None
+        slot = getattr(self.local, "slot", None)  # a phase thread's (parallel.Slot), None on the main thread
+        heartbeat = self.beat
         ph = self.pipeline.phase(plan.phase)
         ex = ph.execution
         executor = self.executor_for(ph)
@@ -220,12 +257,13 @@ class Engine:
             if retry:
                 delay = backoff_delay(ex, retry)
                 self.echo(f"retry {ph.name} in {delay:.1f} s (attempt {attempt})")
-                time.sleep(delay)
-            if self.heartbeat.fenced is not None:
-                raise self.heartbeat.fenced
+                (time.sleep if slot is None else slot.pause)(delay)  # pause: Interrupt if the run stops
+            fenced = self.heartbeat.fenced or heartbeat.fenced
+            if fenced is not None:
+                raise fenced
             started = datetime.now(UTC)  # the attempt's work starts now: its start event and checkpoint say so
             ctx = PhaseContext(
-                ledger=self.ledger,
+                ledger=self.led,
                 pipeline=self.pipeline,
                 ticket_id=self.ticket_id,
                 run_id=self.run_id,
@@ -235,16 +273,18 @@ class Engine:
                 resume_from_step=resume,
                 rejection=plan.rejection,
                 payloads=self.payloads,
-                heartbeat=self.heartbeat,
+                heartbeat=heartbeat,
                 lease=self.lease,
                 started_at=started,
                 params=self.params,
             )
-            self.heartbeat.begin(ph.name, attempt, self.pipeline, started)
+            heartbeat.begin(ph.name, attempt, self.pipeline, started)
             try:
                 outcome = self._attempt(executor, ph, ctx)
             finally:
-                self.heartbeat.end()
+                heartbeat.end()
+            if slot is not None:
+                outcome = slot.as_interrupted(outcome)  # its command was stopped because the run is
             tried.append(attempt)
             if isinstance(outcome, Success):
                 try:
@@ -294,12 +334,13 @@ class Engine:
             rule=failure.rule,
             retryable=failure.retryable,
         )
-        self.outcomes.extend(
-            PhaseOutcome(p.name, "not_reached", f"{ph.name} failed")
-            for p in self.pipeline.phases
-            if p.ordinal > ph.ordinal
-        )
-        error.result = self._result(None, None)
+        if slot is None:  # side by side, the scheduler says what was not reached once the others end
+            self.outcomes.extend(
+                PhaseOutcome(p.name, "not_reached", f"{ph.name} failed")
+                for p in self.pipeline.phases
+                if p.ordinal > ph.ordinal
+            )
+            error.result = self._result(None, None)
         if failure.cause is not None:
             raise error from failure.cause
         raise error
@@ -310,18 +351,24 @@ class Engine:
         the runner's own (not the phase's, which the executor turns into a Failure) is a failed
         attempt, ``runner_error`` (decision D111)."""
         assert self.lease is not None
+        slot = getattr(self.local, "slot", None)
         try:
+            if slot is not None:
+                with slot.executing():  # interruptible only in here
+                    return executor(ph, ctx)
             if ph.execution.run is None:
                 with leasing.marking(self.lease):
                     return executor(ph, ctx)
             return executor(ph, ctx)
         except Exception as exc:
-            leasing.end_marked(self.lease)
+            if slot is None:  # side by side, others' processes carry the marks too: ended at the run's end
+                leasing.end_marked(self.lease)
             if isinstance(exc, Fenced):
                 raise  # another runner holds the run: nothing of ours may be written
             return runner_failure(exc)
         except BaseException:
-            leasing.end_marked(self.lease)
+            if slot is None:
+                leasing.end_marked(self.lease)
             raise
 
     # -- recording ------------------------------------------------------------------------------
@@ -374,18 +421,20 @@ class Engine:
         last: PhaselogError | None = None
         if self.params is not None:
             kwargs["params"] = self.params  # every record of the run carries them (D260)
-        with self.signals.critical():
+        with self._critical():
             for delay in (*RECORD_RETRY_DELAYS, None):
                 try:
-                    done = self.ledger.write(self.ticket_id, self.run_name or self.run_id, ph.name, payload, **kwargs)
-                    if self.written is not None:
-                        self.written.append(done.stored)
+                    done = self.led.write(self.ticket_id, self.run_name or self.run_id, ph.name, payload, **kwargs)
+                    with self.book:
+                        if self.written is not None:
+                            self.written.append(done.stored)
                     return
                 except Fenced:
                     raise
                 except AlreadyExists as exc:
                     if last is not None and self._landed(ph, kwargs):
-                        self.written = None  # the state after the run is read again
+                        with self.book:
+                            self.written = None  # the state after the run is read again
                         return  # an earlier try was stored though its answer was lost
                     raise StoreError(
                         f"attempt {kwargs['attempt']} of {ph.name} was written by someone else while this runner "
@@ -410,7 +459,7 @@ class Engine:
 
     def _landed(self, ph: Phase, kwargs: Mapping[str, Any]) -> bool:
         try:
-            stored = self.ledger.read(self.ticket_id, self.run_id, ph.name, kwargs["attempt"], pipeline=self.pipeline)
+            stored = self.led.read(self.ticket_id, self.run_id, ph.name, kwargs["attempt"], pipeline=self.pipeline)
         except (NotFound, PhaselogError):
             return False
         rec = stored.record
@@ -446,33 +495,3 @@ class Engine:
             interrupted=interrupted,
             run_name=name,
         )
-
-
-def run_params(pl: Pipeline, snap: RunSnapshot, given: Mapping[str, Any] | None, label: str) -> dict[str, Any] | None:
-    """The run's parameters: those recorded (a rerun that gives none), else ``given`` over the schema's
-    defaults, checked (UsageError naming the parameter); a rerun whose parameters differ from the
-    recorded ones is refused, naming each difference (D261)."""
-    recorded = snap.params()
-    if given is None and recorded is not None:
-        return recorded
-    wanted = resolve_params(pl.params, given)
-    if recorded is None:  # a new run (or one whose records carry none, e.g. written by `phaselog write`)
-        return wanted
-    diff = differences(recorded, wanted)
-    if diff:
-        raise UsageError(
-            f"run {label} was recorded with other parameters ({'; '.join(diff)}); a run keeps its parameters: "
-            "rerun it with the recorded ones (or none), or start a new run id to change them",
-            field="params",
-            rule="params_changed",
-            differences=diff,
-        )
-    return wanted
-
-
-def default_workdir(workdir: str | os.PathLike[str] | None) -> Path:
-    """The runner's working directory (artifacts are relative to it): given, else the current one."""
-    path = Path(workdir) if workdir is not None else Path.cwd()
-    if not path.is_dir():
-        raise UsageError(f"--workdir {path} is not a folder", field="workdir")
-    return path.absolute()

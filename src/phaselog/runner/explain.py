@@ -5,9 +5,12 @@ is **skipped** only while its latest checkpoint is completed (and approved, if g
 (no earlier phase has a newer completed attempt, and its artifacts still exist with the SHA-256
 recorded at write time: both are the run's state, ``status``, decided once in
 :mod:`phaselog.ledger.status`, D89), valid against the manifest and — for ``fingerprint: code`` — the
-phase's code is unchanged. Otherwise it **runs**, and so does every phase after it (their
-checkpoints would be built on work that is being redone). A gated phase whose checkpoint awaits
-approval makes the run **wait**; a damaged newest attempt **blocks** it.
+phase's code is unchanged. Otherwise it **runs**, and so does every phase that needs it, directly
+or not (their checkpoints would be built on work that is being redone). A gated phase whose
+checkpoint awaits approval makes its branch **wait**; a damaged newest attempt **blocks** it; the
+phases that need either are **not reached**, and the other branches of a DAG go on. Each phase is
+judged by its own ancestors (``pipeline.graph``): in a manifest without ``needs`` those are every
+earlier phase, so a chain is planned as it always was.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class PhasePlan(PhaseRow):
     resume_from_step: int | None = None
     #: A rejection's comment, handed to the redo as ctx.rejection.
     rejection: str | None = None
+    #: The phases it needs (``needs:``; in a chain, the one before it).
+    needs: tuple[str, ...] = ()
+    #: Of those, the ones this run executes first: the phase starts once they are done.
+    waits_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,21 +178,36 @@ def _plan(
     held: Mapping[str, Any] | None,
 ) -> Explanation:
     plans: list[PhasePlan] = []
-    rerun: str | None = None  # the first earlier phase that runs again
-    stop: str | None = None  # why the run stops before reaching later phases
+    graph = pl.graph
+    reruns: list[str] = []  # phases that run again, in manifest order
+    stops: dict[str, str] = {}  # phase -> why the phases that need it are not reached
     rejections: dict[str, str] | None = None
     for ps in st.phases:
         ph = pl.phase(ps.phase)
         nxt = max([ps.latest_attempt or 0, *ps.damaged_attempts]) + 1
         flight = ps.in_flight or {}
         resume = flight.get("resume_from_step") if ps.state == IN_PROGRESS else None
-        common: dict[str, Any] = {"phase": ps.phase, "ordinal": ps.ordinal, "state": ps.state, "next_attempt": nxt}
+        needs = graph.needs[ps.phase]
+        common: dict[str, Any] = {
+            "phase": ps.phase,
+            "ordinal": ps.ordinal,
+            "state": ps.state,
+            "next_attempt": nxt,
+            "needs": needs,
+            "waits_for": tuple(n for n in needs if n in reruns),
+        }
+        # A phase is judged by its own ancestors (D290): in a chain they are every earlier phase.
+        ancestors = graph.ancestors(ps.phase)
+        stop = next((stops[a] for a in ancestors if a in stops), None)
+        rerun = next((a for a in reruns if a in ancestors), None)
         if stop is not None:
             plans.append(PhasePlan(action=NOT_REACHED, reason=stop, attempt=ps.completed_attempt, **common))
+            stops[ps.phase] = stop
             continue
         if rerun is not None and ps.state not in (DAMAGED, PENDING, FAILED, IN_PROGRESS):
             why = f"{rerun} runs again, so this phase's checkpoint would be built on superseded work"
             plans.append(PhasePlan(action=RUN, reason=why, resume_from_step=resume, **common))
+            reruns.append(ps.phase)
             continue
         if ps.state == COMPLETED:
             problem = _skip_problem(ledger, ticket_id, run_id, pl, ps.phase, ps.completed_attempt, fingerprints)
@@ -200,18 +222,18 @@ def _plan(
                 )
                 continue
             plans.append(PhasePlan(action=RUN, reason=problem, attempt=ps.completed_attempt, **common))
-            rerun = ps.phase
+            reruns.append(ps.phase)
         elif ps.state == AWAITING_APPROVAL:
             reason = (
                 f"attempt {ps.completed_attempt} awaits approval: phaselog approve --ticket-id {ticket_id} "
                 f"--run-id {run_id} --phase {ps.phase} --by NAME (or reject it to have it redone)"
             )
             plans.append(PhasePlan(action=WAIT, reason=reason, attempt=ps.completed_attempt, **common))
-            stop = f"the run waits at {ps.phase} for approval"
+            stops[ps.phase] = held_reason(plans[-1])
         elif ps.state == DAMAGED:
             reason = f"{ps.reason}; the runner will not write past a damaged attempt"
             plans.append(PhasePlan(action=BLOCKED, reason=reason, attempt=ps.completed_attempt, **common))
-            stop = f"{ps.phase} is damaged"
+            stops[ps.phase] = held_reason(plans[-1])
         else:
             rejection = None
             if ps.state == REJECTED and rerun is None:
@@ -228,8 +250,17 @@ def _plan(
                     **common,
                 )
             )
-            rerun = ps.phase
+            reruns.append(ps.phase)
     return Explanation(ticket_id, run_id, pl.name, tuple(plans), held, st)
+
+
+def held_reason(p: PhasePlan) -> str:
+    """Why the phases that need a phase the plan stops at (wait, blocked) are not reached."""
+    if p.action == WAIT:
+        return f"the run waits at {p.phase} for approval"
+    if p.action == BLOCKED:
+        return f"{p.phase} is damaged"
+    return p.reason
 
 
 def _kept(attempt: int | None, gated: bool, fingerprint: str | None) -> str:

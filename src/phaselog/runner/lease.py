@@ -247,14 +247,18 @@ def judge(
     here = host or socket.gethostname()
     who = describe(holder)
     same_host = holder.get("host") == here
-    pgid = holder.get("child_pgid")
-    if same_host and isinstance(pgid, int) and group_alive_of(pgid):
-        why = f"{who}: its phase command (process group {pgid}) is still running"
+    live = [g for g in _pgids(holder) if group_alive_of(g)] if same_host else []
+    if live:
+        pgid = live[0]
+        why = f"{who}: its phase command (process group {', '.join(map(str, live))}) is still running"
         if _gone(state, holder, start_time_of):
-            pids = orphans(pgid, state.run_id, state.token)
-            if pids:
-                return Orphaned(False, f"{why}, but its runner is gone: ending it", pgid=pgid, pids=pids)
-            if pids is None:
+            found = [orphans(g, state.run_id, state.token) for g in live]
+            if all(found) and len(live) == 1:
+                return Orphaned(False, f"{why}, but its runner is gone: ending it", pgid=pgid, pids=found[0] or ())
+            if all(found):  # phases side by side: every group's members, judged one by one (D292)
+                pids = tuple(p for f in found for p in f or ())
+                return Orphaned(False, f"{why}, but its runner is gone: ending them", pids=pids)
+            if any(f is None for f in found):
                 why += " and holds processes that are not provably its own; stop them"
         return Verdict(False, why)
     if same_host and holder.get("marks") and _gone(state, holder, start_time_of):
@@ -288,6 +292,13 @@ def judge(
         return Verdict(True, f"{who}: {late}")
     left = (state.expires_at or state.now) - state.now
     return Verdict(False, f"{who}; its liveness cannot be checked from here, and its lease expires in {left:.0f} s")
+
+
+def _pgids(holder: Mapping[str, Any]) -> list[int]:
+    """The process groups of the holder's phase commands (``child_pgids``, else ``child_pgid``)."""
+    many = holder.get("child_pgids")
+    groups = many if isinstance(many, list) else [holder.get("child_pgid")]
+    return [g for g in groups if isinstance(g, int) and not isinstance(g, bool)]
 
 
 def _gone(state: LeaseState, holder: Mapping[str, Any], start_time_of: Callable[[int], float | None]) -> bool:
@@ -340,15 +351,36 @@ class Lease:
         """The write guard for this lease."""
         return RunFence(self.ticket_id, self.run_id, self.token, self.holder.get("runner_id"))
 
+    #: The process group of the phase command each thread runs (``child_pgid``; several when
+    #: phases run side by side, D292): the holder names them all.
+    groups: dict[int, int] = field(default_factory=dict, repr=False)
+
     def renew(self, leases: RunLeases | None = None, **details: Any) -> None:
         """Extend the lease and record ``details`` (e.g. the phase running); Fenced if taken over."""
         with self._lock:
+            if "child_pgid" in details:
+                details = self._grouped(dict(details))
             if details:
                 self.holder.update(dict(details.items()))
                 for k in [k for k, v in self.holder.items() if v is None]:
                     del self.holder[k]
             (leases or self.leases).renew(self.ticket_id, self.run_id, self.token, ttl=self.ttl, holder=self.holder)
             self.last_renewed = time.monotonic()
+
+    def _grouped(self, details: dict[str, Any]) -> dict[str, Any]:
+        """``details`` with ``child_pgid`` kept per thread: alone, the holder reads as it always did
+        (``child_pgid``, the phase, the attempt); with phases side by side it names every group
+        (``child_pgids``) and the first one as ``child_pgid``."""
+        me, pgid = threading.get_ident(), details["child_pgid"]
+        if pgid is None:
+            self.groups.pop(me, None)
+        else:
+            self.groups[me] = pgid
+        if len(self.groups) + (pgid is None) <= 1 and "child_pgids" not in self.holder:
+            return details  # one command at a time: today's holder
+        pgids = list(self.groups.values())
+        first = pgids[0] if pgids else None
+        return {"child_pgid": first, "child_pgids": pgids or None, "phase": None, "attempt": None}
 
     def due(self) -> bool:
         """True when a heartbeat is due (a third of the ttl since the last renewal)."""

@@ -47,6 +47,7 @@ def child_args(store_url: str, options: WorkerOptions, *, quiet: bool) -> list[s
     args += ["--grace", repr(options.grace), "--lease-ttl", repr(options.ttl), "--poll", repr(options.poll)]
     args += ["--max-recoveries", str(options.max_recoveries)]
     args += ["--log-cap", str(options.log_cap)] if options.log_cap is not None else []
+    args += ["--max-parallel", str(options.max_parallel)] if options.max_parallel != 1 else []
     for flag, value in (
         ("--pipelines", options.pipelines),
         ("--workdir", options.workdir),

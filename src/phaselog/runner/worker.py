@@ -116,6 +116,8 @@ class WorkerOptions:
     poll: float = DEFAULT_POLL
     burst: bool = False
     max_runs: int | None = None
+    #: Phases of one run side by side (``--max-parallel``; a DAG run; D290).
+    max_parallel: int = 1
 
 
 class DrainGuard(SignalGuard):
@@ -273,6 +275,7 @@ class Worker:
                 before_phase=before_phase,
                 signals=DrainGuard(self),
                 params=e.params_doc,  # `submit --param`: checked again here, before anything runs
+                max_parallel=self.options.max_parallel,
             )
         except _Stop as stop:
             if not stop.state:
