@@ -462,3 +462,26 @@ def test_cap_zero_keeps_nothing(tmp_path: Path) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.all_stores
+def test_an_attempt_run_again_after_its_runner_died_keeps_the_new_executions_log(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # A runner SIGKILLed after the kept log and before the record: the attempt number is run again,
+    # and its log must neither collide with the dead execution's nor be mixed with it (D319).
+    store = open_store(store_url(backend, tmp_path, request))
+    for said in (b"the dead execution\n" * 3, b"the one that was recorded\n"):
+        sink = LogSink(store, ticket_id="T-1", run_id=RUN, phase="implement", ordinal=1, attempt=1, cap=1000)
+        sink.write(said)
+        assert sink.close() is not None  # kept: not refused as "already exists"
+    names = store.entry_names("logs", "T-1", RUN)
+    assert sorted(names) == ["001_implement_a000001_end", "001_implement_a000001_r002_end"]
+    ledger = Ledger(store)
+    try:
+        log = ledger.logs("T-1", RUN, "implement", pipeline="ticket-pipeline")
+        assert log.text == "the one that was recorded\n"
+        pieces = list(ledger.logs_reader.follow("T-1", RUN, "implement", pipeline="ticket-pipeline", poll=0))
+        assert "".join(pieces) == "the one that was recorded\n"
+    finally:
+        ledger.close()

@@ -128,10 +128,14 @@ def _entries(store: Store, t: _Target, attempt: int) -> tuple[list[LogChunk], Ke
     kept: KeptLog | None = None
     damaged: list[str] = []
     prefix = log_prefix(t.phase.ordinal, t.phase.name, attempt)
-    for name, location, data in store.entries(LOGS, t.ticket_id, t.run_id, prefix):
-        got = parse_log_name(name)
-        if got is None or got.attempt != attempt or got.phase != t.phase.name:
-            continue
+    found = [(parse_log_name(n), loc, data) for n, loc, data in store.entries(LOGS, t.ticket_id, t.run_id, prefix)]
+    ours = [
+        (got, loc, data) for got, loc, data in found if got and got.attempt == attempt and got.phase == t.phase.name
+    ]
+    take = max((got.take for got, _, _ in ours), default=1)  # the newest execution of the attempt (D319)
+    for got, location, data in ours:
+        if got.take != take:
+            continue  # an earlier execution's, whose runner died before the attempt's record
         try:
             if isinstance(data, Corrupt):
                 raise data

@@ -29,7 +29,7 @@ from phaselog.model.errors import PhaselogError
 from phaselog.model.logs import CHUNK_BYTES, LOGS, KeptLog, LogChunk
 from phaselog.runner.outcome import Failure, Success
 from phaselog.runner.signals import Interrupt
-from phaselog.stores.names import log_chunk_name, log_end_name
+from phaselog.stores.names import log_chunk_name, log_end_name, log_prefix, parse_log_name
 
 if TYPE_CHECKING:
     from phaselog.stores.base import Store
@@ -85,6 +85,7 @@ class LogSink:
         self.stopped_note: str | None = None
         self.broken = cap == 0
         self.closed = False
+        self.take: int | None = None
         self.last_flush = time.monotonic()
 
     # -- taking output --------------------------------------------------------------------------
@@ -176,7 +177,7 @@ class LogSink:
             timestamp=datetime.now(UTC),
             note=note,
         )
-        self._put(log_chunk_name(ordinal, phase, attempt, seq), entry_bytes(chunk))
+        self._put(log_chunk_name(ordinal, phase, attempt, seq, self._take()), entry_bytes(chunk))
 
     def close(self) -> KeptLog | None:
         """Append the kept log; None when nothing was kept (or it failed)."""
@@ -208,7 +209,21 @@ class LogSink:
             chunks=self.chunks,
             timestamp=datetime.now(UTC),
         )
-        return kept if self._put(log_end_name(ordinal, phase, attempt), entry_bytes(kept)) else None
+        return kept if self._put(log_end_name(ordinal, phase, attempt, self._take()), entry_bytes(kept)) else None
+
+    def _take(self) -> int:
+        """This execution's number among the attempt's (found on the first write: a silent phase lists
+        nothing): 1, or one more than an earlier execution's whose runner died before the record (D319)."""
+        if self.take is None:
+            t, r, phase, ordinal, attempt = self.key
+            prefix = log_prefix(ordinal, phase, attempt)
+            try:
+                names = self.store.entry_names(LOGS, t, r)
+            except (PhaselogError, OSError):
+                names = []  # the write that follows reports what is wrong
+            taken = [got.take for n in names if n.startswith(prefix) and (got := parse_log_name(n)) is not None]
+            self.take = max(taken, default=0) + 1
+        return self.take
 
     def _put(self, name: str, body: bytes) -> bool:
         if self.broken:

@@ -17,6 +17,7 @@ prune note                  ``<ssssss>``                                   ``.pr
 seal, pruned-run record     ``<ssssss>``                                   ``<ticket>/.tree``
 log chunk (live output)     ``<NNN>_<phase>_a<kkkkkk>_c<ccccccccc>``       ``.logs``
 an attempt's kept log       ``<NNN>_<phase>_a<kkkkkk>_end``                ``.logs``
+(a later execution of it)   ``<NNN>_<phase>_a<kkkkkk>_r<ttt>_…``           ``.logs``
 ==========================  =============================================  ===================
 """
 
@@ -47,7 +48,7 @@ EVENT_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_s(\d{{9,}})")
 APPROVAL_RE = re.compile(rf"(\d{{6,}})_(\d{{3,}})_{_PHASE}_a(\d{{6,}})")
 MARKER_RE = re.compile(r"rev_(\d{6,})")
 NOTE_RE = re.compile(r"(\d{6,})")
-LOG_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_(?:c(\d{{9,}})|end)")
+LOG_RE = re.compile(rf"(\d{{3,}})_{_PHASE}_a(\d{{6,}})_(?:r(\d{{3,}})_)?(?:c(\d{{9,}})|end)")
 
 
 class AttemptName(NamedTuple):
@@ -256,6 +257,9 @@ class LogName(NamedTuple):
     phase: str
     attempt: int
     chunk: int | None
+    #: Which execution of the attempt wrote it (1, 2, …): an attempt number is run again when its
+    #: runner died before its record; each execution's log has its own names, the newest is the one.
+    take: int = 1
 
 
 def log_prefix(ordinal: int, phase: str, attempt: int) -> str:
@@ -263,14 +267,18 @@ def log_prefix(ordinal: int, phase: str, attempt: int) -> str:
     return f"{ordinal:03d}_{phase}_a{attempt:06d}_"
 
 
-def log_chunk_name(ordinal: int, phase: str, attempt: int, chunk: int) -> str:
-    """The entry name of chunk ``chunk`` (1, 2, …) of an attempt's live output."""
-    return f"{log_prefix(ordinal, phase, attempt)}c{chunk:09d}"
+def _take(take: int) -> str:
+    return "" if take == 1 else f"r{take:03d}_"
 
 
-def log_end_name(ordinal: int, phase: str, attempt: int) -> str:
+def log_chunk_name(ordinal: int, phase: str, attempt: int, chunk: int, take: int = 1) -> str:
+    """The entry name of chunk ``chunk`` (1, 2, …) of an attempt's live output (``take``: its execution)."""
+    return f"{log_prefix(ordinal, phase, attempt)}{_take(take)}c{chunk:09d}"
+
+
+def log_end_name(ordinal: int, phase: str, attempt: int, take: int = 1) -> str:
     """The entry name of an attempt's kept log (written once, when the attempt ends; sorts after its chunks)."""
-    return f"{log_prefix(ordinal, phase, attempt)}end"
+    return f"{log_prefix(ordinal, phase, attempt)}{_take(take)}end"
 
 
 def parse_log_name(name: str) -> LogName | None:
@@ -278,8 +286,10 @@ def parse_log_name(name: str) -> LogName | None:
     m = LOG_RE.fullmatch(name)
     if m is None:
         return None
-    chunk = m.group(4)
-    return LogName(int(m.group(1)), m.group(2), int(m.group(3)), int(chunk) if chunk is not None else None)
+    take, chunk = m.group(4), m.group(5)
+    return LogName(
+        int(m.group(1)), m.group(2), int(m.group(3)), int(chunk) if chunk is not None else None, int(take or 1)
+    )
 
 
 def approval_name(seq: int, ordinal: int, phase: str, attempt: int) -> str:
