@@ -29,9 +29,10 @@ from phaselog.runner.console import phase_logger
 
 if TYPE_CHECKING:
     from phaselog.ledger.facade import Ledger, Run
-    from phaselog.model.pipelines import Pipeline
+    from phaselog.model.pipelines import Phase, Pipeline
     from phaselog.runner.heartbeat import Heartbeat
     from phaselog.runner.lease import Lease
+    from phaselog.runner.logsink import LogSink
     from phaselog.stores.base import Store
 
 
@@ -150,6 +151,21 @@ class PhaseContext:
             stacklevel=2,
         )
         return self._last_step
+
+    def log_sink(self, phase: Phase, cap: int, say: Callable[[str], None] | None) -> LogSink:
+        """The sink that keeps this attempt's output in the store (shell and Python phases alike)."""
+        from phaselog.runner.logsink import LogSink  # lazy: only a phase that runs keeps output
+
+        return LogSink(
+            self.store,
+            ticket_id=self.ticket_id,
+            run_id=self.run_id,
+            phase=phase.name,
+            ordinal=phase.ordinal,
+            attempt=self.attempt,
+            cap=cap,
+            say=say,
+        )
 
     def step_done(self, step: int, *, output: str | bytes | None = None, tokens: int | None = None) -> None:
         """Record that step ``step`` (1, 2, …) of this attempt is done: a progress event, and a renewal of

@@ -195,7 +195,7 @@ class PipelineRunner:
                 log_name,
                 logging_to,
             )
-            from phaselog.runner.logsink import LogSink, abandon, finish  # lazy: `phaselog step` runs no phase
+            from phaselog.runner.logsink import abandon, finish  # lazy: `phaselog step` runs no phase
             from phaselog.runner.python_phase import run_python  # lazy: `phaselog step` runs no phase
 
             fn = bound.fn if bound is not None else resolve_call(ph)
@@ -208,16 +208,7 @@ class PipelineRunner:
                     folders.clear()
                     folder = folders[key] = log_folder(ctx.store, ctx.workdir, *key, log_dir)
                 log = os.path.join(folder, log_name(phase.ordinal, ctx.phase, ctx.attempt))  # a Path only if used
-                sink = LogSink(
-                    ctx.store,
-                    ticket_id=ctx.ticket_id,
-                    run_id=ctx.run_id,
-                    phase=phase.name,
-                    ordinal=phase.ordinal,
-                    attempt=ctx.attempt,
-                    cap=log_cap,
-                    say=out.say,
-                )
+                sink = ctx.log_sink(phase, log_cap, out.say)
                 ctx.log_tick = lambda: sink.tick(force=True)  # a step done: what ctx.logger wrote goes live
                 try:
                     with logging_to(ctx, log, out, f"{phase.name} attempt {ctx.attempt}", sink):

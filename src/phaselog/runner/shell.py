@@ -96,16 +96,7 @@ class ShellPhase:
         log_path = attempt_log(ctx, phase.ordinal, self.log_dir)
         log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         scratch = Path(tempfile.mkdtemp(prefix="phaselog-phase-"))
-        sink = LogSink(
-            ctx.store,
-            ticket_id=ctx.ticket_id,
-            run_id=ctx.run_id,
-            phase=phase.name,
-            ordinal=phase.ordinal,
-            attempt=ctx.attempt,
-            cap=self.log_cap,
-            say=to_stderr,
-        )
+        sink = ctx.log_sink(phase, self.log_cap, to_stderr)
         try:
             env = self._env(phase, ctx, scratch)
             outcome = self._run(phase, ctx, env, log_path, scratch / "payload.json", sink)
