@@ -5,8 +5,9 @@
 As tests/runner_worker.py: the zygote imports phaselog once and forks a fresh runner process per
 ``run`` (printing ``pid N``); ``wait PID`` prints ``exit PID CODE`` (CODE -9: killed by SIGKILL).
 Each runner runs what ``phaselog run --pipeline-file dag.json --max-parallel 4`` runs (the same
-``pipe.run``). Each phase appends ``<phase> start <exec>`` and ``<phase> done <exec>`` to
-WORKDIR/effects.log and returns ``{"exec": <exec>}``; <exec> is unique per attempt process.
+``pipe.run``). Each phase appends ``<phase> start <exec> <runner>`` and ``<phase> done <exec> <runner>``
+to WORKDIR/effects.log and returns ``{"exec": <exec>}``; <exec> is unique per attempt process,
+<runner> is the runner process's pid (the command's parent).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import phaselog
 
 NEEDS: dict[str, list[str]] = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["b", "c"]}
 SHELL = (
-    'echo "$PHASELOG_PHASE start $$-$PHASELOG_ATTEMPT" >> effects.log; '
-    'echo "$PHASELOG_PHASE done $$-$PHASELOG_ATTEMPT" >> effects.log; '
+    'echo "$PHASELOG_PHASE start $$-$PHASELOG_ATTEMPT $PPID" >> effects.log; '
+    'echo "$PHASELOG_PHASE done $$-$PHASELOG_ATTEMPT $PPID" >> effects.log; '
     'echo "{\\"exec\\": \\"$$-$PHASELOG_ATTEMPT\\"}"'
 )
 
