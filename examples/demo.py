@@ -85,7 +85,7 @@ def main() -> int:
 
     banner("2. what does the ledger say, and what would a rerun do?")
     ids = ("--ticket-id", TICKET, "--run-id", RUN)
-    phaselog("status", *ids, "--format", "table")
+    phaselog("status", *ids, "--workdir", str(ROOT / "work"), "--format", "table")  # artifacts checked there
     phaselog("explain", *ids, "--workdir", str(ROOT / "work"), "--format", "table")
 
     banner("3. run it again: phases 1-2 are skipped, phase 3 resumes after its last step done")

@@ -88,6 +88,7 @@ def test_explain_shows_each_phases_needs(root: Path) -> None:
     args = ["explain", *RUN, "--workdir", str(root.parent)]
     table = run(root, *args, "--format", "table")
     assert _needs_column(table.out) == NEEDS
+    assert "graph: research -> script -> {voice, broll} -> render -> publish" in table.out
     assert max(map(len, table.out.splitlines())) <= 80
     data = run(root, *args).json
     assert {(e["from"], e["to"]) for e in data["graph"]["edges"]} == graph_data.EDGES
@@ -104,3 +105,15 @@ def test_a_chains_status_and_explain_carry_no_graph(root: Path) -> None:
     assert "graph" not in run(root, "status", *chain).json
     assert "graph" not in run(root, "explain", *chain).json
     assert "needs" not in run(root, "explain", *chain, "--format", "table").out
+
+
+def test_pipelines_reads_a_manifest_file_given_as_a_path(tmp_path: Path) -> None:
+    example = Path(__file__).parent.parent / "examples" / "video-dag.yaml"
+    table = run(tmp_path / "store", "pipelines", str(example), "--format", "table")
+    assert "graph: research -> script -> {voice_over, b_roll} -> render" in table.out
+    data = run(tmp_path / "store", "pipelines", str(example)).json["pipeline"]
+    assert data["name"] == "video-dag"
+    missing = run_cli(tmp_path / "store", "pipelines", str(tmp_path / "nope.yaml"), env=cli_env(tmp_path / "store"))
+    assert missing.rc != 0
+    assert "pipeline manifest not found" in missing.json["error"]
+    assert "Traceback" not in missing.err

@@ -35,7 +35,8 @@ def logs(
     The store keeps each attempt's output with the attempt, bounded: the last --log-cap bytes of
     `phaselog run` (default 1 MiB); what was dropped is said on stderr. Works from any machine that
     can open the store. --follow prints a running attempt's output as it comes and exits when the
-    attempt ends. Exit 0, or the error's code (an unknown run, phase or attempt: not found).
+    attempt ends. Exit 0, or the error's code: not_found (1) for an unknown run or attempt,
+    unknown_phase (2) for a phase the pipeline lacks.
 
     \b
     Example:

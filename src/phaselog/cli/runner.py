@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from phaselog.cli._args import read_output
-from phaselog.cli._render import lines, table
+from phaselog.cli._render import lines, table, terminal_width
 from phaselog.cli._scaffold import Call, Result, cli, command
 from phaselog.model.errors import Fenced, PhaseFailed, RunInterrupted, UsageError
 from phaselog.model.ids import run_title
 from phaselog.views import results as views
-from phaselog.views.graph import explanation_json, needs_cells
+from phaselog.views.graph import explanation_json, needs_cells, shape_lines
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run something
     from phaselog.runner import PipelineRunner
@@ -179,6 +179,7 @@ def _explain_table(d: dict[str, Any]) -> str:
     title = f"run {run_title(d['run_id'], d['run_name'])} ({d['pipeline']}) next: {nxt}"
     return lines(
         table(rows, ["#", "phase", *(["needs"] if needs is not None else []), "action", "state", "why"], title=title),
+        *(shape_lines(d["graph"], terminal_width() - 2) if needs is not None else []),
         held,
     )
 

@@ -258,24 +258,27 @@ def _pipeline_table(p: dict[str, Any]) -> str:
 )
 @click.argument("name", required=False)
 def pipelines(call: Call, name: str | None) -> Result:
-    """List the pipelines found, or show one: its phases, what each needs, approval gates, payload
-    schemas, and its graph (the waves of phases that may run side by side).
+    """List the pipelines found, or show one (by name, or a manifest file): its phases, what each
+    needs, approval gates, payload schemas, and its graph (the waves of phases that may run side by side).
 
     \b
     Examples:
       phaselog pipelines
       phaselog pipelines ticket-pipeline --format table
+      phaselog pipelines examples/video-dag.yaml --format table
     """
     from phaselog.model.pipelines import (  # lazy: `--help` loads every area
         available_pipelines,
         check_schemas,
         find_pipeline,
+        load_manifest,
     )
     from phaselog.stores.files.store import default_root  # lazy: `--help` loads every area
 
     base = call.root or str(default_root())
     if name:
-        found = find_pipeline(name, base)
+        is_file = name.endswith((".yaml", ".yml", ".json")) or os.sep in name
+        found = load_manifest(name) if is_file else find_pipeline(name, base)
         check_schemas(found)
         shown = {**views.pipeline(found, full=True), "graph": graph_view(found).to_json()}
         return Result({"pipeline": shown}, _pipelines_table)

@@ -267,7 +267,7 @@ def pipeline_from_dict(doc: Any, *, source: str = "<dict>") -> Pipeline:
         if unknown:
             raise PipelineError(
                 f"{where}: {at} has unknown keys: {', '.join(sorted(unknown))} (a phase may have name, description, "
-                f"payload_schema, requires_approval, awaits_input, notify and the runner's keys "
+                f"needs, payload_schema, requires_approval, awaits_input, notify and the runner's keys "
                 f"{', '.join(EXECUTION_KEYS)})",
                 field=f"{at}.{sorted(unknown)[0]}",
                 rule="unknown_key",
