@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import phaselog
+from zygote_support import serve
 
 NEEDS: dict[str, list[str]] = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["b", "c"]}
 SHELL = (
@@ -49,34 +50,8 @@ def run_once(store: str, ticket: str, run: str, folder: Path) -> int:
 
 
 def zygote(store: str, ticket: str) -> int:
-    import tempfile
-    import uuid
-
-    with tempfile.TemporaryDirectory() as warm:  # every lazily imported module loaded before forking
-        assert run_once(store, f"{ticket}-WARMUP", str(uuid.uuid4()), Path(warm)) == 0
-    print("ready", flush=True)
-    for line in sys.stdin:
-        cmd, *args = line.split()
-        if cmd == "run":
-            pid = os.fork()
-            if pid == 0:  # the runner process
-                code = 1
-                try:
-                    code = run_once(store, ticket, args[0], Path(args[1]))
-                except BaseException:
-                    import traceback
-
-                    traceback.print_exc()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-            print(f"pid {pid}", flush=True)
-        elif cmd == "wait":
-            pid = int(args[0])
-            _, status = os.waitpid(pid, 0)
-            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            print(f"exit {pid} {code}", flush=True)
-    return 0
+    return serve(lambda run, folder: run_once(store, ticket, run, folder),
+                 lambda run, folder: run_once(store, f"{ticket}-WARMUP", run, folder))  # fmt: skip
 
 
 if __name__ == "__main__":

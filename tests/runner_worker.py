@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import phaselog
+from zygote_support import serve
 
 PHASES = [f"p{i}" for i in range(1, 6)]
 SHELL = (
@@ -88,36 +89,8 @@ def run_once(store: str, kind: str, ticket: str, run: str, folder: Path, *, wait
 
 
 def zygote(store: str, kind: str, ticket: str) -> int:
-    import tempfile
-    import uuid
-
-    # Warm up: one whole run here, so every module a run imports lazily is loaded before forking
-    # (a forked runner then spends its life running phases, not importing). Nothing stays open.
-    with tempfile.TemporaryDirectory() as warm:
-        assert run_once(store, kind, f"{ticket}-WARMUP", str(uuid.uuid4()), Path(warm)) == 0
-    print("ready", flush=True)
-    for line in sys.stdin:
-        cmd, *args = line.split()
-        if cmd == "run":
-            pid = os.fork()
-            if pid == 0:  # the runner process
-                code = 1
-                try:
-                    code = run_once(store, kind, ticket, args[0], Path(args[1]))
-                except BaseException:
-                    import traceback
-
-                    traceback.print_exc()  # os._exit below would lose it
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-            print(f"pid {pid}", flush=True)
-        elif cmd == "wait":
-            pid = int(args[0])
-            _, status = os.waitpid(pid, 0)
-            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            print(f"exit {pid} {code}", flush=True)
-    return 0
+    return serve(lambda run, folder: run_once(store, kind, ticket, run, folder),
+                 lambda run, folder: run_once(store, kind, f"{ticket}-WARMUP", run, folder))  # fmt: skip
 
 
 def main() -> int:

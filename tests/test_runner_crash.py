@@ -12,8 +12,6 @@ import collections
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 
 import phaselog
 from runner_worker import pipeline_of
+from zygote_support import Zygote
 
 WORKER = Path(__file__).parent / "runner_worker.py"
 KILLS = int(os.environ.get("PHASELOG_CRASH_KILLS", "200"))
@@ -30,47 +29,6 @@ KILLS_PER_TRIAL = 5
 PHASES = [f"p{i}" for i in range(1, 6)]
 
 pytestmark = pytest.mark.slow
-
-
-class Zygote:
-    """Forks real runner processes from one interpreter that imported phaselog already."""
-
-    def __init__(self, store: str, kind: str, ticket: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), "--zygote", store, kind, ticket],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._read() == "ready"
-
-    def _read(self) -> str:
-        assert self.proc.stdout is not None
-        return self.proc.stdout.readline().strip()
-
-    def _send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def start(self, run: str, workdir: Path) -> int:
-        self._send(f"run {run} {workdir}")
-        word, pid = self._read().split()
-        assert word == "pid"
-        return int(pid)
-
-    def wait(self, pid: int) -> int:
-        self._send(f"wait {pid}")
-        word, got, code = self._read().split()
-        assert (word, int(got)) == ("exit", pid)
-        return int(code)
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.proc.stdout.close()
 
 
 def effects(workdir: Path) -> list[tuple[str, str, str]]:
@@ -115,7 +73,7 @@ def test_sigkill_anywhere_then_rerun_until_complete(store_kind: str, kind: str, 
     store = str(tmp_path / "store") if store_kind == "files" else f"sqlite:///{tmp_path}/ledger.db"
     rng = random.Random(int(os.environ.get("PHASELOG_CRASH_SEED", "11")))
     ledger = phaselog.open(store)
-    zygote = Zygote(store, kind, "CRASH")
+    zygote = Zygote(WORKER, store, kind, "CRASH")
     # Calibrate: how long a whole run takes (the kill window).
     cal = tmp_path / "calibrate"
     cal.mkdir()

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import phaselog
 from helpers import Result, cli_env, wait_for
 from phaselog.model.errors import PhaseFailed, UsageError
+from zygote_support import Zygote
 
 NEEDS: dict[str, list[str]] = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["b", "c"]}
 PAIRS = {"b": "c", "c": "b", "d": "e", "e": "d"}
@@ -458,44 +459,6 @@ KILLS = int(os.environ.get("PHASELOG_DAG_CRASH_KILLS", "100"))  # per store (the
 KILLS_PER_TRIAL = 4
 
 
-class Zygote:
-    """Forks real runner processes (dag_worker.py) from one interpreter that imported phaselog."""
-
-    def __init__(self, store: str, ticket: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(DAG_WORKER), "--zygote", store, ticket],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._ask(None) == "ready"
-
-    def _ask(self, line: str | None) -> str:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        if line is not None:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip()
-
-    def start(self, run: str, workdir: Path) -> int:
-        word, pid = self._ask(f"run {run} {workdir}").split()
-        assert word == "pid"
-        return int(pid)
-
-    def wait(self, pid: int) -> int:
-        word, got, code = self._ask(f"wait {pid}").split()
-        assert (word, int(got)) == ("exit", pid)
-        return int(code)
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.proc.stdout.close()
-
-
 def crash_effects(workdir: Path) -> list[tuple[str, str, str, str]]:
     log = workdir / "effects.log"
     return [tuple(line.split()) for line in log.read_text().splitlines()] if log.exists() else []  # type: ignore[misc]
@@ -549,7 +512,7 @@ def test_sigkill_at_random_moments_then_rerun_until_complete(store_kind: str, tm
 
     store = str(tmp_path / "store") if store_kind == "files" else f"sqlite:///{tmp_path}/ledger.db"
     rng = random.Random(int(os.environ.get("PHASELOG_CRASH_SEED", "25")))
-    zygote = Zygote(store, "DAG")
+    zygote = Zygote(DAG_WORKER, store, "DAG")
     cal = tmp_path / "calibrate"
     cal.mkdir()
     began = time.monotonic()
